@@ -1,0 +1,29 @@
+# Top-level driver for the CMake build: `make` builds, `make test` builds and runs every
+# test, `make run` generates with the model shipped in the repository.
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+
+.PHONY: all build configure test run setup clean
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+setup:
+	sh scripts/setup.sh
+
+run: build
+	sh scripts/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,78 @@
+/* ditrun public API: run diffusion-transformer image models from C.
+ *
+ * Everything a program (including the ditrun CLI) needs is declared here; the rest of
+ * the source tree is private. Handles are opaque; every fallible call returns a
+ * dit_status, and the context keeps a message saying what went wrong and where
+ * (dit_ctx_last_error). Nothing here calls exit() or keeps global mutable state. */
+#ifndef DITRUN_H
+#define DITRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DITRUN_VERSION "0.1.0"
+
+/* ---- status codes ---------------------------------------------------------------- */
+typedef enum dit_status {
+  DIT_OK = 0,
+  DIT_ERR_INVALID_ARG,  /* bad usage: an option or parameter out of range      (exit 2) */
+  DIT_ERR_FORMAT,       /* bad input: a malformed or inconsistent file          (exit 2) */
+  DIT_ERR_IO,           /* a file could not be opened, read or written          (exit 1) */
+  DIT_ERR_NOMEM,        /* an allocation failed                                 (exit 1) */
+  DIT_ERR_UNSUPPORTED,  /* valid input this build cannot run (dtype, device...) (exit 2) */
+  DIT_ERR_NUMERIC,      /* NaN/Inf or another numeric failure                   (exit 1) */
+  DIT_ERR_INTERNAL      /* a bug in ditrun                                      (exit 1) */
+} dit_status;
+
+/* Short name of a status ("invalid argument", ...). Never NULL. */
+const char *dit_status_str(dit_status s);
+/* The CLI exit code for a status: 0 ok, 2 bad usage/input, 1 runtime failure. */
+int dit_status_exit_code(dit_status s);
+
+/* ---- element types ------------------------------------------------------------- */
+typedef enum dit_dtype {
+  DIT_F32 = 0, DIT_BF16, DIT_F16, DIT_F8_E4M3, DIT_F8_E5M2,
+  DIT_F64, DIT_I8, DIT_I16, DIT_I32, DIT_I64, DIT_U8, DIT_U16, DIT_U32, DIT_U64, DIT_BOOL,
+  DIT_DTYPE_COUNT
+} dit_dtype;
+
+/* Name as safetensors spells it ("F32", "BF16", "F8_E4M3", ...). */
+const char *dit_dtype_name(dit_dtype t);
+/* Size of one element in bytes. */
+size_t dit_dtype_size(dit_dtype t);
+
+/* ---- engine context ------------------------------------------------------------ */
+typedef enum dit_log_level { DIT_LOG_ERROR = 0, DIT_LOG_WARN, DIT_LOG_INFO, DIT_LOG_DEBUG } dit_log_level;
+typedef void (*dit_log_fn)(void *user, dit_log_level level, const char *msg);
+
+typedef struct dit_ctx_params {
+  int n_threads;            /* CPU threads; 0 = all online cores */
+  dit_log_fn log;           /* NULL = messages to stderr */
+  void *log_user;
+  dit_log_level log_level;  /* messages above this level are dropped; default WARN */
+} dit_ctx_params;
+
+typedef struct dit_ctx dit_ctx;
+
+void dit_ctx_params_default(dit_ctx_params *p);
+/* Creates a context. Returns DIT_ERR_NOMEM (and *out = NULL) when allocation fails. */
+dit_status dit_ctx_create(const dit_ctx_params *p, dit_ctx **out);
+void dit_ctx_free(dit_ctx *ctx);
+/* Message of the last failed call on this context ("" when none). */
+const char *dit_ctx_last_error(const dit_ctx *ctx);
+
+/* ---- model inspection (ditrun info) -------------------------------------------- */
+/* Prints a human-readable description of a diffusers model folder, a component folder
+ * or a single .safetensors / .safetensors.index.json file: components, architectures,
+ * parameter counts, dtypes and bytes. Validates everything it reads. */
+dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DITRUN_H */

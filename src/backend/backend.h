@@ -1,0 +1,133 @@
+/* Backend interface: a table of function pointers for memory and for every op the
+ * models need. Model code calls ops through it (dit_op_* wrappers below) and never
+ * branches on the backend; precision and kernel choices live in the backends.
+ *
+ * Conventions (all ops):
+ * - Activations are contiguous row-major F32 tensors unless an op says otherwise.
+ *   Weights (w, b, norm scales, tables) may be F32, BF16 or F16 and are read in their
+ *   stored dtype (never copied to F32 as a whole).
+ * - Shapes are checked; a mismatch returns DIT_ERR_INVALID_ARG naming the op.
+ * - y may alias x only where an op says so. */
+#ifndef DIT_BACKEND_H
+#define DIT_BACKEND_H
+
+#include <stdbool.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+typedef enum dit_act {
+  DIT_ACT_NONE = 0,
+  DIT_ACT_SILU,
+  DIT_ACT_GELU,      /* exact erf GELU */
+  DIT_ACT_GELU_TANH  /* tanh approximation */
+} dit_act;
+
+typedef enum dit_rope_mode {
+  DIT_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1) rotate as complex numbers (diffusers Z-Image/Flux) */
+  DIT_ROPE_HALF             /* pairs (i, i + D/2), rotate_half (HF Qwen3/Llama) */
+} dit_rope_mode;
+
+typedef struct dit_backend dit_backend;
+
+typedef struct dit_backend_ops {
+  const char *name;
+  /* ---- memory: device buffers (host memory on the CPU backend) ---- */
+  dit_status (*alloc)(dit_backend *be, size_t bytes, void **out, dit_error *err);
+  void (*free)(dit_backend *be, void *p);
+  dit_status (*upload)(dit_backend *be, void *dst, const void *src_host, size_t bytes, dit_error *err);
+  dit_status (*download)(dit_backend *be, void *dst_host, const void *src, size_t bytes, dit_error *err);
+  dit_status (*sync)(dit_backend *be, dit_error *err);
+
+  /* y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]). x may be [..., K] (leading dims flattened).
+   * b may be NULL. y must not alias x. */
+  dit_status (*linear)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                       const dit_tensor *b, dit_act act, dit_error *err);
+  /* Row-wise over the last dim D: y = x / sqrt(mean(x^2) + eps) * w (w [D] or NULL). y may alias x. */
+  dit_status (*rms_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+                         dit_error *err);
+  /* Row-wise over the last dim: y = (x - mean) / sqrt(var + eps) * w + b (w, b [D] or NULL). y may alias x. */
+  dit_status (*layer_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                           const dit_tensor *b, float eps, dit_error *err);
+  /* x [B,C,H,W]: GroupNorm over (C/groups, H, W), affine w, b [C] (or NULL), then SiLU if silu. y may alias x. */
+  dit_status (*group_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
+                           const dit_tensor *b, float eps, bool silu, dit_error *err);
+  /* Scaled dot-product attention. q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (Hq % Hkv == 0, GQA),
+   * out [B,Sq,Hq,D]. key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks
+   * key j > query i. A query row with no visible key yields zeros. */
+  dit_status (*attention)(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
+                          const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
+                          dit_error *err);
+  /* In place: x [B,S,H,D] rotated by angles with cos, sin [B,S,D/2] (F32). */
+  dit_status (*rope)(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                     dit_rope_mode mode, dit_error *err);
+  /* y = act(x), elementwise. y may alias x. */
+  dit_status (*activation)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err);
+  /* y = silu(a) * b, elementwise, same shapes. y may alias a or b. */
+  dit_status (*swiglu)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+  /* x [B,S,D]: y = x * (1 + scale[B,D]) + shift[B,D]; shift may be NULL. y may alias x. */
+  dit_status (*modulate)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
+                         const dit_tensor *shift, dit_error *err);
+  /* x [B,S,D] += g * y, g = gate[B,D] (tanh(gate) if tanh_gate), or 1 when gate is NULL. */
+  dit_status (*gated_add)(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
+                          bool tanh_gate, dit_error *err);
+  /* Elementwise on equal shapes; y may alias a or b. */
+  dit_status (*add)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+  dit_status (*mul)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+  /* y = x * s. y may alias x. */
+  dit_status (*scale)(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err);
+  /* Softmax over the last dim. y may alias x. */
+  dit_status (*softmax)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
+  /* y [N,D] F32 = table[ids[n]] (table [V,D] in its stored dtype, ids [N] I32 or I64).
+   * An id outside [0, V) is DIT_ERR_INVALID_ARG. */
+  dit_status (*embedding)(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
+                          dit_error *err);
+  /* y [B,Co,Ho,Wo] = conv(x [B,Ci,H,W], w [Co,Ci,kh,kw]) + b [Co] (b may be NULL),
+   * zero padding `pad` on every side, stride `stride`. */
+  dit_status (*conv2d)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                       const dit_tensor *b, int stride, int pad, dit_error *err);
+  /* y [B,C,2H,2W] = nearest-neighbour 2x upsample of x [B,C,H,W]. */
+  dit_status (*upsample2x)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
+  /* Sinusoidal embedding y [N,dim] of t [N] (F32), as diffusers' get_timestep_embedding:
+   * half = dim/2, freq_i = exp(-ln(max_period) * i / (half - shift)), arg = scale * t * freq,
+   * output [sin, cos] or [cos, sin] when flip_sin_to_cos; odd dim pads a zero column. */
+  dit_status (*timestep_embedding)(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
+                                   float max_period, float shift, float scale, bool flip_sin_to_cos,
+                                   dit_error *err);
+  /* dst = src element by element, any strides (views: permute, slice, concat into a
+   * slice), same shape; converts dtype when they differ (float types). */
+  dit_status (*copy)(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+} dit_backend_ops;
+
+struct dit_backend {
+  const dit_backend_ops *ops;
+  int n_threads;
+  void *impl;
+};
+
+/* CPU backend (always available). n_threads <= 0: all online cores. */
+dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
+void dit_backend_free(dit_backend *be);
+
+/* Thin wrappers so model code reads like the reference modules. */
+#define dit_op_linear(be, ...) ((be)->ops->linear((be), __VA_ARGS__))
+#define dit_op_rms_norm(be, ...) ((be)->ops->rms_norm((be), __VA_ARGS__))
+#define dit_op_layer_norm(be, ...) ((be)->ops->layer_norm((be), __VA_ARGS__))
+#define dit_op_group_norm(be, ...) ((be)->ops->group_norm((be), __VA_ARGS__))
+#define dit_op_attention(be, ...) ((be)->ops->attention((be), __VA_ARGS__))
+#define dit_op_rope(be, ...) ((be)->ops->rope((be), __VA_ARGS__))
+#define dit_op_activation(be, ...) ((be)->ops->activation((be), __VA_ARGS__))
+#define dit_op_swiglu(be, ...) ((be)->ops->swiglu((be), __VA_ARGS__))
+#define dit_op_modulate(be, ...) ((be)->ops->modulate((be), __VA_ARGS__))
+#define dit_op_gated_add(be, ...) ((be)->ops->gated_add((be), __VA_ARGS__))
+#define dit_op_add(be, ...) ((be)->ops->add((be), __VA_ARGS__))
+#define dit_op_mul(be, ...) ((be)->ops->mul((be), __VA_ARGS__))
+#define dit_op_scale(be, ...) ((be)->ops->scale((be), __VA_ARGS__))
+#define dit_op_softmax(be, ...) ((be)->ops->softmax((be), __VA_ARGS__))
+#define dit_op_embedding(be, ...) ((be)->ops->embedding((be), __VA_ARGS__))
+#define dit_op_conv2d(be, ...) ((be)->ops->conv2d((be), __VA_ARGS__))
+#define dit_op_upsample2x(be, ...) ((be)->ops->upsample2x((be), __VA_ARGS__))
+#define dit_op_timestep_embedding(be, ...) ((be)->ops->timestep_embedding((be), __VA_ARGS__))
+#define dit_op_copy(be, ...) ((be)->ops->copy((be), __VA_ARGS__))
+
+#endif

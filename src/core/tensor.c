@@ -1,0 +1,78 @@
+/* Tensor descriptor helpers (see tensor.h). */
+#include "core/tensor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+dit_tensor dit_tensor_make(dit_dtype dtype, void *data, int ndim, const int64_t *shape) {
+  dit_tensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dtype;
+  t.ndim = ndim < 0 ? 0 : (ndim > DIT_MAX_DIMS ? DIT_MAX_DIMS : ndim);
+  t.data = data;
+  t.device = DIT_DEV_CPU;
+  int64_t s = 1;
+  for (int i = t.ndim - 1; i >= 0; i--) {
+    t.shape[i] = shape[i];
+    t.stride[i] = s;
+    s *= shape[i];
+  }
+  return t;
+}
+
+dit_tensor dit_tensor_1d(dit_dtype dtype, void *data, int64_t d0) {
+  int64_t s[1] = {d0};
+  return dit_tensor_make(dtype, data, 1, s);
+}
+dit_tensor dit_tensor_2d(dit_dtype dtype, void *data, int64_t d0, int64_t d1) {
+  int64_t s[2] = {d0, d1};
+  return dit_tensor_make(dtype, data, 2, s);
+}
+dit_tensor dit_tensor_3d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, int64_t d2) {
+  int64_t s[3] = {d0, d1, d2};
+  return dit_tensor_make(dtype, data, 3, s);
+}
+dit_tensor dit_tensor_4d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  int64_t s[4] = {d0, d1, d2, d3};
+  return dit_tensor_make(dtype, data, 4, s);
+}
+
+int64_t dit_tensor_numel(const dit_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+size_t dit_tensor_nbytes(const dit_tensor *t) {
+  return (size_t)dit_tensor_numel(t) * dit_dtype_size(t->dtype);
+}
+
+bool dit_tensor_is_contiguous(const dit_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->stride[i] != s) return false;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len) {
+  size_t o = 0;
+  if (len == 0) return buf;
+  buf[0] = 0;
+  o += (size_t)snprintf(buf + o, len - o, "[");
+  for (int i = 0; i < ndim && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (o < len) snprintf(buf + o, len - o, "]");
+  return buf;
+}
+
+bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape) {
+  if (t->ndim != ndim) return false;
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i]) return false;
+  return true;
+}
+
+bool dit_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
+bool dit_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_add_overflow(a, b, out); }

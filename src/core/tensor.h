@@ -1,0 +1,46 @@
+/* Tensor descriptor: dtype, shape, strides (in elements), device and a data pointer.
+ * A descriptor never owns its data; arenas, mapped files or backends do. */
+#ifndef DIT_CORE_TENSOR_H
+#define DIT_CORE_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+#define DIT_MAX_DIMS 8
+
+typedef enum dit_device { DIT_DEV_CPU = 0, DIT_DEV_CUDA = 1 } dit_device;
+
+typedef struct dit_tensor {
+  dit_dtype dtype;
+  int ndim;
+  int64_t shape[DIT_MAX_DIMS];
+  int64_t stride[DIT_MAX_DIMS]; /* in elements */
+  dit_device device;
+  void *data;
+} dit_tensor;
+
+/* A contiguous row-major descriptor over `data` (ndim <= DIT_MAX_DIMS). */
+dit_tensor dit_tensor_make(dit_dtype dtype, void *data, int ndim, const int64_t *shape);
+/* Shorthands for contiguous 1-4 D descriptors. */
+dit_tensor dit_tensor_1d(dit_dtype dtype, void *data, int64_t d0);
+dit_tensor dit_tensor_2d(dit_dtype dtype, void *data, int64_t d0, int64_t d1);
+dit_tensor dit_tensor_3d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, int64_t d2);
+dit_tensor dit_tensor_4d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+int64_t dit_tensor_numel(const dit_tensor *t);
+size_t dit_tensor_nbytes(const dit_tensor *t);
+bool dit_tensor_is_contiguous(const dit_tensor *t);
+/* Writes "[a, b, c]" into buf. Returns buf. */
+char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
+/* True if t has exactly this shape. */
+bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+bool dit_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out);
+bool dit_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out);
+
+#endif

@@ -1,0 +1,173 @@
+/* JSON helpers over jansson (see json.h). */
+#include "io/json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+dit_status dit_json_parse(const char *buf, size_t len, const char *what, json_t **out, dit_error *err) {
+  *out = NULL;
+  json_error_t je;
+  json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+  if (!j)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", what, je.line,
+                      je.column, je.text);
+  *out = j;
+  return DIT_OK;
+}
+
+dit_status dit_json_load_file(const char *path, size_t max_bytes, json_t **out, dit_error *err) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return dit_errorf(err, DIT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: not a regular file", path);
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
+    fclose(f);
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: %lld bytes is larger than the %zu-byte limit for this file",
+                      path, (long long)st.st_size, max_bytes);
+  }
+  size_t n = (size_t)st.st_size;
+  char *buf = malloc(n ? n : 1);
+  if (!buf) {
+    fclose(f);
+    return dit_errorf(err, DIT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n);
+  }
+  size_t got = fread(buf, 1, n, f);
+  int rerr = ferror(f);
+  fclose(f);
+  if (got != n || rerr) {
+    free(buf);
+    return dit_errorf(err, DIT_ERR_IO, "%s: read failed", path);
+  }
+  dit_status s = dit_json_parse(buf, n, path, out, err);
+  free(buf);
+  return s;
+}
+
+static dit_status member(const json_t *obj, const char *key, const json_t **v, bool optional,
+                         const char *what, dit_error *err) {
+  *v = NULL;
+  if (!json_is_object(obj)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: expected a JSON object", what);
+  const json_t *m = json_object_get(obj, key);
+  if (!m || json_is_null(m)) {
+    if (optional) return DIT_OK;
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: missing field \"%s\"", what, key);
+  }
+  *v = m;
+  return DIT_OK;
+}
+
+static dit_status get_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                          bool optional, const char *what, dit_error *err) {
+  const json_t *v;
+  DIT_TRY(member(obj, key, &v, optional, what, err));
+  if (!v) return DIT_OK;
+  int64_t x;
+  if (json_is_integer(v)) {
+    x = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+             fabs(json_real_value(v)) < 9e15) {
+    x = (int64_t)json_real_value(v);
+  } else {
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be an integer", what, key);
+  }
+  if (x < min || x > max)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" = %lld is outside [%lld, %lld]", what, key,
+                      (long long)x, (long long)min, (long long)max);
+  *out = x;
+  return DIT_OK;
+}
+
+dit_status dit_json_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                        const char *what, dit_error *err) {
+  return get_int(obj, key, min, max, out, false, what, err);
+}
+
+dit_status dit_json_int_opt(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                            const char *what, dit_error *err) {
+  return get_int(obj, key, min, max, out, true, what, err);
+}
+
+static dit_status get_double(const json_t *obj, const char *key, double *out, bool optional,
+                             const char *what, dit_error *err) {
+  const json_t *v;
+  DIT_TRY(member(obj, key, &v, optional, what, err));
+  if (!v) return DIT_OK;
+  if (!json_is_number(v))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be a number", what, key);
+  double x = json_number_value(v);
+  if (!isfinite(x)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" is not finite", what, key);
+  *out = x;
+  return DIT_OK;
+}
+
+dit_status dit_json_double(const json_t *obj, const char *key, double *out, const char *what, dit_error *err) {
+  return get_double(obj, key, out, false, what, err);
+}
+
+dit_status dit_json_double_opt(const json_t *obj, const char *key, double *out, const char *what,
+                               dit_error *err) {
+  return get_double(obj, key, out, true, what, err);
+}
+
+dit_status dit_json_bool_opt(const json_t *obj, const char *key, bool *out, const char *what, dit_error *err) {
+  const json_t *v;
+  DIT_TRY(member(obj, key, &v, true, what, err));
+  if (!v) return DIT_OK;
+  if (!json_is_boolean(v))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be true or false", what, key);
+  *out = json_is_true(v);
+  return DIT_OK;
+}
+
+static dit_status get_string(const json_t *obj, const char *key, const char **out, bool optional,
+                             const char *what, dit_error *err) {
+  const json_t *v;
+  DIT_TRY(member(obj, key, &v, optional, what, err));
+  if (!v) return DIT_OK;
+  if (!json_is_string(v))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be a string", what, key);
+  *out = json_string_value(v);
+  return DIT_OK;
+}
+
+dit_status dit_json_string(const json_t *obj, const char *key, const char **out, const char *what,
+                           dit_error *err) {
+  return get_string(obj, key, out, false, what, err);
+}
+
+dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **out, const char *what,
+                               dit_error *err) {
+  return get_string(obj, key, out, true, what, err);
+}
+
+dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                              size_t cap, size_t *n, const char *what, dit_error *err) {
+  const json_t *v;
+  DIT_TRY(member(obj, key, &v, false, what, err));
+  if (!json_is_array(v))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be an array", what, key);
+  size_t len = json_array_size(v);
+  if (len > cap)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries, at most %zu allowed", what, key,
+                      len, cap);
+  for (size_t i = 0; i < len; i++) {
+    const json_t *e = json_array_get(v, i);
+    if (!json_is_integer(e))
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\"[%zu] must be an integer", what, key, i);
+    int64_t x = (int64_t)json_integer_value(e);
+    if (x < min || x > max)
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\"[%zu] = %lld is outside [%lld, %lld]", what,
+                        key, i, (long long)x, (long long)min, (long long)max);
+    out[i] = x;
+  }
+  *n = len;
+  return DIT_OK;
+}

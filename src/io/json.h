@@ -1,0 +1,41 @@
+/* JSON reading for config.json, model_index.json, tokenizer.json and safetensors
+ * headers, on top of jansson. Duplicate keys are rejected; nesting depth is capped by
+ * the parser; every getter names the field (and the file) in its error message. */
+#ifndef DIT_IO_JSON_H
+#define DIT_IO_JSON_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+/* Parses len bytes (not NUL-terminated). `what` names the source in messages.
+ * Returns DIT_ERR_FORMAT with line/column on bad JSON or duplicate keys. *out owns a
+ * reference: json_decref it. */
+dit_status dit_json_parse(const char *buf, size_t len, const char *what, json_t **out, dit_error *err);
+/* Reads and parses a whole file of at most max_bytes bytes. */
+dit_status dit_json_load_file(const char *path, size_t max_bytes, json_t **out, dit_error *err);
+
+/* Typed getters for an object member. `what` names the file in messages. The _opt
+ * variants leave *out unchanged and succeed when the key is absent or null. Integers
+ * must be in [min, max]; floats must be finite. */
+dit_status dit_json_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                        const char *what, dit_error *err);
+dit_status dit_json_int_opt(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                            const char *what, dit_error *err);
+dit_status dit_json_double(const json_t *obj, const char *key, double *out, const char *what, dit_error *err);
+dit_status dit_json_double_opt(const json_t *obj, const char *key, double *out, const char *what,
+                               dit_error *err);
+dit_status dit_json_bool_opt(const json_t *obj, const char *key, bool *out, const char *what, dit_error *err);
+/* String member; *out points into obj (valid while obj lives). */
+dit_status dit_json_string(const json_t *obj, const char *key, const char **out, const char *what,
+                           dit_error *err);
+dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **out, const char *what,
+                               dit_error *err);
+/* Array of integers: writes up to cap values into out, *n = count. Fails if longer. */
+dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                              size_t cap, size_t *n, const char *what, dit_error *err);
+
+#endif

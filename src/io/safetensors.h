@@ -1,0 +1,102 @@
+/* safetensors files, mapped read-only and validated by every rule of RELIABILITY.md
+ * before anything is trusted; sharded sets (*.safetensors.index.json); and the weight
+ * table that binds checkpoint names to model struct fields with shape checks. */
+#ifndef DIT_IO_SAFETENSORS_H
+#define DIT_IO_SAFETENSORS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+#define DIT_ST_DEFAULT_MAX_HEADER (100u * 1024u * 1024u)
+
+typedef struct dit_st_tensor {
+  char *name;
+  dit_dtype dtype;
+  int ndim;
+  int64_t shape[DIT_MAX_DIMS];
+  uint64_t begin, end;  /* byte offsets within the data buffer */
+  const void *data;     /* into the mapping; may be unaligned for its dtype */
+} dit_st_tensor;
+
+typedef struct dit_st_file {
+  char *path;
+  void *map;            /* whole-file mapping */
+  size_t map_size;
+  size_t n_tensors;
+  dit_st_tensor *tensors; /* sorted by name */
+  json_t *metadata;     /* __metadata__ object or NULL */
+} dit_st_file;
+
+typedef struct dit_st_options {
+  size_t max_header_bytes; /* 0 = DIT_ST_DEFAULT_MAX_HEADER */
+} dit_st_options;
+
+/* Maps and validates one file. opt may be NULL. On failure *out is NULL and the
+ * message names the file and the rule broken. */
+dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err);
+/* Validates a header + data held in memory (the same rules; used by tests/fuzzers).
+ * The returned file points into buf and must not outlive it. */
+dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, const dit_st_options *opt,
+                              dit_st_file **out, dit_error *err);
+void dit_st_close(dit_st_file *f);
+const dit_st_tensor *dit_st_find(const dit_st_file *f, const char *name);
+
+/* A component's weights: one .safetensors file, or the shards of an index.json, or the
+ * single *.safetensors in a folder. Tensor names are unique across shards. */
+typedef struct dit_weights {
+  size_t n_files;
+  dit_st_file **files;
+  size_t n_tensors;
+  const dit_st_tensor **tensors; /* all tensors of all files, sorted by name */
+  void **owned;                  /* aligned copies made for misaligned tensors */
+  size_t n_owned;
+} dit_weights;
+
+/* path: a .safetensors file, a .safetensors.index.json file, or a folder holding either
+ * (an index is preferred when present). */
+dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_weights **out, dit_error *err);
+void dit_weights_close(dit_weights *w);
+const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name);
+
+/* Descriptor of a stored tensor as a dit_tensor. If its data is misaligned for its
+ * dtype, an aligned copy is made and owned by w. */
+dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err);
+
+/* ---- weight table: {checkpoint name, destination, expected shape} ---- */
+#define DIT_WNAME_MAX 192
+
+typedef struct dit_wentry {
+  char name[DIT_WNAME_MAX];
+  dit_tensor *dst;
+  int ndim;
+  int64_t shape[DIT_MAX_DIMS];
+  bool optional;       /* absent is fine: dst->data stays NULL */
+} dit_wentry;
+
+typedef struct dit_wtable {
+  dit_wentry *entries;
+  size_t n, cap;
+  dit_status status;   /* first failure of an add (reported by bind) */
+  dit_error err;
+} dit_wtable;
+
+void dit_wtable_init(dit_wtable *t);
+void dit_wtable_free(dit_wtable *t);
+/* Adds an entry; the name is printf-formatted. Failures are remembered and reported by
+ * dit_wtable_bind, so a model can add all its entries without checking each call. */
+void dit_wtable_add(dit_wtable *t, dit_tensor *dst, bool optional, int ndim, const int64_t *shape,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Binds every entry: finds its tensor (with `prefix` prepended to the name, "" for
+ * none), checks the shape, fills *dst (stored dtype, pointing into the mapping or an
+ * aligned copy). Stored tensors not in the table are an error unless they start with
+ * one of `ignore` (NULL-terminated list, may be NULL). The message names every missing,
+ * mis-shaped or extra tensor (the first few, then a count). */
+dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, const char *const *ignore,
+                           dit_error *err);
+
+#endif

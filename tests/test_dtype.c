@@ -1,0 +1,80 @@
+/* dtype conversions: exhaustive round trips and round-to-nearest-even cases. */
+#include "core/dtype.h"
+#include "testing.h"
+
+static void test_bf16(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = dit_bf16_to_f32((uint16_t)h);
+    if (isnan(f)) continue;
+    if (dit_f32_to_bf16(f) != h) bad++;
+  }
+  CHECK_MSG(bad == 0, "%d bf16 values do not round-trip", bad);
+  /* ties to even: 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125 */
+  CHECK(dit_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
+  CHECK(dit_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82);
+  CHECK(dit_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81);
+  CHECK(isnan(dit_bf16_to_f32(dit_f32_to_bf16(NAN))));
+  CHECK(dit_f32_to_bf16(INFINITY) == 0x7f80);
+}
+
+static void test_f16(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = dit_f16_to_f32((uint16_t)h);
+    if (isnan(f)) continue;
+    if (dit_f32_to_f16(f) != h) bad++;
+  }
+  CHECK_MSG(bad == 0, "%d f16 values do not round-trip", bad);
+  CHECK(dit_f32_to_f16(65504.0f) == 0x7bff);
+  CHECK(dit_f32_to_f16(65519.0f) == 0x7bff);
+  CHECK(dit_f32_to_f16(65520.0f) == 0x7c00); /* rounds to inf */
+  CHECK(dit_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);
+  CHECK(dit_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);            /* tie to even: 0 */
+  CHECK(dit_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);            /* tie to even: 2 */
+  CHECK(dit_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00);     /* tie to even */
+  CHECK(dit_f32_to_f16(1.0f + ldexpf(3.0f, -11)) == 0x3c02);
+  CHECK(dit_f32_to_f16(-2.0f) == 0xc000);
+}
+
+static void test_fp8(void) {
+  int bad = 0;
+  for (uint32_t v = 0; v < 256; v++) {
+    float f = dit_e4m3_to_f32((uint8_t)v);
+    if (!isnan(f) && dit_f32_to_e4m3(f) != v) bad++;
+    f = dit_e5m2_to_f32((uint8_t)v);
+    if (!isnan(f) && dit_f32_to_e5m2(f) != v) bad++;
+  }
+  CHECK_MSG(bad == 0, "%d fp8 values do not round-trip", bad);
+  CHECK(dit_e4m3_to_f32(0x7e) == 448.0f);
+  CHECK(isnan(dit_e4m3_to_f32(0x7f)));
+  CHECK(dit_e4m3_to_f32(0x01) == ldexpf(1.0f, -9));
+  CHECK(dit_f32_to_e4m3(460.0f) == 0x7e);           /* rounds down to 448 */
+  CHECK(isnan(dit_e4m3_to_f32(dit_f32_to_e4m3(480.0f)))); /* beyond range: NaN like torch */
+  CHECK(dit_f32_to_e4m3(1.0625f) == 0x38);          /* tie 1 + 1/16 -> 1.0 (even) */
+  CHECK(dit_f32_to_e4m3(1.1875f) == 0x3a);          /* tie -> 1.25 (even) */
+  CHECK(dit_e5m2_to_f32(0x7b) == 57344.0f);
+  CHECK(isinf(dit_e5m2_to_f32(dit_f32_to_e5m2(70000.0f))));
+}
+
+static void test_names(void) {
+  dit_dtype t;
+  CHECK(dit_dtype_from_name("BF16", &t) && t == DIT_BF16);
+  CHECK(dit_dtype_from_name("F8_E4M3", &t) && t == DIT_F8_E4M3);
+  CHECK(!dit_dtype_from_name("bf16", &t));
+  CHECK(dit_dtype_size(DIT_I64) == 8 && dit_dtype_size(DIT_BOOL) == 1);
+  float out[3];
+  uint16_t in[3] = {0x3f80, 0xc000, 0x0000};
+  dit_convert_to_f32(out, in, DIT_BF16, 3);
+  CHECK(out[0] == 1.0f && out[1] == -2.0f && out[2] == 0.0f);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  test_bf16();
+  test_f16();
+  test_fp8();
+  test_names();
+  return dt_finish();
+}

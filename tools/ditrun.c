@@ -1,0 +1,35 @@
+/* The ditrun command-line tool: dispatches subcommands. Uses only include/ditrun.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ditrun.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "ditrun %s: run diffusion-transformer image models\n"
+          "usage: ditrun COMMAND [options]\n"
+          "commands:\n"
+          "  version            print the version\n"
+          "Run 'ditrun COMMAND --help' for a command's options.\n",
+          DITRUN_VERSION);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("ditrun %s\n", DITRUN_VERSION);
+    return 0;
+  }
+  fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

@@ -25,8 +25,9 @@ typedef struct dit_st_tensor {
 
 typedef struct dit_st_file {
   char *path;
-  void *map;            /* whole-file mapping */
+  void *map;            /* whole-file mapping (or the caller's buffer for open_memory) */
   size_t map_size;
+  bool mapped;          /* map is ours to munmap */
   size_t n_tensors;
   dit_st_tensor *tensors; /* sorted by name */
   json_t *metadata;     /* __metadata__ object or NULL */

@@ -1,0 +1,154 @@
+/* The weight table: a model lists {checkpoint name, destination, expected shape} once,
+ * and binding resolves every name at load time, reporting all missing, mis-shaped and
+ * unexpected tensors in one message instead of failing on the first. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+
+#define LIST_SHOWN 4
+
+void dit_wtable_init(dit_wtable *t) { memset(t, 0, sizeof *t); }
+
+void dit_wtable_free(dit_wtable *t) {
+  free(t->entries);
+  memset(t, 0, sizeof *t);
+}
+
+static void remember(dit_wtable *t, dit_status s, const char *fmt, const char *name) {
+  if (t->status != DIT_OK) return;
+  t->status = s;
+  dit_errorf(&t->err, s, fmt, name);
+}
+
+void dit_wtable_add(dit_wtable *t, dit_tensor *dst, bool optional, int ndim, const int64_t *shape, const char *fmt,
+                    ...) {
+  if (t->status != DIT_OK) return;
+  char name[DIT_WNAME_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof name) {
+    remember(t, DIT_ERR_INTERNAL, "weight table: name too long: %s", name);
+    return;
+  }
+  if (ndim < 0 || ndim > DIT_MAX_DIMS || !dst) {
+    remember(t, DIT_ERR_INTERNAL, "weight table: bad rank or destination for %s", name);
+    return;
+  }
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 64;
+    dit_wentry *e = realloc(t->entries, cap * sizeof *e);
+    if (!e) {
+      remember(t, DIT_ERR_NOMEM, "weight table: out of memory adding %s", name);
+      return;
+    }
+    t->entries = e;
+    t->cap = cap;
+  }
+  dit_wentry *e = &t->entries[t->n++];
+  memset(e, 0, sizeof *e);
+  memcpy(e->name, name, (size_t)n + 1);
+  e->dst = dst;
+  e->optional = optional;
+  e->ndim = ndim;
+  for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
+}
+
+/* A bounded, comma-separated list of problems, with a count of those not shown. */
+typedef struct problem_list {
+  char text[DIT_ERROR_MSG_MAX / 3];
+  size_t n;
+} problem_list;
+
+static void list_add(problem_list *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void list_add(problem_list *l, const char *fmt, ...) {
+  if (l->n++ >= LIST_SHOWN) return;
+  size_t used = strlen(l->text);
+  if (used + 3 >= sizeof l->text) return;
+  if (used) {
+    strcpy(l->text + used, ", ");
+    used += 2;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->text + used, sizeof l->text - used, fmt, ap);
+  va_end(ap);
+}
+
+static int list_print(char *buf, size_t len, const char *what, const problem_list *l) {
+  if (!l->n) return 0;
+  char more[48] = "";
+  if (l->n > LIST_SHOWN) snprintf(more, sizeof more, " and %zu more", l->n - LIST_SHOWN);
+  return snprintf(buf, len, "; %zu %s: %s%s", l->n, what, l->text, more);
+}
+
+static bool ignored(const char *name, const char *const *ignore) {
+  for (; ignore && *ignore; ignore++)
+    if (!strncmp(name, *ignore, strlen(*ignore))) return true;
+  return false;
+}
+
+/* Position of `name` in w->tensors (sorted by name). */
+static bool find_index(const dit_weights *w, const char *name, size_t *idx) {
+  size_t lo = 0, hi = w->n_tensors;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(w->tensors[mid]->name, name);
+    if (c == 0) {
+      *idx = mid;
+      return true;
+    }
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return false;
+}
+
+dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, const char *const *ignore,
+                           dit_error *err) {
+  if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
+  if (!prefix) prefix = "";
+  bool *used = calloc(w->n_tensors ? w->n_tensors : 1, sizeof *used);
+  if (!used) return dit_errorf(err, DIT_ERR_NOMEM, "weight table: out of memory");
+  problem_list missing = {0}, shaped = {0}, extra = {0};
+  for (size_t i = 0; i < t->n; i++) {
+    dit_wentry *e = &t->entries[i];
+    char full[2 * DIT_WNAME_MAX];
+    snprintf(full, sizeof full, "%s%s", prefix, e->name);
+    size_t idx;
+    if (!find_index(w, full, &idx)) {
+      if (!e->optional) list_add(&missing, "%s %s", full, dit_shape_str(e->shape, e->ndim, (char[128]){0}, 128));
+      continue;
+    }
+    const dit_st_tensor *st = w->tensors[idx];
+    used[idx] = true;
+    bool same = st->ndim == e->ndim;
+    for (int k = 0; same && k < e->ndim; k++) same = st->shape[k] == e->shape[k];
+    if (!same) {
+      list_add(&shaped, "%s expected %s found %s", full, dit_shape_str(e->shape, e->ndim, (char[128]){0}, 128),
+               dit_shape_str(st->shape, st->ndim, (char[128]){0}, 128));
+      continue;
+    }
+    dit_status s = dit_weights_tensor(w, st, e->dst, err);
+    if (s != DIT_OK) {
+      free(used);
+      return s;
+    }
+  }
+  for (size_t i = 0; i < w->n_tensors; i++)
+    if (!used[i] && !ignored(w->tensors[i]->name, ignore)) list_add(&extra, "%s", w->tensors[i]->name);
+  free(used);
+  if (!missing.n && !shaped.n && !extra.n) return DIT_OK;
+  char msg[DIT_ERROR_MSG_MAX];
+  int n = snprintf(msg, sizeof msg, "weights do not match the model");
+  n += list_print(msg + n, sizeof msg - (size_t)n, "missing", &missing);
+  if ((size_t)n < sizeof msg) n += list_print(msg + n, sizeof msg - (size_t)n, "mis-shaped", &shaped);
+  if ((size_t)n < sizeof msg) list_print(msg + n, sizeof msg - (size_t)n, "unexpected", &extra);
+  return dit_errorf(err, DIT_ERR_FORMAT, "%s", msg);
+}

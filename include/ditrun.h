@@ -71,6 +71,9 @@ const char *dit_ctx_last_error(const dit_ctx *ctx);
  * or a single .safetensors / .safetensors.index.json file: components, architectures,
  * parameter counts, dtypes and bytes. Validates everything it reads. */
 dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
+#define DIT_INFO_TENSORS 1u /* also list every tensor: name, dtype, shape */
+/* dit_info_print with flags (DIT_INFO_*). */
+dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out);
 
 #ifdef __cplusplus
 }

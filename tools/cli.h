@@ -3,5 +3,6 @@
 #ifndef DIT_CLI_H
 #define DIT_CLI_H
 
+int cli_info(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static void usage(FILE *f) {
           "usage: ditrun COMMAND [options]\n"
           "commands:\n"
           "  version            print the version\n"
+          "  info PATH          describe a model folder, component or weights file\n"
           "Run 'ditrun COMMAND --help' for a command's options.\n",
           DITRUN_VERSION);
 }
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     printf("ditrun %s\n", DITRUN_VERSION);
     return 0;
   }
+  if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

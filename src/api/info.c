@@ -1,0 +1,189 @@
+/* `ditrun info`: describes a model folder, a component folder or a weights file
+ * (pipeline, components, classes, tensor/parameter counts, dtypes, bytes), validating
+ * every file it reads through the same loaders the engine uses, so a model that passes
+ * `info` has well-formed files. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/ctx.h"
+#include "io/json.h"
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+
+typedef struct weights_summary {
+  size_t n_files, n_tensors;
+  uint64_t params, bytes;
+  size_t dtype_tensors[DIT_DTYPE_COUNT];
+  uint64_t dtype_params[DIT_DTYPE_COUNT];
+} weights_summary;
+
+static void summarize(const dit_weights *w, weights_summary *s) {
+  memset(s, 0, sizeof *s);
+  s->n_files = w->n_files;
+  s->n_tensors = w->n_tensors;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const dit_st_tensor *t = w->tensors[i];
+    uint64_t bytes = t->end - t->begin, numel = bytes / dit_dtype_size(t->dtype);
+    s->params += numel;
+    s->bytes += bytes;
+    s->dtype_tensors[t->dtype]++;
+    s->dtype_params[t->dtype] += numel;
+  }
+}
+
+/* 1234567 -> "1.23 M"; small numbers stay exact. */
+static const char *human(uint64_t v, const char *unit, char *buf, size_t len) {
+  static const char *const sfx[] = {"", "K", "M", "G", "T"};
+  double x = (double)v;
+  int k = 0;
+  while (x >= 1000.0 && k < 4) x /= 1000.0, k++;
+  if (k == 0)
+    snprintf(buf, len, "%llu%s%s", (unsigned long long)v, unit[0] ? " " : "", unit);
+  else
+    snprintf(buf, len, "%.2f %s%s", x, sfx[k], unit);
+  return buf;
+}
+
+static void print_weights(const dit_weights *w, const char *indent, unsigned flags, FILE *out) {
+  weights_summary s;
+  summarize(w, &s);
+  char hp[32], hb[32];
+  fprintf(out, "%stensors: %zu, parameters: %llu (%s), %llu bytes (%s) in %zu file%s\n", indent, s.n_tensors,
+          (unsigned long long)s.params, human(s.params, "", hp, sizeof hp), (unsigned long long)s.bytes,
+          human(s.bytes, "B", hb, sizeof hb), s.n_files, s.n_files == 1 ? "" : "s");
+  fprintf(out, "%sdtypes:", indent);
+  for (int d = 0; d < DIT_DTYPE_COUNT; d++)
+    if (s.dtype_tensors[d])
+      fprintf(out, " %s x%zu (%s params)", dit_dtype_name((dit_dtype)d), s.dtype_tensors[d],
+              human(s.dtype_params[d], "", hp, sizeof hp));
+  fprintf(out, "%s\n", s.n_tensors ? "" : " none");
+  if (!(flags & DIT_INFO_TENSORS)) return;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const dit_st_tensor *t = w->tensors[i];
+    char shape[160];
+    fprintf(out, "%s  %s %s %s\n", indent, t->name, dit_dtype_name(t->dtype),
+            dit_shape_str(t->shape, t->ndim, shape, sizeof shape));
+  }
+}
+
+/* True if the folder holds any .safetensors (or index) file. */
+static bool has_weights(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    found = (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors")) ||
+            (n > 23 && !strcmp(e->d_name + n - 23, ".safetensors.index.json"));
+  }
+  closedir(d);
+  return found;
+}
+
+static dit_status print_weights_at(const char *path, const char *indent, unsigned flags, FILE *out, dit_error *err) {
+  dit_weights *w;
+  DIT_TRY(dit_weights_open(path, NULL, &w, err));
+  print_weights(w, indent, flags, out);
+  dit_weights_close(w);
+  return DIT_OK;
+}
+
+/* The class a component's config names: diffusers "_class_name" or transformers
+ * "architectures"[0]. Writes "" when neither is present. */
+static void config_class(const json_t *cfg, char *buf, size_t len) {
+  const json_t *c = json_object_get(cfg, "_class_name");
+  const json_t *a = json_object_get(cfg, "architectures");
+  if (!json_is_string(c) && json_is_array(a)) c = json_array_get(a, 0);
+  snprintf(buf, len, "%s", json_is_string(c) ? json_string_value(c) : "");
+}
+
+static dit_status print_component_folder(const char *dir, unsigned flags, FILE *out, dit_error *err) {
+  char file[4352];
+  struct stat st;
+  static const char *const names[] = {"config.json", "scheduler_config.json"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+    if (stat(file, &st) != 0) continue;
+    json_t *cfg;
+    DIT_TRY(dit_json_load_file(file, 16u << 20, &cfg, err));
+    char cls[256];
+    config_class(cfg, cls, sizeof cls);
+    json_decref(cfg);
+    fprintf(out, "class: %s (from %s)\n", cls[0] ? cls : "(not named)", names[i]);
+    break;
+  }
+  if (!has_weights(dir)) {
+    fprintf(out, "no weights\n");
+    return DIT_OK;
+  }
+  return print_weights_at(dir, "", flags, out, err);
+}
+
+static dit_status print_model(const char *path, unsigned flags, FILE *out, dit_error *err) {
+  dit_model_dir *d;
+  DIT_TRY(dit_model_dir_open(path, &d, err));
+  dit_status s = DIT_OK;
+  uint64_t total_params = 0, total_bytes = 0;
+  fprintf(out, "model: %s\npipeline: %s\ncomponents: %zu\n", path, d->pipeline, d->n_components);
+  for (size_t i = 0; i < d->n_components && s == DIT_OK; i++) {
+    const dit_component *c = &d->components[i];
+    fprintf(out, "  %s: %s (%s)\n", c->name, c->cls, c->library);
+    char dir[4096];
+    if ((s = dit_model_dir_component_path(d, c->name, dir, sizeof dir, err)) != DIT_OK) break;
+    if (!has_weights(dir)) continue;
+    dit_weights *w;
+    if ((s = dit_weights_open(dir, NULL, &w, err)) != DIT_OK) break;
+    print_weights(w, "    ", flags, out);
+    weights_summary sm;
+    summarize(w, &sm);
+    total_params += sm.params;
+    total_bytes += sm.bytes;
+    dit_weights_close(w);
+  }
+  if (s == DIT_OK) {
+    char hp[32], hb[32];
+    fprintf(out, "total: %llu parameters (%s), %llu bytes (%s)\n", (unsigned long long)total_params,
+            human(total_params, "", hp, sizeof hp), (unsigned long long)total_bytes,
+            human(total_bytes, "B", hb, sizeof hb));
+  }
+  dit_model_dir_close(d);
+  return s;
+}
+
+static dit_status info(const char *path, unsigned flags, FILE *out, dit_error *err) {
+  struct stat st;
+  if (stat(path, &st) != 0) return dit_errorf(err, DIT_ERR_IO, "%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    char file[4352];
+    snprintf(file, sizeof file, "%s/model_index.json", path);
+    if (stat(file, &st) == 0) return print_model(path, flags, out, err);
+    fprintf(out, "component: %s\n", path);
+    return print_component_folder(path, flags, out, err);
+  }
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  if (!strcmp(base, "model_index.json")) { /* the folder it describes */
+    char dir[4096];
+    int n = (int)(base - path) - 1; /* length of the folder part; -1: none, 0: root */
+    snprintf(dir, sizeof dir, "%.*s", n > 0 ? n : 1, n > 0 ? path : n == 0 ? "/" : ".");
+    return print_model(dir, flags, out, err);
+  }
+  fprintf(out, "weights: %s\n", path);
+  return print_weights_at(path, "", flags, out, err);
+}
+
+dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out) {
+  dit_error err = {0};
+  if (!path || !out) {
+    dit_errorf(&err, DIT_ERR_INVALID_ARG, "dit_info_print: path and output are required");
+    return dit_ctx_fail(ctx, &err);
+  }
+  dit_status s = info(path, flags, out, &err);
+  if (s != DIT_OK) return dit_ctx_fail(ctx, &err);
+  return DIT_OK;
+}
+
+dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out) { return dit_info_print_ex(ctx, path, 0, out); }

@@ -1,0 +1,51 @@
+/* `ditrun info [--tensors] PATH`: prints what a model folder, component folder or
+ * weights file holds, after validating it. Exit 0 ok, 2 bad input, 1 I/O failure. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ditrun.h"
+
+static void info_usage(FILE *f) {
+  fprintf(f,
+          "usage: ditrun info [--tensors] PATH\n"
+          "  PATH       a diffusers model folder (model_index.json), a component folder,\n"
+          "             a .safetensors file or a .safetensors.index.json file\n"
+          "  --tensors  also list every tensor: name, dtype, shape\n");
+}
+
+int cli_info(int argc, char **argv) {
+  const char *path = NULL;
+  unsigned flags = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      info_usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--tensors")) {
+      flags |= DIT_INFO_TENSORS;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "ditrun info: unknown option '%s'\n", argv[i]);
+      info_usage(stderr);
+      return 2;
+    } else if (path) {
+      fprintf(stderr, "ditrun info: more than one PATH ('%s' and '%s')\n", path, argv[i]);
+      return 2;
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) {
+    info_usage(stderr);
+    return 2;
+  }
+  dit_ctx *ctx;
+  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
+    fprintf(stderr, "ditrun info: out of memory\n");
+    return 1;
+  }
+  dit_status s = dit_info_print_ex(ctx, path, flags, stdout);
+  fflush(stdout);
+  if (s != DIT_OK) fprintf(stderr, "ditrun info: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));
+  dit_ctx_free(ctx);
+  return dit_status_exit_code(s);
+}

@@ -1,0 +1,154 @@
+/* The CPU backend: its ops table, host "device" memory, creation (thread count and
+ * AVX-512 detection) and the argument checks shared by the op files. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+static dit_status cpu_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
+  size_t n = (bytes + 63) & ~(size_t)63;
+  if (n < bytes) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: %zu bytes overflows", bytes);
+  void *p = aligned_alloc(64, n ? n : 64);
+  if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for %zu bytes", bytes);
+  *out = p;
+  return DIT_OK;
+}
+
+static void cpu_free(dit_backend *be, void *p) { free(p); }
+
+static dit_status cpu_upload(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
+  if (bytes && (!dst || !src)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "cpu upload: NULL pointer");
+  if (bytes) memmove(dst, src, bytes);
+  return DIT_OK;
+}
+
+static dit_status cpu_sync(dit_backend *be, dit_error *err) { return DIT_OK; }
+
+static const dit_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .sync = cpu_sync,
+    .linear = cpu_linear,
+    .rms_norm = cpu_rms_norm,
+    .layer_norm = cpu_layer_norm,
+    .group_norm = cpu_group_norm,
+    .attention = cpu_attention,
+    .rope = cpu_rope,
+    .activation = cpu_activation,
+    .swiglu = cpu_swiglu,
+    .modulate = cpu_modulate,
+    .gated_add = cpu_gated_add,
+    .add = cpu_add,
+    .mul = cpu_mul,
+    .scale = cpu_scale,
+    .softmax = cpu_softmax,
+    .embedding = cpu_embedding,
+    .conv2d = cpu_conv2d,
+    .upsample2x = cpu_upsample2x,
+    .timestep_embedding = cpu_timestep_embedding,
+    .copy = cpu_copy,
+};
+
+static bool detect_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err) {
+  *out = NULL;
+  if (n_threads <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = n > 0 ? (int)n : 1;
+  }
+  dit_backend *be = calloc(1, sizeof *be);
+  cpu_impl *im = calloc(1, sizeof *im);
+  if (!be || !im) {
+    free(be);
+    free(im);
+    return dit_errorf(err, DIT_ERR_NOMEM, "cpu backend: out of memory");
+  }
+  im->have_avx512 = detect_avx512();
+  im->use_simd = true;
+  be->ops = &cpu_ops;
+  be->n_threads = n_threads;
+  be->impl = im;
+  *out = be;
+  return DIT_OK;
+}
+
+void dit_backend_free(dit_backend *be) {
+  if (!be) return;
+  if (be->ops == &cpu_ops) free(be->impl);
+  free(be);
+}
+
+bool dit_cpu_set_simd(dit_backend *be, bool on) {
+  cpu_impl *im = (cpu_impl *)be->impl;
+  im->use_simd = on;
+  return im->have_avx512 && on;
+}
+
+void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n) {
+  if (t == DIT_F32) {
+    memcpy(dst, (const float *)p + off, (size_t)n * sizeof(float));
+  } else if (t == DIT_BF16) {
+    const uint16_t *s = (const uint16_t *)p + off;
+    for (int64_t i = 0; i < n; i++) dst[i] = dit_bf16_to_f32(s[i]);
+  } else {
+    const uint16_t *s = (const uint16_t *)p + off;
+    for (int64_t i = 0; i < n; i++) dst[i] = dit_f16_to_f32(s[i]);
+  }
+}
+
+static dit_status check_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+  if (t->device != DIT_DEV_CPU)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CPU tensor", op, name);
+  if (!t->data && dit_tensor_numel(t) > 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  if (!dit_tensor_is_contiguous(t))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
+  return DIT_OK;
+}
+
+dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(check_present(op, name, t, err));
+  if (t->dtype != DIT_F32)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32, got %s", op, name,
+                      dit_dtype_name(t->dtype));
+  return DIT_OK;
+}
+
+dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
+  DIT_TRY(check_present(op, name, t, err));
+  if (!cpu_wdtype_ok(t->dtype))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s dtype %s unsupported (F32/BF16/F16)", op, name,
+                      dit_dtype_name(t->dtype));
+  if (n >= 0 && dit_tensor_numel(t) != n) {
+    char s[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has shape %s, expected %lld elements", op, name,
+                      dit_shape_str(t->shape, t->ndim, s, sizeof s), (long long)n);
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                                const dit_tensor *b, dit_error *err) {
+  if (!dit_tensor_has_shape(b, a->ndim, a->shape)) {
+    char s1[128], s2[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s shape %s != %s shape %s", op, an,
+                      dit_shape_str(a->shape, a->ndim, s1, sizeof s1), bn,
+                      dit_shape_str(b->shape, b->ndim, s2, sizeof s2));
+  }
+  return DIT_OK;
+}

@@ -1,0 +1,127 @@
+/* Elementwise ops of the CPU backend: activations, SwiGLU, adaLN modulate, gated
+ * residual add, add, mul and scale. All are F32, contiguous, fp32 math, and allow the
+ * output to alias an input (each element is read before it is written). */
+#include "backend/cpu/cpu_internal.h"
+
+static dit_status check_unary(const char *op, dit_tensor *y, const dit_tensor *x, dit_error *err) {
+  DIT_TRY(cpu_check_act(op, "x", x, err));
+  DIT_TRY(cpu_check_act(op, "y", y, err));
+  return cpu_check_same_shape(op, "y", y, "x", x, err);
+}
+
+static dit_status check_binary(const char *op, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
+                               dit_error *err) {
+  DIT_TRY(cpu_check_act(op, "a", a, err));
+  DIT_TRY(cpu_check_act(op, "b", b, err));
+  DIT_TRY(cpu_check_act(op, "y", y, err));
+  DIT_TRY(cpu_check_same_shape(op, "b", b, "a", a, err));
+  return cpu_check_same_shape(op, "y", y, "a", a, err);
+}
+
+dit_status cpu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err) {
+  DIT_TRY(check_unary("activation", y, x, err));
+  if (act < DIT_ACT_NONE || act > DIT_ACT_GELU_TANH)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "activation: unknown activation %d", (int)act);
+  int64_t n = dit_tensor_numel(x);
+  const float *xd = x->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) yd[i] = cpu_act(xd[i], act);
+  return DIT_OK;
+}
+
+dit_status cpu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  DIT_TRY(check_binary("swiglu", y, a, b, err));
+  int64_t n = dit_tensor_numel(a);
+  const float *ad = a->data, *bd = b->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float v = ad[i];
+    yd[i] = v / (1.0f + expf(-v)) * bd[i];
+  }
+  return DIT_OK;
+}
+
+/* Checks x [B, S, D] against a per-(batch, channel) tensor p with B*D elements. */
+static dit_status check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
+                           dit_error *err) {
+  DIT_TRY(cpu_check_act(op, name, p, err));
+  if (x->ndim != 3) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, D], got %d dims", op, x->ndim);
+  int64_t B = x->shape[0], D = x->shape[2];
+  if (dit_tensor_numel(p) != B * D || p->shape[p->ndim - 1] != D || p->shape[0] != B) {
+    char s[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s shape %s, expected [%lld, %lld]", op, name,
+                      dit_shape_str(p->shape, p->ndim, s, sizeof s), (long long)B, (long long)D);
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
+                        const dit_tensor *shift, dit_error *err) {
+  DIT_TRY(check_unary("modulate", y, x, err));
+  DIT_TRY(check_bd("modulate", "scale", x, scale, err));
+  if (shift) DIT_TRY(check_bd("modulate", "shift", x, shift, err));
+  int64_t B = x->shape[0], S = x->shape[1], D = x->shape[2];
+  const float *xd = x->data, *sc = scale->data, *sh = shift ? shift->data : NULL;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < B * S; r++) {
+    int64_t b = r / S;
+    const float *xr = xd + r * D, *s = sc + b * D, *t = sh ? sh + b * D : NULL;
+    float *yr = yd + r * D;
+    for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * (1.0f + s[i]) + (t ? t[i] : 0.0f);
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
+                         bool tanh_gate, dit_error *err) {
+  DIT_TRY(check_unary("gated_add", x, y, err));
+  if (gate) DIT_TRY(check_bd("gated_add", "gate", x, gate, err));
+  else if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gated_add: x has no dims");
+  int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
+  int64_t S = gate ? x->shape[1] : 1;
+  float *xd = x->data;
+  const float *yd = y->data, *gd = gate ? gate->data : NULL;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    float *xr = xd + r * D;
+    const float *yr = yd + r * D, *g = gd ? gd + (r / S) * D : NULL;
+    for (int64_t i = 0; i < D; i++) {
+      float gv = g ? (tanh_gate ? tanhf(g[i]) : g[i]) : 1.0f;
+      xr[i] += gv * yr[i];
+    }
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  DIT_TRY(check_binary("add", y, a, b, err));
+  int64_t n = dit_tensor_numel(a);
+  const float *ad = a->data, *bd = b->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) yd[i] = ad[i] + bd[i];
+  return DIT_OK;
+}
+
+dit_status cpu_mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  DIT_TRY(check_binary("mul", y, a, b, err));
+  int64_t n = dit_tensor_numel(a);
+  const float *ad = a->data, *bd = b->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) yd[i] = ad[i] * bd[i];
+  return DIT_OK;
+}
+
+dit_status cpu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {
+  DIT_TRY(check_unary("scale", y, x, err));
+  int64_t n = dit_tensor_numel(x);
+  const float *xd = x->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) yd[i] = xd[i] * s;
+  return DIT_OK;
+}

@@ -1,0 +1,33 @@
+/* The GEMM kernel interface of the CPU backend: a kernel path is a W-packing routine
+ * and a register-blocked micro-kernel of MR rows x NR columns. The portable C path is in
+ * cpu_linear.c, the AVX-512 one in cpu_gemm_avx512.c (x86-64 only, chosen at run time). */
+#ifndef DIT_CPU_GEMM_H
+#define DIT_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#include <omp.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DIT_CPU_X86 1
+#endif
+
+typedef struct cpu_gemm_path {
+  int mr, nr;
+  void (*pack)(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
+               int64_t kc, int nr);
+  void (*kern)(int mr, int nr, int64_t kc, const float *x, int64_t ldx, const float *wp, float *y, int64_t ldy,
+               bool acc);
+} cpu_gemm_path;
+
+void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
+                  int64_t kc, int nr);
+
+#if defined(DIT_CPU_X86)
+extern const cpu_gemm_path cpu_gemm_path_avx512;
+#endif
+
+#endif

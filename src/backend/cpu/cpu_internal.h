@@ -1,0 +1,100 @@
+/* Internals shared by the CPU backend's op files: the backend's private state (thread
+ * count, which kernel path to use), element loads from the stored weight dtypes, the
+ * argument checks every op repeats, and the GEMM core used by linear and conv2d. */
+#ifndef DIT_CPU_INTERNAL_H
+#define DIT_CPU_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef struct cpu_impl {
+  bool have_avx512; /* the CPU supports avx512f/bw/vl/bf16 (detected at create) */
+  bool use_simd;    /* use the AVX-512 kernels when available (tests switch it off) */
+} cpu_impl;
+
+/* Internal switch (tests, benchmarks): use the AVX-512 kernels (when the CPU has them)
+ * or force the portable C path. Returns whether the SIMD path is now in use. */
+bool dit_cpu_set_simd(dit_backend *be, bool on);
+static inline bool cpu_simd(const dit_backend *be) {
+  const cpu_impl *im = (const cpu_impl *)be->impl;
+  return im->have_avx512 && im->use_simd;
+}
+
+/* Element i of p, stored as F32, BF16 or F16 (callers check the dtype first). */
+static inline float cpu_ld(const void *p, dit_dtype t, int64_t i) {
+  switch (t) {
+    case DIT_BF16: return dit_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DIT_F16: return dit_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+  }
+}
+/* Converts n elements of a F32/BF16/F16 array (from element off) to floats. */
+void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n);
+
+static inline bool cpu_wdtype_ok(dit_dtype t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
+
+/* Checks that t is non-NULL, on the CPU, with data, contiguous, of dtype F32. */
+dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
+/* Checks a weight-like tensor: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
+dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
+/* Checks that a and b have the same shape. */
+dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                                const dit_tensor *b, dit_error *err);
+
+static inline float cpu_act(float v, dit_act a) {
+  switch (a) {
+    case DIT_ACT_SILU: return v / (1.0f + expf(-v));
+    case DIT_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case DIT_ACT_GELU_TANH: {
+      float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+      return 0.5f * v * (1.0f + tanhf(u));
+    }
+    default: return v;
+  }
+}
+
+/* y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n]) for m < M, n < N: x fp32 with row stride
+ * ldx, w in its stored dtype wt with row stride ldw, b (NULL or [N] in dtype bt), y fp32
+ * with row stride ldy. Parallel over n_threads; fp32 accumulation. */
+dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    float *y, int64_t ldy, dit_error *err);
+
+/* Op implementations (one family per file). */
+dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                      const dit_tensor *b, dit_act act, dit_error *err);
+dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                      const dit_tensor *b, int stride, int pad, dit_error *err);
+dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+                        dit_error *err);
+dit_status cpu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                          const dit_tensor *b, float eps, dit_error *err);
+dit_status cpu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
+                          const dit_tensor *b, float eps, bool silu, dit_error *err);
+dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
+                         const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
+                         dit_error *err);
+dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                    dit_rope_mode mode, dit_error *err);
+dit_status cpu_softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
+dit_status cpu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err);
+dit_status cpu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+dit_status cpu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
+                        const dit_tensor *shift, dit_error *err);
+dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
+                         bool tanh_gate, dit_error *err);
+dit_status cpu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+dit_status cpu_mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
+dit_status cpu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err);
+dit_status cpu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
+                         dit_error *err);
+dit_status cpu_upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
+dit_status cpu_timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
+                                  float max_period, float shift, float scale, bool flip_sin_to_cos,
+                                  dit_error *err);
+dit_status cpu_copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+
+#endif

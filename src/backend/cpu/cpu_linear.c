@@ -1,0 +1,173 @@
+/* The GEMM core of the CPU backend and the linear op built on it. Design: W (the
+ * [N,K] weight, in its stored dtype) is packed per (NC x KC) block into fp32 panels of
+ * NR columns, so the upcast happens per tile in a thread-private buffer and never for the
+ * whole model; a register-blocked micro-kernel then multiplies MR rows of x by a panel.
+ * Work items are (M block, N block) pairs shared over the threads. The portable C
+ * kernel always exists; an AVX-512 kernel (cpu_gemm_avx512.c) is chosen at run time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_internal.h"
+
+/* Packs rows n0 .. n0+nc of w, columns k0 .. k0+kc, into panels of nr: panel p holds
+ * wp[p*kc*nr + k*nr + j] = w[n0 + p*nr + j][k0 + k] (zero beyond nc). */
+void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
+                  int64_t kc, int nr) {
+  int64_t np = (nc + nr - 1) / nr;
+  for (int64_t p = 0; p < np; p++) {
+    float *dst = wp + p * kc * nr;
+    for (int j = 0; j < nr; j++) {
+      int64_t n = p * nr + j;
+      if (n >= nc) {
+        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = 0.0f;
+        continue;
+      }
+      int64_t off = (n0 + n) * ldw + k0;
+      if (wt == DIT_BF16) {
+        const uint16_t *s = (const uint16_t *)w + off;
+        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = dit_bf16_to_f32(s[k]);
+      } else if (wt == DIT_F16) {
+        const uint16_t *s = (const uint16_t *)w + off;
+        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = dit_f16_to_f32(s[k]);
+      } else {
+        const float *s = (const float *)w + off;
+        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = s[k];
+      }
+    }
+  }
+}
+
+#define C_MR 4
+#define C_NR 16
+
+/* y[0..mr, 0..nr] (+)= x[0..mr, 0..kc] * panel (kc x C_NR). */
+static void kern_c(int mr, int nr, int64_t kc, const float *x, int64_t ldx, const float *wp, float *y,
+                   int64_t ldy, bool acc) {
+  float c[C_MR][C_NR];
+  memset(c, 0, sizeof c);
+  if (mr == C_MR) {
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+    for (int64_t k = 0; k < kc; k++) {
+      const float *b = wp + k * C_NR;
+      float a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k];
+      for (int j = 0; j < C_NR; j++) {
+        c[0][j] += a0 * b[j];
+        c[1][j] += a1 * b[j];
+        c[2][j] += a2 * b[j];
+        c[3][j] += a3 * b[j];
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < kc; k++) {
+      const float *b = wp + k * C_NR;
+      for (int i = 0; i < mr; i++) {
+        float a = x[i * ldx + k];
+        for (int j = 0; j < C_NR; j++) c[i][j] += a * b[j];
+      }
+    }
+  }
+  for (int i = 0; i < mr; i++) {
+    float *yr = y + i * ldy;
+    if (acc)
+      for (int j = 0; j < nr; j++) yr[j] += c[i][j];
+    else
+      for (int j = 0; j < nr; j++) yr[j] = c[i][j];
+  }
+}
+
+static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c};
+
+/* Blocking: KC x NC fp32 of packed W per thread (stays in L2), MC rows of x per item. */
+#define GEMM_KC 256
+#define GEMM_NC 192
+#define GEMM_MC 264
+
+static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, const void *b, dit_dtype bt,
+                     dit_act act) {
+  if (!b && act == DIT_ACT_NONE) return;
+  for (int64_t i = 0; i < mc; i++) {
+    float *yr = y + i * ldy;
+    for (int64_t j = 0; j < nc; j++) {
+      float v = yr[j] + (b ? cpu_ld(b, bt, n0 + j) : 0.0f);
+      yr[j] = cpu_act(v, act);
+    }
+  }
+}
+
+static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
+                      int64_t K, const float *x, int64_t ldx, const void *w, dit_dtype wt, int64_t ldw,
+                      float *y, int64_t ldy) {
+  if (K == 0) {
+    for (int64_t i = 0; i < mc; i++) memset(y + (m0 + i) * ldy + n0, 0, (size_t)nc * sizeof(float));
+    return;
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
+    int64_t kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
+    P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
+    for (int64_t i = 0; i < mc; i += P->mr) {
+      int mr = (int)(mc - i < P->mr ? mc - i : P->mr);
+      const float *xr = x + (m0 + i) * ldx + k0;
+      for (int64_t j = 0; j < nc; j += P->nr) {
+        int nr = (int)(nc - j < P->nr ? nc - j : P->nr);
+        P->kern(mr, nr, kc, xr, ldx, wp + (j / P->nr) * kc * P->nr, y + (m0 + i) * ldy + n0 + j, ldy, k0 > 0);
+      }
+    }
+  }
+}
+
+dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    float *y, int64_t ldy, dit_error *err) {
+  if (M <= 0 || N <= 0) return DIT_OK;
+  const cpu_gemm_path *P = &path_c;
+#if defined(DIT_CPU_X86)
+  if (cpu_simd(be)) P = &cpu_gemm_path_avx512;
+#endif
+  int64_t nmb = (M + GEMM_MC - 1) / GEMM_MC, nnb = (N + GEMM_NC - 1) / GEMM_NC;
+  int64_t items = nmb * nnb;
+  int nt = be->n_threads < 1 ? 1 : be->n_threads;
+  if (items < nt) nt = (int)items;
+  size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64);
+  float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
+  if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for packing buffers");
+#pragma omp parallel num_threads(nt)
+  {
+    float *wp = buf + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; it++) {
+      /* N-major order: consecutive items share the same W block in L3. */
+      int64_t nb = it / nmb, mb = it % nmb;
+      int64_t m0 = mb * GEMM_MC, n0 = nb * GEMM_NC;
+      int64_t mc = M - m0 < GEMM_MC ? M - m0 : GEMM_MC;
+      int64_t nc = N - n0 < GEMM_NC ? N - n0 : GEMM_NC;
+      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, y, ldy);
+      epilogue(y + m0 * ldy + n0, ldy, mc, n0, nc, b, bt, act);
+    }
+  }
+  free(buf);
+  return DIT_OK;
+}
+
+dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                      const dit_tensor *b, dit_act act, dit_error *err) {
+  DIT_TRY(cpu_check_act("linear", "x", x, err));
+  DIT_TRY(cpu_check_act("linear", "y", y, err));
+  DIT_TRY(cpu_check_w("linear", "w", w, -1, err));
+  char s1[128], s2[128];
+  if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: x %s does not match w %s (want x [..., K], w [N, K])",
+                      dit_shape_str(x->shape, x->ndim, s1, sizeof s1), dit_shape_str(w->shape, w->ndim, s2, sizeof s2));
+  int64_t N = w->shape[0], K = w->shape[1];
+  bool yok = y->ndim == x->ndim && y->shape[y->ndim - 1] == N;
+  for (int i = 0; yok && i < x->ndim - 1; i++) yok = y->shape[i] == x->shape[i];
+  if (!yok)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: y %s, expected x's leading dims with last dim %lld",
+                      dit_shape_str(y->shape, y->ndim, s1, sizeof s1), (long long)N);
+  if (b) DIT_TRY(cpu_check_w("linear", "b", b, N, err));
+  if (y->data == x->data && dit_tensor_numel(x) > 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: y must not alias x");
+  int64_t M = K > 0 ? dit_tensor_numel(x) / K : dit_tensor_numel(y) / (N ? N : 1);
+  return cpu_gemm(be, M, N, K, (const float *)x->data, K, w->data, w->dtype, K, b ? b->data : NULL,
+                  b ? b->dtype : DIT_F32, act, (float *)y->data, N, err);
+}

@@ -1,0 +1,107 @@
+/* Normalisation ops of the CPU backend: RMSNorm, LayerNorm (biased variance) and
+ * GroupNorm (optionally fused with SiLU). Statistics are accumulated in double, the
+ * normalised values computed in fp32; rows/groups are spread over the threads. */
+#include "backend/cpu/cpu_internal.h"
+
+static dit_status check_rowwise(const char *op, dit_tensor *y, const dit_tensor *x, int64_t *rows, int64_t *D,
+                                dit_error *err) {
+  DIT_TRY(cpu_check_act(op, "x", x, err));
+  DIT_TRY(cpu_check_act(op, "y", y, err));
+  DIT_TRY(cpu_check_same_shape(op, "y", y, "x", x, err));
+  if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must have at least 1 dim", op);
+  *D = x->shape[x->ndim - 1];
+  *rows = *D > 0 ? dit_tensor_numel(x) / *D : 0;
+  return DIT_OK;
+}
+
+dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+                        dit_error *err) {
+  int64_t rows, D;
+  DIT_TRY(check_rowwise("rms_norm", y, x, &rows, &D, err));
+  if (w) DIT_TRY(cpu_check_w("rms_norm", "w", w, D, err));
+  const float *xs = x->data;
+  float *ys = y->data;
+  const void *wd = w ? w->data : NULL;
+  dit_dtype wt = w ? w->dtype : DIT_F32;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = xs + r * D;
+    float *yr = ys + r * D;
+    double ss = 0;
+    for (int64_t i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int64_t i = 0; i < D; i++) {
+      float v = xr[i] * inv;
+      yr[i] = wd ? v * cpu_ld(wd, wt, i) : v;
+    }
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                          const dit_tensor *b, float eps, dit_error *err) {
+  int64_t rows, D;
+  DIT_TRY(check_rowwise("layer_norm", y, x, &rows, &D, err));
+  if (w) DIT_TRY(cpu_check_w("layer_norm", "w", w, D, err));
+  if (b) DIT_TRY(cpu_check_w("layer_norm", "b", b, D, err));
+  const float *xs = x->data;
+  float *ys = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = xs + r * D;
+    float *yr = ys + r * D;
+    double s = 0;
+    for (int64_t i = 0; i < D; i++) s += xr[i];
+    double mean = s / (double)D, ss = 0;
+    for (int64_t i = 0; i < D; i++) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+    float inv = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    float mf = (float)mean;
+    for (int64_t i = 0; i < D; i++) {
+      float v = (xr[i] - mf) * inv;
+      if (w) v *= cpu_ld(w->data, w->dtype, i);
+      if (b) v += cpu_ld(b->data, b->dtype, i);
+      yr[i] = v;
+    }
+  }
+  return DIT_OK;
+}
+
+dit_status cpu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
+                          const dit_tensor *b, float eps, bool silu, dit_error *err) {
+  DIT_TRY(cpu_check_act("group_norm", "x", x, err));
+  DIT_TRY(cpu_check_act("group_norm", "y", y, err));
+  DIT_TRY(cpu_check_same_shape("group_norm", "y", y, "x", x, err));
+  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "group_norm: x must be [B, C, ...]");
+  int64_t B = x->shape[0], C = x->shape[1];
+  if (groups <= 0 || C % groups != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "group_norm: %lld channels not divisible into %d groups",
+                      (long long)C, groups);
+  if (w) DIT_TRY(cpu_check_w("group_norm", "w", w, C, err));
+  if (b) DIT_TRY(cpu_check_w("group_norm", "b", b, C, err));
+  int64_t HW = (B * C) > 0 ? dit_tensor_numel(x) / (B * C) : 0, cpg = C / groups;
+  int64_t n = cpg * HW;
+  const float *xs = x->data;
+  float *ys = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1)
+  for (int64_t bg = 0; bg < B * groups; bg++) {
+    const float *xr = xs + bg * n;
+    float *yr = ys + bg * n;
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) s += xr[i];
+    double mean = n ? s / (double)n : 0;
+    for (int64_t i = 0; i < n; i++) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+    float inv = (float)(1.0 / sqrt((n ? ss / (double)n : 0) + (double)eps)), mf = (float)mean;
+    int64_t c0 = (bg % groups) * cpg;
+    for (int64_t c = 0; c < cpg; c++) {
+      float ga = w ? cpu_ld(w->data, w->dtype, c0 + c) : 1.0f;
+      float be_ = b ? cpu_ld(b->data, b->dtype, c0 + c) : 0.0f;
+      const float *xc = xr + c * HW;
+      float *yc = yr + c * HW;
+      for (int64_t i = 0; i < HW; i++) {
+        float v = (xc[i] - mf) * inv * ga + be_;
+        yc[i] = silu ? v / (1.0f + expf(-v)) : v;
+      }
+    }
+  }
+  return DIT_OK;
+}

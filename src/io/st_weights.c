@@ -176,7 +176,7 @@ static dit_status open_index(dit_weights *w, const char *index, const dit_st_opt
   }
   json_decref(seen);
   if (s == DIT_OK && w->n_files == 0) s = dit_errorf(err, DIT_ERR_FORMAT, "%s: weight_map is empty", index);
-  if (s == DIT_OK) s = merge_tensors(w, err);
+  if (s == DIT_OK && (s = merge_tensors(w, err)) != DIT_OK) dit_error_prefix(err, "%s", index);
   if (s == DIT_OK) s = check_index_consistency(w, map, index, err);
 done:
   json_decref(root);

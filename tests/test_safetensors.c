@@ -1,0 +1,480 @@
+/* The safetensors reader against hand-made files: one bad file per rule of
+ * RELIABILITY.md (each must fail with DIT_ERR_FORMAT and a message naming the problem,
+ * both from memory and from a file), good edge cases, sharded indexes and the weight
+ * table. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "io/safetensors.h"
+#include "testing.h"
+
+static const dt_args *g_args; /* set once in main */
+
+/* Writes the 8-byte little-endian header length, the header and data_len pattern bytes
+ * (byte i = i*7+3) into a malloc'd buffer. */
+static unsigned char *build(const char *header, size_t data_len, size_t *len) {
+  size_t n = strlen(header);
+  *len = 8 + n + data_len;
+  unsigned char *b = malloc(*len);
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  memcpy(b + 8, header, n);
+  for (size_t i = 0; i < data_len; i++) b[8 + n + i] = (unsigned char)(i * 7 + 3);
+  return b;
+}
+
+static void write_file(const char *path, const void *b, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(1);
+  }
+  fwrite(b, 1, len, f);
+  fclose(f);
+}
+
+static const char *tmp_path(char *buf, size_t len, const char *name) { return dt_path(buf, len, g_args->tmp, name); }
+
+/* Expects buf to be rejected with `want` and a message containing `sub`, from memory and
+ * from a file. */
+static void expect_bad(const char *label, const void *buf, size_t len, const dit_st_options *opt, dit_status want,
+                       const char *sub) {
+  dit_error err = {0};
+  dit_st_file *f = (dit_st_file *)1;
+  dit_status s = dit_st_open_memory(buf, len, label, opt, &f, &err);
+  CHECK_MSG(s == want && f == NULL, "%s: status %d (want %d): %s", label, s, want, err.msg);
+  if (getenv("DT_VERBOSE")) printf("%-28s %s\n", label, err.msg);
+  CHECK_MSG(strstr(err.msg, sub) != NULL, "%s: message \"%s\" lacks \"%s\"", label, err.msg, sub);
+  char path[4096];
+  tmp_path(path, sizeof path, "bad.safetensors");
+  write_file(path, buf, len);
+  dit_error_clear(&err);
+  s = dit_st_open(path, opt, &f, &err);
+  CHECK_MSG(s == want && f == NULL, "%s (file): status %d: %s", label, s, err.msg);
+  CHECK_MSG(strstr(err.msg, sub) && strstr(err.msg, path), "%s (file): message \"%s\" lacks \"%s\" or the path",
+            label, err.msg, sub);
+}
+
+typedef struct bad_case {
+  const char *label;
+  const char *header;
+  size_t data_len;
+  const char *sub; /* expected in the message */
+} bad_case;
+
+static const bad_case k_bad[] = {
+    {"invalid utf-8", "{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4, "UTF-8"},
+    {"overlong utf-8", "{\"a\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4, "UTF-8"},
+    {"not an object", "[1, 2]", 0, "'{'"},
+    {"empty header", "", 0, "'{'"},
+    {"only spaces", "    ", 0, "'{'"},
+    {"bad json", "{\"a\": ", 0, "invalid JSON"},
+    {"trailing garbage", "{} x", 0, "invalid JSON"},
+    {"duplicate names",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+     8, "duplicate"},
+    {"metadata not object", "{\"__metadata__\":[1]}", 0, "__metadata__"},
+    {"metadata value not string", "{\"__metadata__\":{\"format\":1}}", 0, "__metadata__"},
+    {"entry not object", "{\"a\":[1]}", 0, "not a JSON object"},
+    {"missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype"},
+    {"unknown dtype", "{\"a\":{\"dtype\":\"F12\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+    {"lowercase dtype", "{\"a\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+    {"missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "shape"},
+    {"negative dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "shape dimension 0"},
+    {"float dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.0],\"data_offsets\":[0,4]}}", 4, "shape dimension 0"},
+    {"string dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,\"1\"],\"data_offsets\":[0,8]}}", 8, "shape dimension 1"},
+    {"huge dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}", 4,
+     "invalid JSON"},
+    {"numel overflow",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4611686018427387904],\"data_offsets\":[0,4]}}", 4,
+     "overflows"},
+    {"bytes overflow", "{\"a\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,8]}}", 8,
+     "overflows"},
+    {"missing offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "data_offsets"},
+    {"three offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 4, "exactly two"},
+    {"one offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", 4, "exactly two"},
+    {"negative offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4, "non-negative"},
+    {"float offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", 4, "non-negative"},
+    {"end before begin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "end before"},
+    {"size mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "needs 8 bytes"},
+    {"bf16 size mismatch", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4, "needs 6 bytes"},
+    {"hole at start", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "hole"},
+    {"hole between",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+     12, "hole"},
+    {"overlap",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+     12, "overlap"},
+    {"same range twice",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+     4, "overlap"},
+    {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "trailing"},
+    {"data past end", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "past the end"},
+    {"bytes but no tensors", "{}", 4, "trailing"},
+    {"metadata only with bytes", "{\"__metadata__\":{\"format\":\"pt\"}}", 1, "trailing"},
+};
+
+static void test_bad_table(void) {
+  for (size_t i = 0; i < sizeof k_bad / sizeof *k_bad; i++) {
+    size_t len;
+    unsigned char *b = build(k_bad[i].header, k_bad[i].data_len, &len);
+    expect_bad(k_bad[i].label, b, len, NULL, DIT_ERR_FORMAT, k_bad[i].sub);
+    free(b);
+  }
+}
+
+/* Cases whose bytes cannot be written as a C string header. */
+static void test_bad_raw(void) {
+  unsigned char b[64] = {0};
+  expect_bad("empty file", b, 0, NULL, DIT_ERR_FORMAT, "too short");
+  expect_bad("7 bytes", b, 7, NULL, DIT_ERR_FORMAT, "too short");
+  /* header length 200 MB: over the default cap, message explains how to raise it */
+  uint64_t n = 200ull << 20;
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(n >> (8 * i));
+  expect_bad("header over cap", b, 16, NULL, DIT_ERR_FORMAT, "126 MB");
+  expect_bad("header over cap (how)", b, 16, NULL, DIT_ERR_FORMAT, "max_header_bytes");
+  /* with the cap raised it is simply past the end of the file */
+  dit_st_options big = {.max_header_bytes = SIZE_MAX};
+  expect_bad("header past end", b, 16, &big, DIT_ERR_FORMAT, "past the end");
+  /* 8 + N overflows u64 */
+  for (int i = 0; i < 8; i++) b[i] = 0xff;
+  expect_bad("header length overflow", b, 16, &big, DIT_ERR_FORMAT, "past the end");
+  b[0] = 0xf9; /* N = 2^64 - 7: 8 + N wraps to 1 */
+  expect_bad("header length wrap", b, 16, &big, DIT_ERR_FORMAT, "past the end");
+  /* NUL inside the header */
+  const char h[] = "{\"a\":1}\0 ";
+  size_t hn = sizeof h - 1;
+  memset(b, 0, sizeof b);
+  b[0] = (unsigned char)hn;
+  memcpy(b + 8, h, hn);
+  expect_bad("nul in header", b, 8 + hn, NULL, DIT_ERR_FORMAT, "NUL");
+  /* too many dimensions for this engine: unsupported, not a crash */
+  size_t len;
+  unsigned char *r = build("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1, &len);
+  expect_bad("rank 9", r, len, NULL, DIT_ERR_UNSUPPORTED, "dimensions");
+  free(r);
+}
+
+static void test_not_regular(void) {
+  char path[4096];
+  dit_error err = {0};
+  dit_st_file *f;
+  tmp_path(path, sizeof path, "adir.safetensors");
+  mkdir(path, 0777);
+  CHECK(dit_st_open(path, NULL, &f, &err) == DIT_ERR_FORMAT && strstr(err.msg, "directory"));
+  tmp_path(path, sizeof path, "fifo.safetensors");
+  unlink(path);
+  if (mkfifo(path, 0666) == 0) {
+    CHECK(dit_st_open(path, NULL, &f, &err) == DIT_ERR_FORMAT && strstr(err.msg, "FIFO"));
+  }
+  tmp_path(path, sizeof path, "does-not-exist.safetensors");
+  CHECK(dit_st_open(path, NULL, &f, &err) == DIT_ERR_IO && strstr(err.msg, path));
+}
+
+static void test_good_edges(void) {
+  dit_error err = {0};
+  dit_st_file *f = NULL;
+  size_t len;
+  /* leading whitespace, trailing spaces, metadata, zero-size tensors (also at the end),
+   * a rank-0 scalar, and an F32 that starts at an odd offset */
+  const char *h =
+      " \n\t{\"__metadata__\":{\"format\":\"pt\",\"note\":\"h\\u00e9\"},"
+      "\"z0\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+      "\"byte\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+      "\"odd\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[1,9]},"
+      "\"scalar\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[9,17]},"
+      "\"zend\":{\"dtype\":\"BF16\",\"shape\":[4,0],\"data_offsets\":[17,17]}}   ";
+  unsigned char *b = build(h, 17, &len);
+  dit_status s = dit_st_open_memory(b, len, "good", NULL, &f, &err);
+  CHECK_MSG(s == DIT_OK, "good file rejected: %s", err.msg);
+  if (s == DIT_OK) {
+    CHECK(f->n_tensors == 5);
+    CHECK(f->metadata && json_is_string(json_object_get(f->metadata, "format")));
+    const dit_st_tensor *t = dit_st_find(f, "scalar");
+    CHECK(t && t->ndim == 0 && t->dtype == DIT_I64 && t->end - t->begin == 8);
+    t = dit_st_find(f, "z0");
+    CHECK(t && t->ndim == 2 && t->shape[0] == 0 && t->shape[1] == 3 && t->begin == t->end);
+    CHECK(dit_st_find(f, "zend") != NULL);
+    CHECK(dit_st_find(f, "nope") == NULL);
+    CHECK(dit_st_find(f, "__metadata__") == NULL);
+    dit_st_close(f);
+  }
+  /* the same through a file and the weights API: the odd F32 is copied to an aligned
+   * buffer and reads back the stored bytes */
+  char path[4096];
+  tmp_path(path, sizeof path, "edges.safetensors");
+  write_file(path, b, len);
+  dit_weights *w;
+  s = dit_weights_open(path, NULL, &w, &err);
+  CHECK_MSG(s == DIT_OK, "weights open: %s", err.msg);
+  if (s == DIT_OK) {
+    const dit_st_tensor *t = dit_weights_find(w, "odd");
+    dit_tensor dt;
+    CHECK(t && dit_weights_tensor(w, t, &dt, &err) == DIT_OK);
+    if (t) {
+      CHECK(((uintptr_t)dt.data % 4) == 0 && dt.ndim == 1 && dt.shape[0] == 2 && dt.dtype == DIT_F32);
+      CHECK(memcmp(dt.data, t->data, 8) == 0);
+      CHECK(((const unsigned char *)dt.data)[0] == (unsigned char)(1 * 7 + 3));
+      CHECK(w->n_owned == 1);
+    }
+    t = dit_weights_find(w, "scalar");
+    CHECK(t && dit_weights_tensor(w, t, &dt, &err) == DIT_OK && dt.ndim == 0 && ((uintptr_t)dt.data % 8) == 0);
+    dit_weights_close(w);
+  }
+  /* fixture loader reads the odd-offset tensor as floats, and the scalar as int32 */
+  float *fv;
+  int64_t shape[8];
+  int nd;
+  CHECK(dt_load_f32(path, "odd", &fv, shape, &nd) == 0 && nd == 1 && shape[0] == 2);
+  free(fv);
+  free(b);
+  /* an empty header "{}" with no data is a valid file with no tensors */
+  b = build("{}", 0, &len);
+  s = dit_st_open_memory(b, len, "empty", NULL, &f, &err);
+  CHECK(s == DIT_OK && f->n_tensors == 0);
+  if (s == DIT_OK) dit_st_close(f);
+  free(b);
+}
+
+/* The fixture files validate, and reading them gives the documented shapes. */
+static void test_fixtures(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->shared);
+  dit_error err = {0};
+  dit_st_file *f;
+  dit_status s = dit_st_open(path, NULL, &f, &err);
+  CHECK_MSG(s == DIT_OK, "%s", err.msg);
+  if (s != DIT_OK) return;
+  const dit_st_tensor *t = dit_st_find(f, "dit_x0");
+  CHECK(t && t->dtype == DIT_F32 && t->ndim == 4 && t->shape[0] == 16 && t->shape[2] == 16 && t->shape[3] == 12);
+  dit_st_close(f);
+  float *x;
+  int64_t shape[8];
+  int nd;
+  CHECK(dt_load_f32(path, "dit_t", &x, shape, &nd) == 0 && nd == 1 && shape[0] == 2);
+  if (x) CHECK(x[0] == 0.7f && x[1] == 0.25f);
+  free(x);
+  int32_t *ids;
+  CHECK(dt_load_i32(path, "te_input_ids", &ids, shape, &nd) == 0 && nd == 2 && shape[1] == 64);
+  if (ids) CHECK(ids[0] > 0);
+  free(ids);
+  CHECK(dt_load_f32(path, "no_such_tensor", &x, shape, &nd) == -1 && x == NULL);
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/transformer", g_args->shared);
+  dit_weights *w;
+  s = dit_weights_open(path, NULL, &w, &err);
+  CHECK_MSG(s == DIT_OK && w->n_tensors > 0 && w->n_files == 1, "%s", err.msg);
+  if (s == DIT_OK) dit_weights_close(w);
+}
+
+/* ---- sharded sets ---- */
+
+static void write_st(const char *dir, const char *name, const char *header, size_t data_len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  size_t len;
+  unsigned char *b = build(header, data_len, &len);
+  write_file(path, b, len);
+  free(b);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  write_file(path, text, strlen(text));
+}
+
+/* Opens dir/index; expects `want` and `sub` in the message (sub NULL when ok). */
+static void expect_index(const char *dir, const char *index, dit_status want, const char *sub) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, index);
+  dit_error err = {0};
+  dit_weights *w = NULL;
+  dit_status s = dit_weights_open(path, NULL, &w, &err);
+  CHECK_MSG(s == want, "%s: status %d (want %d): %s", index, s, want, err.msg);
+  if (getenv("DT_VERBOSE")) printf("%-36s %s\n", index, err.msg);
+  if (sub) CHECK_MSG(strstr(err.msg, sub) != NULL, "%s: message \"%s\" lacks \"%s\"", index, err.msg, sub);
+  if (s == DIT_OK) {
+    CHECK(w->n_files == 2 && w->n_tensors == 3);
+    CHECK(dit_weights_find(w, "x") && dit_weights_find(w, "y") && dit_weights_find(w, "z"));
+    const dit_st_tensor *t = dit_weights_find(w, "z");
+    CHECK(t && t->shape[0] == 3 && t->dtype == DIT_BF16);
+    dit_weights_close(w);
+  } else {
+    CHECK(w == NULL);
+  }
+}
+
+static void test_sharded(const dt_args *a) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/shards", a->tmp);
+  mkdir(dir, 0777);
+  write_st(dir, "s1.safetensors",
+           "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+           "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+           12);
+  write_st(dir, "s2.safetensors", "{\"z\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]}}", 6);
+  write_st(dir, "s3.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+  write_st(dir, "bad.safetensors", "{\"z\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4);
+  char sub[4352];
+  snprintf(sub, sizeof sub, "%s/subdir", dir);
+  mkdir(sub, 0777);
+  snprintf(sub, sizeof sub, "%s/fifo", dir);
+  unlink(sub);
+  bool have_fifo = mkfifo(sub, 0666) == 0;
+  write_text(dir, "good.safetensors.index.json",
+             "{\"metadata\":{\"total_size\":18},\"weight_map\":{\"x\":\"s1.safetensors\",\"y\":\"s1.safetensors\","
+             "\"z\":\"s2.safetensors\"}}");
+  expect_index(dir, "good.safetensors.index.json", DIT_OK, NULL);
+  write_text(dir, "dotdot.safetensors.index.json", "{\"weight_map\":{\"x\":\"../x.safetensors\"}}");
+  expect_index(dir, "dotdot.safetensors.index.json", DIT_ERR_FORMAT, "../x.safetensors");
+  write_text(dir, "dotdot2.safetensors.index.json", "{\"weight_map\":{\"x\":\"..\"}}");
+  expect_index(dir, "dotdot2.safetensors.index.json", DIT_ERR_FORMAT, "plain file name");
+  write_text(dir, "abs.safetensors.index.json", "{\"weight_map\":{\"x\":\"/etc/passwd\"}}");
+  expect_index(dir, "abs.safetensors.index.json", DIT_ERR_FORMAT, "plain file name");
+  write_text(dir, "slash.safetensors.index.json", "{\"weight_map\":{\"x\":\"subdir/s1.safetensors\"}}");
+  expect_index(dir, "slash.safetensors.index.json", DIT_ERR_FORMAT, "plain file name");
+  write_text(dir, "dir.safetensors.index.json", "{\"weight_map\":{\"x\":\"subdir\"}}");
+  expect_index(dir, "dir.safetensors.index.json", DIT_ERR_FORMAT, "directory");
+  if (have_fifo) {
+    write_text(dir, "fifo.safetensors.index.json", "{\"weight_map\":{\"x\":\"fifo\"}}");
+    expect_index(dir, "fifo.safetensors.index.json", DIT_ERR_FORMAT, "FIFO");
+  }
+  write_text(dir, "missing.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"s1.safetensors\",\"y\":\"s1.safetensors\",\"z\":\"nope.safetensors\"}}");
+  expect_index(dir, "missing.safetensors.index.json", DIT_ERR_FORMAT, "is missing");
+  write_text(dir, "dup.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"s1.safetensors\",\"y\":\"s1.safetensors\",\"w\":\"s3.safetensors\"}}");
+  expect_index(dir, "dup.safetensors.index.json", DIT_ERR_FORMAT, "two shards");
+  write_text(dir, "moved.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"s1.safetensors\",\"y\":\"s2.safetensors\",\"z\":\"s2.safetensors\"}}");
+  expect_index(dir, "moved.safetensors.index.json", DIT_ERR_FORMAT, "listed for shard s2.safetensors but found in");
+  write_text(dir, "absent.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"s1.safetensors\",\"y\":\"s1.safetensors\",\"z\":\"s2.safetensors\","
+             "\"q\":\"s2.safetensors\"}}");
+  expect_index(dir, "absent.safetensors.index.json", DIT_ERR_FORMAT, "\"q\"");
+  write_text(dir, "unlisted.safetensors.index.json", "{\"weight_map\":{\"x\":\"s1.safetensors\"}}");
+  expect_index(dir, "unlisted.safetensors.index.json", DIT_ERR_FORMAT, "not in the index");
+  write_text(dir, "badshard.safetensors.index.json", "{\"weight_map\":{\"z\":\"bad.safetensors\"}}");
+  expect_index(dir, "badshard.safetensors.index.json", DIT_ERR_FORMAT, "bad.safetensors");
+  write_text(dir, "nomap.safetensors.index.json", "{\"metadata\":{}}");
+  expect_index(dir, "nomap.safetensors.index.json", DIT_ERR_FORMAT, "weight_map");
+  write_text(dir, "notstr.safetensors.index.json", "{\"weight_map\":{\"x\":1}}");
+  expect_index(dir, "notstr.safetensors.index.json", DIT_ERR_FORMAT, "not a string");
+  write_text(dir, "dupkey.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"s1.safetensors\",\"x\":\"s3.safetensors\"}}");
+  expect_index(dir, "dupkey.safetensors.index.json", DIT_ERR_FORMAT, "duplicate");
+  write_text(dir, "empty.safetensors.index.json", "{\"weight_map\":{}}");
+  expect_index(dir, "empty.safetensors.index.json", DIT_ERR_FORMAT, "empty");
+  /* a folder with one standard index is opened through it */
+  char fold[4096];
+  snprintf(fold, sizeof fold, "%s/shards2", a->tmp);
+  mkdir(fold, 0777);
+  write_st(fold, "model-1.safetensors",
+           "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+           "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+           12);
+  write_st(fold, "model-2.safetensors", "{\"z\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]}}", 6);
+  write_text(fold, "model.safetensors.index.json",
+             "{\"weight_map\":{\"x\":\"model-1.safetensors\",\"y\":\"model-1.safetensors\","
+             "\"z\":\"model-2.safetensors\"}}");
+  dit_error err = {0};
+  dit_weights *w;
+  dit_status s = dit_weights_open(fold, NULL, &w, &err);
+  CHECK_MSG(s == DIT_OK && w->n_files == 2 && w->n_tensors == 3, "folder with index: %s", err.msg);
+  if (s == DIT_OK) dit_weights_close(w);
+  /* a folder with two unrelated .safetensors and no index is ambiguous */
+  s = dit_weights_open(dir, NULL, &w, &err);
+  CHECK(s == DIT_ERR_FORMAT);
+}
+
+/* ---- weight table ---- */
+
+static void test_wtable(const dt_args *a) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/wt.safetensors", a->tmp);
+  size_t len;
+  unsigned char *b = build(
+      "{\"model.l.w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+      "\"model.l.b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[12,24]},"
+      "\"lm_head.weight\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[24,26]}}",
+      26, &len);
+  write_file(path, b, len);
+  free(b);
+  dit_error err = {0};
+  dit_weights *w;
+  dit_status s = dit_weights_open(path, NULL, &w, &err);
+  CHECK_MSG(s == DIT_OK, "%s", err.msg);
+  if (s != DIT_OK) return;
+  const char *const ignore[] = {"lm_head.", NULL};
+  dit_tensor tw = {0}, tb = {0}, topt = {0}, tq = {0};
+  const int64_t s23[] = {2, 3}, s32[] = {3, 2}, s3[] = {3}, s4[] = {4};
+
+  dit_wtable t;
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tw, false, 2, s23, "l.%s", "w");
+  dit_wtable_add(&t, &tb, false, 1, s3, "l.b");
+  dit_wtable_add(&t, &topt, true, 1, s4, "l.optional");
+  s = dit_wtable_bind(&t, w, "model.", ignore, &err);
+  CHECK_MSG(s == DIT_OK, "good table: %s", err.msg);
+  CHECK(tw.data && tw.dtype == DIT_BF16 && tw.ndim == 2 && tw.shape[1] == 3);
+  CHECK(tb.data && tb.dtype == DIT_F32 && ((uintptr_t)tb.data % 4) == 0);
+  CHECK(topt.data == NULL);
+  dit_wtable_free(&t);
+
+  /* missing, mis-shaped and extra, each named */
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tw, false, 2, s32, "l.w");
+  dit_wtable_add(&t, &tq, false, 1, s4, "l.q");
+  s = dit_wtable_bind(&t, w, "model.", NULL, &err);
+  CHECK(s == DIT_ERR_FORMAT);
+  CHECK_MSG(strstr(err.msg, "missing: model.l.q [4]"), "%s", err.msg);
+  CHECK_MSG(strstr(err.msg, "model.l.w expected [3, 2] found [2, 3]"), "%s", err.msg);
+  CHECK_MSG(strstr(err.msg, "unexpected: lm_head.weight, model.l.b"), "%s", err.msg);
+  dit_wtable_free(&t);
+
+  /* without the prefix nothing matches */
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tw, false, 2, s23, "l.w");
+  s = dit_wtable_bind(&t, w, "", ignore, &err);
+  CHECK(s == DIT_ERR_FORMAT && strstr(err.msg, "missing: l.w") && strstr(err.msg, "model.l.w"));
+  dit_wtable_free(&t);
+
+  /* a bad add is reported by bind */
+  dit_wtable_init(&t);
+  char longname[300];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = 0;
+  dit_wtable_add(&t, &tw, false, 2, s23, "%s", longname);
+  dit_wtable_add(&t, &tw, false, 2, s23, "l.w");
+  s = dit_wtable_bind(&t, w, "model.", ignore, &err);
+  CHECK(s == DIT_ERR_INTERNAL && strstr(err.msg, "too long"));
+  dit_wtable_free(&t);
+
+  /* many missing: the first few are named, then a count */
+  dit_wtable_init(&t);
+  for (int i = 0; i < 10; i++) dit_wtable_add(&t, &tq, false, 1, s4, "blocks.%d.w", i);
+  s = dit_wtable_bind(&t, w, "model.", (const char *const[]){"model.", "lm_head.", NULL}, &err);
+  CHECK_MSG(s == DIT_ERR_FORMAT && strstr(err.msg, "10 missing") && strstr(err.msg, "and 6 more"), "%s", err.msg);
+  dit_wtable_free(&t);
+  dit_weights_close(w);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  g_args = &a;
+  test_bad_table();
+  test_bad_raw();
+  test_not_regular();
+  test_good_edges();
+  test_fixtures();
+  test_sharded(&a);
+  test_wtable(&a);
+  return dt_finish();
+}

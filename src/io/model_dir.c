@@ -83,6 +83,8 @@ dit_status dit_model_dir_open(const char *path, dit_model_dir **out, dit_error *
   char file[4096];
   if ((size_t)snprintf(file, sizeof file, "%s/model_index.json", path) >= sizeof file)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: path too long", path);
+  if (stat(file, &st) != 0 && errno == ENOENT)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: no model_index.json here (not a diffusers model folder)", path);
   dit_model_dir *d = calloc(1, sizeof *d);
   if (!d || !(d->root = strdup(path))) {
     free(d);

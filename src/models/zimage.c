@@ -1,0 +1,244 @@
+/* Z-Image transformer: reading and validating config.json, binding the checkpoint's
+ * tensors to the weights struct, load and free. The forward pass is in
+ * zimage_forward.c, positions and RoPE tables in zimage_rope.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "models/zimage_internal.h"
+
+#define CFG_MAX_BYTES (16u << 20)
+#define MAX_DIM 65536
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 512
+#define MAX_CHANNELS 4096
+#define MAX_AXIS_LEN (1 << 20)
+#define ADALN_EMBED_DIM 256
+#define T_MID_DIM 1024
+#define T_FREQ_DIM 256
+
+static dit_status get_int(const json_t *j, const char *key, int64_t min, int64_t max, int *out, const char *what,
+                          dit_error *err) {
+  int64_t v = 0;
+  DIT_TRY(dit_json_int(j, key, min, max, &v, what, err));
+  *out = (int)v;
+  return DIT_OK;
+}
+
+/* Reads an array of exactly `n` integers in [min, max]. */
+static dit_status get_ints(const json_t *j, const char *key, int64_t min, int64_t max, int *out, size_t n,
+                           const char *what, dit_error *err) {
+  int64_t v[8];
+  size_t got = 0;
+  DIT_TRY(dit_json_int_array(j, key, min, max, v, 8, &got, what, err));
+  if (got != n)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries, expected %zu", what, key, got, n);
+  for (size_t i = 0; i < n; i++) out[i] = (int)v[i];
+  return DIT_OK;
+}
+
+static dit_status read_fields(const json_t *j, dit_zimage_config *c, const char *what, dit_error *err) {
+  const char *cls = NULL;
+  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
+  if (cls && strcmp(cls, "ZImageTransformer2DModel") != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected ZImageTransformer2DModel",
+                      what, cls);
+  DIT_TRY(get_int(j, "dim", 1, MAX_DIM, &c->dim, what, err));
+  DIT_TRY(get_int(j, "n_layers", 1, MAX_LAYERS, &c->n_layers, what, err));
+  DIT_TRY(get_int(j, "n_refiner_layers", 0, MAX_LAYERS, &c->n_refiner_layers, what, err));
+  DIT_TRY(get_int(j, "n_heads", 1, MAX_HEADS, &c->n_heads, what, err));
+  DIT_TRY(get_int(j, "n_kv_heads", 1, MAX_HEADS, &c->n_kv_heads, what, err));
+  DIT_TRY(get_int(j, "cap_feat_dim", 1, MAX_DIM, &c->cap_feat_dim, what, err));
+  DIT_TRY(get_int(j, "in_channels", 1, MAX_CHANNELS, &c->in_channels, what, err));
+  DIT_TRY(get_ints(j, "axes_dims", 1, MAX_HEAD_DIM, c->axes_dims, DIT_ZIMAGE_N_AXES, what, err));
+  DIT_TRY(get_ints(j, "axes_lens", 1, MAX_AXIS_LEN, c->axes_lens, DIT_ZIMAGE_N_AXES, what, err));
+  int ps[1], fps[1];
+  DIT_TRY(get_ints(j, "all_patch_size", 1, 64, ps, 1, what, err));
+  DIT_TRY(get_ints(j, "all_f_patch_size", 1, 64, fps, 1, what, err));
+  c->patch_size = ps[0];
+  c->f_patch_size = fps[0];
+  double eps = 0;
+  DIT_TRY(dit_json_double(j, "rope_theta", &c->rope_theta, what, err));
+  DIT_TRY(dit_json_double(j, "t_scale", &c->t_scale, what, err));
+  DIT_TRY(dit_json_double(j, "norm_eps", &eps, what, err));
+  c->norm_eps = (float)eps;
+  c->qk_norm = true;
+  const json_t *q = json_object_get(j, "qk_norm");
+  if (!q) return dit_errorf(err, DIT_ERR_FORMAT, "%s: missing field \"qk_norm\"", what);
+  DIT_TRY(dit_json_bool_opt(j, "qk_norm", &c->qk_norm, what, err));
+  const json_t *sig = json_object_get(j, "siglip_feat_dim");
+  if (sig && !json_is_null(sig))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                      "%s: field \"siglip_feat_dim\" is set (Z-Image Omni): only the basic model is supported", what);
+  return DIT_OK;
+}
+
+/* Consistency of the sizes with each other and with what this implementation runs. */
+static dit_status check_config(dit_zimage_config *c, const char *what, dit_error *err) {
+  if (c->patch_size != 2)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"all_patch_size\" = [%d]: only [2] is supported", what,
+                      c->patch_size);
+  if (c->f_patch_size != 1)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"all_f_patch_size\" = [%d]: only [1] is supported",
+                      what, c->f_patch_size);
+  if (c->dim % c->n_heads != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"dim\" = %d is not divisible by \"n_heads\" = %d", what,
+                      c->dim, c->n_heads);
+  c->head_dim = c->dim / c->n_heads;
+  if (c->head_dim > MAX_HEAD_DIM || c->head_dim % 2 != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: head dim \"dim\" / \"n_heads\" = %d must be even and <= %d", what,
+                      c->head_dim, MAX_HEAD_DIM);
+  if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"n_kv_heads\" = %d must divide \"n_heads\" = %d", what,
+                      c->n_kv_heads, c->n_heads);
+  int sum = 0;
+  for (int i = 0; i < DIT_ZIMAGE_N_AXES; i++) {
+    if (c->axes_dims[i] % 2 != 0)
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims\"[%d] = %d must be even", what, i,
+                        c->axes_dims[i]);
+    sum += c->axes_dims[i];
+  }
+  if (sum != c->head_dim)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims\" sums to %d, expected the head dim %d (dim / n_heads)",
+                      what, sum, c->head_dim);
+  if (!(c->rope_theta > 0) || c->rope_theta > 1e12)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"rope_theta\" = %g must be in (0, 1e12]", what, c->rope_theta);
+  if (!(c->t_scale > 0) || c->t_scale > 1e9)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"t_scale\" = %g must be in (0, 1e9]", what, c->t_scale);
+  if (!(c->norm_eps > 0) || c->norm_eps > 1.0f)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"norm_eps\" = %g must be in (0, 1]", what, (double)c->norm_eps);
+  c->ffn_dim = (int)((double)c->dim / 3.0 * 8.0);
+  c->adaln_dim = c->dim < ADALN_EMBED_DIM ? c->dim : ADALN_EMBED_DIM;
+  c->t_mid_dim = T_MID_DIM;
+  c->t_freq_dim = T_FREQ_DIM;
+  c->patch_dim = c->f_patch_size * c->patch_size * c->patch_size * c->in_channels;
+  return DIT_OK;
+}
+
+dit_status zimage_parse_config(const char *path, dit_zimage_config *c, dit_error *err) {
+  memset(c, 0, sizeof *c);
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
+  dit_status s = read_fields(j, c, path, err);
+  if (s == DIT_OK) s = check_config(c, path, err);
+  json_decref(j);
+  return s;
+}
+
+static void add_block(dit_wtable *t, const dit_zimage_config *c, zimage_block_w *b, const char *group, int i) {
+  const int64_t D = c->dim, hd = c->head_dim, Fd = c->ffn_dim;
+  const int64_t dd[2] = {D, D}, d1[1] = {D}, h1[1] = {hd}, fd[2] = {Fd, D}, df[2] = {D, Fd};
+  dit_wtable_add(t, &b->attention_to_q, false, 2, dd, "%s.%d.attention.to_q.weight", group, i);
+  dit_wtable_add(t, &b->attention_to_k, false, 2, dd, "%s.%d.attention.to_k.weight", group, i);
+  dit_wtable_add(t, &b->attention_to_v, false, 2, dd, "%s.%d.attention.to_v.weight", group, i);
+  dit_wtable_add(t, &b->attention_to_out_0, false, 2, dd, "%s.%d.attention.to_out.0.weight", group, i);
+  if (c->qk_norm) {
+    dit_wtable_add(t, &b->attention_norm_q, false, 1, h1, "%s.%d.attention.norm_q.weight", group, i);
+    dit_wtable_add(t, &b->attention_norm_k, false, 1, h1, "%s.%d.attention.norm_k.weight", group, i);
+  }
+  dit_wtable_add(t, &b->attention_norm1, false, 1, d1, "%s.%d.attention_norm1.weight", group, i);
+  dit_wtable_add(t, &b->attention_norm2, false, 1, d1, "%s.%d.attention_norm2.weight", group, i);
+  dit_wtable_add(t, &b->ffn_norm1, false, 1, d1, "%s.%d.ffn_norm1.weight", group, i);
+  dit_wtable_add(t, &b->ffn_norm2, false, 1, d1, "%s.%d.ffn_norm2.weight", group, i);
+  dit_wtable_add(t, &b->feed_forward_w1, false, 2, fd, "%s.%d.feed_forward.w1.weight", group, i);
+  dit_wtable_add(t, &b->feed_forward_w2, false, 2, df, "%s.%d.feed_forward.w2.weight", group, i);
+  dit_wtable_add(t, &b->feed_forward_w3, false, 2, fd, "%s.%d.feed_forward.w3.weight", group, i);
+  if (b->modulation) {
+    const int64_t mw[2] = {4 * D, c->adaln_dim}, mb[1] = {4 * D};
+    dit_wtable_add(t, &b->adaLN_modulation_0_w, false, 2, mw, "%s.%d.adaLN_modulation.0.weight", group, i);
+    dit_wtable_add(t, &b->adaLN_modulation_0_b, false, 1, mb, "%s.%d.adaLN_modulation.0.bias", group, i);
+  }
+}
+
+static void add_top(dit_wtable *t, const dit_zimage_config *c, zimage_weights *w) {
+  const int64_t D = c->dim, A = c->adaln_dim, P = c->patch_dim, M = c->t_mid_dim, Fq = c->t_freq_dim;
+  const int64_t cf = c->cap_feat_dim;
+  char pk[32];
+  snprintf(pk, sizeof pk, "%d-%d", c->patch_size, c->f_patch_size);
+  dit_wtable_add(t, &w->t_embedder_mlp_0_w, false, 2, (int64_t[]){M, Fq}, "t_embedder.mlp.0.weight");
+  dit_wtable_add(t, &w->t_embedder_mlp_0_b, false, 1, (int64_t[]){M}, "t_embedder.mlp.0.bias");
+  dit_wtable_add(t, &w->t_embedder_mlp_2_w, false, 2, (int64_t[]){A, M}, "t_embedder.mlp.2.weight");
+  dit_wtable_add(t, &w->t_embedder_mlp_2_b, false, 1, (int64_t[]){A}, "t_embedder.mlp.2.bias");
+  dit_wtable_add(t, &w->x_embedder_w, false, 2, (int64_t[]){D, P}, "all_x_embedder.%s.weight", pk);
+  dit_wtable_add(t, &w->x_embedder_b, false, 1, (int64_t[]){D}, "all_x_embedder.%s.bias", pk);
+  dit_wtable_add(t, &w->cap_embedder_0_w, false, 1, (int64_t[]){cf}, "cap_embedder.0.weight");
+  dit_wtable_add(t, &w->cap_embedder_1_w, false, 2, (int64_t[]){D, cf}, "cap_embedder.1.weight");
+  dit_wtable_add(t, &w->cap_embedder_1_b, false, 1, (int64_t[]){D}, "cap_embedder.1.bias");
+  dit_wtable_add(t, &w->x_pad_token, false, 2, (int64_t[]){1, D}, "x_pad_token");
+  dit_wtable_add(t, &w->cap_pad_token, false, 2, (int64_t[]){1, D}, "cap_pad_token");
+  dit_wtable_add(t, &w->final_adaLN_modulation_1_w, false, 2, (int64_t[]){D, A},
+                 "all_final_layer.%s.adaLN_modulation.1.weight", pk);
+  dit_wtable_add(t, &w->final_adaLN_modulation_1_b, false, 1, (int64_t[]){D},
+                 "all_final_layer.%s.adaLN_modulation.1.bias", pk);
+  dit_wtable_add(t, &w->final_linear_w, false, 2, (int64_t[]){P, D}, "all_final_layer.%s.linear.weight", pk);
+  dit_wtable_add(t, &w->final_linear_b, false, 1, (int64_t[]){P}, "all_final_layer.%s.linear.bias", pk);
+}
+
+/* Allocates the block arrays and binds every tensor; names the first problems. */
+static dit_status bind_weights(dit_zimage *m, dit_error *err) {
+  const dit_zimage_config *c = &m->cfg;
+  zimage_weights *w = &m->w;
+  size_t nr = (size_t)c->n_refiner_layers, nl = (size_t)c->n_layers;
+  w->noise_refiner = calloc(nr ? nr : 1, sizeof *w->noise_refiner);
+  w->context_refiner = calloc(nr ? nr : 1, sizeof *w->context_refiner);
+  w->layers = calloc(nl, sizeof *w->layers);
+  if (!w->noise_refiner || !w->context_refiner || !w->layers)
+    return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %zu layers", 2 * nr + nl);
+  dit_wtable t;
+  dit_wtable_init(&t);
+  add_top(&t, c, w);
+  for (int i = 0; i < c->n_refiner_layers; i++) {
+    w->noise_refiner[i].modulation = true;
+    add_block(&t, c, &w->noise_refiner[i], "noise_refiner", i);
+    w->context_refiner[i].modulation = false;
+    add_block(&t, c, &w->context_refiner[i], "context_refiner", i);
+  }
+  for (int i = 0; i < c->n_layers; i++) {
+    w->layers[i].modulation = true;
+    add_block(&t, c, &w->layers[i], "layers", i);
+  }
+  dit_status s = dit_wtable_bind(&t, m->files, "", NULL, err);
+  dit_wtable_free(&t);
+  return s;
+}
+
+dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend or folder given");
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
+  if (n < 0 || (size_t)n >= sizeof path)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: folder path too long: %s", component_dir);
+  dit_zimage *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
+  m->be = be;
+  dit_status s = zimage_parse_config(path, &m->cfg, err);
+  if (s == DIT_OK) {
+    s = dit_weights_open(component_dir, NULL, &m->files, err);
+    if (s == DIT_OK) {
+      s = bind_weights(m, err);
+      if (s != DIT_OK) dit_error_prefix(err, "zimage: %s", component_dir);
+    }
+  }
+  if (s != DIT_OK) {
+    dit_zimage_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_zimage_free(dit_zimage *m) {
+  if (!m) return;
+  if (m->act) m->be->ops->free(m->be, m->act);
+  free(m->host);
+  free(m->w.noise_refiner);
+  free(m->w.context_refiner);
+  free(m->w.layers);
+  if (m->files) dit_weights_close(m->files);
+  free(m);
+}
+
+const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m) { return m ? &m->cfg : NULL; }

@@ -1,0 +1,67 @@
+/* Z-Image transformer (diffusers ZImageTransformer2DModel, the DiT of Z-Image and
+ * Z-Image-Turbo): config from config.json, weights bound by checkpoint name, and one
+ * forward over a batch of latents of possibly different sizes, computed exactly as the
+ * diffusers module is when called with lists. Only the basic (non-omni) mode with
+ * patch size 2 and frame patch size 1 is supported. */
+#ifndef DIT_MODELS_ZIMAGE_H
+#define DIT_MODELS_ZIMAGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+#define DIT_ZIMAGE_N_AXES 3   /* RoPE axes: frame/caption position, height, width */
+#define DIT_ZIMAGE_SEQ_MULTI 32 /* token streams are padded to multiples of this */
+
+typedef struct dit_zimage_config {
+  /* read from config.json */
+  int dim;                         /* model width D */
+  int n_layers;                    /* main (unified-sequence) layers */
+  int n_refiner_layers;            /* noise-refiner layers and context-refiner layers, each */
+  int n_heads;                     /* attention heads (diffusers builds full K/V heads) */
+  int n_kv_heads;                  /* read and validated; diffusers does not use it */
+  int cap_feat_dim;                /* caption feature width (text encoder hidden size) */
+  int in_channels;                 /* latent channels C (out_channels = in_channels) */
+  int axes_dims[DIT_ZIMAGE_N_AXES]; /* RoPE dims per axis, sum = head_dim, each even */
+  int axes_lens[DIT_ZIMAGE_N_AXES]; /* RoPE table length per axis: ids must stay below */
+  double rope_theta;
+  double t_scale;                  /* the transformer embeds t * t_scale */
+  float norm_eps;                  /* RMSNorm eps of the block and caption norms */
+  bool qk_norm;                    /* per-head RMSNorm (eps 1e-5) on q and k */
+  int patch_size;                  /* all_patch_size, only [2] */
+  int f_patch_size;                /* all_f_patch_size, only [1] */
+  /* derived */
+  int head_dim;                    /* dim / n_heads */
+  int ffn_dim;                     /* int(dim / 3 * 8) */
+  int adaln_dim;                   /* min(dim, 256): timestep embedding width */
+  int t_mid_dim;                   /* 1024: timestep MLP hidden width */
+  int t_freq_dim;                  /* 256: sinusoidal timestep features */
+  int patch_dim;                   /* f_patch * patch^2 * in_channels */
+} dit_zimage_config;
+
+typedef struct dit_zimage dit_zimage;
+
+/* Loads config.json + weights from a transformer component folder (one .safetensors,
+ * shards with an index, or the single *.safetensors there). The config is validated
+ * before anything is built; weights stay mapped in their stored dtype. On failure *out
+ * is NULL and the message names the config field or the tensor that was wrong. */
+dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err);
+void dit_zimage_free(dit_zimage *m);
+const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
+
+/* One forward over a batch of n items of possibly different sizes, exactly as the
+ * diffusers module is called with lists: x[i] latent [C, F, H, W] F32, cap[i] caption
+ * features [L_i, cap_feat_dim] F32, t[i] the timestep value passed to the transformer
+ * (the pipeline passes (1000 - t)/1000). out[i] [C, F, H, W] F32, caller-allocated (the
+ * model's raw output, before the pipeline's negation). Tensors are in the backend's
+ * memory (host pointers on the CPU backend); t is a host array.
+ * Activations live in one buffer owned by the model, sized for the call's geometry and
+ * reused by later calls that fit (so a model runs one forward at a time).
+ * Returns DIT_ERR_INVALID_ARG (nothing written) for bad shapes, dtypes, H/W not
+ * multiples of the patch, empty captions or positions beyond axes_lens. */
+dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const dit_tensor *cap, const float *t,
+                              dit_tensor *out, dit_error *err);
+
+#endif

@@ -1,0 +1,445 @@
+/* Z-Image transformer forward: the diffusers ZImageTransformer2DModel.forward in basic
+ * mode, as a sequence of backend ops. Flow: timestep embedding -> patchify + x embed ->
+ * noise refiner -> caption embed -> context refiner -> unified [image, caption] stream
+ * -> main layers -> final layer -> unpatchify. Every token stream is padded to a
+ * multiple of 32 with a learned pad token (those tokens take part in attention); the
+ * batch is padded to its longest item and the padding is masked out of the keys. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/zimage_internal.h"
+
+#define MAX_BATCH 4096
+#define MAX_ELEMS ((int64_t)1 << 40) /* largest activation tensor accepted, in elements */
+#define QK_NORM_EPS 1e-5f            /* diffusers builds the q/k RMSNorms with eps 1e-5 */
+#define FINAL_NORM_EPS 1e-6f
+#define TIME_MAX_PERIOD 10000.0f
+
+/* Activations of one call: one arena over the model's buffer. */
+typedef struct zimage_acts {
+  void *tab;                 /* device copy of the host tables */
+  float *t_freq;             /* [n, t_freq_dim] */
+  float *t_mid;              /* [n, t_mid_dim] */
+  float *adaln;              /* [n, A] */
+  float *adaln_silu;         /* [n, A] */
+  float *mod;                /* [n, 4D] one block's modulation */
+  float *mod4;               /* 4 x [n, D]: scale_msa, gate_msa, scale_mlp, gate_mlp */
+  float *fscale;             /* [n, D] final-layer scale (before the 1 +) */
+  float *patches;            /* [max n_img, P] */
+  float *capn;               /* [max L, cap_feat_dim] */
+  float *xs, *cs, *us;       /* [n, Sx, D], [n, Sc, D], [n, Su, D] */
+  float *hn, *q, *k, *v;     /* [n * S_max, D] block scratch */
+  float *ff_a, *ff_b;        /* [n * S_max, Fd] */
+  float *fo;                 /* [n, Su, P] */
+} zimage_acts;
+
+/* One token stream going through refiner or main layers. */
+typedef struct zimage_stream {
+  float *x;                  /* [n, S, D], updated in place */
+  int64_t S;
+  dit_tensor cos, sin;       /* [n, S, hd/2] */
+  dit_tensor mask;           /* [n, S] U8 */
+  bool masked;               /* lengths differ: pass the mask */
+} zimage_stream;
+
+static dit_tensor t2(float *p, int64_t a, int64_t b) { return dit_tensor_2d(DIT_F32, p, a, b); }
+static dit_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return dit_tensor_3d(DIT_F32, p, a, b, c); }
+
+/* A strided view (shape and strides in elements). */
+static dit_tensor view(dit_dtype dt, void *p, int nd, const int64_t *shape, const int64_t *stride) {
+  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
+  for (int i = 0; i < nd; i++) t.stride[i] = stride[i];
+  return t;
+}
+
+/* Carves every activation out of a (measuring or real) arena. */
+static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_geom *g, size_t host_bytes,
+                       zimage_acts *o, dit_error *err) {
+  const bool real = ar->base != NULL;
+  const size_t n = (size_t)g->n, D = (size_t)c->dim, A = (size_t)c->adaln_dim, P = (size_t)c->patch_dim;
+  const size_t R = n * (size_t)g->S_max;
+  size_t max_img = 0, max_cap = 0;
+  for (int i = 0; i < g->n; i++) {
+    if ((size_t)g->items[i].n_img > max_img) max_img = (size_t)g->items[i].n_img;
+    if ((size_t)g->items[i].cap_raw > max_cap) max_cap = (size_t)g->items[i].cap_raw;
+  }
+  memset(o, 0, sizeof *o);
+#define TAKE(field, count)                                                      \
+  do {                                                                          \
+    o->field = dit_arena_floats(ar, (count), err);                              \
+    if (real && !o->field) return DIT_ERR_NOMEM;                                \
+  } while (0)
+  o->tab = dit_arena_alloc(ar, host_bytes, err);
+  if (real && !o->tab) return DIT_ERR_NOMEM;
+  TAKE(t_freq, n * (size_t)c->t_freq_dim);
+  TAKE(t_mid, n * (size_t)c->t_mid_dim);
+  TAKE(adaln, n * A);
+  TAKE(adaln_silu, n * A);
+  TAKE(mod, n * 4 * D);
+  TAKE(mod4, n * 4 * D);
+  TAKE(fscale, n * D);
+  TAKE(patches, max_img * P);
+  TAKE(capn, max_cap * (size_t)c->cap_feat_dim);
+  TAKE(xs, n * (size_t)g->Sx * D);
+  TAKE(cs, n * (size_t)g->Sc * D);
+  TAKE(us, n * (size_t)g->Su * D);
+  TAKE(hn, R * D);
+  TAKE(q, R * D);
+  TAKE(k, R * D);
+  TAKE(v, R * D);
+  TAKE(ff_a, R * (size_t)c->ffn_dim);
+  TAKE(ff_b, R * (size_t)c->ffn_dim);
+  TAKE(fo, n * (size_t)g->Su * P);
+#undef TAKE
+  return DIT_OK;
+}
+
+/* dst rows [rows, D] (F32, contiguous) = `row` ([1, D] or [D], any float dtype) repeated. */
+static dit_status fill_rows(dit_backend *be, float *dst, int64_t rows, int64_t D, const dit_tensor *row,
+                            dit_error *err) {
+  if (rows <= 0) return DIT_OK;
+  dit_tensor d = t2(dst, rows, D);
+  dit_tensor s = view(row->dtype, row->data, 2, (int64_t[]){rows, D}, (int64_t[]){0, 1});
+  s.device = row->device;
+  return dit_op_copy(be, &d, &s, err);
+}
+
+/* t_embedder (sinusoid of t * t_scale, MLP) and the final layer's scale, once per call. */
+static dit_status time_embed(dit_zimage *m, const zimage_geom *g, const dit_tensor *t_dev, zimage_acts *a,
+                             dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const zimage_weights *w = &m->w;
+  const int64_t n = g->n;
+  dit_tensor tf = t2(a->t_freq, n, c->t_freq_dim), tm = t2(a->t_mid, n, c->t_mid_dim);
+  dit_tensor ad = t2(a->adaln, n, c->adaln_dim), ads = t2(a->adaln_silu, n, c->adaln_dim);
+  dit_tensor fs = t2(a->fscale, n, c->dim);
+  DIT_TRY(dit_op_timestep_embedding(be, &tf, t_dev, c->t_freq_dim, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
+  DIT_TRY(dit_op_linear(be, &tm, &tf, &w->t_embedder_mlp_0_w, &w->t_embedder_mlp_0_b, DIT_ACT_SILU, err));
+  DIT_TRY(dit_op_linear(be, &ad, &tm, &w->t_embedder_mlp_2_w, &w->t_embedder_mlp_2_b, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_activation(be, &ads, &ad, DIT_ACT_SILU, err));
+  return dit_op_linear(be, &fs, &ads, &w->final_adaLN_modulation_1_w, &w->final_adaLN_modulation_1_b, DIT_ACT_NONE,
+                       err);
+}
+
+/* A block's adaLN modulation: mod4[k] = chunk k of Linear(adaln) ([n, D] each). */
+static dit_status modulation(dit_zimage *m, const zimage_block_w *b, int64_t n, zimage_acts *a, dit_tensor sm[4],
+                             dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t D = m->cfg.dim;
+  dit_tensor ad = t2(a->adaln, n, m->cfg.adaln_dim), mod = t2(a->mod, n, 4 * D);
+  DIT_TRY(dit_op_linear(be, &mod, &ad, &b->adaLN_modulation_0_w, &b->adaLN_modulation_0_b, DIT_ACT_NONE, err));
+  for (int k = 0; k < 4; k++) {
+    sm[k] = t2(a->mod4 + (size_t)k * (size_t)(n * D), n, D);
+    dit_tensor src = view(DIT_F32, a->mod + (size_t)k * (size_t)D, 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
+    DIT_TRY(dit_op_copy(be, &sm[k], &src, err));
+  }
+  return DIT_OK;
+}
+
+/* Self-attention of the stream on a->hn (normed, modulated input); the projected output
+ * is left in a->q as [n, S, D]. */
+static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage_stream *st, int64_t n,
+                            zimage_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const int64_t S = st->S, D = c->dim, H = c->n_heads, hd = c->head_dim;
+  dit_tensor hn = t3(a->hn, n, S, D);
+  dit_tensor q = t3(a->q, n, S, D), k = t3(a->k, n, S, D), v = t3(a->v, n, S, D);
+  DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
+  if (c->qk_norm) {
+    dit_tensor qh = t2(a->q, n * S * H, hd), kh = t2(a->k, n * S * H, hd);
+    DIT_TRY(dit_op_rms_norm(be, &qh, &qh, &b->attention_norm_q, QK_NORM_EPS, err));
+    DIT_TRY(dit_op_rms_norm(be, &kh, &kh, &b->attention_norm_k, QK_NORM_EPS, err));
+  }
+  dit_tensor q4 = dit_tensor_4d(DIT_F32, a->q, n, S, H, hd), k4 = dit_tensor_4d(DIT_F32, a->k, n, S, H, hd);
+  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->v, n, S, H, hd), o4 = dit_tensor_4d(DIT_F32, a->hn, n, S, H, hd);
+  DIT_TRY(dit_op_rope(be, &q4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
+  DIT_TRY(dit_op_rope(be, &k4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
+  DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, st->masked ? &st->mask : NULL, 1.0f / sqrtf((float)hd), false,
+                           err));
+  dit_tensor att = t3(a->hn, n, S, D);
+  return dit_op_linear(be, &q, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
+}
+
+/* One ZImageTransformerBlock on the stream, in place. Modulated blocks scale the normed
+ * inputs by 1 + scale and gate the residuals by tanh(gate). */
+static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_stream *st, int64_t n, zimage_acts *a,
+                        dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const int64_t S = st->S, D = c->dim, Fd = c->ffn_dim;
+  const float eps = c->norm_eps;
+  dit_tensor sm[4];
+  if (b->modulation) DIT_TRY(modulation(m, b, n, a, sm, err));
+  dit_tensor x = t3(st->x, n, S, D), hn = t3(a->hn, n, S, D), o = t3(a->q, n, S, D);
+  /* attention */
+  DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->attention_norm1, eps, err));
+  if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[0], NULL, err));
+  DIT_TRY(attention(m, b, st, n, a, err));
+  DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->attention_norm2, eps, err));
+  DIT_TRY(dit_op_gated_add(be, &x, &o, b->modulation ? &sm[1] : NULL, true, err));
+  /* feed-forward: w2(silu(w1 h) * w3 h) */
+  dit_tensor fa = t3(a->ff_a, n, S, Fd), fb = t3(a->ff_b, n, S, Fd);
+  DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->ffn_norm1, eps, err));
+  if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[2], NULL, err));
+  DIT_TRY(dit_op_linear(be, &fa, &hn, &b->feed_forward_w1, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &fb, &hn, &b->feed_forward_w3, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_swiglu(be, &fa, &fa, &fb, err));
+  DIT_TRY(dit_op_linear(be, &o, &fa, &b->feed_forward_w2, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->ffn_norm2, eps, err));
+  return dit_op_gated_add(be, &x, &o, b->modulation ? &sm[3] : NULL, true, err);
+}
+
+/* Patchify + x_embedder into xs; image pad rows get x_pad_token, batch padding zeros. */
+static dit_status embed_image(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *zeros,
+                              zimage_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const int64_t D = c->dim, P = c->patch_dim, p = c->patch_size, pf = c->f_patch_size;
+  for (int i = 0; i < g->n; i++) {
+    const zimage_item *it = &g->items[i];
+    const int64_t C = it->C, H = it->H, W = it->W, F = it->F;
+    /* [C, F, H, W] as [Ft, Ht, Wt, pF, pH, pW, C] -> rows of (pf, ph, pw, c) */
+    int64_t shape[7] = {it->Ft, it->Ht, it->Wt, pf, p, p, C};
+    int64_t sstr[7] = {pf * H * W, p * W, p, H * W, W, 1, F * H * W};
+    dit_tensor src = view(DIT_F32, x[i].data, 7, shape, sstr);
+    src.device = x[i].device;
+    dit_tensor dst = dit_tensor_make(DIT_F32, a->patches, 7, shape);
+    DIT_TRY(dit_op_copy(be, &dst, &src, err));
+    float *rows = a->xs + (size_t)i * (size_t)(g->Sx * D);
+    dit_tensor pin = t2(a->patches, it->n_img, P), y = t2(rows, it->n_img, D);
+    DIT_TRY(dit_op_linear(be, &y, &pin, &m->w.x_embedder_w, &m->w.x_embedder_b, DIT_ACT_NONE, err));
+    DIT_TRY(fill_rows(be, rows + (size_t)(it->n_img * D), it->x_len - it->n_img, D, &m->w.x_pad_token, err));
+    DIT_TRY(fill_rows(be, rows + (size_t)(it->x_len * D), g->Sx - it->x_len, D, zeros, err));
+  }
+  return DIT_OK;
+}
+
+/* cap_embedder (RMSNorm, Linear) into cs; caption pad rows get cap_pad_token. */
+static dit_status embed_caption(dit_zimage *m, const zimage_geom *g, const dit_tensor *cap, const dit_tensor *zeros,
+                                zimage_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const int64_t D = c->dim;
+  for (int i = 0; i < g->n; i++) {
+    const zimage_item *it = &g->items[i];
+    dit_tensor cn = t2(a->capn, it->cap_raw, c->cap_feat_dim);
+    DIT_TRY(dit_op_rms_norm(be, &cn, &cap[i], &m->w.cap_embedder_0_w, c->norm_eps, err));
+    float *rows = a->cs + (size_t)i * (size_t)(g->Sc * D);
+    dit_tensor y = t2(rows, it->cap_raw, D);
+    DIT_TRY(dit_op_linear(be, &y, &cn, &m->w.cap_embedder_1_w, &m->w.cap_embedder_1_b, DIT_ACT_NONE, err));
+    DIT_TRY(fill_rows(be, rows + (size_t)(it->cap_raw * D), it->cap_len - it->cap_raw, D, &m->w.cap_pad_token, err));
+    DIT_TRY(fill_rows(be, rows + (size_t)(it->cap_len * D), g->Sc - it->cap_len, D, zeros, err));
+  }
+  return DIT_OK;
+}
+
+/* us[i] = [xs[i][:x_len], cs[i][:cap_len], zeros]. */
+static dit_status unify(dit_zimage *m, const zimage_geom *g, const dit_tensor *zeros, zimage_acts *a,
+                        dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t D = m->cfg.dim;
+  for (int i = 0; i < g->n; i++) {
+    const zimage_item *it = &g->items[i];
+    float *u = a->us + (size_t)i * (size_t)(g->Su * D);
+    dit_tensor ux = t2(u, it->x_len, D), sx = t2(a->xs + (size_t)i * (size_t)(g->Sx * D), it->x_len, D);
+    dit_tensor uc = t2(u + (size_t)(it->x_len * D), it->cap_len, D);
+    dit_tensor sc = t2(a->cs + (size_t)i * (size_t)(g->Sc * D), it->cap_len, D);
+    DIT_TRY(dit_op_copy(be, &ux, &sx, err));
+    DIT_TRY(dit_op_copy(be, &uc, &sc, err));
+    int64_t used = it->x_len + it->cap_len;
+    DIT_TRY(fill_rows(be, u + (size_t)(used * D), g->Su - used, D, zeros, err));
+  }
+  return DIT_OK;
+}
+
+/* Final layer (LayerNorm without affine, * (1 + scale), Linear) and unpatchify into out. */
+static dit_status final_layer(dit_zimage *m, const zimage_geom *g, zimage_acts *a, dit_tensor *out, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_zimage_config *c = &m->cfg;
+  const int64_t n = g->n, D = c->dim, P = c->patch_dim, p = c->patch_size, pf = c->f_patch_size;
+  dit_tensor us = t3(a->us, n, g->Su, D), hn = t3(a->hn, n, g->Su, D), fs = t2(a->fscale, n, D);
+  dit_tensor fo = t3(a->fo, n, g->Su, P);
+  DIT_TRY(dit_op_layer_norm(be, &hn, &us, NULL, NULL, FINAL_NORM_EPS, err));
+  DIT_TRY(dit_op_modulate(be, &hn, &hn, &fs, NULL, err));
+  DIT_TRY(dit_op_linear(be, &fo, &hn, &m->w.final_linear_w, &m->w.final_linear_b, DIT_ACT_NONE, err));
+  for (int i = 0; i < g->n; i++) {
+    const zimage_item *it = &g->items[i];
+    const int64_t C = it->C, Ht = it->Ht, Wt = it->Wt;
+    /* rows (f, h, w) x cols (pf, ph, pw, c) -> [C, Ft, pF, Ht, pH, Wt, pW] = [C, F, H, W] */
+    int64_t shape[7] = {C, it->Ft, pf, Ht, p, Wt, p};
+    int64_t sstr[7] = {1, Ht * Wt * P, p * p * C, Wt * P, p * C, P, C};
+    dit_tensor src = view(DIT_F32, a->fo + (size_t)i * (size_t)(g->Su * P), 7, shape, sstr);
+    dit_tensor dst = dit_tensor_make(DIT_F32, out[i].data, 7, shape);
+    dst.device = out[i].device;
+    DIT_TRY(dit_op_copy(be, &dst, &src, err));
+  }
+  return DIT_OK;
+}
+
+static bool is_f32_contig(const dit_tensor *t, int ndim) {
+  return t->dtype == DIT_F32 && t->ndim == ndim && t->data && dit_tensor_is_contiguous(t);
+}
+
+/* Checks one item's tensors and fills its geometry. */
+static dit_status check_item(const dit_zimage_config *c, int i, const dit_tensor *x, const dit_tensor *cap,
+                             const dit_tensor *out, float t, zimage_item *it, dit_error *err) {
+  char b1[128], b2[128];
+  if (!is_f32_contig(x, 4) || x->shape[0] != c->in_channels)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d] must be contiguous F32 [%d, F, H, W], got %s %s",
+                      i, c->in_channels, dit_dtype_name(x->dtype), dit_shape_str(x->shape, x->ndim, b1, sizeof b1));
+  if (!is_f32_contig(cap, 2) || cap->shape[1] != c->cap_feat_dim || cap->shape[0] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "zimage forward: cap[%d] must be contiguous F32 [L >= 1, %d], got %s %s", i, c->cap_feat_dim,
+                      dit_dtype_name(cap->dtype), dit_shape_str(cap->shape, cap->ndim, b1, sizeof b1));
+  it->C = x->shape[0], it->F = x->shape[1], it->H = x->shape[2], it->W = x->shape[3];
+  const int p = c->patch_size, pf = c->f_patch_size;
+  if (it->F < 1 || it->H < 1 || it->W < 1 || it->F % pf || it->H % p || it->W % p)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "zimage forward: x[%d] is %s: F must be a multiple of %d, H and W multiples of %d", i,
+                      dit_shape_str(x->shape, 4, b1, sizeof b1), pf, p);
+  it->Ft = it->F / pf, it->Ht = it->H / p, it->Wt = it->W / p;
+  if (!is_f32_contig(out, 4) || !dit_tensor_has_shape(out, 4, x->shape))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: out[%d] must be contiguous F32 %s, got %s %s", i,
+                      dit_shape_str(x->shape, 4, b1, sizeof b1), dit_dtype_name(out->dtype),
+                      dit_shape_str(out->shape, out->ndim, b2, sizeof b2));
+  if (!isfinite(t)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: t[%d] is not finite", i);
+  it->cap_raw = cap->shape[0];
+  const int64_t q = DIT_ZIMAGE_SEQ_MULTI, lim = (int64_t)1 << 30;
+  if (it->Ft > lim || it->Ht > lim || it->Wt > lim || it->cap_raw > lim)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: item %d is too large", i);
+  it->cap_len = (it->cap_raw + q - 1) / q * q;
+  /* position ids index per-axis tables of axes_lens entries */
+  if (it->cap_len + it->Ft >= c->axes_lens[0] || it->Ht > c->axes_lens[1] || it->Wt > c->axes_lens[2])
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "zimage forward: item %d needs positions (%lld, %lld, %lld) beyond axes_lens (%d, %d, %d) "
+                      "(caption of %lld tokens, latent %s)",
+                      i, (long long)(it->cap_len + it->Ft), (long long)(it->Ht - 1), (long long)(it->Wt - 1),
+                      c->axes_lens[0], c->axes_lens[1], c->axes_lens[2], (long long)it->cap_raw,
+                      dit_shape_str(x->shape, 4, b1, sizeof b1));
+  it->n_img = it->Ft * it->Ht * it->Wt;
+  it->x_len = (it->n_img + q - 1) / q * q;
+  return DIT_OK;
+}
+
+/* Validates the call and computes its geometry (g->items is malloc'd: free it). */
+static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor *x, const dit_tensor *cap,
+                            const float *t, const dit_tensor *out, zimage_geom *g, dit_error *err) {
+  memset(g, 0, sizeof *g);
+  if (n < 1 || n > MAX_BATCH)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: batch of %d items (1..%d)", n, MAX_BATCH);
+  if (!x || !cap || !t || !out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: NULL argument");
+  g->items = calloc((size_t)n, sizeof *g->items);
+  if (!g->items) return dit_errorf(err, DIT_ERR_NOMEM, "zimage forward: out of memory");
+  g->n = n;
+  for (int i = 0; i < n; i++) {
+    zimage_item *it = &g->items[i];
+    DIT_TRY(check_item(c, i, &x[i], &cap[i], &out[i], t[i], it, err));
+    if (i > 0) {
+      g->x_ragged |= it->x_len != g->items[0].x_len;
+      g->c_ragged |= it->cap_len != g->items[0].cap_len;
+      g->u_ragged |= it->x_len + it->cap_len != g->items[0].x_len + g->items[0].cap_len;
+    }
+    if (it->x_len > g->Sx) g->Sx = it->x_len;
+    if (it->cap_len > g->Sc) g->Sc = it->cap_len;
+    if (it->x_len + it->cap_len > g->Su) g->Su = it->x_len + it->cap_len;
+  }
+  g->S_max = g->Su > g->Sx ? g->Su : g->Sx;
+  if (g->Sc > g->S_max) g->S_max = g->Sc;
+  int64_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
+  if (c->patch_dim > widest) widest = c->patch_dim;
+  if ((double)n * (double)g->S_max * (double)widest > (double)MAX_ELEMS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: %d items of up to %lld tokens are too large", n,
+                      (long long)g->S_max);
+  return DIT_OK;
+}
+
+/* Grows the model's activation and host buffers to fit; keeps them when they do. */
+static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
+  if (act_bytes > m->act_bytes) {
+    if (m->act) m->be->ops->free(m->be, m->act);
+    m->act = NULL;
+    m->act_bytes = 0;
+    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
+    m->act_bytes = act_bytes;
+  }
+  if (host_bytes > m->host_bytes) {
+    free(m->host);
+    m->host_bytes = 0;
+    size_t rounded = (host_bytes + 63) / 64 * 64;
+    m->host = aligned_alloc(64, rounded);
+    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: cannot allocate %zu bytes of tables", host_bytes);
+    m->host_bytes = rounded;
+  }
+  return DIT_OK;
+}
+
+/* Device views of the uploaded tables. */
+static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_host_tables *h, const zimage_acts *a,
+                        zimage_stream st[3], dit_tensor *t_dev, dit_tensor *zeros) {
+  const int64_t n = g->n, half = m->cfg.head_dim / 2;
+#define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->host)))
+  const int64_t S[3] = {g->Sx, g->Sc, g->Su};
+  float *cs[3] = {h->x_cos, h->c_cos, h->u_cos}, *sn[3] = {h->x_sin, h->c_sin, h->u_sin};
+  uint8_t *mk[3] = {h->x_mask, h->c_mask, h->u_mask};
+  const bool rag[3] = {g->x_ragged, g->c_ragged, g->u_ragged};
+  float *xs[3] = {a->xs, a->cs, a->us};
+  for (int s = 0; s < 3; s++) {
+    st[s].x = xs[s];
+    st[s].S = S[s];
+    st[s].cos = t3(DEV(cs[s]), n, S[s], half);
+    st[s].sin = t3(DEV(sn[s]), n, S[s], half);
+    st[s].mask = dit_tensor_2d(DIT_U8, DEV(mk[s]), n, S[s]);
+    st[s].masked = rag[s];
+  }
+  *t_dev = dit_tensor_1d(DIT_F32, DEV(h->t_scaled), n);
+  *zeros = dit_tensor_2d(DIT_F32, DEV(h->zeros), 1, m->cfg.dim);
+#undef DEV
+}
+
+static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap, const float *t,
+                      dit_tensor *out, dit_error *err) {
+  const dit_zimage_config *c = &m->cfg;
+  size_t host_bytes = zimage_host_bytes(c, g);
+  dit_arena ar;
+  zimage_acts a;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
+  memset(&ar, 0, sizeof ar);
+  ar.base = m->act;
+  ar.cap = m->act_bytes;
+  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  zimage_host_tables h;
+  zimage_build_tables(c, g, t, m->host, &h);
+  DIT_TRY(m->be->ops->upload(m->be, a.tab, m->host, host_bytes, err));
+  zimage_stream st[3];
+  dit_tensor t_dev, zeros;
+  table_views(m, g, &h, &a, st, &t_dev, &zeros);
+  const int64_t n = g->n;
+  DIT_TRY(time_embed(m, g, &t_dev, &a, err));
+  DIT_TRY(embed_image(m, g, x, &zeros, &a, err));
+  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.noise_refiner[l], &st[0], n, &a, err));
+  DIT_TRY(embed_caption(m, g, cap, &zeros, &a, err));
+  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.context_refiner[l], &st[1], n, &a, err));
+  DIT_TRY(unify(m, g, &zeros, &a, err));
+  for (int l = 0; l < c->n_layers; l++) DIT_TRY(block(m, &m->w.layers[l], &st[2], n, &a, err));
+  return final_layer(m, g, &a, out, err);
+}
+
+dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const dit_tensor *cap, const float *t,
+                              dit_tensor *out, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: no model");
+  zimage_geom g;
+  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, &g, err);
+  if (s == DIT_OK) {
+    s = run(m, &g, x, cap, t, out, err);
+    if (s != DIT_OK) dit_error_prefix(err, "zimage forward");
+  }
+  free(g.items);
+  return s;
+}

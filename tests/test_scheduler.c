@@ -118,7 +118,7 @@ static void cmp_tensor(const char *file, const char *name, const float *got, int
 }
 
 static void check_fixtures(const char *shared) {
-  char dir[1024], path[1024];
+  char dir[512], path[1024];
   float in[8], sig[9], ts[8];
   dit_error err = {0};
   /* Z-Image: 128x96 -> 16x12 latents -> (16/2)*(12/2) = 48 tokens; mu unused (static shift). */

@@ -78,10 +78,11 @@ static void kern_c(int mr, int nr, int64_t kc, const float *x, int64_t ldx, cons
 
 static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c};
 
-/* Blocking: KC x NC fp32 of packed W per thread (stays in L2), MC rows of x per item. */
+/* Blocking: a KC x NC block of W, packed to fp32 per thread (384 KiB, stays in L2), is
+ * multiplied by MC rows of x; MC is as large as the thread count allows so each W block
+ * is converted and packed as few times as possible. */
 #define GEMM_KC 256
-#define GEMM_NC 192
-#define GEMM_MC 264
+#define GEMM_NC 384
 
 static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, const void *b, dit_dtype bt,
                      dit_act act) {
@@ -124,9 +125,16 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) P = &cpu_gemm_path_avx512;
 #endif
-  int64_t nmb = (M + GEMM_MC - 1) / GEMM_MC, nnb = (N + GEMM_NC - 1) / GEMM_NC;
-  int64_t items = nmb * nnb;
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
+  int64_t nnb = (N + GEMM_NC - 1) / GEMM_NC;
+  /* split M only as much as needed for about 8 items per thread (dynamic balance) */
+  int64_t nmb = (8 * nt + nnb - 1) / nnb, mc_min = 4 * P->mr;
+  if (nmb > (M + mc_min - 1) / mc_min) nmb = (M + mc_min - 1) / mc_min;
+  if (nmb < 1) nmb = 1;
+  int64_t MC = (M + nmb - 1) / nmb;
+  MC = (MC + P->mr - 1) / P->mr * P->mr;
+  nmb = (M + MC - 1) / MC;
+  int64_t items = nmb * nnb;
   if (items < nt) nt = (int)items;
   size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64);
   float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
@@ -138,8 +146,8 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
     for (int64_t it = 0; it < items; it++) {
       /* N-major order: consecutive items share the same W block in L3. */
       int64_t nb = it / nmb, mb = it % nmb;
-      int64_t m0 = mb * GEMM_MC, n0 = nb * GEMM_NC;
-      int64_t mc = M - m0 < GEMM_MC ? M - m0 : GEMM_MC;
+      int64_t m0 = mb * MC, n0 = nb * GEMM_NC;
+      int64_t mc = M - m0 < MC ? M - m0 : MC;
       int64_t nc = N - n0 < GEMM_NC ? N - n0 : GEMM_NC;
       gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, y, ldy);
       epilogue(y + m0 * ldy + n0, ldy, mc, n0, nc, b, bt, act);

@@ -1,0 +1,176 @@
+/* Benchmark of the CPU linear op (bf16 weights, fp32 compute) against OpenBLAS sgemm on
+ * the same shapes (weights converted to fp32 up front for OpenBLAS, which cannot read
+ * bf16), and against a measured fp32 FMA peak of this machine. Prints GFLOP/s, the best
+ * and median of several runs. Usage:
+ *   bench_linear [--reps N] [--threads T] [--portable] [--no-blas] [--shape M,K,N]... */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <math.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "core/timer.h"
+
+#ifdef DIT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds used by the whole process (all threads). */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 24 independent zmm FMA chains: the most one core can issue (no memory traffic). */
+__attribute__((target("avx512f"), noipa)) static float fma_loop(long iters, float seed) {
+  __m512 acc[24], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps(seed + (float)i);
+  for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+/* Measured fp32 FMA peak over nt threads, GFLOP/s: each thread's rate over its own CPU
+ * time (so other processes sharing the cores do not lower it), summed; best of 5. */
+static double fma_peak(int nt) {
+  long iters = 20000000;
+  double best = 0;
+  for (int r = 0; r < 5; r++) {
+    double total = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+    {
+      struct timespec a, b;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+      volatile float v = fma_loop(iters, (float)omp_get_thread_num());
+      (void)v;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+      double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+      total += (double)iters * 24 * 16 * 2 / dt / 1e9;
+    }
+    if (total > best) best = total;
+  }
+  return best;
+}
+#else
+static double fma_peak(int nt) { return 0; }
+#endif
+
+/* t: wall seconds per run; c: process CPU seconds per run. On a shared machine the
+ * CPU-time figure (flop per CPU-second times the thread count) is what the code would
+ * reach with the cores to itself; the wall figure is what it got. */
+static void report(const char *what, double flop, double *t, double *c, int reps, double peak, int nt) {
+  qsort(t, (size_t)reps, sizeof(double), cmp_d);
+  qsort(c, (size_t)reps, sizeof(double), cmp_d);
+  double best = flop / t[0] / 1e9, med = flop / t[reps / 2] / 1e9, cbest = flop / (c[0] / nt) / 1e9;
+  printf("  %-22s wall best %7.1f GFLOP/s (%5.1f%% of peak) median %7.1f | cpu-time best %7.1f (%5.1f%%)\n",
+         what, best, peak > 0 ? 100 * best / peak : 0, med, cbest, peak > 0 ? 100 * cbest / peak : 0);
+}
+
+int main(int argc, char **argv) {
+  int reps = 5, threads = 0, portable = 0, blas = 1, nshapes = 0;
+  long shapes[16][3];
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--portable")) portable = 1;
+    else if (!strcmp(argv[i], "--no-blas")) blas = 0;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc && nshapes < 16) {
+      if (sscanf(argv[++i], "%ld,%ld,%ld", &shapes[nshapes][0], &shapes[nshapes][1], &shapes[nshapes][2]) == 3)
+        nshapes++;
+    } else {
+      fprintf(stderr, "usage: %s [--reps N] [--threads T] [--portable] [--no-blas] [--shape M,K,N]...\n", argv[0]);
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > 100) reps = 5;
+  if (nshapes == 0) {
+    long def[4][3] = {{4224, 3840, 10240}, {1024, 3840, 3840}, {256, 64, 256}, {4096, 64, 192}};
+    memcpy(shapes, def, sizeof def);
+    nshapes = 4;
+  }
+  dit_backend *be = NULL;
+  dit_error err = {0};
+  if (dit_backend_cpu_create(threads, &be, &err) != DIT_OK) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  bool simd = dit_cpu_set_simd(be, !portable);
+  double peak = fma_peak(be->n_threads);
+  printf("threads %d, kernel path %s, measured fp32 FMA peak %.1f GFLOP/s\n", be->n_threads,
+         simd ? "AVX-512" : "portable C", peak);
+#ifdef DIT_HAVE_OPENBLAS
+  openblas_set_num_threads(be->n_threads);
+#endif
+  for (int s = 0; s < nshapes; s++) {
+    long M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+    double flop = 2.0 * (double)M * (double)K * (double)N;
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *y = malloc(sizeof(float) * (size_t)(M * N));
+    uint16_t *w = malloc(2 * (size_t)(N * K));
+    if (!x || !y || !w) return 1;
+    uint64_t r = 88172645463325252ull;
+    for (long i = 0; i < M * K; i++) r ^= r << 13, r ^= r >> 7, r ^= r << 17, x[i] = (float)(r >> 40) / 16777216.0f - 0.5f;
+    for (long i = 0; i < N * K; i++)
+      r ^= r << 13, r ^= r >> 7, r ^= r << 17, w[i] = dit_f32_to_bf16((float)(r >> 40) / 16777216.0f - 0.5f);
+    printf("M=%ld K=%ld N=%ld: %.1f GFLOP per call\n", M, K, N, flop / 1e9);
+    dit_tensor tx = dit_tensor_2d(DIT_F32, x, M, K), ty = dit_tensor_2d(DIT_F32, y, M, N);
+    dit_tensor tw = dit_tensor_2d(DIT_BF16, w, N, K);
+    double t[100], c[100];
+    int rr = flop < 1e9 ? reps * 10 : reps;
+    if (rr > 100) rr = 100;
+    dit_op_linear(be, &ty, &tx, &tw, NULL, DIT_ACT_NONE, &err); /* warm-up */
+    for (int i = 0; i < rr; i++) {
+      double t0 = now_s(), c0 = cpu_s();
+      dit_op_linear(be, &ty, &tx, &tw, NULL, DIT_ACT_NONE, &err);
+      t[i] = now_s() - t0, c[i] = cpu_s() - c0;
+    }
+    report("ditrun linear (bf16 w)", flop, t, c, rr, peak, be->n_threads);
+#ifdef DIT_HAVE_OPENBLAS
+    if (blas) {
+      float *w32 = malloc(sizeof(float) * (size_t)(N * K)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
+      if (!w32 || !y2) return 1;
+      dit_convert_to_f32(w32, w, DIT_BF16, (size_t)(N * K));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w32, (int)K,
+                  0.0f, y2, (int)N);
+      double md = 0, mr = 0;
+      for (long i = 0; i < M * N; i++) {
+        double d = fabs((double)y[i] - y2[i]);
+        md = d > md ? d : md;
+        mr = fabs(y2[i]) > mr ? fabs(y2[i]) : mr;
+      }
+      for (int i = 0; i < rr; i++) {
+        double t0 = now_s(), c0 = cpu_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w32, (int)K,
+                    0.0f, y2, (int)N);
+        t[i] = now_s() - t0, c[i] = cpu_s() - c0;
+      }
+      report("OpenBLAS sgemm (f32 w)", flop, t, c, rr, peak, be->n_threads);
+      printf("  max |ditrun - openblas| / max |openblas| = %.2e; fp32 weight copy for OpenBLAS: %.1f MiB\n",
+             mr > 0 ? md / mr : md, (double)N * K * 4 / 1048576.0);
+      free(w32), free(y2);
+    }
+#endif
+    free(x), free(y), free(w);
+  }
+  dit_backend_free(be);
+  return 0;
+}

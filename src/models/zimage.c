@@ -234,6 +234,7 @@ void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
   if (m->act) m->be->ops->free(m->be, m->act);
   free(m->host);
+  free(m->tab_items);
   free(m->w.noise_refiner);
   free(m->w.context_refiner);
   free(m->w.layers);

@@ -358,9 +358,11 @@ static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor 
   return DIT_OK;
 }
 
-/* Grows the model's activation and host buffers to fit; keeps them when they do. */
+/* Grows the model's activation and host buffers to fit; keeps them when they do. A new
+ * buffer invalidates the cached tables. */
 static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
   if (act_bytes > m->act_bytes) {
+    m->tables_ok = false;
     if (m->act) m->be->ops->free(m->be, m->act);
     m->act = NULL;
     m->act_bytes = 0;
@@ -368,6 +370,7 @@ static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_by
     m->act_bytes = act_bytes;
   }
   if (host_bytes > m->host_bytes) {
+    m->tables_ok = false;
     free(m->host);
     m->host_bytes = 0;
     size_t rounded = (host_bytes + 63) / 64 * 64;
@@ -375,6 +378,30 @@ static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_by
     if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: cannot allocate %zu bytes of tables", host_bytes);
     m->host_bytes = rounded;
   }
+  return DIT_OK;
+}
+
+/* Makes the device tables right for g and t: everything when the geometry changed (or
+ * the buffers did), else only the timesteps. */
+static dit_status upload_tables(dit_zimage *m, const zimage_geom *g, const float *t, const zimage_acts *a,
+                                size_t host_bytes, zimage_host_tables *h, dit_error *err) {
+  const dit_zimage_config *c = &m->cfg;
+  zimage_table_layout(c, g, m->host, h);
+  zimage_set_timesteps(c, g->n, t, h);
+  bool same = m->tables_ok && m->tab_n == g->n && !memcmp(m->tab_items, g->items, (size_t)g->n * sizeof *g->items);
+  if (same) {
+    size_t off = (size_t)((char *)h->t_scaled - (char *)m->host);
+    return m->be->ops->upload(m->be, (char *)a->tab + off, h->t_scaled, (size_t)g->n * sizeof(float), err);
+  }
+  m->tables_ok = false;
+  zimage_fill_tables(c, g, h);
+  DIT_TRY(m->be->ops->upload(m->be, a->tab, m->host, host_bytes, err));
+  zimage_item *items = realloc(m->tab_items, (size_t)g->n * sizeof *items);
+  if (!items) return DIT_OK; /* correct, just not cached */
+  memcpy(items, g->items, (size_t)g->n * sizeof *items);
+  m->tab_items = items;
+  m->tab_n = g->n;
+  m->tables_ok = true;
   return DIT_OK;
 }
 
@@ -415,8 +442,7 @@ static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, 
   ar.cap = m->act_bytes;
   DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
   zimage_host_tables h;
-  zimage_build_tables(c, g, t, m->host, &h);
-  DIT_TRY(m->be->ops->upload(m->be, a.tab, m->host, host_bytes, err));
+  DIT_TRY(upload_tables(m, g, t, &a, host_bytes, &h, err));
   zimage_stream st[3];
   dit_tensor t_dev, zeros;
   table_views(m, g, &h, &a, st, &t_dev, &zeros);

@@ -51,18 +51,6 @@ typedef struct zimage_weights {
   dit_tensor final_linear_b;        /* [patch_dim] */
 } zimage_weights;
 
-struct dit_zimage {
-  dit_backend *be;
-  dit_zimage_config cfg;
-  dit_weights *files;
-  zimage_weights w;
-  /* activation buffer (backend memory) reused across calls that fit */
-  void *act;
-  size_t act_bytes;
-  /* host scratch for RoPE tables, masks and timesteps, reused likewise */
-  void *host;
-  size_t host_bytes;
-};
 
 /* Geometry of one forward call. */
 typedef struct zimage_item {
@@ -82,7 +70,26 @@ typedef struct zimage_geom {
   bool x_ragged, c_ragged, u_ragged; /* lengths differ: a key mask is needed */
 } zimage_geom;
 
-/* Host-side tables for one call (built by zimage_build_tables). */
+struct dit_zimage {
+  dit_backend *be;
+  dit_zimage_config cfg;
+  dit_weights *files;
+  zimage_weights w;
+  /* activation buffer (backend memory) reused across calls that fit */
+  void *act;
+  size_t act_bytes;
+  /* host scratch for RoPE tables, masks and timesteps, reused likewise */
+  void *host;
+  size_t host_bytes;
+  /* geometry whose tables are in `host` and uploaded into `act` (valid when tables_ok):
+   * a sampler loop calls forward with the same shapes every step, and only the
+   * timesteps change */
+  zimage_item *tab_items;
+  int tab_n;
+  bool tables_ok;
+};
+
+/* Host-side tables of one call, laid out in one buffer (uploaded in one piece). */
 typedef struct zimage_host_tables {
   float *x_cos, *x_sin;   /* [n, Sx, hd/2] */
   float *c_cos, *c_sin;   /* [n, Sc, hd/2] */
@@ -92,15 +99,17 @@ typedef struct zimage_host_tables {
   float *zeros;           /* [D] */
 } zimage_host_tables;
 
-/* Bytes of host scratch zimage_build_tables needs for g. */
+/* Bytes of the table buffer for g. */
 size_t zimage_host_bytes(const dit_zimage_config *c, const zimage_geom *g);
-/* Lays out the tables in buf (zimage_host_bytes(c, g) bytes) and fills them: RoPE
- * angles of every position as diffusers' RopeEmbedder builds them, key masks,
- * scaled timesteps. */
-void zimage_build_tables(const dit_zimage_config *c, const zimage_geom *g, const float *t, void *buf,
-                         zimage_host_tables *out);
+/* Points the tables into buf (zimage_host_bytes(c, g) bytes, 64-byte aligned). */
+void zimage_table_layout(const dit_zimage_config *c, const zimage_geom *g, void *buf, zimage_host_tables *out);
+/* Fills what depends on the geometry only: RoPE cos/sin of every position as diffusers'
+ * RopeEmbedder builds them, key masks, zeros. */
+void zimage_fill_tables(const dit_zimage_config *c, const zimage_geom *g, const zimage_host_tables *h);
+/* t_scaled[i] = t[i] * t_scale (float32, as torch). */
+void zimage_set_timesteps(const dit_zimage_config *c, int n, const float *t, const zimage_host_tables *h);
 
-/* Forward pieces (zimage_forward.c). */
+/* Reads and validates config.json (zimage.c). */
 dit_status zimage_parse_config(const char *path, dit_zimage_config *c, dit_error *err);
 
 #endif

@@ -83,7 +83,7 @@ static void caption_pos(int64_t j, int64_t pos[3]) {
 }
 
 /* Fills the three RoPE table pairs. Batch-padding rows are zero (like pad_sequence). */
-static void fill_rope(const dit_zimage_config *c, const zimage_geom *g, zimage_host_tables *t) {
+static void fill_rope(const dit_zimage_config *c, const zimage_geom *g, const zimage_host_tables *t) {
   size_t half = (size_t)c->head_dim / 2;
   double freq[256]; /* head_dim <= 512 (checked with the config) */
   rope_freqs(c, freq);
@@ -135,7 +135,7 @@ static void fill_rope(const dit_zimage_config *c, const zimage_geom *g, zimage_h
   }
 }
 
-static void fill_masks(const zimage_geom *g, zimage_host_tables *t) {
+static void fill_masks(const zimage_geom *g, const zimage_host_tables *t) {
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
     for (int64_t r = 0; r < g->Sx; r++) t->x_mask[(size_t)i * (size_t)g->Sx + (size_t)r] = r < it->x_len;
@@ -145,8 +145,7 @@ static void fill_masks(const zimage_geom *g, zimage_host_tables *t) {
   }
 }
 
-void zimage_build_tables(const dit_zimage_config *c, const zimage_geom *g, const float *t, void *buf,
-                         zimage_host_tables *out) {
+void zimage_table_layout(const dit_zimage_config *c, const zimage_geom *g, void *buf, zimage_host_tables *out) {
   table_sizes s = sizes_of(c, g);
   float *p = buf;
   out->x_cos = p, p += s.x_rope;
@@ -160,9 +159,15 @@ void zimage_build_tables(const dit_zimage_config *c, const zimage_geom *g, const
   out->u_mask = (uint8_t *)p, p += s.u_mask;
   out->t_scaled = p, p += s.t;
   out->zeros = p;
-  fill_rope(c, g, out);
-  fill_masks(g, out);
+}
+
+void zimage_fill_tables(const dit_zimage_config *c, const zimage_geom *g, const zimage_host_tables *h) {
+  fill_rope(c, g, h);
+  fill_masks(g, h);
+  memset(h->zeros, 0, round_up((size_t)c->dim) * sizeof(float));
+}
+
+void zimage_set_timesteps(const dit_zimage_config *c, int n, const float *t, const zimage_host_tables *h) {
   /* torch: t (float32) * t_scale (python float) computes in float32 */
-  for (int i = 0; i < g->n; i++) out->t_scaled[i] = t[i] * (float)c->t_scale;
-  memset(out->zeros, 0, s.zeros * sizeof(float));
+  for (int i = 0; i < n; i++) h->t_scaled[i] = t[i] * (float)c->t_scale;
 }

@@ -272,6 +272,84 @@ static void test_fixtures(void) {
   if (s == DIT_OK) dit_weights_close(w);
 }
 
+/* ---- random mutations: never a crash, only OK / FORMAT / UNSUPPORTED, and an accepted
+ * file always has every tensor inside the buffer with the byte size its shape implies ---- */
+
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void check_accepted(const dit_st_file *f, const unsigned char *buf, size_t len, int *bad) {
+  for (size_t i = 0; i < f->n_tensors; i++) {
+    const dit_st_tensor *t = &f->tensors[i];
+    uint64_t numel = 1;
+    for (int k = 0; k < t->ndim; k++) numel *= (uint64_t)t->shape[k];
+    const unsigned char *p = t->data;
+    if (t->end - t->begin != numel * dit_dtype_size(t->dtype) || p < buf || p + (t->end - t->begin) > buf + len)
+      (*bad)++;
+  }
+}
+
+static void mutate_run(const unsigned char *orig, size_t len, int iters, uint64_t seed) {
+  unsigned char *b = malloc(len);
+  int bad_status = 0, bad_accept = 0;
+  uint64_t st = seed;
+  for (int it = 0; it < iters; it++) {
+    memcpy(b, orig, len);
+    size_t n = len;
+    int flips = 1 + (int)(xorshift(&st) % 4);
+    for (int k = 0; k < flips; k++) {
+      /* mostly the header (where the rules are), sometimes anywhere */
+      uint64_t hl = 0;
+      for (int i = 7; i >= 0; i--) hl = (hl << 8) | orig[i];
+      size_t span = (xorshift(&st) % 4) ? (size_t)(hl + 8 < len ? hl + 8 : len) : len;
+      size_t pos = (size_t)(xorshift(&st) % span);
+      static const unsigned char interesting[] = {'0', '1', '9', '-', '[', ']', '{', '}', '"', ',', ':', 0, 0xff, ' '};
+      b[pos] = (xorshift(&st) & 1) ? (unsigned char)xorshift(&st) : interesting[xorshift(&st) % sizeof interesting];
+    }
+    if (xorshift(&st) % 8 == 0) n = (size_t)(xorshift(&st) % (len + 1)); /* truncation */
+    dit_error err = {0};
+    dit_st_file *f;
+    dit_status s = dit_st_open_memory(b, n, "mutant", NULL, &f, &err);
+    if (s == DIT_OK) {
+      check_accepted(f, b, n, &bad_accept);
+      dit_st_close(f);
+    } else if (s != DIT_ERR_FORMAT && s != DIT_ERR_UNSUPPORTED) {
+      bad_status++;
+    } else if (!err.msg[0]) {
+      bad_status++;
+    }
+  }
+  CHECK_MSG(bad_status == 0, "%d mutants gave an unexpected status or no message", bad_status);
+  CHECK_MSG(bad_accept == 0, "%d accepted mutants have tensors outside the buffer", bad_accept);
+  free(b);
+}
+
+static void test_mutations(void) {
+  const char *h =
+      "{\"__metadata__\":{\"format\":\"pt\"},"
+      "\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[12,16]},"
+      "\"c\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[16,16]},"
+      "\"d\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[16,24]}}";
+  size_t len;
+  unsigned char *b = build(h, 24, &len);
+  mutate_run(b, len, 20000, 0x1234567u);
+  free(b);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->shared);
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  unsigned char *fx = malloc(1 << 20);
+  size_t n = fread(fx, 1, 1 << 20, f);
+  fclose(f);
+  mutate_run(fx, n, 3000, 0x9abcdefu);
+  free(fx);
+}
+
 /* ---- sharded sets ---- */
 
 static void write_st(const char *dir, const char *name, const char *header, size_t data_len) {
@@ -474,6 +552,7 @@ int main(int argc, char **argv) {
   test_not_regular();
   test_good_edges();
   test_fixtures();
+  test_mutations();
   test_sharded(&a);
   test_wtable(&a);
   return dt_finish();

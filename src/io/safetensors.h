@@ -1,6 +1,13 @@
 /* safetensors files, mapped read-only and validated by every rule of RELIABILITY.md
  * before anything is trusted; sharded sets (*.safetensors.index.json); and the weight
- * table that binds checkpoint names to model struct fields with shape checks. */
+ * table that binds checkpoint names to model struct fields with shape checks.
+ * Implemented in safetensors.c (one file), st_weights.c (sets) and st_wtable.c (table).
+ *
+ * Errors: DIT_ERR_FORMAT for a malformed file (the message names the file, the tensor
+ * and the rule), DIT_ERR_UNSUPPORTED for a valid file this engine cannot hold (rank > 8),
+ * DIT_ERR_IO when a file cannot be opened or mapped, DIT_ERR_NOMEM.
+ * Known limit: the data are mapped, not read; a file truncated by another process while
+ * mapped raises SIGBUS on access. Sizes are checked against the file at open time. */
 #ifndef DIT_IO_SAFETENSORS_H
 #define DIT_IO_SAFETENSORS_H
 
@@ -59,13 +66,17 @@ typedef struct dit_weights {
 } dit_weights;
 
 /* path: a .safetensors file, a .safetensors.index.json file, or a folder holding either
- * (an index is preferred when present). */
+ * (an index is preferred when present; among several files the standard names
+ * diffusion_pytorch_model.* and model.* win, otherwise several is an error). An index's
+ * shards must be plain regular files next to it, and each tensor must be in exactly
+ * the shard its weight_map names. */
 dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_weights **out, dit_error *err);
 void dit_weights_close(dit_weights *w);
 const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name);
 
 /* Descriptor of a stored tensor as a dit_tensor. If its data is misaligned for its
- * dtype, an aligned copy is made and owned by w. */
+ * dtype, an aligned (64-byte) copy is made and owned by w (one per call). The data are
+ * read-only (a PROT_READ mapping): never write through out->data. */
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err);
 
 /* ---- weight table: {checkpoint name, destination, expected shape} ---- */

@@ -51,9 +51,12 @@ static void print_weights(const dit_weights *w, const char *indent, unsigned fla
   weights_summary s;
   summarize(w, &s);
   char hp[32], hb[32];
-  fprintf(out, "%stensors: %zu, parameters: %llu (%s), %llu bytes (%s) in %zu file%s\n", indent, s.n_tensors,
-          (unsigned long long)s.params, human(s.params, "", hp, sizeof hp), (unsigned long long)s.bytes,
-          human(s.bytes, "B", hb, sizeof hb), s.n_files, s.n_files == 1 ? "" : "s");
+  fprintf(out, "%stensors: %zu, parameters: %llu%s%s%s, %llu bytes%s%s%s in %zu file%s\n", indent, s.n_tensors,
+          (unsigned long long)s.params, s.params >= 1000 ? " (" : "",
+          s.params >= 1000 ? human(s.params, "", hp, sizeof hp) : "", s.params >= 1000 ? ")" : "",
+          (unsigned long long)s.bytes, s.bytes >= 1000 ? " (" : "",
+          s.bytes >= 1000 ? human(s.bytes, "B", hb, sizeof hb) : "", s.bytes >= 1000 ? ")" : "", s.n_files,
+          s.n_files == 1 ? "" : "s");
   fprintf(out, "%sdtypes:", indent);
   for (int d = 0; d < DIT_DTYPE_COUNT; d++)
     if (s.dtype_tensors[d])
@@ -93,19 +96,20 @@ static dit_status print_weights_at(const char *path, const char *indent, unsigne
 }
 
 /* The class a component's config names: diffusers "_class_name" or transformers
- * "architectures"[0]. Writes "" when neither is present. */
+ * "architectures"[0], or a tokenizer's "tokenizer_class". Writes "" when none is present. */
 static void config_class(const json_t *cfg, char *buf, size_t len) {
   const json_t *c = json_object_get(cfg, "_class_name");
   const json_t *a = json_object_get(cfg, "architectures");
   if (!json_is_string(c) && json_is_array(a)) c = json_array_get(a, 0);
+  if (!json_is_string(c)) c = json_object_get(cfg, "tokenizer_class");
   snprintf(buf, len, "%s", json_is_string(c) ? json_string_value(c) : "");
 }
 
 static dit_status print_component_folder(const char *dir, unsigned flags, FILE *out, dit_error *err) {
   char file[4352];
   struct stat st;
-  static const char *const names[] = {"config.json", "scheduler_config.json"};
-  for (int i = 0; i < 2; i++) {
+  static const char *const names[] = {"config.json", "scheduler_config.json", "tokenizer_config.json"};
+  for (int i = 0; i < 3; i++) {
     snprintf(file, sizeof file, "%s/%s", dir, names[i]);
     if (stat(file, &st) != 0) continue;
     json_t *cfg;

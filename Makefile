@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all build configure test run setup clean
+.PHONY: all build configure test run setup clean gpu-test
 
 all: build
 
@@ -18,6 +18,11 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# CUDA op test against the CPU backend (needs a GPU; not part of `make test`).
+gpu-test: configure
+	cmake --build $(BUILD) -j $(JOBS) --target dit_gpu_op_test
+	$(BUILD)/tests/dit_gpu_op_test
 
 setup:
 	sh scripts/setup.sh

@@ -97,6 +97,9 @@ typedef struct dit_backend_ops {
   /* dst = src element by element, any strides (views: permute, slice, concat into a
    * slice), same shape; converts dtype when they differ (float types). */
   dit_status (*copy)(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+  /* Optional (NULL on the CPU): releases the backend's private state (streams, handles,
+   * workspaces); dit_backend_free calls it before freeing be. */
+  void (*destroy)(dit_backend *be);
 } dit_backend_ops;
 
 struct dit_backend {
@@ -108,6 +111,14 @@ struct dit_backend {
 /* CPU backend (always available). n_threads <= 0: all online cores. */
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
 void dit_backend_free(dit_backend *be);
+
+#ifdef DIT_HAVE_CUDA
+/* CUDA backend on device `device`: one owned stream, cuBLASLt GEMMs, fused kernels. Ops take
+ * device pointers (tensors with device DIT_DEV_CUDA); activations may be F32 or BF16 (all
+ * activation operands of one call share a dtype); upload is asynchronous on the backend's
+ * stream, download waits for its copy. */
+dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err);
+#endif
 
 /* Thin wrappers so model code reads like the reference modules. */
 #define dit_op_linear(be, ...) ((be)->ops->linear((be), __VA_ARGS__))

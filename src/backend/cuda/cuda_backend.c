@@ -1,0 +1,211 @@
+/* The CUDA backend: creation (device, one owned stream, cuBLASLt handle, workspaces),
+ * device memory through cudaMalloc / cudaMemcpyAsync on that stream, teardown, and the
+ * argument checks shared by the op files. Ops take device pointers (device DIT_DEV_CUDA). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define CU_WORKSPACE_BYTES ((size_t)64 << 20)
+
+dit_status cu_check(cudaError_t e, const char *op, const char *what, dit_error *err) {
+  if (e == cudaSuccess) return DIT_OK;
+  dit_status s = e == cudaErrorMemoryAllocation ? DIT_ERR_NOMEM : DIT_ERR_INTERNAL;
+  if (e == cudaErrorInvalidValue) s = DIT_ERR_INVALID_ARG;
+  return dit_errorf(err, s, "%s: %s: CUDA error %s (%s)", op, what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+dit_status cu_check_lt(cublasStatus_t st, const char *op, const char *what, dit_error *err) {
+  if (st == CUBLAS_STATUS_SUCCESS) return DIT_OK;
+  dit_status s = st == CUBLAS_STATUS_NOT_SUPPORTED ? DIT_ERR_UNSUPPORTED
+                 : st == CUBLAS_STATUS_ALLOC_FAILED ? DIT_ERR_NOMEM
+                                                    : DIT_ERR_INTERNAL;
+  return dit_errorf(err, s, "%s: %s: cuBLASLt error %d (%s)", op, what, (int)st, cublasLtGetStatusString(st));
+}
+
+dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err) {
+  cu_impl *im = cu_im(be);
+  if (bytes > im->scratch_bytes) {
+    size_t n = bytes + bytes / 4;
+    n = (n + 255) & ~(size_t)255;
+    if (im->scratch) {
+      DIT_TRY(cu_check(cudaStreamSynchronize(im->stream), "cuda scratch", "stream sync", err));
+      cudaFree(im->scratch);
+      im->scratch = NULL;
+      im->scratch_bytes = 0;
+    }
+    DIT_TRY(cu_check(cudaMalloc(&im->scratch, n), "cuda scratch", "cudaMalloc", err));
+    im->scratch_bytes = n;
+  }
+  *out = im->scratch;
+  return DIT_OK;
+}
+
+static dit_status cu_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
+  *out = NULL;
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return dit_errorf(err, DIT_ERR_NOMEM, "cuda alloc: %zu bytes: CUDA error %s (%s)", bytes, cudaGetErrorName(e),
+                      cudaGetErrorString(e));
+  }
+  *out = p;
+  return DIT_OK;
+}
+
+static void cu_free(dit_backend *be, void *p) {
+  if (p) cudaFree(p);
+}
+
+static dit_status cu_upload(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
+  if (!bytes) return DIT_OK;
+  if (!dst || !src) return dit_errorf(err, DIT_ERR_INVALID_ARG, "cuda upload: NULL pointer");
+  return cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_im(be)->stream), "cuda upload",
+                  "cudaMemcpyAsync", err);
+}
+
+/* Waits for the copy: the host buffer is valid when download returns. */
+static dit_status cu_download(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
+  if (!bytes) return DIT_OK;
+  if (!dst || !src) return dit_errorf(err, DIT_ERR_INVALID_ARG, "cuda download: NULL pointer");
+  cu_impl *im = cu_im(be);
+  DIT_TRY(cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream), "cuda download",
+                   "cudaMemcpyAsync", err));
+  return cu_check(cudaStreamSynchronize(im->stream), "cuda download", "stream sync", err);
+}
+
+static dit_status cu_sync(dit_backend *be, dit_error *err) {
+  return cu_check(cudaStreamSynchronize(cu_im(be)->stream), "cuda sync", "stream sync", err);
+}
+
+static void cu_destroy(dit_backend *be) {
+  cu_impl *im = cu_im(be);
+  if (!im) return;
+  cudaSetDevice(im->device);
+  if (im->stream) cudaStreamSynchronize(im->stream);
+  for (int i = 0; i < im->n_plans; i++) {
+    cu_plan *p = &im->plans[i];
+    cublasLtMatmulDescDestroy(p->desc);
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->ld);
+  }
+  if (im->lt) cublasLtDestroy(im->lt);
+  cudaFree(im->workspace);
+  cudaFree(im->scratch);
+  cudaFree(im->flag);
+  if (im->stream) cudaStreamDestroy(im->stream);
+  free(im);
+  be->impl = NULL;
+}
+
+static dit_backend_ops cu_ops_table(void) {
+  dit_backend_ops o;
+  memset(&o, 0, sizeof o);
+  o.name = "cuda";
+  o.alloc = cu_alloc;
+  o.free = cu_free;
+  o.upload = cu_upload;
+  o.download = cu_download;
+  o.sync = cu_sync;
+  o.destroy = cu_destroy;
+  o.linear = cu_linear;
+  o.conv2d = cu_conv2d;
+  o.attention = cu_attention;
+  cu_register_ops(&o);
+  return o;
+}
+
+/* The ops table lives in the backend allocation (no mutable globals). */
+typedef struct cu_backend_box {
+  dit_backend be;
+  dit_backend_ops ops;
+} cu_backend_box;
+
+static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
+  const char *op = "cuda backend create";
+  int n = 0;
+  DIT_TRY(cu_check(cudaGetDeviceCount(&n), op, "cudaGetDeviceCount", err));
+  if (device < 0 || device >= n)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: device %d out of range (%d CUDA devices)", op, device, n);
+  DIT_TRY(cu_check(cudaSetDevice(device), op, "cudaSetDevice", err));
+  im->device = device;
+  DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
+                   "cudaDeviceGetAttribute", err));
+  DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));
+  DIT_TRY(cu_check_lt(cublasLtCreate(&im->lt), op, "cublasLtCreate", err));
+  DIT_TRY(cu_check(cudaMalloc(&im->workspace, CU_WORKSPACE_BYTES), op, "workspace cudaMalloc", err));
+  im->workspace_bytes = CU_WORKSPACE_BYTES;
+  DIT_TRY(cu_check(cudaMalloc((void **)&im->flag, sizeof(int)), op, "flag cudaMalloc", err));
+  DIT_TRY(cu_check(cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream), op, "cudaMemsetAsync", err));
+  return DIT_OK;
+}
+
+dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err) {
+  *out = NULL;
+  cu_backend_box *box = calloc(1, sizeof *box);
+  cu_impl *im = calloc(1, sizeof *im);
+  if (!box || !im) {
+    free(box);
+    free(im);
+    return dit_errorf(err, DIT_ERR_NOMEM, "cuda backend create: out of memory");
+  }
+  box->ops = cu_ops_table();
+  box->be.ops = &box->ops;
+  box->be.n_threads = 1;
+  box->be.impl = im;
+  dit_status s = cu_init(im, device, err);
+  if (s != DIT_OK) {
+    cudaGetLastError();
+    cu_destroy(&box->be);
+    free(box);
+    return s;
+  }
+  *out = &box->be;
+  return DIT_OK;
+}
+
+static dit_status cu_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+  if (t->device != DIT_DEV_CUDA)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CUDA tensor", op, name);
+  if (!t->data && dit_tensor_numel(t) > 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  if (!dit_tensor_is_contiguous(t))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
+  return DIT_OK;
+}
+
+dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(cu_present(op, name, t, err));
+  if (t->dtype != DIT_F32 && t->dtype != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32 or BF16, got %s", op, name,
+                      dit_dtype_name(t->dtype));
+  return DIT_OK;
+}
+
+dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
+  DIT_TRY(cu_present(op, name, t, err));
+  if (!cu_fdtype(t->dtype))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s dtype %s unsupported (F32/BF16/F16)", op, name,
+                      dit_dtype_name(t->dtype));
+  if (n >= 0 && dit_tensor_numel(t) != n) {
+    char s[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has shape %s, expected %lld elements", op, name,
+                      dit_shape_str(t->shape, t->ndim, s, sizeof s), (long long)n);
+  }
+  return DIT_OK;
+}
+
+dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                               const dit_tensor *b, dit_error *err) {
+  if (!dit_tensor_has_shape(b, a->ndim, a->shape) || a->dtype != b->dtype) {
+    char s1[128], s2[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s %s %s != %s %s %s", op, an, dit_dtype_name(a->dtype),
+                      dit_shape_str(a->shape, a->ndim, s1, sizeof s1), bn, dit_dtype_name(b->dtype),
+                      dit_shape_str(b->shape, b->ndim, s2, sizeof s2));
+  }
+  return DIT_OK;
+}

@@ -1,0 +1,227 @@
+/* GEMMs on the GPU through cuBLASLt: a plan cache (descriptors + heuristic algorithm per
+ * shape, dtype, epilogue and pointer alignment), linear (activations F32 converted to the
+ * weight dtype on the fly, or BF16 as given; fp32 accumulation; bias/GELU-tanh epilogues
+ * in cuBLASLt, SiLU and exact GELU in a separate kernel) and conv2d (im2col in chunks +
+ * GEMM, then a per-channel bias kernel). */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define CU_IM2COL_BYTES ((size_t)256 << 20)
+
+static cudaDataType_t cu_dtype(int dt) {
+  return dt == DIT_BF16 ? CUDA_R_16BF : dt == DIT_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static int ptr_align(const void *p) {
+  uintptr_t u = (uintptr_t)p;
+  int a = 256;
+  while (a > 1 && (u % (uintptr_t)a) != 0) a /= 2;
+  return a;
+}
+
+static void plan_release(cu_plan *p) {
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  memset(p, 0, sizeof *p);
+}
+
+static dit_status plan_build(cu_impl *im, cu_plan *p, int align, const char *op, dit_error *err) {
+  cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->epi;
+  cudaDataType_t abt = cu_dtype(p->abt), dt = cu_dtype(p->dt);
+  DIT_TRY(cu_check_lt(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op, "MatmulDescCreate",
+                      err));
+  DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op,
+                      "set TRANSA", err));
+  DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op,
+                      "set TRANSB", err));
+  DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+                      op, "set EPILOGUE", err));
+  uint64_t ar = p->ta ? p->k : p->m, ac = p->ta ? p->m : p->k;
+  uint64_t br = p->tb ? p->n : p->k, bc = p->tb ? p->k : p->n;
+  DIT_TRY(cu_check_lt(cublasLtMatrixLayoutCreate(&p->la, abt, ar, ac, p->lda), op, "layout A", err));
+  DIT_TRY(cu_check_lt(cublasLtMatrixLayoutCreate(&p->lb, abt, br, bc, p->ldb), op, "layout B", err));
+  DIT_TRY(cu_check_lt(cublasLtMatrixLayoutCreate(&p->ld, dt, (uint64_t)p->m, (uint64_t)p->n, p->ldd), op,
+                      "layout D", err));
+  cublasLtMatmulPreference_t pref;
+  DIT_TRY(cu_check_lt(cublasLtMatmulPreferenceCreate(&pref), op, "PreferenceCreate", err));
+  uint64_t ws = im->workspace_bytes;
+  uint32_t al = (uint32_t)align;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+  cublasLtMatmulHeuristicResult_t res;
+  int nres = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res,
+                                                     &nres);
+  cublasLtMatmulPreferenceDestroy(pref);
+  DIT_TRY(cu_check_lt(st, op, "AlgoGetHeuristic", err));
+  if (nres < 1)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                      "%s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (A/B %s, D %s, epilogue %d)", op,
+                      (long long)p->m, (long long)p->n, (long long)p->k, dit_dtype_name(p->abt),
+                      dit_dtype_name(p->dt), p->epi);
+  p->algo = res.algo;
+  return DIT_OK;
+}
+
+dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
+                   int dt, const void *bias, int epi, dit_error *err) {
+  cu_impl *im = cu_im(be);
+  if (m <= 0 || n <= 0) return DIT_OK;
+  int align = ptr_align(A);
+  int a2 = ptr_align(B), a3 = ptr_align(D);
+  if (a2 < align) align = a2;
+  if (a3 < align) align = a3;
+  cu_plan key;
+  memset(&key, 0, sizeof key);
+  key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+  key.ta = ta, key.tb = tb, key.abt = abt, key.dt = dt, key.epi = epi * 512 + align;
+  cu_plan *p = NULL;
+  for (int i = 0; i < im->n_plans; i++) {
+    cu_plan *c = &im->plans[i];
+    if (c->m == m && c->n == n && c->k == k && c->lda == lda && c->ldb == ldb && c->ldd == ldd && c->ta == ta &&
+        c->tb == tb && c->abt == abt && c->dt == dt && c->epi == key.epi) {
+      p = c;
+      break;
+    }
+  }
+  if (!p) {
+    int slot = im->n_plans < CU_MAX_PLANS ? im->n_plans++ : CU_MAX_PLANS - 1;
+    p = &im->plans[slot];
+    plan_release(p);
+    *p = key;
+    p->epi = epi; /* plan_build reads the real epilogue */
+    dit_status s = plan_build(im, p, align, op, err);
+    if (s != DIT_OK) {
+      plan_release(p);
+      if (slot == im->n_plans - 1) im->n_plans--;
+      return s;
+    }
+    p->epi = key.epi;
+  }
+  if (bias)
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof bias),
+                        op, "set BIAS_POINTER", err));
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
+                                     &p->algo, im->workspace, im->workspace_bytes, im->stream);
+  return cu_check_lt(st, op, "cublasLtMatmul", err);
+}
+
+static bool d_ok(int abt, int dt) {
+  if (dt == DIT_F32) return true;
+  return abt == dt;
+}
+
+static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                     const dit_tensor *b, dit_act act, dit_error *err) {
+  const char *op = "cuda linear";
+  cu_impl *im = cu_im(be);
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_w(op, "w", w, -1, err));
+  if (w->ndim != 2 || x->ndim < 1 || w->shape[1] != x->shape[x->ndim - 1])
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: w must be [N, K] with K = x's last dim", op);
+  int64_t K = w->shape[1], N = w->shape[0];
+  int64_t M = K ? dit_tensor_numel(x) / K : 0;
+  if (dit_tensor_numel(y) != M * N || y->shape[y->ndim - 1] != N)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y must be [..., %lld] with %lld rows", op, (long long)N,
+                      (long long)M);
+  if (b) DIT_TRY(cu_check_w(op, "b", b, N, err));
+  if (y->data == x->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
+  int abt = w->dtype, dt = y->dtype;
+  if (!d_ok(abt, dt))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: y dtype %s with w dtype %s", op, dit_dtype_name(dt),
+                      dit_dtype_name(abt));
+  if (M == 0 || N == 0) return DIT_OK;
+  size_t xbytes = (int)x->dtype != abt ? al256((size_t)(M * K) * dit_dtype_size(abt)) : 0;
+  size_t bbytes = b && (int)b->dtype != dt ? al256((size_t)N * dit_dtype_size(dt)) : 0;
+  void *scr = NULL;
+  if (xbytes + bbytes) DIT_TRY(cu_scratch(be, xbytes + bbytes, &scr, err));
+  const void *xp = x->data, *bp = b ? b->data : NULL;
+  if (xbytes) {
+    DIT_TRY(cu_check(cuk_convert(scr, abt, x->data, x->dtype, M * K, im->stream), op, "convert x", err));
+    xp = scr;
+  }
+  if (bbytes) {
+    void *bs = (char *)scr + xbytes;
+    DIT_TRY(cu_check(cuk_convert(bs, dt, b->data, b->dtype, N, im->stream), op, "convert bias", err));
+    bp = bs;
+  }
+  int epi = CUBLASLT_EPILOGUE_DEFAULT, post = DIT_ACT_NONE;
+  if (act == DIT_ACT_GELU_TANH) epi = bp ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else {
+    if (bp) epi = CUBLASLT_EPILOGUE_BIAS;
+    post = act;
+  }
+  DIT_TRY(cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err));
+  if (post != DIT_ACT_NONE)
+    DIT_TRY(cu_check(cuk_act(y->data, y->data, dt, M * N, post, im->stream), op, "activation", err));
+  return DIT_OK;
+}
+
+dit_status cu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                     const dit_tensor *b, int stride, int pad, dit_error *err) {
+  const char *op = "cuda conv2d";
+  cu_impl *im = cu_im(be);
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_w(op, "w", w, -1, err));
+  if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4 || w->shape[1] != x->shape[1] || stride < 1 || pad < 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [B,Ci,H,W], w [Co,Ci,kh,kw], y [B,Co,Ho,Wo] expected", op);
+  int64_t B = x->shape[0], Ci = x->shape[1], H = x->shape[2], W = x->shape[3];
+  int64_t Co = w->shape[0], kh = w->shape[2], kw = w->shape[3];
+  int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+  if (H + 2 * pad < kh || W + 2 * pad < kw || y->shape[0] != B || y->shape[1] != Co || y->shape[2] != Ho ||
+      y->shape[3] != Wo)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y must be [%lld, %lld, %lld, %lld]", op, (long long)B,
+                      (long long)Co, (long long)Ho, (long long)Wo);
+  if (b) DIT_TRY(cu_check_w(op, "b", b, Co, err));
+  int abt = w->dtype, dt = y->dtype;
+  if (!d_ok(abt, dt))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: y dtype %s with w dtype %s", op, dit_dtype_name(dt),
+                      dit_dtype_name(abt));
+  int64_t P = Ho * Wo, Kd = Ci * kh * kw;
+  size_t es = dit_dtype_size(abt);
+  bool direct = kh == 1 && kw == 1 && stride == 1 && pad == 0 && (int)x->dtype == abt;
+  int64_t np = P;
+  if (!direct && (size_t)(Kd * P) * es > CU_IM2COL_BYTES) {
+    np = (int64_t)(CU_IM2COL_BYTES / ((size_t)Kd * es)) / 256 * 256;
+    if (np < 256) np = 256;
+    if (np > P) np = P;
+  }
+  void *col = NULL;
+  if (!direct) DIT_TRY(cu_scratch(be, (size_t)(Kd * np) * es, &col, err));
+  size_t ys = dit_dtype_size(dt), xs = dit_dtype_size(x->dtype);
+  for (int64_t bi = 0; bi < B; bi++) {
+    const char *xb = (const char *)x->data + (size_t)(bi * Ci * H * W) * xs;
+    char *yb = (char *)y->data + (size_t)(bi * Co * P) * ys;
+    for (int64_t p0 = 0; p0 < P; p0 += np) {
+      int64_t n = P - p0 < np ? P - p0 : np;
+      const void *A = xb;
+      int64_t lda = P;
+      if (!direct) {
+        DIT_TRY(cu_check(cuk_im2col(col, abt, xb, x->dtype, Ci, H, W, (int)kh, (int)kw, stride, pad, Ho, Wo, p0, n,
+                                    im->stream),
+                         op, "im2col", err));
+        A = col;
+        lda = n;
+      }
+      DIT_TRY(cu_gemm(be, op, 0, 0, n, Co, Kd, A, lda, w->data, Kd, abt, yb + (size_t)p0 * ys, P, dt, NULL,
+                      CUBLASLT_EPILOGUE_DEFAULT, err));
+    }
+  }
+  if (b)
+    DIT_TRY(cu_check(cuk_bias_channel(y->data, dt, B, Co, P, b->data, b->dtype, im->stream), op, "bias", err));
+  return DIT_OK;
+}

@@ -1,0 +1,130 @@
+/* Internals shared by the CUDA backend's C host files and its .cu kernel files: the
+ * backend's private state (device, stream, cuBLASLt handle, workspaces, GEMM plan cache),
+ * the argument checks and the extern "C" kernel launchers. Plain C: no C++ here.
+ * Dtype arguments of the launchers are dit_dtype values (F32, BF16, F16 for floats). */
+#ifndef DIT_CUDA_INTERNAL_H
+#define DIT_CUDA_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+
+#define CU_MAX_PLANS 128
+
+/* One cached cuBLASLt matmul: descriptors plus the heuristic's algorithm for a shape. */
+typedef struct cu_plan {
+  int64_t m, n, k, lda, ldb, ldd;
+  int ta, tb;           /* transpose flags of A and B */
+  int abt, dt;          /* A/B dtype, D dtype (dit_dtype) */
+  int epi;              /* cublasLtEpilogue_t */
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+} cu_plan;
+
+typedef struct cu_impl {
+  int device;
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  void *workspace; /* cuBLASLt workspace */
+  size_t workspace_bytes;
+  void *scratch; /* conversions (activations to bf16, im2col), grown on demand */
+  size_t scratch_bytes;
+  int *flag; /* device int: kernels report bad input (embedding ids) here */
+  int max_smem; /* opt-in shared memory per block */
+  int n_plans;
+  cu_plan plans[CU_MAX_PLANS];
+} cu_impl;
+
+static inline cu_impl *cu_im(dit_backend *be) { return (cu_impl *)be->impl; }
+
+/* Fills err with "op: what: CUDA error string" when e != cudaSuccess. */
+dit_status cu_check(cudaError_t e, const char *op, const char *what, dit_error *err);
+dit_status cu_check_lt(cublasStatus_t s, const char *op, const char *what, dit_error *err);
+/* Grows the scratch buffer to at least bytes (synchronizes the stream when it grows). */
+dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err);
+
+/* Argument checks: present, on the GPU, contiguous, F32 or BF16 (activations). */
+dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
+/* Weight-like: present, GPU, contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
+dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
+dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                               const dit_tensor *b, dit_error *err);
+static inline bool cu_fdtype(dit_dtype t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
+
+/* GEMM through cuBLASLt (column-major, like cuBLAS): D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m])
+ * with epilogue epi; A and B of dtype abt, D of dtype dt; fp32 accumulation. */
+dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
+                   int dt, const void *bias, int epi, dit_error *err);
+
+/* Op implementations (host side). */
+dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                     const dit_tensor *b, dit_act act, dit_error *err);
+dit_status cu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                     const dit_tensor *b, int stride, int pad, dit_error *err);
+dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
+                        const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
+                        dit_error *err);
+void cu_register_ops(dit_backend_ops *ops); /* fills the elementwise/norm ops (cuda_ops.c) */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Kernel launchers: enqueue on stream s and return cudaGetLastError(). n: element counts. */
+cudaError_t cuk_convert(void *dst, int ddt, const void *src, int sdt, int64_t n, cudaStream_t s);
+cudaError_t cuk_act(void *y, const void *x, int dt, int64_t n, int act, cudaStream_t s);
+/* op: 0 add, 1 mul, 2 swiglu (silu(a) * b). */
+cudaError_t cuk_binary(void *y, const void *a, const void *b, int dt, int64_t n, int op, cudaStream_t s);
+cudaError_t cuk_scale(void *y, const void *x, int dt, int64_t n, float sc, cudaStream_t s);
+/* x [B,S,D]; scale/shift [B or 1, D] (shift may be NULL); sbs: batch stride of scale/shift. */
+cudaError_t cuk_modulate(void *y, const void *x, int dt, int64_t B, int64_t S, int64_t D, const void *scale,
+                         const void *shift, int sdt, int64_t sbs, cudaStream_t s);
+cudaError_t cuk_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D, const void *gate,
+                          int gdt, int64_t gbs, int tanh_gate, cudaStream_t s);
+/* y [M,N] (dtype dt) = act(y + bias[N]) (bias may be NULL). */
+cudaError_t cuk_bias_act(void *y, int dt, int64_t M, int64_t N, const void *bias, int bdt, int act,
+                         cudaStream_t s);
+/* y [B,C,P] += bias[C]. */
+cudaError_t cuk_bias_channel(void *y, int dt, int64_t B, int64_t C, int64_t P, const void *bias, int bdt,
+                             cudaStream_t s);
+cudaError_t cuk_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w, int wdt,
+                         float eps, cudaStream_t s);
+cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w, int wdt,
+                           const void *b, int bdt, float eps, cudaStream_t s);
+cudaError_t cuk_group_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, int G,
+                           const void *w, int wdt, const void *b, int bdt, float eps, int silu,
+                           cudaStream_t s);
+cudaError_t cuk_softmax(void *y, const void *x, int dt, int64_t rows, int64_t D, cudaStream_t s);
+/* x [B,S,H,D] in place; cos/sin F32 [*, S, D/2] with batch stride csb (0: broadcast). */
+cudaError_t cuk_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
+                     const float *sin, int64_t csb, int mode, cudaStream_t s);
+/* y [N,D] = table[ids]; a bad id sets *flag = 1 and zeroes its row. idt: I32 or I64. */
+cudaError_t cuk_embedding(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, const void *ids,
+                          int idt, int64_t N, int *flag, cudaStream_t s);
+cudaError_t cuk_timestep(void *y, int ydt, const float *t, int64_t N, int dim, float max_period, float shift,
+                         float scale, int flip, cudaStream_t s);
+cudaError_t cuk_upsample2x(void *y, const void *x, int dt, int64_t BC, int64_t H, int64_t W, cudaStream_t s);
+/* Strided copy with conversion; shape/strides in elements, ndim <= 8. esize: element bytes
+ * when ddt == sdt and the type is not a float type (raw copy), else 0. */
+cudaError_t cuk_copy(void *dst, int ddt, const void *src, int sdt, int ndim, const int64_t *shape,
+                     const int64_t *dstride, const int64_t *sstride, int esize, cudaStream_t s);
+/* col [Ci*kh*kw, np] (dtype cdt) for output pixels p0 .. p0+np of one image x [Ci,H,W]. */
+cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, int64_t H, int64_t W, int kh,
+                       int kw, int stride, int pad, int64_t Ho, int64_t Wo, int64_t p0, int64_t np,
+                       cudaStream_t s);
+/* Flash attention: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all dtype dt (F32/BF16);
+ * mask [B,Sk] bytes or NULL. Returns cudaErrorInvalidValue for unsupported D. */
+cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
+                          int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
+                          float scale, int causal, cudaStream_t s);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

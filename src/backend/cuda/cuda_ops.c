@@ -1,0 +1,315 @@
+/* Host side of the CUDA elementwise, normalization, attention and indexing ops: argument
+ * checks (shapes, dtypes, device) and the kernel launches on the backend's stream. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define LAUNCH(op, what, call) DIT_TRY(cu_check((call), op, what, err))
+
+static cudaStream_t st(dit_backend *be) { return cu_im(be)->stream; }
+
+static int64_t last_dim(const dit_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+
+static dit_status opt_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
+  return t ? cu_check_w(op, name, t, n, err) : DIT_OK;
+}
+
+static dit_status rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+                           dit_error *err) {
+  const char *op = "cuda rms_norm";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
+  DIT_TRY(opt_w(op, "w", w, D, err));
+  LAUNCH(op, "kernel", cuk_rms_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0, eps,
+                                    st(be)));
+  return DIT_OK;
+}
+
+static dit_status layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                             const dit_tensor *b, float eps, dit_error *err) {
+  const char *op = "cuda layer_norm";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
+  DIT_TRY(opt_w(op, "w", w, D, err));
+  DIT_TRY(opt_w(op, "b", b, D, err));
+  LAUNCH(op, "kernel", cuk_layer_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0,
+                                      b ? b->data : NULL, b ? b->dtype : 0, eps, st(be)));
+  return DIT_OK;
+}
+
+static dit_status group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
+                             const dit_tensor *b, float eps, bool silu, dit_error *err) {
+  const char *op = "cuda group_norm";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  if (x->ndim < 2 || groups <= 0 || x->shape[1] % groups != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, C, ...] with C divisible by groups=%d", op,
+                      groups);
+  int64_t B = x->shape[0], C = x->shape[1], HW = (B > 0 && C > 0) ? dit_tensor_numel(x) / (B * C) : 0;
+  DIT_TRY(opt_w(op, "w", w, C, err));
+  DIT_TRY(opt_w(op, "b", b, C, err));
+  LAUNCH(op, "kernel", cuk_group_norm(y->data, x->data, x->dtype, B, C, HW, groups, w ? w->data : NULL,
+                                      w ? w->dtype : 0, b ? b->data : NULL, b ? b->dtype : 0, eps, silu, st(be)));
+  return DIT_OK;
+}
+
+dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
+                        const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
+                        dit_error *err) {
+  const char *op = "cuda attention";
+  DIT_TRY(cu_check_act(op, "q", q, err));
+  DIT_TRY(cu_check_act(op, "k", k, err));
+  DIT_TRY(cu_check_act(op, "v", v, err));
+  DIT_TRY(cu_check_act(op, "out", out, err));
+  DIT_TRY(cu_check_same_shape(op, "q", q, "out", out, err));
+  DIT_TRY(cu_check_same_shape(op, "k", k, "v", v, err));
+  if (q->ndim != 4 || k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] ||
+      k->shape[3] != q->shape[3] || k->shape[2] <= 0 || q->shape[2] % k->shape[2] != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "%s: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] of q's dtype with Hq %% Hkv == 0 expected", op);
+  int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3], Sk = k->shape[1],
+          Hkv = k->shape[2];
+  if (D > 256 || D % 8 != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: head dim %lld unsupported (multiple of 8, <= 256)", op,
+                      (long long)D);
+  const uint8_t *mask = NULL;
+  if (key_mask) {
+    if (key_mask->device != DIT_DEV_CUDA || (key_mask->dtype != DIT_U8 && key_mask->dtype != DIT_BOOL) ||
+        dit_tensor_numel(key_mask) != B * Sk || !dit_tensor_is_contiguous(key_mask))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: key_mask must be a contiguous CUDA U8/BOOL [B, Sk]", op);
+    mask = (const uint8_t *)key_mask->data;
+  }
+  if (out->data == q->data || out->data == k->data || out->data == v->data)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
+  LAUNCH(op, "flash kernel", cuk_attention(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D,
+                                           mask, scale, causal, st(be)));
+  return DIT_OK;
+}
+
+static dit_status rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                       dit_rope_mode mode, dit_error *err) {
+  const char *op = "cuda rope";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  if (x->ndim != 4 || x->shape[3] % 2 != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
+  int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
+  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
+  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
+  int64_t n = dit_tensor_numel(cos);
+  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != n ||
+      (n != B * S * (D / 2) && n != S * (D / 2)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
+  int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
+  LAUNCH(op, "kernel", cuk_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
+                                (const float *)sin->data, csb, (int)mode, st(be)));
+  return DIT_OK;
+}
+
+static dit_status activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err) {
+  const char *op = "cuda activation";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  LAUNCH(op, "kernel", cuk_act(y->data, x->data, x->dtype, dit_tensor_numel(x), (int)act, st(be)));
+  return DIT_OK;
+}
+
+static dit_status binary(dit_backend *be, const char *op, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
+                         int kind, dit_error *err) {
+  DIT_TRY(cu_check_act(op, "a", a, err));
+  DIT_TRY(cu_check_act(op, "b", b, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "a", a, "b", b, err));
+  DIT_TRY(cu_check_same_shape(op, "a", a, "y", y, err));
+  LAUNCH(op, "kernel", cuk_binary(y->data, a->data, b->data, a->dtype, dit_tensor_numel(a), kind, st(be)));
+  return DIT_OK;
+}
+
+static dit_status add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  return binary(be, "cuda add", y, a, b, 0, err);
+}
+static dit_status mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  return binary(be, "cuda mul", y, a, b, 1, err);
+}
+static dit_status swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
+                         dit_error *err) {
+  return binary(be, "cuda swiglu", y, a, b, 2, err);
+}
+
+static dit_status scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {
+  const char *op = "cuda scale";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  LAUNCH(op, "kernel", cuk_scale(y->data, x->data, x->dtype, dit_tensor_numel(x), s, st(be)));
+  return DIT_OK;
+}
+
+/* x [B,S,D] (or [S,D] as B = 1); a per-batch vector [B,D] (or [D], broadcast): batch stride. */
+static dit_status bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
+                      int64_t *S, int64_t *D, int64_t *vbs, dit_error *err) {
+  if (x->ndim != 3 && x->ndim != 2)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, D]", op);
+  *B = x->ndim == 3 ? x->shape[0] : 1;
+  *S = x->shape[x->ndim - 2];
+  *D = x->shape[x->ndim - 1];
+  if (!vec) return DIT_OK;
+  DIT_TRY(cu_check_w(op, vn, vec, -1, err));
+  int64_t n = dit_tensor_numel(vec);
+  if (n != *B * *D && n != *D)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be [B, D] = [%lld, %lld]", op, vn, (long long)*B,
+                      (long long)*D);
+  *vbs = n == *B * *D ? *D : 0;
+  return DIT_OK;
+}
+
+static dit_status modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale_,
+                           const dit_tensor *shift, dit_error *err) {
+  const char *op = "cuda modulate";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  if (!scale_) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: scale is NULL", op);
+  int64_t B, S, D, sbs = 0, hbs = 0;
+  DIT_TRY(bsd(op, x, "scale", scale_, &B, &S, &D, &sbs, err));
+  DIT_TRY(bsd(op, x, "shift", shift, &B, &S, &D, &hbs, err));
+  if (shift && (shift->dtype != scale_->dtype || hbs != sbs))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: shift must match scale's dtype and shape", op);
+  LAUNCH(op, "kernel", cuk_modulate(y->data, x->data, x->dtype, B, S, D, scale_->data, shift ? shift->data : NULL,
+                                    scale_->dtype, sbs, st(be)));
+  return DIT_OK;
+}
+
+static dit_status gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
+                            bool tanh_gate, dit_error *err) {
+  const char *op = "cuda gated_add";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  int64_t B, S, D, gbs = 0;
+  DIT_TRY(bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
+  LAUNCH(op, "kernel", cuk_gated_add(x->data, y->data, x->dtype, B, S, D, gate ? gate->data : NULL,
+                                     gate ? gate->dtype : 0, gbs, tanh_gate, st(be)));
+  return DIT_OK;
+}
+
+static dit_status softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
+  const char *op = "cuda softmax";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
+  LAUNCH(op, "kernel", cuk_softmax(y->data, x->data, x->dtype, rows, D, st(be)));
+  return DIT_OK;
+}
+
+/* Waits for the lookup to report bad ids (one host sync: embeddings run once per prompt). */
+static dit_status embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
+                            dit_error *err) {
+  const char *op = "cuda embedding";
+  cu_impl *im = cu_im(be);
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_w(op, "table", table, -1, err));
+  if (!ids || ids->device != DIT_DEV_CUDA || (ids->dtype != DIT_I32 && ids->dtype != DIT_I64) ||
+      !dit_tensor_is_contiguous(ids))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: ids must be a contiguous CUDA I32/I64 tensor", op);
+  if (table->ndim != 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: table must be [V, D]", op);
+  int64_t V = table->shape[0], D = table->shape[1], N = dit_tensor_numel(ids);
+  if (dit_tensor_numel(y) != N * D || last_dim(y) != D)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y must be [%lld, %lld]", op, (long long)N, (long long)D);
+  if (N == 0) return DIT_OK;
+  LAUNCH(op, "kernel", cuk_embedding(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype, N,
+                                     im->flag, im->stream));
+  int bad = 0;
+  LAUNCH(op, "read flag", cudaMemcpyAsync(&bad, im->flag, sizeof bad, cudaMemcpyDeviceToHost, im->stream));
+  LAUNCH(op, "sync", cudaStreamSynchronize(im->stream));
+  if (bad) {
+    LAUNCH(op, "reset flag", cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream));
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: an id is outside [0, %lld)", op, (long long)V);
+  }
+  return DIT_OK;
+}
+
+static dit_status upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
+  const char *op = "cuda upsample2x";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  if (x->ndim != 4 || y->ndim != 4 || y->dtype != x->dtype || y->shape[0] != x->shape[0] ||
+      y->shape[1] != x->shape[1] || y->shape[2] != 2 * x->shape[2] || y->shape[3] != 2 * x->shape[3])
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [B,C,H,W] and y [B,C,2H,2W] of one dtype expected", op);
+  LAUNCH(op, "kernel", cuk_upsample2x(y->data, x->data, x->dtype, x->shape[0] * x->shape[1], x->shape[2],
+                                      x->shape[3], st(be)));
+  return DIT_OK;
+}
+
+static dit_status timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
+                                     float max_period, float shift, float scale_, bool flip, dit_error *err) {
+  const char *op = "cuda timestep_embedding";
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_act(op, "t", t, err));
+  int64_t N = dit_tensor_numel(t);
+  if (t->dtype != DIT_F32 || dim <= 0 || dit_tensor_numel(y) != N * dim || last_dim(y) != dim)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: t F32 [N] and y [N, %d] expected", op, dim);
+  LAUNCH(op, "kernel", cuk_timestep(y->data, y->dtype, (const float *)t->data, N, dim, max_period, shift, scale_,
+                                    flip, st(be)));
+  return DIT_OK;
+}
+
+static dit_status copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err) {
+  const char *op = "cuda copy";
+  if (!dst || !src) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: NULL tensor", op);
+  if (dst->device != DIT_DEV_CUDA || src->device != DIT_DEV_CUDA)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: both tensors must be CUDA tensors", op);
+  if (!dit_tensor_has_shape(dst, src->ndim, src->shape)) {
+    char s1[128], s2[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: dst shape %s != src shape %s", op,
+                      dit_shape_str(dst->shape, dst->ndim, s1, sizeof s1),
+                      dit_shape_str(src->shape, src->ndim, s2, sizeof s2));
+  }
+  int64_t n = dit_tensor_numel(src);
+  if (n == 0) return DIT_OK;
+  if ((!dst->data || !src->data))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: tensor without data", op);
+  bool same = dst->dtype == src->dtype;
+  if (!same && !(cu_fdtype(dst->dtype) && cu_fdtype(src->dtype)))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: %s to %s unsupported (float types convert)", op,
+                      dit_dtype_name(src->dtype), dit_dtype_name(dst->dtype));
+  bool contig = dit_tensor_is_contiguous(dst) && dit_tensor_is_contiguous(src);
+  if (contig && same) {
+    LAUNCH(op, "cudaMemcpyAsync", cudaMemcpyAsync(dst->data, src->data, (size_t)n * dit_dtype_size(src->dtype),
+                                                  cudaMemcpyDeviceToDevice, st(be)));
+    return DIT_OK;
+  }
+  if (contig) {
+    LAUNCH(op, "convert kernel", cuk_convert(dst->data, dst->dtype, src->data, src->dtype, n, st(be)));
+    return DIT_OK;
+  }
+  int es = same && !cu_fdtype(src->dtype) ? (int)dit_dtype_size(src->dtype) : 0;
+  LAUNCH(op, "strided kernel", cuk_copy(dst->data, dst->dtype, src->data, src->dtype, src->ndim, src->shape,
+                                        dst->stride, src->stride, es, st(be)));
+  return DIT_OK;
+}
+
+void cu_register_ops(dit_backend_ops *o) {
+  o->rms_norm = rms_norm;
+  o->layer_norm = layer_norm;
+  o->group_norm = group_norm;
+  o->rope = rope;
+  o->activation = activation;
+  o->swiglu = swiglu;
+  o->modulate = modulate;
+  o->gated_add = gated_add;
+  o->add = add;
+  o->mul = mul;
+  o->scale = scale;
+  o->softmax = softmax;
+  o->embedding = embedding;
+  o->upsample2x = upsample2x;
+  o->timestep_embedding = timestep_embedding;
+  o->copy = copy;
+}

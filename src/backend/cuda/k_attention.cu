@@ -1,0 +1,234 @@
+/* Fused scaled-dot-product attention (FlashAttention-2 style): one block of 4 warps per
+ * 64 query rows of one (batch, head); K/V tiles of 64 keys go through shared memory as
+ * bf16; S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16 bf16, fp32
+ * accumulation) with an online softmax in fp32 registers. Key-padding mask, causal mask
+ * and GQA (head h reads kv head h / (Hq / Hkv)). Head dims up to 256 (even), padded with
+ * zeros to 64, 128 or 256 in shared memory. Inputs F32 (rounded to bf16 on load) or BF16. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+#define FA_BM 64
+#define FA_BN 64
+#define FA_THREADS 128
+
+__device__ __forceinline__ void fa_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Loads 8 consecutive elements (or fewer at the row end: zeros) as bf16. */
+__device__ __forceinline__ void fa_load8(__nv_bfloat16 *dst, const float *src, int n) {
+  if (n >= 8) {
+    float4 a = *reinterpret_cast<const float4 *>(src), b = *reinterpret_cast<const float4 *>(src + 4);
+    dst[0] = __float2bfloat16_rn(a.x); dst[1] = __float2bfloat16_rn(a.y);
+    dst[2] = __float2bfloat16_rn(a.z); dst[3] = __float2bfloat16_rn(a.w);
+    dst[4] = __float2bfloat16_rn(b.x); dst[5] = __float2bfloat16_rn(b.y);
+    dst[6] = __float2bfloat16_rn(b.z); dst[7] = __float2bfloat16_rn(b.w);
+  } else {
+    for (int i = 0; i < 8; i++) dst[i] = __float2bfloat16_rn(i < n ? src[i] : 0.0f);
+  }
+}
+__device__ __forceinline__ void fa_load8(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int n) {
+  if (n >= 8) {
+    *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+  } else {
+    for (int i = 0; i < 8; i++) dst[i] = i < n ? src[i] : __float2bfloat16_rn(0.0f);
+  }
+}
+
+/* Tile [64 rows][DP] from rows r0.. of a [rows_total, rstride] array (zeros outside). If
+ * transposed, stores dst[d * ld + r] (V^T) else dst[r * ld + d]. */
+template <typename T, int DP>
+__device__ __forceinline__ void fa_tile(__nv_bfloat16 *dst, int ld, bool transposed, const T *src, int64_t r0,
+                                        int64_t nrows, int64_t rstride, int D) {
+  for (int idx = threadIdx.x; idx < FA_BM * (DP / 8); idx += FA_THREADS) {
+    int r = idx / (DP / 8), c = (idx % (DP / 8)) * 8;
+    __align__(16) __nv_bfloat16 v[8];
+    if (r0 + r < nrows && c < D) {
+      fa_load8(v, src + (r0 + r) * rstride + c, D - c);
+    } else {
+      for (int i = 0; i < 8; i++) v[i] = __float2bfloat16_rn(0.0f);
+    }
+    if (transposed) {
+      for (int i = 0; i < 8; i++) dst[(c + i) * ld + r] = v[i];
+    } else {
+      *reinterpret_cast<uint4 *>(dst + r * ld + c) = *reinterpret_cast<uint4 *>(v);
+    }
+  }
+}
+
+template <typename T, int DP>
+__global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const T *k, const T *v, int64_t Sq,
+                                                      int64_t Sk, int Hq, int Hkv, int D, const uint8_t *mask,
+                                                      float sl2, int causal) {
+  extern __shared__ __align__(16) unsigned char fa_smem[];
+  const int LQ = DP + 8, LV = FA_BN + 8;
+  __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fa_smem);
+  __nv_bfloat16 *Ks = Qs + FA_BM * LQ;
+  __nv_bfloat16 *Vt = Ks + FA_BN * LQ;
+  float *mb = reinterpret_cast<float *>(Vt + DP * LV);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
+  const int64_t q0 = (int64_t)blockIdx.x * FA_BM;
+  const T *qb = q + ((int64_t)b * Sq * Hq + h) * D;
+  const T *kb = k + ((int64_t)b * Sk * Hkv + hk) * D;
+  const T *vb = v + ((int64_t)b * Sk * Hkv + hk) * D;
+
+  fa_tile<T, DP>(Qs, LQ, false, qb, q0, Sq, (int64_t)Hq * D, D);
+
+  const int ra = warp * 16 + (lane >> 2), qc = (lane & 3) * 2;
+  const int64_t qia = q0 + ra, qib = qia + 8;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+  int64_t nkt = (Sk + FA_BN - 1) / FA_BN;
+  if (causal) {
+    int64_t last = (q0 + FA_BM - 1) / FA_BN + 1;
+    if (last < nkt) nkt = last;
+  }
+  for (int64_t kt = 0; kt < nkt; kt++) {
+    const int64_t k0 = kt * FA_BN;
+    __syncthreads();
+    fa_tile<T, DP>(Ks, LQ, false, kb, k0, Sk, (int64_t)Hkv * D, D);
+    fa_tile<T, DP>(Vt, LV, true, vb, k0, Sk, (int64_t)Hkv * D, D);
+    if (threadIdx.x < FA_BN) {
+      int64_t j = k0 + threadIdx.x;
+      bool ok = j < Sk && (!mask || mask[(int64_t)b * Sk + j]);
+      mb[threadIdx.x] = ok ? 0.0f : -INFINITY;
+    }
+    __syncthreads();
+
+    float s[FA_BN / 8][4];
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ks++) {
+      const __nv_bfloat16 *qp = Qs + ra * LQ + ks * 16 + qc;
+      uint32_t a[4];
+      a[0] = *reinterpret_cast<const uint32_t *>(qp);
+      a[1] = *reinterpret_cast<const uint32_t *>(qp + 8 * LQ);
+      a[2] = *reinterpret_cast<const uint32_t *>(qp + 8);
+      a[3] = *reinterpret_cast<const uint32_t *>(qp + 8 * LQ + 8);
+#pragma unroll
+      for (int n = 0; n < FA_BN / 8; n++) {
+        const __nv_bfloat16 *kp = Ks + (n * 8 + (lane >> 2)) * LQ + ks * 16 + qc;
+        fa_mma(s[n], a, *reinterpret_cast<const uint32_t *>(kp), *reinterpret_cast<const uint32_t *>(kp + 8));
+      }
+    }
+    /* scale, mask, row max */
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int j = n * 8 + qc + (e & 1);
+        float val = s[n][e] * sl2 + mb[j];
+        if (causal && k0 + j > (e < 2 ? qia : qib)) val = -INFINITY;
+        s[n][e] = val;
+        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      }
+    }
+    float alpha[2], mu[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      float mn = fmaxf(m[r], mx[r]);
+      mu[r] = mn == -INFINITY ? 0.0f : mn;
+      alpha[r] = exp2f(m[r] - mu[r]);
+      m[r] = mn;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = exp2f(s[n][e] - mu[e >> 1]);
+        s[n][e] = p;
+        l[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < DP / 8; d++) {
+      o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int j = 0; j < FA_BN / 16; j++) {
+      uint32_t a[4];
+      a[0] = fa_pack(s[2 * j][0], s[2 * j][1]);
+      a[1] = fa_pack(s[2 * j][2], s[2 * j][3]);
+      a[2] = fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]);
+      a[3] = fa_pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+      for (int d = 0; d < DP / 8; d++) {
+        const __nv_bfloat16 *vp = Vt + (d * 8 + (lane >> 2)) * LV + j * 16 + qc;
+        fa_mma(o[d], a, *reinterpret_cast<const uint32_t *>(vp), *reinterpret_cast<const uint32_t *>(vp + 8));
+      }
+    }
+  }
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  T *ob = out + ((int64_t)b * Sq * Hq + h) * D;
+#pragma unroll
+  for (int d = 0; d < DP / 8; d++) {
+    int c = d * 8 + qc;
+    if (c >= D) continue;
+    if (qia < Sq) {
+      cu_st(ob, qia * Hq * D + c, o[d][0] * inv[0]);
+      cu_st(ob, qia * Hq * D + c + 1, o[d][1] * inv[0]);
+    }
+    if (qib < Sq) {
+      cu_st(ob, qib * Hq * D + c, o[d][2] * inv[1]);
+      cu_st(ob, qib * Hq * D + c + 1, o[d][3] * inv[1]);
+    }
+  }
+}
+
+template <typename T, int DP>
+static cudaError_t fa_launch(void *out, const void *q, const void *k, const void *v, int64_t B, int64_t Sq,
+                             int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask, float scale,
+                             int causal, cudaStream_t s) {
+  size_t smem = (size_t)(2 * FA_BM * (DP + 8) + DP * (FA_BN + 8)) * 2 + FA_BN * sizeof(float);
+  cudaError_t e = cudaFuncSetAttribute(k_flash<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((unsigned)((Sq + FA_BM - 1) / FA_BM), (unsigned)Hq, (unsigned)B);
+  k_flash<T, DP><<<grid, FA_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk,
+                                                (int)Hq, (int)Hkv, (int)D, mask, scale * 1.4426950408889634f,
+                                                causal);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
+                                     int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                                     const uint8_t *mask, float scale, int causal, cudaStream_t s) {
+  if (D <= 0 || D > 256 || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) return cudaErrorInvalidValue;
+  if (B <= 0 || Sq <= 0) return cudaSuccess;
+  if (dt == CU_DT_BF16) {
+    if (D <= 64) return fa_launch<__nv_bfloat16, 64>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    if (D <= 128) return fa_launch<__nv_bfloat16, 128>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    return fa_launch<__nv_bfloat16, 256>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+  }
+  if (dt == CU_DT_F32) {
+    if (D <= 64) return fa_launch<float, 64>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    if (D <= 128) return fa_launch<float, 128>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    return fa_launch<float, 256>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+  }
+  return cudaErrorInvalidValue;
+}

@@ -1,0 +1,126 @@
+/* Normalization CUDA kernels: RMSNorm, LayerNorm, GroupNorm(+SiLU) and softmax, one
+ * block per row (group); statistics in fp32 with a two-pass mean/variance. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+template <typename T>
+__global__ void k_rms_norm(T *y, const T *x, int64_t D, const void *w, int wdt, float eps) {
+  __shared__ float sh[32];
+  const T *xr = x + blockIdx.x * D;
+  T *yr = y + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float v = cu_ld(xr, i);
+    ss += v * v;
+  }
+  ss = cu_block_sum(ss, sh);
+  float r = rsqrtf(ss / (float)D + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float v = cu_ld(xr, i) * r;
+    if (w) v *= cu_ldw(w, wdt, i);
+    cu_st(yr, i, v);
+  }
+}
+
+template <typename T>
+__global__ void k_layer_norm(T *y, const T *x, int64_t D, const void *w, int wdt, const void *b, int bdt,
+                             float eps) {
+  __shared__ float sh[32];
+  const T *xr = x + blockIdx.x * D;
+  T *yr = y + blockIdx.x * D;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += cu_ld(xr, i);
+  float mean = cu_block_sum(s, sh) / (float)D;
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float d = cu_ld(xr, i) - mean;
+    q += d * d;
+  }
+  float r = rsqrtf(cu_block_sum(q, sh) / (float)D + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float v = (cu_ld(xr, i) - mean) * r;
+    if (w) v *= cu_ldw(w, wdt, i);
+    if (b) v += cu_ldw(b, bdt, i);
+    cu_st(yr, i, v);
+  }
+}
+
+static int norm_threads(int64_t D) {
+  int t = 32;
+  while (t < 1024 && t * 4 < D) t *= 2;
+  return t;
+}
+
+extern "C" cudaError_t cuk_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w,
+                                    int wdt, float eps, cudaStream_t s) {
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k_rms_norm<T><<<(unsigned)rows, norm_threads(D), 0, s>>>((T *)y, (const T *)x, D, w, wdt,
+                                                                               eps));
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w,
+                                      int wdt, const void *b, int bdt, float eps, cudaStream_t s) {
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k_layer_norm<T><<<(unsigned)rows, norm_threads(D), 0, s>>>((T *)y, (const T *)x, D, w,
+                                                                                 wdt, b, bdt, eps));
+  return cudaGetLastError();
+}
+
+/* One block per (batch, group): the group's channels are contiguous, cg * HW elements. */
+template <typename T>
+__global__ void k_group_norm(T *y, const T *x, int64_t C, int64_t HW, int G, const void *w, int wdt,
+                             const void *b, int bdt, float eps, int silu) {
+  __shared__ float sh[32];
+  int64_t cg = C / G, n = cg * HW;
+  int64_t base = (int64_t)blockIdx.x * n; /* block = b*G + g */
+  int64_t c0 = (int64_t)(blockIdx.x % G) * cg;
+  const T *xr = x + base;
+  T *yr = y + base;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += cu_ld(xr, i);
+  float mean = cu_block_sum(s, sh) / (float)n;
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float d = cu_ld(xr, i) - mean;
+    q += d * d;
+  }
+  float r = rsqrtf(cu_block_sum(q, sh) / (float)n + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t c = c0 + i / HW;
+    float v = (cu_ld(xr, i) - mean) * r;
+    if (w) v *= cu_ldw(w, wdt, c);
+    if (b) v += cu_ldw(b, bdt, c);
+    if (silu) v = v / (1.0f + expf(-v));
+    cu_st(yr, i, v);
+  }
+}
+
+extern "C" cudaError_t cuk_group_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, int G,
+                                      const void *w, int wdt, const void *b, int bdt, float eps, int silu,
+                                      cudaStream_t s) {
+  if (B <= 0 || C <= 0 || HW <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k_group_norm<T><<<(unsigned)(B * G), 1024, 0, s>>>((T *)y, (const T *)x, C, HW, G, w, wdt,
+                                                                         b, bdt, eps, silu));
+  return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_softmax(T *y, const T *x, int64_t D) {
+  __shared__ float sh[32];
+  const T *xr = x + blockIdx.x * D;
+  T *yr = y + blockIdx.x * D;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) m = fmaxf(m, cu_ld(xr, i));
+  m = cu_block_max(m, sh);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += expf(cu_ld(xr, i) - m);
+  float inv = 1.0f / cu_block_sum(s, sh);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cu_st(yr, i, expf(cu_ld(xr, i) - m) * inv);
+}
+
+extern "C" cudaError_t cuk_softmax(void *y, const void *x, int dt, int64_t rows, int64_t D, cudaStream_t s) {
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k_softmax<T><<<(unsigned)rows, norm_threads(D), 0, s>>>((T *)y, (const T *)x, D));
+  return cudaGetLastError();
+}

@@ -1,0 +1,628 @@
+/* GPU op test (needs a CUDA GPU; built as dit_gpu_op_test when CUDA is on, run by
+ * `make gpu-test`, never by ctest): every CUDA op against the CPU op on fresh random
+ * inputs. GPU outputs are poisoned with NaN before each run, then checked for NaN/Inf
+ * (which also catches unwritten elements), normalized MSE and max relative error
+ * (max |gpu - cpu| / max |cpu|). Big Z-Image shapes are timed with CUDA events (warmup,
+ * median) and reported in TFLOP/s or GB/s; for those the CPU checks a subset of rows.
+ * Usage: dit_gpu_op_test [--quick] (skips the big shapes). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "core/dtype.h"
+#include "testing.h"
+
+#define NREP 15
+#define TOL_F32 1e-5  /* max rel err, fp32 ops */
+#define TOL_NMSE 1e-4 /* bf16 operands (GEMM, attention, bf16 activations) */
+
+typedef struct env {
+  dit_backend *cpu, *gpu;
+  cudaStream_t stream;
+  cudaEvent_t ev0, ev1;
+  uint64_t seed;
+} env;
+
+/* A tensor on both sides: c on the host (F32 activations or the weight's dtype) for the
+ * CPU op, g on the GPU (dtype gdt). Values are identical (rounded to gdt first). */
+typedef struct pair {
+  dit_tensor c, g;
+  int64_t n;
+} pair;
+
+#define OK(call)                                                      \
+  do {                                                                \
+    dit_error e_;                                                     \
+    dit_status s_ = (call);                                           \
+    if (s_ != DIT_OK) {                                               \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, e_.msg); \
+      dt_failed++;                                                    \
+    }                                                                 \
+  } while (0)
+#define E (&e_)
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+static float median(float *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, cmp_f);
+  return t[n / 2];
+}
+
+/* Runs call warm (3x) and then NREP times between events; ms = median. */
+#define TIMED(e, ms, call)                                          \
+  do {                                                              \
+    float t_[NREP];                                                 \
+    for (int i_ = 0; i_ < 3; i_++) OK(call);                        \
+    for (int i_ = 0; i_ < NREP; i_++) {                             \
+      cudaEventRecord((e)->ev0, (e)->stream);                       \
+      OK(call);                                                     \
+      cudaEventRecord((e)->ev1, (e)->stream);                       \
+      cudaEventSynchronize((e)->ev1);                               \
+      cudaEventElapsedTime(&t_[i_], (e)->ev0, (e)->ev1);            \
+    }                                                               \
+    ms = median(t_, NREP);                                          \
+  } while (0)
+
+static pair mk(env *e, dit_dtype gdt, dit_dtype cdt, int ndim, const int64_t *shape, float amp, bool fill) {
+  pair p;
+  memset(&p, 0, sizeof p);
+  p.n = 1;
+  for (int i = 0; i < ndim; i++) p.n *= shape[i];
+  size_t n = (size_t)p.n;
+  float *v = xmalloc(n * sizeof(float));
+  void *graw = xmalloc(n * dit_dtype_size(gdt));
+  if (fill) {
+    dt_fill_random(v, n, e->seed += 0x9e37);
+    for (size_t i = 0; i < n; i++) v[i] *= amp;
+  } else {
+    for (size_t i = 0; i < n; i++) v[i] = 0.0f;
+  }
+  if (gdt == DIT_F32) memcpy(graw, v, n * 4);
+  else dit_convert_from_f32(graw, v, gdt, n);
+  void *craw = xmalloc(n * dit_dtype_size(cdt));
+  if (cdt == gdt) memcpy(craw, graw, n * dit_dtype_size(gdt));
+  else dit_convert_to_f32(craw, graw, gdt, n); /* cdt is F32 here */
+  p.c = dit_tensor_make(cdt, craw, ndim, shape);
+  void *d = NULL;
+  OK(e->gpu->ops->alloc(e->gpu, n * dit_dtype_size(gdt), &d, E));
+  if (fill) OK(e->gpu->ops->upload(e->gpu, d, graw, n * dit_dtype_size(gdt), E));
+  else cudaMemsetAsync(d, 0xff, n * dit_dtype_size(gdt), e->stream); /* NaN poison (F32, BF16, F16) */
+  p.g = dit_tensor_make(gdt, d, ndim, shape);
+  p.g.device = DIT_DEV_CUDA;
+  free(v);
+  free(graw);
+  return p;
+}
+/* Activation pair: GPU dtype dt, CPU F32. Output pairs (fill = false) are poisoned. */
+static pair act(env *e, dit_dtype dt, int ndim, const int64_t *shape, bool fill) {
+  return mk(e, dt, DIT_F32, ndim, shape, 1.0f, fill);
+}
+static pair wgt(env *e, dit_dtype dt, int ndim, const int64_t *shape, float amp) {
+  return mk(e, dt, dt, ndim, shape, amp, true);
+}
+static void poison(env *e, pair *p) {
+  cudaMemsetAsync(p->g.data, 0xff, (size_t)p->n * dit_dtype_size(p->g.dtype), e->stream);
+}
+static void drop(env *e, pair *p) {
+  free(p->c.data);
+  e->gpu->ops->free(e->gpu, p->g.data);
+  memset(p, 0, sizeof *p);
+}
+
+/* Downloads g as floats (n elements starting at element off). */
+static float *fetch(env *e, const dit_tensor *g, int64_t off, int64_t n) {
+  size_t es = dit_dtype_size(g->dtype);
+  void *raw = xmalloc((size_t)n * es);
+  float *f = xmalloc((size_t)n * sizeof(float));
+  dit_error e_;
+  if (e->gpu->ops->download(e->gpu, raw, (const char *)g->data + (size_t)off * es, (size_t)n * es, E) != DIT_OK) {
+    fprintf(stderr, "FAIL download: %s\n", e_.msg);
+    dt_failed++;
+  }
+  dit_convert_to_f32(f, raw, g->dtype, (size_t)n);
+  free(raw);
+  return f;
+}
+
+/* Compares n GPU values (from element off of g) with n CPU floats; prints one line. */
+static void compare_at(env *e, const char *name, const dit_tensor *g, int64_t off, const float *ref, int64_t n,
+                       bool bf16_tol) {
+  float *got = fetch(e, g, off, n);
+  double se = 0, sr = 0, maxd = 0, maxr = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i])) {
+      bad++;
+      continue;
+    }
+    double d = fabs((double)got[i] - ref[i]);
+    se += d * d;
+    sr += (double)ref[i] * ref[i];
+    if (d > maxd) maxd = d;
+    if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
+  }
+  double nmse = sr > 0 ? se / sr : se, rel = maxr > 0 ? maxd / maxr : maxd;
+  bool pass = bad == 0 && (bf16_tol ? nmse < TOL_NMSE : rel <= TOL_F32);
+  printf("%-4s %-44s n=%-10lld nmse=%.2e maxrel=%.2e nonfinite=%lld (%s)\n", pass ? "ok" : "FAIL", name,
+         (long long)n, nmse, rel, (long long)bad, bf16_tol ? "nmse<1e-4" : "maxrel<=1e-5");
+  CHECK_MSG(pass, "%s", name);
+  free(got);
+}
+static void compare(env *e, const char *name, const pair *p, bool bf16_tol) {
+  compare_at(e, name, &p->g, 0, (const float *)p->c.data, p->n, bf16_tol);
+}
+
+static const char *dn(dit_dtype t) { return dit_dtype_name(t); }
+
+/* ---------------- linear ---------------- */
+
+static void t_linear(env *e, int64_t M, int64_t K, int64_t N, dit_dtype wdt, dit_dtype xdt, dit_dtype ydt,
+                     bool bias, dit_act a) {
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N}, bs[1] = {N};
+  pair x = act(e, xdt, 2, xs, true), w = wgt(e, wdt, 2, ws, 0.5f), b = wgt(e, wdt, 1, bs, 1.0f);
+  pair y = act(e, ydt, 2, ys, false);
+  OK(dit_op_linear(e->cpu, &y.c, &x.c, &w.c, bias ? &b.c : NULL, a, E));
+  OK(dit_op_linear(e->gpu, &y.g, &x.g, &w.g, bias ? &b.g : NULL, a, E));
+  char name[160];
+  snprintf(name, sizeof name, "linear %lldx%lldx%lld w%s x%s y%s%s act%d", (long long)M, (long long)K,
+           (long long)N, dn(wdt), dn(xdt), dn(ydt), bias ? " bias" : "", (int)a);
+  compare(e, name, &y, wdt != DIT_F32 || xdt != DIT_F32 || ydt != DIT_F32);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+/* Big GEMM: the CPU checks the first and last `rows` rows; timed. */
+static void t_linear_big(env *e, int64_t M, int64_t K, int64_t N, dit_dtype xdt, dit_dtype ydt) {
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N}, bs[1] = {N};
+  pair x = act(e, xdt, 2, xs, true), w = wgt(e, DIT_BF16, 2, ws, 0.05f), b = wgt(e, DIT_BF16, 1, bs, 1.0f);
+  pair y = act(e, ydt, 2, ys, false);
+  OK(dit_op_linear(e->gpu, &y.g, &x.g, &w.g, &b.g, DIT_ACT_NONE, E));
+  const int64_t R = 128;
+  int64_t offs[2] = {0, M - R};
+  char name[160];
+  for (int i = 0; i < 2; i++) {
+    int64_t xr[2] = {R, K}, yr[2] = {R, N};
+    float *yc = xmalloc((size_t)(R * N) * sizeof(float));
+    dit_tensor xc = dit_tensor_make(DIT_F32, (float *)x.c.data + offs[i] * K, 2, xr);
+    dit_tensor ycv = dit_tensor_make(DIT_F32, yc, 2, yr);
+    OK(dit_op_linear(e->cpu, &ycv, &xc, &w.c, &b.c, DIT_ACT_NONE, E));
+    snprintf(name, sizeof name, "linear big %lldx%lldx%lld x%s y%s rows@%lld", (long long)M, (long long)K,
+             (long long)N, dn(xdt), dn(ydt), (long long)offs[i]);
+    compare_at(e, name, &y.g, offs[i] * N, yc, R * N, true);
+    free(yc);
+  }
+  float ms;
+  TIMED(e, ms, dit_op_linear(e->gpu, &y.g, &x.g, &w.g, &b.g, DIT_ACT_NONE, E));
+  printf("TIME linear M=%lld K=%lld N=%lld x%s y%s wBF16 +bias: %.3f ms, %.1f TFLOP/s\n", (long long)M,
+         (long long)K, (long long)N, dn(xdt), dn(ydt), ms, 2.0 * M * K * N / (ms * 1e-3) / 1e12);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+/* ---------------- attention ---------------- */
+
+static void fill_mask(uint8_t *m, int64_t B, int64_t Sk, int64_t pad_keys, bool one_empty) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t j = 0; j < Sk; j++) m[b * Sk + j] = (uint8_t)(j < Sk - pad_keys * (b + 1) % (Sk + 1));
+  if (one_empty && B > 1)
+    for (int64_t j = 0; j < Sk; j++) m[(B - 1) * Sk + j] = 0;
+}
+
+static pair mk_mask(env *e, int64_t B, int64_t Sk, int64_t pad, bool one_empty) {
+  int64_t ms[2] = {B, Sk};
+  pair p;
+  memset(&p, 0, sizeof p);
+  p.n = B * Sk;
+  uint8_t *h = xmalloc((size_t)p.n);
+  fill_mask(h, B, Sk, pad, one_empty);
+  void *d = NULL;
+  OK(e->gpu->ops->alloc(e->gpu, (size_t)p.n, &d, E));
+  OK(e->gpu->ops->upload(e->gpu, d, h, (size_t)p.n, E));
+  p.c = dit_tensor_make(DIT_U8, h, 2, ms);
+  p.g = dit_tensor_make(DIT_U8, d, 2, ms);
+  p.g.device = DIT_DEV_CUDA;
+  return p;
+}
+
+static void t_attention(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                        dit_dtype dt, int64_t pad, bool causal, bool one_empty) {
+  int64_t qs[4] = {B, Sq, Hq, D}, ks[4] = {B, Sk, Hkv, D};
+  pair q = act(e, dt, 4, qs, true), k = act(e, dt, 4, ks, true), v = act(e, dt, 4, ks, true);
+  pair o = act(e, dt, 4, qs, false);
+  pair m = mk_mask(e, B, Sk, pad, one_empty);
+  bool use_mask = pad > 0 || one_empty;
+  float sc = 1.0f / sqrtf((float)D);
+  OK(dit_op_attention(e->cpu, &o.c, &q.c, &k.c, &v.c, use_mask ? &m.c : NULL, sc, causal, E));
+  OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, use_mask ? &m.g : NULL, sc, causal, E));
+  char name[160];
+  snprintf(name, sizeof name, "attention B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s", (long long)B,
+           (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hkv, (long long)D, dn(dt),
+           use_mask ? " mask" : "", causal ? " causal" : "", one_empty ? " empty-row" : "");
+  compare(e, name, &o, true);
+  drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
+}
+
+/* Z-Image shape: CPU checks 64 query rows at the start and at the end; timed. */
+static void t_attention_big(env *e, int64_t S, int64_t H, int64_t D, int64_t pad, dit_dtype dt) {
+  int64_t qs[4] = {1, S, H, D};
+  pair q = act(e, dt, 4, qs, true), k = act(e, dt, 4, qs, true), v = act(e, dt, 4, qs, true);
+  pair o = act(e, dt, 4, qs, false);
+  pair m = mk_mask(e, 1, S, pad, false);
+  float sc = 1.0f / sqrtf((float)D);
+  OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &m.g, sc, false, E));
+  const int64_t R = 64;
+  int64_t offs[2] = {0, S - R};
+  char name[160];
+  for (int i = 0; i < 2; i++) {
+    int64_t rs[4] = {1, R, H, D};
+    float *oc = xmalloc((size_t)(R * H * D) * sizeof(float));
+    dit_tensor qc = dit_tensor_make(DIT_F32, (float *)q.c.data + offs[i] * H * D, 4, rs);
+    dit_tensor ocv = dit_tensor_make(DIT_F32, oc, 4, rs);
+    OK(dit_op_attention(e->cpu, &ocv, &qc, &k.c, &v.c, &m.c, sc, false, E));
+    snprintf(name, sizeof name, "attention big S%lld H%lld D%lld %s pad%lld rows@%lld", (long long)S,
+             (long long)H, (long long)D, dn(dt), (long long)pad, (long long)offs[i]);
+    compare_at(e, name, &o.g, offs[i] * H * D, oc, R * H * D, true);
+    free(oc);
+  }
+  float ms;
+  TIMED(e, ms, dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &m.g, sc, false, E));
+  printf("TIME attention B=1 S=%lld H=%lld D=%lld %s mask: %.3f ms, %.1f TFLOP/s (4*S*S*H*D)\n", (long long)S,
+         (long long)H, (long long)D, dn(dt), ms, 4.0 * S * S * H * D / (ms * 1e-3) / 1e12);
+  drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
+}
+
+/* ---------------- norms, softmax ---------------- */
+
+static void t_norms(env *e, int64_t rows, int64_t D, dit_dtype dt, dit_dtype wdt) {
+  bool bt = dt != DIT_F32;
+  int64_t xs[2] = {rows, D}, ds[1] = {D};
+  pair x = act(e, dt, 2, xs, true), w = wgt(e, wdt, 1, ds, 1.0f), b = wgt(e, wdt, 1, ds, 1.0f);
+  pair y = act(e, dt, 2, xs, false);
+  char name[160];
+  OK(dit_op_rms_norm(e->cpu, &y.c, &x.c, &w.c, 1e-6f, E));
+  OK(dit_op_rms_norm(e->gpu, &y.g, &x.g, &w.g, 1e-6f, E));
+  snprintf(name, sizeof name, "rms_norm %lldx%lld %s w%s", (long long)rows, (long long)D, dn(dt), dn(wdt));
+  compare(e, name, &y, bt);
+  poison(e, &y);
+  OK(dit_op_rms_norm(e->cpu, &y.c, &x.c, NULL, 1e-5f, E));
+  OK(dit_op_rms_norm(e->gpu, &y.g, &x.g, NULL, 1e-5f, E));
+  snprintf(name, sizeof name, "rms_norm %lldx%lld %s no-w", (long long)rows, (long long)D, dn(dt));
+  compare(e, name, &y, bt);
+  poison(e, &y);
+  OK(dit_op_layer_norm(e->cpu, &y.c, &x.c, &w.c, &b.c, 1e-6f, E));
+  OK(dit_op_layer_norm(e->gpu, &y.g, &x.g, &w.g, &b.g, 1e-6f, E));
+  snprintf(name, sizeof name, "layer_norm %lldx%lld %s w,b %s", (long long)rows, (long long)D, dn(dt), dn(wdt));
+  compare(e, name, &y, bt);
+  poison(e, &y);
+  OK(dit_op_layer_norm(e->cpu, &y.c, &x.c, NULL, NULL, 1e-6f, E));
+  OK(dit_op_layer_norm(e->gpu, &y.g, &x.g, NULL, NULL, 1e-6f, E));
+  snprintf(name, sizeof name, "layer_norm %lldx%lld %s no affine", (long long)rows, (long long)D, dn(dt));
+  compare(e, name, &y, bt);
+  poison(e, &y);
+  OK(dit_op_softmax(e->cpu, &y.c, &x.c, E));
+  OK(dit_op_softmax(e->gpu, &y.g, &x.g, E));
+  snprintf(name, sizeof name, "softmax %lldx%lld %s", (long long)rows, (long long)D, dn(dt));
+  compare(e, name, &y, bt);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+static void t_group_norm(env *e, int64_t B, int64_t C, int64_t H, int64_t W, int G, dit_dtype wdt, bool silu) {
+  int64_t xs[4] = {B, C, H, W}, cs[1] = {C};
+  pair x = act(e, DIT_F32, 4, xs, true), w = wgt(e, wdt, 1, cs, 1.0f), b = wgt(e, wdt, 1, cs, 1.0f);
+  pair y = act(e, DIT_F32, 4, xs, false);
+  OK(dit_op_group_norm(e->cpu, &y.c, &x.c, G, &w.c, &b.c, 1e-6f, silu, E));
+  OK(dit_op_group_norm(e->gpu, &y.g, &x.g, G, &w.g, &b.g, 1e-6f, silu, E));
+  char name[160];
+  snprintf(name, sizeof name, "group_norm [%lld,%lld,%lld,%lld] G%d w%s%s", (long long)B, (long long)C,
+           (long long)H, (long long)W, G, dn(wdt), silu ? " silu" : "");
+  compare(e, name, &y, false);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+/* ---------------- elementwise ---------------- */
+
+static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt) {
+  bool bt = dt != DIT_F32;
+  int64_t xs[3] = {B, S, D}, vs[2] = {B, D};
+  pair a = act(e, dt, 3, xs, true), b = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false);
+  pair sc = wgt(e, DIT_BF16, 2, vs, 1.0f), sh = wgt(e, DIT_BF16, 2, vs, 1.0f);
+  char name[160];
+  const char *an[4] = {"none", "silu", "gelu", "gelu_tanh"};
+  for (int k = 1; k < 4; k++) {
+    poison(e, &y);
+    OK(dit_op_activation(e->cpu, &y.c, &a.c, (dit_act)k, E));
+    OK(dit_op_activation(e->gpu, &y.g, &a.g, (dit_act)k, E));
+    snprintf(name, sizeof name, "activation %s %lld %s", an[k], (long long)a.n, dn(dt));
+    compare(e, name, &y, bt);
+  }
+  struct {
+    const char *n;
+    int k;
+  } bins[3] = {{"add", 0}, {"mul", 1}, {"swiglu", 2}};
+  for (int k = 0; k < 3; k++) {
+    poison(e, &y);
+    if (bins[k].k == 0) {
+      OK(dit_op_add(e->cpu, &y.c, &a.c, &b.c, E));
+      OK(dit_op_add(e->gpu, &y.g, &a.g, &b.g, E));
+    } else if (bins[k].k == 1) {
+      OK(dit_op_mul(e->cpu, &y.c, &a.c, &b.c, E));
+      OK(dit_op_mul(e->gpu, &y.g, &a.g, &b.g, E));
+    } else {
+      OK(dit_op_swiglu(e->cpu, &y.c, &a.c, &b.c, E));
+      OK(dit_op_swiglu(e->gpu, &y.g, &a.g, &b.g, E));
+    }
+    snprintf(name, sizeof name, "%s %lld %s", bins[k].n, (long long)a.n, dn(dt));
+    compare(e, name, &y, bt);
+  }
+  poison(e, &y);
+  OK(dit_op_scale(e->cpu, &y.c, &a.c, 0.37f, E));
+  OK(dit_op_scale(e->gpu, &y.g, &a.g, 0.37f, E));
+  snprintf(name, sizeof name, "scale %lld %s", (long long)a.n, dn(dt));
+  compare(e, name, &y, bt);
+  for (int k = 0; k < 2; k++) {
+    poison(e, &y);
+    OK(dit_op_modulate(e->cpu, &y.c, &a.c, &sc.c, k ? &sh.c : NULL, E));
+    OK(dit_op_modulate(e->gpu, &y.g, &a.g, &sc.g, k ? &sh.g : NULL, E));
+    snprintf(name, sizeof name, "modulate [%lld,%lld,%lld] %s%s", (long long)B, (long long)S, (long long)D, dn(dt),
+             k ? " +shift" : "");
+    compare(e, name, &y, bt);
+  }
+  for (int k = 0; k < 3; k++) { /* gated_add in place on a: gate, tanh gate, no gate */
+    OK(dit_op_gated_add(e->cpu, &a.c, &b.c, k < 2 ? &sc.c : NULL, k == 1, E));
+    OK(dit_op_gated_add(e->gpu, &a.g, &b.g, k < 2 ? &sc.g : NULL, k == 1, E));
+    snprintf(name, sizeof name, "gated_add [%lld,%lld,%lld] %s %s", (long long)B, (long long)S, (long long)D,
+             dn(dt), k == 0 ? "gate" : k == 1 ? "tanh gate" : "no gate");
+    /* bf16 x accumulates rounding on both sides differently: compare after each step anyway */
+    compare(e, name, &a, bt);
+    if (bt) { /* re-sync the CPU copy to the GPU's bf16 values so errors do not compound */
+      float *g = fetch(e, &a.g, 0, a.n);
+      memcpy(a.c.data, g, (size_t)a.n * sizeof(float));
+      free(g);
+    }
+  }
+  drop(e, &a), drop(e, &b), drop(e, &y), drop(e, &sc), drop(e, &sh);
+}
+
+static void t_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit_dtype dt, bool shared) {
+  int64_t xs[4] = {B, S, H, D}, cs3[3] = {B, S, D / 2}, cs2[2] = {S, D / 2};
+  for (int mode = 0; mode < 2; mode++) {
+    pair x = act(e, dt, 4, xs, true);
+    pair c = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
+    pair s = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
+    OK(dit_op_rope(e->cpu, &x.c, &c.c, &s.c, (dit_rope_mode)mode, E));
+    OK(dit_op_rope(e->gpu, &x.g, &c.g, &s.g, (dit_rope_mode)mode, E));
+    char name[160];
+    snprintf(name, sizeof name, "rope %s [%lld,%lld,%lld,%lld] %s%s", mode ? "half" : "interleaved", (long long)B,
+             (long long)S, (long long)H, (long long)D, dn(dt), shared ? " shared-table" : "");
+    compare(e, name, &x, dt != DIT_F32);
+    drop(e, &x), drop(e, &c), drop(e, &s);
+  }
+}
+
+/* ---------------- data ops ---------------- */
+
+static void t_embedding(env *e, int64_t V, int64_t D, int64_t N, dit_dtype tdt, dit_dtype idt) {
+  int64_t ts[2] = {V, D}, is[1] = {N}, ys[2] = {N, D};
+  pair t = wgt(e, tdt, 2, ts, 1.0f), y = act(e, DIT_F32, 2, ys, false);
+  size_t es = dit_dtype_size(idt);
+  void *ih = xmalloc((size_t)N * es), *id = NULL;
+  for (int64_t i = 0; i < N; i++) {
+    int64_t v = (i * 7919 + 13) % V;
+    if (idt == DIT_I64) ((int64_t *)ih)[i] = v;
+    else ((int32_t *)ih)[i] = (int32_t)v;
+  }
+  OK(e->gpu->ops->alloc(e->gpu, (size_t)N * es, &id, E));
+  OK(e->gpu->ops->upload(e->gpu, id, ih, (size_t)N * es, E));
+  dit_tensor ic = dit_tensor_make(idt, ih, 1, is), ig = dit_tensor_make(idt, id, 1, is);
+  ig.device = DIT_DEV_CUDA;
+  OK(dit_op_embedding(e->cpu, &y.c, &t.c, &ic, E));
+  OK(dit_op_embedding(e->gpu, &y.g, &t.g, &ig, E));
+  char name[160];
+  snprintf(name, sizeof name, "embedding V%lld D%lld N%lld table %s ids %s", (long long)V, (long long)D,
+           (long long)N, dn(tdt), dn(idt));
+  compare(e, name, &y, false);
+  /* a bad id must be refused */
+  if (idt == DIT_I64) ((int64_t *)ih)[N / 2] = V;
+  else ((int32_t *)ih)[N / 2] = -1;
+  OK(e->gpu->ops->upload(e->gpu, id, ih, (size_t)N * es, E));
+  dit_error e2;
+  CHECK_MSG(dit_op_embedding(e->gpu, &y.g, &t.g, &ig, &e2) == DIT_ERR_INVALID_ARG, "bad embedding id accepted");
+  free(ih);
+  e->gpu->ops->free(e->gpu, id);
+  drop(e, &t), drop(e, &y);
+}
+
+static void t_timestep(env *e, int64_t N, int dim, float tscale, float scale, bool flip) {
+  int64_t ts[1] = {N}, ys[2] = {N, dim};
+  pair t = mk(e, DIT_F32, DIT_F32, 1, ts, 1.0f, true);
+  float *tv = t.c.data; /* t in [0, tscale) */
+  for (int64_t i = 0; i < N; i++) tv[i] = fabsf(tv[i]) * tscale;
+  OK(e->gpu->ops->upload(e->gpu, t.g.data, tv, (size_t)N * 4, E));
+  pair y = act(e, DIT_F32, 2, ys, false);
+  OK(dit_op_timestep_embedding(e->cpu, &y.c, &t.c, dim, 10000.0f, 1.0f, scale, flip, E));
+  OK(dit_op_timestep_embedding(e->gpu, &y.g, &t.g, dim, 10000.0f, 1.0f, scale, flip, E));
+  char name[160];
+  snprintf(name, sizeof name, "timestep_embedding N%lld dim%d t<%g scale%g%s", (long long)N, dim, tscale, scale,
+           flip ? " flip" : "");
+  compare(e, name, &y, false);
+  drop(e, &t), drop(e, &y);
+}
+
+static void t_conv(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co, int k, int stride, int pad,
+                   dit_dtype wdt, bool bias) {
+  int64_t Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
+  int64_t xs[4] = {B, Ci, H, W}, ws[4] = {Co, Ci, k, k}, bs[1] = {Co}, ys[4] = {B, Co, Ho, Wo};
+  pair x = act(e, DIT_F32, 4, xs, true), w = wgt(e, wdt, 4, ws, 0.3f), b = wgt(e, wdt, 1, bs, 1.0f);
+  pair y = act(e, DIT_F32, 4, ys, false);
+  OK(dit_op_conv2d(e->cpu, &y.c, &x.c, &w.c, bias ? &b.c : NULL, stride, pad, E));
+  OK(dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bias ? &b.g : NULL, stride, pad, E));
+  char name[160];
+  snprintf(name, sizeof name, "conv2d [%lld,%lld,%lld,%lld]->%lld k%d s%d p%d w%s%s", (long long)B, (long long)Ci,
+           (long long)H, (long long)W, (long long)Co, k, stride, pad, dn(wdt), bias ? " bias" : "");
+  compare(e, name, &y, wdt != DIT_F32);
+  if (H * W >= 65536) {
+    float ms;
+    TIMED(e, ms, dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bias ? &b.g : NULL, stride, pad, E));
+    printf("TIME %s: %.3f ms, %.1f TFLOP/s\n", name, ms,
+           2.0 * B * Co * Ho * Wo * Ci * k * k / (ms * 1e-3) / 1e12);
+  }
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+static void t_upsample_copy(env *e) {
+  int64_t xs[4] = {2, 3, 7, 5}, ys[4] = {2, 3, 14, 10};
+  pair x = act(e, DIT_F32, 4, xs, true), y = act(e, DIT_F32, 4, ys, false);
+  OK(dit_op_upsample2x(e->cpu, &y.c, &x.c, E));
+  OK(dit_op_upsample2x(e->gpu, &y.g, &x.g, E));
+  compare(e, "upsample2x [2,3,7,5]", &y, false);
+  drop(e, &y);
+  /* permute view [2,3,7,5] -> [2,7,3,5] (src strided), F32 -> BF16 and F32 -> F32 */
+  int64_t ps[4] = {2, 7, 3, 5};
+  for (int k = 0; k < 2; k++) {
+    dit_dtype dt = k ? DIT_BF16 : DIT_F32;
+    pair d = mk(e, dt, DIT_F32, 4, ps, 1.0f, false);
+    dit_tensor sc = x.c, sg = x.g;
+    for (dit_tensor *s = &sc; s; s = s == &sc ? &sg : NULL) {
+      s->shape[1] = 7, s->shape[2] = 3;
+      int64_t t = s->stride[1];
+      s->stride[1] = s->stride[2], s->stride[2] = t;
+    }
+    OK(dit_op_copy(e->cpu, &d.c, &sc, E));
+    OK(dit_op_copy(e->gpu, &d.g, &sg, E));
+    compare(e, k ? "copy permuted F32->BF16" : "copy permuted F32->F32", &d, k == 1);
+    drop(e, &d);
+  }
+  /* concat: copy x into the second half of a [2,6,7,5] destination (dst strided) */
+  int64_t cs[4] = {2, 6, 7, 5};
+  pair c = act(e, DIT_F32, 4, cs, true);
+  dit_tensor dc = c.c, dg = c.g;
+  dc.shape[1] = dg.shape[1] = 3;
+  dc.data = (float *)c.c.data + 3 * 35;
+  dg.data = (float *)c.g.data + 3 * 35;
+  OK(dit_op_copy(e->cpu, &dc, &x.c, E));
+  OK(dit_op_copy(e->gpu, &dg, &x.g, E));
+  compare(e, "copy into channel slice (concat)", &c, false);
+  drop(e, &c), drop(e, &x);
+}
+
+/* ---------------- bandwidth timings ---------------- */
+
+static void time_bw(env *e) {
+  int64_t S = 4224, D = 3840, F = 10240;
+  int64_t xs[3] = {1, S, D}, vs[2] = {1, D}, fs[3] = {1, S, F}, ds[1] = {D};
+  for (int k = 0; k < 2; k++) {
+    dit_dtype dt = k ? DIT_BF16 : DIT_F32;
+    double es = (double)dit_dtype_size(dt);
+    pair x = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false), sc = wgt(e, DIT_BF16, 2, vs, 1.0f);
+    pair w = wgt(e, DIT_BF16, 1, ds, 1.0f);
+    pair a = act(e, dt, 3, fs, true), b = act(e, dt, 3, fs, true);
+    float ms;
+    double nx = (double)S * D;
+    TIMED(e, ms, dit_op_rms_norm(e->gpu, &y.g, &x.g, &w.g, 1e-6f, E));
+    printf("TIME rms_norm [%lld,%lld] %s: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, dn(dt), ms,
+           2 * nx * es / (ms * 1e-3) / 1e9);
+    TIMED(e, ms, dit_op_modulate(e->gpu, &y.g, &x.g, &sc.g, &sc.g, E));
+    printf("TIME modulate [%lld,%lld] %s: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, dn(dt), ms,
+           2 * nx * es / (ms * 1e-3) / 1e9);
+    TIMED(e, ms, dit_op_gated_add(e->gpu, &y.g, &x.g, &sc.g, true, E));
+    printf("TIME gated_add [%lld,%lld] %s: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, dn(dt), ms,
+           3 * nx * es / (ms * 1e-3) / 1e9);
+    TIMED(e, ms, dit_op_swiglu(e->gpu, &a.g, &a.g, &b.g, E));
+    printf("TIME swiglu [%lld,%lld] %s: %.3f ms, %.0f GB/s\n", (long long)S, (long long)F, dn(dt), ms,
+           3.0 * S * F * es / (ms * 1e-3) / 1e9);
+    int64_t rs[4] = {1, S, 30, 128}, cs[2] = {S, 64};
+    dit_tensor xr = dit_tensor_make(dt, a.g.data, 4, rs);
+    xr.device = DIT_DEV_CUDA;
+    pair c = wgt(e, DIT_F32, 2, cs, 1.0f);
+    TIMED(e, ms, dit_op_rope(e->gpu, &xr, &c.g, &c.g, DIT_ROPE_INTERLEAVED, E));
+    printf("TIME rope [1,%lld,30,128] %s: %.3f ms, %.0f GB/s\n", (long long)S, dn(dt), ms,
+           2.0 * S * 3840 * es / (ms * 1e-3) / 1e9);
+    drop(e, &x), drop(e, &y), drop(e, &sc), drop(e, &w), drop(e, &a), drop(e, &b), drop(e, &c);
+  }
+}
+
+static void small_tests(env *e) {
+  t_linear(e, 37, 70, 53, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
+  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
+  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_GELU_TANH);
+  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, false, DIT_ACT_GELU_TANH);
+  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_SILU);
+  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, false, DIT_ACT_GELU);
+  t_linear(e, 65, 136, 72, DIT_F16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
+  t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_BF16, true, DIT_ACT_SILU);
+  t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_F32, true, DIT_ACT_NONE);
+  t_linear(e, 3, 2560, 3840, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
+  t_attention(e, 2, 77, 77, 4, 2, 64, DIT_F32, 9, false, false);
+  t_attention(e, 2, 77, 77, 4, 2, 64, DIT_BF16, 9, false, true);
+  t_attention(e, 1, 100, 100, 3, 3, 128, DIT_F32, 0, true, false);
+  t_attention(e, 2, 130, 61, 2, 1, 128, DIT_BF16, 5, false, false);
+  t_attention(e, 1, 65, 65, 2, 2, 256, DIT_F32, 3, false, false);
+  t_attention(e, 1, 70, 70, 4, 1, 80, DIT_BF16, 0, true, false);
+  t_norms(e, 33, 3840, DIT_F32, DIT_BF16);
+  t_norms(e, 17, 100, DIT_F32, DIT_F32);
+  t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
+  t_group_norm(e, 2, 64, 9, 9, 32, DIT_BF16, true);
+  t_group_norm(e, 1, 96, 13, 7, 32, DIT_F32, false);
+  t_elementwise(e, 2, 50, 96, DIT_F32);
+  t_elementwise(e, 2, 33, 40, DIT_BF16);
+  t_rope(e, 2, 13, 3, 64, DIT_F32, false);
+  t_rope(e, 1, 29, 5, 128, DIT_F32, true);
+  t_rope(e, 2, 13, 3, 32, DIT_BF16, false);
+  t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
+  t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);
+  t_timestep(e, 5, 256, 1.0f, 1.0f, true);
+  t_timestep(e, 7, 33, 1.0f, 1.0f, false);
+  t_timestep(e, 8, 256, 1000.0f, 1.0f, true); /* Z-Image: t * 1000 */
+  t_conv(e, 2, 8, 17, 17, 12, 3, 1, 1, DIT_F32, true);
+  t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
+  t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);
+  t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_BF16, false);
+  t_upsample_copy(e);
+}
+
+static void big_tests(env *e) {
+  t_linear_big(e, 4224, 3840, 3840, DIT_F32, DIT_F32);
+  t_linear_big(e, 4224, 3840, 3840, DIT_BF16, DIT_BF16);
+  t_linear_big(e, 4224, 3840, 10240, DIT_BF16, DIT_BF16);
+  t_attention_big(e, 4224, 30, 128, 100, DIT_BF16);
+  t_attention_big(e, 4224, 30, 128, 100, DIT_F32);
+  t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
+  t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
+  time_bw(e);
+}
+
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  env ev;
+  memset(&ev, 0, sizeof ev);
+  ev.seed = 0x5eed1234ull;
+  dit_error e_;
+  if (dit_backend_cpu_create(0, &ev.cpu, E) != DIT_OK || dit_backend_cuda_create(0, &ev.gpu, E) != DIT_OK) {
+    fprintf(stderr, "backend create failed: %s\n", e_.msg);
+    return 1;
+  }
+  ev.stream = cu_im(ev.gpu)->stream;
+  cudaEventCreate(&ev.ev0);
+  cudaEventCreate(&ev.ev1);
+  small_tests(&ev);
+  if (!quick) big_tests(&ev);
+  OK(ev.gpu->ops->sync(ev.gpu, E));
+  cudaEventDestroy(ev.ev0);
+  cudaEventDestroy(ev.ev1);
+  if (ev.gpu->ops->destroy) ev.gpu->ops->destroy(ev.gpu);
+  dit_backend_free(ev.gpu);
+  dit_backend_free(ev.cpu);
+  return dt_finish();
+}

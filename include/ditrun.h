@@ -75,6 +75,28 @@ dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
 /* dit_info_print with flags (DIT_INFO_*). */
 dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out);
 
+/* ---- tokenizer (ditrun tokenize) ------------------------------------------------ */
+/* A Hugging Face tokenizer.json (byte-level BPE, e.g. Qwen3's), plus the chat template of
+ * the pipeline it belongs to. */
+typedef struct dit_tokenizer dit_tokenizer;
+
+/* Loads model_dir/tokenizer/tokenizer.json, and takes the chat style from
+ * model_dir/model_index.json's _class_name (ZImagePipeline: Qwen3 chat with thinking,
+ * Flux2KleinPipeline: without). model_dir may also be a folder holding tokenizer.json
+ * itself (then no chat style is known). Fails with DIT_ERR_FORMAT naming the field of a
+ * bad tokenizer.json. */
+dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer **out);
+/* Encodes len bytes of UTF-8 text into token ids (*ids malloc'd, free() it; NULL when
+ * *n == 0). No BOS/EOS are added; special tokens written in the text are recognized.
+ * chat != 0 first wraps the text as one user message in the model family's chat
+ * template (fails if the family is unknown). Invalid UTF-8 -> DIT_ERR_INVALID_ARG with
+ * the byte offset. */
+dit_status dit_tokenizer_encode(dit_ctx *ctx, const dit_tokenizer *tok, const char *text, size_t len, int chat,
+                                int32_t **ids, size_t *n);
+/* Number of token ids (max id + 1). */
+size_t dit_tokenizer_vocab_size(const dit_tokenizer *tok);
+void dit_tokenizer_free(dit_tokenizer *tok);
+
 #ifdef __cplusplus
 }
 #endif

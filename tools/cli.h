@@ -4,5 +4,6 @@
 #define DIT_CLI_H
 
 int cli_info(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  version            print the version\n"
           "  info PATH          describe a model folder, component or weights file\n"
+          "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
           "Run 'ditrun COMMAND --help' for a command's options.\n",
           DITRUN_VERSION);
 }
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

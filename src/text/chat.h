@@ -1,0 +1,28 @@
+/* Chat templates of the text encoders the pipelines use, rendered directly (no general
+ * Jinja): what tokenizer.apply_chat_template(messages=[{"role": "user", "content":
+ * prompt}], tokenize=False, add_generation_prompt=True, enable_thinking=...) returns
+ * with Qwen3's template (tokenizer_config.json "chat_template"):
+ *   "<|im_start|>user\n" PROMPT "<|im_end|>\n<|im_start|>assistant\n"
+ * and, with enable_thinking=False only, "<think>\n\n</think>\n\n" after it.
+ * Z-Image passes enable_thinking=True, FLUX.2 klein enable_thinking=False. The prompt is
+ * inserted verbatim (no trimming, no escaping); special tokens written in it are
+ * recognized later by the tokenizer, exactly as in transformers. */
+#ifndef DIT_TEXT_CHAT_H
+#define DIT_TEXT_CHAT_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+
+typedef enum { DIT_CHAT_QWEN3_THINKING, DIT_CHAT_QWEN3_NO_THINKING } dit_chat_style;
+
+/* Renders a NUL-terminated prompt (NULL = ""); *out is malloc'd and NUL-terminated. */
+dit_status dit_chat_render(dit_chat_style style, const char *prompt, char **out, dit_error *err);
+/* Same for len bytes of prompt (may contain NUL bytes); *out_len = rendered length. */
+dit_status dit_chat_render_n(dit_chat_style style, const char *prompt, size_t len, char **out, size_t *out_len,
+                             dit_error *err);
+/* The style a diffusers pipeline class uses ("ZImagePipeline", "Flux2KleinPipeline");
+ * returns -1 when the class is not known. */
+int dit_chat_style_for_pipeline(const char *class_name);
+
+#endif

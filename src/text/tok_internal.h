@@ -1,0 +1,135 @@
+/* Private layout of dit_tokenizer, shared by the loader (tok_load.c), the encoder
+ * (tok_encode.c) and the BPE core (bpe.c). Nothing outside src/text includes this. */
+#ifndef DIT_TEXT_TOK_INTERNAL_H
+#define DIT_TEXT_TOK_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/tokenizer.h"
+
+#define TOK_MAX_STEPS 8   /* normalizer / pre-tokenizer steps in a Sequence */
+#define TOK_MAX_ADDED 65536
+
+typedef enum { TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD } tok_norm_kind;
+
+typedef enum {
+  TOK_SPLIT_REMOVED, TOK_SPLIT_ISOLATED, TOK_SPLIT_MERGED_PREV, TOK_SPLIT_MERGED_NEXT, TOK_SPLIT_CONTIGUOUS
+} tok_split_behavior;
+
+typedef enum { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL } tok_pre_kind;
+
+typedef struct tok_pre_step {
+  tok_pre_kind kind;
+  pcre2_code *re;             /* Split: the pattern; ByteLevel: the GPT-2 regex if use_regex */
+  tok_split_behavior behavior;
+  bool invert;
+  bool add_prefix_space;      /* ByteLevel */
+} tok_pre_step;
+
+typedef struct tok_added {
+  char *content;
+  size_t len;
+  int32_t id;
+  bool special, lstrip, rstrip, single_word, normalized;
+} tok_added;
+
+/* Open-addressing hash of (left id, right id) -> (rank, merged id). */
+typedef struct tok_merge_slot {
+  uint64_t key;   /* (left << 32) | right; UINT64_MAX = empty */
+  uint32_t rank;
+  int32_t id;
+} tok_merge_slot;
+
+struct dit_tokenizer {
+  /* id -> string: strings live in `pool`; off[id] == UINT32_MAX marks an unused id. */
+  size_t n_ids;               /* max id + 1 */
+  uint32_t *off, *len;
+  char *pool;
+  size_t pool_len;
+  /* model vocabulary: content -> id (slots hold id + 1; 0 = empty) */
+  uint32_t *vocab_slots;
+  size_t vocab_cap;           /* power of two */
+  size_t n_vocab;
+  /* merges */
+  tok_merge_slot *merge_slots;
+  size_t merge_cap;           /* power of two */
+  size_t n_merges;
+  bool ignore_merges;
+  int32_t unk_id;             /* -1 = none */
+  /* byte-level: id of the token for each byte's GPT-2 character; -1 when not byte-level */
+  bool byte_level;
+  int32_t byte_id[256];
+  /* added tokens, and per first byte the indices of those starting with it (longest first) */
+  tok_added *added;
+  size_t n_added;
+  uint32_t *first_idx;        /* n_added entries grouped by first byte */
+  uint32_t first_start[257];
+  bool any_added_normalized, any_added_raw;
+  /* normalizer and pre-tokenizer */
+  tok_norm_kind norm[TOK_MAX_STEPS];
+  size_t n_norm;
+  tok_pre_step pre[TOK_MAX_STEPS];
+  size_t n_pre;
+  int chat_style;             /* dit_chat_style set by the public loader; -1 = none */
+};
+
+/* FNV-1a over bytes: the vocabulary hash. */
+static inline uint64_t tok_hash_bytes(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+  return h;
+}
+static inline uint64_t tok_hash_u64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+/* Vocabulary lookup (model vocab only, not added tokens): id or -1. */
+int32_t tok_vocab_find(const dit_tokenizer *t, const char *s, size_t n);
+/* Merge lookup: true and (*rank, *id) when the pair merges. */
+static inline bool tok_merge_find(const dit_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *id) {
+  uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+  size_t mask = t->merge_cap - 1;
+  for (size_t i = tok_hash_u64(key) & mask;; i = (i + 1) & mask) {
+    const tok_merge_slot *s = &t->merge_slots[i];
+    if (s->key == key) {
+      *rank = s->rank;
+      *id = s->id;
+      return true;
+    }
+    if (s->key == UINT64_MAX) return false;
+  }
+}
+
+/* GPT-2 bytes_to_unicode: the code point standing for byte b. */
+uint32_t tok_byte_to_cp(uint8_t b);
+
+/* Growable id output of one encode call. */
+typedef struct tok_ids {
+  int32_t *v;
+  size_t n, cap;
+} tok_ids;
+dit_status tok_ids_push(tok_ids *o, int32_t id, dit_error *err);
+
+/* Scratch space reused across words by the BPE core. */
+typedef struct tok_bpe_work {
+  int32_t *sym;
+  int32_t *prev, *next;
+  size_t cap;
+  struct tok_heap_item *heap;
+  size_t heap_cap;
+} tok_bpe_work;
+void tok_bpe_work_free(tok_bpe_work *w);
+/* BPE-encodes one pre-token (raw UTF-8 bytes) and appends its ids to out. */
+dit_status tok_bpe_word(const dit_tokenizer *t, const char *s, size_t n, tok_bpe_work *w, tok_ids *out,
+                        dit_error *err);
+
+#endif

@@ -1,0 +1,85 @@
+/* `ditrun tokenize -m MODEL_DIR [--chat] TEXT`: prints the token ids of TEXT (space
+ * separated, one line), optionally wrapped in the model's chat template first, as the
+ * pipeline feeds its text encoder. Exit 0 ok, 2 bad usage or input, 1 runtime failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ditrun.h"
+
+static void tokenize_usage(FILE *f) {
+  fprintf(f,
+          "usage: ditrun tokenize -m MODEL_DIR [--chat] TEXT\n"
+          "  -m, --model DIR  diffusers model folder (or a folder with tokenizer.json)\n"
+          "  --chat           wrap TEXT in the model's chat template first (Z-Image: Qwen3\n"
+          "                   with thinking; FLUX.2 klein: Qwen3 without thinking)\n"
+          "  TEXT             UTF-8 text; special tokens such as <|im_start|> are recognized\n"
+          "Prints the ids space-separated on one line. No BOS/EOS, no padding.\n");
+}
+
+int cli_tokenize(int argc, char **argv) {
+  const char *model = NULL, *text = NULL;
+  int chat = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      tokenize_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "ditrun tokenize: %s needs a folder\n", a);
+        return 2;
+      }
+      model = argv[++i];
+    } else if (!strcmp(a, "--chat")) {
+      chat = 1;
+    } else if (!strcmp(a, "--")) {
+      if (i + 1 < argc && !text) text = argv[++i];
+      if (i + 1 < argc) {
+        fprintf(stderr, "ditrun tokenize: more than one TEXT argument\n");
+        return 2;
+      }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "ditrun tokenize: unknown option '%s'\n", a);
+      tokenize_usage(stderr);
+      return 2;
+    } else if (text) {
+      fprintf(stderr, "ditrun tokenize: more than one TEXT argument (quote the text)\n");
+      return 2;
+    } else {
+      text = a;
+    }
+  }
+  if (!model) {
+    fprintf(stderr, "ditrun tokenize: missing -m MODEL_DIR\n");
+    tokenize_usage(stderr);
+    return 2;
+  }
+  if (!text) {
+    fprintf(stderr, "ditrun tokenize: missing TEXT\n");
+    tokenize_usage(stderr);
+    return 2;
+  }
+  dit_ctx *ctx;
+  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
+    fprintf(stderr, "ditrun tokenize: out of memory\n");
+    return 1;
+  }
+  dit_tokenizer *tok = NULL;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  dit_status s = dit_tokenizer_load(ctx, model, &tok);
+  if (s == DIT_OK) s = dit_tokenizer_encode(ctx, tok, text, strlen(text), chat, &ids, &n);
+  if (s == DIT_OK) {
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    putchar('\n');
+    if (fflush(stdout) != 0) s = DIT_ERR_IO;
+  } else {
+    fprintf(stderr, "ditrun tokenize: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));
+  }
+  free(ids);
+  dit_tokenizer_free(tok);
+  dit_ctx_free(ctx);
+  return dit_status_exit_code(s);
+}

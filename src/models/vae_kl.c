@@ -1,0 +1,359 @@
+/* AutoencoderKL decoder: the config from vae/config.json, the weight table naming every
+ * decoder tensor as the checkpoint does, loading, and a random-weights constructor for
+ * benchmarks. The forward pass is in vae_kl_decode.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "io/json.h"
+#include "models/vae_kl_internal.h"
+
+#define MAX_CHANNELS 8192
+#define MAX_LATENT_CHANNELS 1024
+#define MAX_OUT_CHANNELS 64
+#define MAX_LAYERS_PER_BLOCK 16
+
+/* ---- config ---------------------------------------------------------------------- */
+
+dit_status dit_vae_kl_config_check(const dit_vae_kl_config *c, dit_error *err) {
+  if (c->latent_channels < 1 || c->latent_channels > MAX_LATENT_CHANNELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "latent_channels = %d is outside [1, %d]", c->latent_channels,
+                      MAX_LATENT_CHANNELS);
+  if (c->out_channels < 1 || c->out_channels > MAX_OUT_CHANNELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "out_channels = %d is outside [1, %d]", c->out_channels,
+                      MAX_OUT_CHANNELS);
+  if (c->n_levels < 1 || c->n_levels > DIT_VAE_KL_MAX_LEVELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "block_out_channels has %d entries, expected 1 to %d", c->n_levels,
+                      DIT_VAE_KL_MAX_LEVELS);
+  if (c->layers_per_block < 0 || c->layers_per_block > MAX_LAYERS_PER_BLOCK)
+    return dit_errorf(err, DIT_ERR_FORMAT, "layers_per_block = %d is outside [0, %d]", c->layers_per_block,
+                      MAX_LAYERS_PER_BLOCK);
+  if (c->norm_num_groups < 1 || c->norm_num_groups > MAX_CHANNELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "norm_num_groups = %d is outside [1, %d]", c->norm_num_groups,
+                      MAX_CHANNELS);
+  for (int i = 0; i < c->n_levels; i++) {
+    int ch = c->block_out_channels[i];
+    if (ch < 1 || ch > MAX_CHANNELS)
+      return dit_errorf(err, DIT_ERR_FORMAT, "block_out_channels[%d] = %d is outside [1, %d]", i, ch, MAX_CHANNELS);
+    if (ch % c->norm_num_groups)
+      return dit_errorf(err, DIT_ERR_FORMAT, "block_out_channels[%d] = %d is not divisible by norm_num_groups = %d",
+                        i, ch, c->norm_num_groups);
+  }
+  if (!isfinite(c->scaling_factor) || c->scaling_factor == 0.0f)
+    return dit_errorf(err, DIT_ERR_FORMAT, "scaling_factor = %g must be finite and nonzero", c->scaling_factor);
+  if (!isfinite(c->shift_factor))
+    return dit_errorf(err, DIT_ERR_FORMAT, "shift_factor = %g must be finite", c->shift_factor);
+  return DIT_OK;
+}
+
+/* A string-array member whose every entry must equal `want`; n = its length. */
+static dit_status check_block_types(const json_t *j, const char *key, const char *want, int n, const char *what,
+                                    dit_error *err) {
+  const json_t *a = json_object_get(j, key);
+  if (!a) return dit_errorf(err, DIT_ERR_FORMAT, "%s: missing field \"%s\"", what, key);
+  if (!json_is_array(a)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be an array", what, key);
+  if ((int)json_array_size(a) != n)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries but block_out_channels has %d", what,
+                      key, json_array_size(a), n);
+  for (int i = 0; i < n; i++) {
+    const char *s = json_string_value(json_array_get(a, (size_t)i));
+    if (!s) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\"[%d] must be a string", what, key, i);
+    if (strcmp(s, want))
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"%s\"[%d] = \"%s\" is not supported (only %s)", what,
+                        key, i, s, want);
+  }
+  return DIT_OK;
+}
+
+/* Reads the decoder's fields of an AutoencoderKL config.json (diffusers' defaults for the
+ * optional ones) and checks them. */
+static dit_status parse_config(const json_t *j, const char *what, dit_vae_kl_config *c, dit_error *err) {
+  memset(c, 0, sizeof *c);
+  const char *cls = NULL;
+  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
+  if (cls && strcmp(cls, "AutoencoderKL"))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"_class_name\" = \"%s\" is not AutoencoderKL", what, cls);
+  int64_t v = 4;
+  DIT_TRY(dit_json_int_opt(j, "latent_channels", 1, MAX_LATENT_CHANNELS, &v, what, err));
+  c->latent_channels = (int)v;
+  v = 3;
+  DIT_TRY(dit_json_int_opt(j, "out_channels", 1, MAX_OUT_CHANNELS, &v, what, err));
+  c->out_channels = (int)v;
+  v = 1;
+  DIT_TRY(dit_json_int_opt(j, "layers_per_block", 0, MAX_LAYERS_PER_BLOCK, &v, what, err));
+  c->layers_per_block = (int)v;
+  v = 32;
+  DIT_TRY(dit_json_int_opt(j, "norm_num_groups", 1, MAX_CHANNELS, &v, what, err));
+  c->norm_num_groups = (int)v;
+  int64_t ch[DIT_VAE_KL_MAX_LEVELS];
+  size_t n = 0;
+  DIT_TRY(dit_json_int_array(j, "block_out_channels", 1, MAX_CHANNELS, ch, DIT_VAE_KL_MAX_LEVELS, &n, what, err));
+  if (n < 1) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"block_out_channels\" is empty", what);
+  c->n_levels = (int)n;
+  for (size_t i = 0; i < n; i++) c->block_out_channels[i] = (int)ch[i];
+  const char *act = "silu";
+  DIT_TRY(dit_json_string_opt(j, "act_fn", &act, what, err));
+  if (strcmp(act, "silu") && strcmp(act, "swish"))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"act_fn\" = \"%s\" is not supported (only silu)", what,
+                      act);
+  DIT_TRY(check_block_types(j, "up_block_types", "UpDecoderBlock2D", c->n_levels, what, err));
+  c->mid_block_add_attention = true;
+  DIT_TRY(dit_json_bool_opt(j, "mid_block_add_attention", &c->mid_block_add_attention, what, err));
+  c->use_post_quant_conv = true;
+  DIT_TRY(dit_json_bool_opt(j, "use_post_quant_conv", &c->use_post_quant_conv, what, err));
+  double d = 0.18215;
+  DIT_TRY(dit_json_double_opt(j, "scaling_factor", &d, what, err));
+  c->scaling_factor = (float)d;
+  d = NAN;
+  DIT_TRY(dit_json_double_opt(j, "shift_factor", &d, what, err));
+  c->has_shift_factor = !isnan(d);
+  c->shift_factor = c->has_shift_factor ? (float)d : 0.0f;
+  dit_status s = dit_vae_kl_config_check(c, err);
+  if (s != DIT_OK) dit_error_prefix(err, "%s", what);
+  return s;
+}
+
+/* ---- structure and weight table --------------------------------------------------- */
+
+static void set_resnet(vae_resnet *r, int cin, int cout) {
+  memset(r, 0, sizeof *r);
+  r->cin = cin;
+  r->cout = cout;
+}
+
+/* Fills in the channel structure of the decoder from m->cfg (allocates the resnet pool). */
+static dit_status build_structure(dit_vae_kl *m, dit_error *err) {
+  const dit_vae_kl_config *c = &m->cfg;
+  int top = c->block_out_channels[c->n_levels - 1];
+  int per = c->layers_per_block + 1;
+  m->resnet_pool = calloc((size_t)c->n_levels * (size_t)per, sizeof *m->resnet_pool);
+  if (!m->resnet_pool) return dit_errorf(err, DIT_ERR_NOMEM, "vae: out of memory for the model structure");
+  set_resnet(&m->mid_res[0], top, top);
+  set_resnet(&m->mid_res[1], top, top);
+  m->mid_attn.c = top;
+  int prev = top;
+  for (int i = 0; i < c->n_levels; i++) {
+    vae_up_block *b = &m->up[i];
+    int out = c->block_out_channels[c->n_levels - 1 - i];
+    b->cin = prev;
+    b->cout = out;
+    b->n_resnets = per;
+    b->resnets = m->resnet_pool + (size_t)i * (size_t)per;
+    for (int k = 0; k < per; k++) set_resnet(&b->resnets[k], k == 0 ? prev : out, out);
+    b->upsample = i != c->n_levels - 1;
+    prev = out;
+  }
+  return DIT_OK;
+}
+
+static void add_conv(dit_wtable *t, dit_tensor *w, dit_tensor *b, int co, int ci, int k, const char *name) {
+  int64_t ws[4] = {co, ci, k, k}, bs[1] = {co};
+  dit_wtable_add(t, w, false, 4, ws, "%s.weight", name);
+  dit_wtable_add(t, b, false, 1, bs, "%s.bias", name);
+}
+
+static void add_vec(dit_wtable *t, dit_tensor *w, dit_tensor *b, int c, const char *name) {
+  int64_t s[1] = {c};
+  dit_wtable_add(t, w, false, 1, s, "%s.weight", name);
+  dit_wtable_add(t, b, false, 1, s, "%s.bias", name);
+}
+
+static void add_linear(dit_wtable *t, dit_tensor *w, dit_tensor *b, int co, int ci, const char *name) {
+  int64_t ws[2] = {co, ci}, bs[1] = {co};
+  dit_wtable_add(t, w, false, 2, ws, "%s.weight", name);
+  dit_wtable_add(t, b, false, 1, bs, "%s.bias", name);
+}
+
+static void add_resnet(dit_wtable *t, vae_resnet *r, const char *base) {
+  char n[160];
+  snprintf(n, sizeof n, "%s.norm1", base);
+  add_vec(t, &r->norm1_w, &r->norm1_b, r->cin, n);
+  snprintf(n, sizeof n, "%s.conv1", base);
+  add_conv(t, &r->conv1_w, &r->conv1_b, r->cout, r->cin, 3, n);
+  snprintf(n, sizeof n, "%s.norm2", base);
+  add_vec(t, &r->norm2_w, &r->norm2_b, r->cout, n);
+  snprintf(n, sizeof n, "%s.conv2", base);
+  add_conv(t, &r->conv2_w, &r->conv2_b, r->cout, r->cout, 3, n);
+  if (r->cin != r->cout) {
+    snprintf(n, sizeof n, "%s.conv_shortcut", base);
+    add_conv(t, &r->short_w, &r->short_b, r->cout, r->cin, 1, n);
+  }
+}
+
+/* Lists every decoder tensor with the checkpoint's name and shape. */
+static void build_table(dit_vae_kl *m, dit_wtable *t) {
+  const dit_vae_kl_config *c = &m->cfg;
+  int top = c->block_out_channels[c->n_levels - 1];
+  if (c->use_post_quant_conv)
+    add_conv(t, &m->pq_w, &m->pq_b, c->latent_channels, c->latent_channels, 1, "post_quant_conv");
+  add_conv(t, &m->conv_in_w, &m->conv_in_b, top, c->latent_channels, 3, "decoder.conv_in");
+  add_resnet(t, &m->mid_res[0], "decoder.mid_block.resnets.0");
+  if (c->mid_block_add_attention) {
+    vae_attn *a = &m->mid_attn;
+    add_vec(t, &a->gn_w, &a->gn_b, top, "decoder.mid_block.attentions.0.group_norm");
+    add_linear(t, &a->q_w, &a->q_b, top, top, "decoder.mid_block.attentions.0.to_q");
+    add_linear(t, &a->k_w, &a->k_b, top, top, "decoder.mid_block.attentions.0.to_k");
+    add_linear(t, &a->v_w, &a->v_b, top, top, "decoder.mid_block.attentions.0.to_v");
+    add_linear(t, &a->o_w, &a->o_b, top, top, "decoder.mid_block.attentions.0.to_out.0");
+  }
+  add_resnet(t, &m->mid_res[1], "decoder.mid_block.resnets.1");
+  char n[160];
+  for (int i = 0; i < c->n_levels; i++) {
+    vae_up_block *b = &m->up[i];
+    for (int k = 0; k < b->n_resnets; k++) {
+      snprintf(n, sizeof n, "decoder.up_blocks.%d.resnets.%d", i, k);
+      add_resnet(t, &b->resnets[k], n);
+    }
+    if (b->upsample) {
+      snprintf(n, sizeof n, "decoder.up_blocks.%d.upsamplers.0.conv", i);
+      add_conv(t, &b->up_w, &b->up_b, b->cout, b->cout, 3, n);
+    }
+  }
+  add_vec(t, &m->norm_out_w, &m->norm_out_b, c->block_out_channels[0], "decoder.conv_norm_out");
+  add_conv(t, &m->conv_out_w, &m->conv_out_b, c->out_channels, c->block_out_channels[0], 3, "decoder.conv_out");
+}
+
+static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_vae_kl **out, dit_error *err) {
+  *out = NULL;
+  DIT_TRY(dit_vae_kl_config_check(cfg, err));
+  dit_vae_kl *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "vae: out of memory");
+  m->be = be;
+  m->cfg = *cfg;
+  dit_status s = build_structure(m, err);
+  if (s != DIT_OK) {
+    dit_vae_kl_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+/* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
+static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
+  for (size_t i = 0; i < t->n; i++) {
+    const dit_tensor *d = t->entries[i].dst;
+    if (!d->data) continue;
+    if (d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
+                        t->entries[i].name, dit_dtype_name(d->dtype));
+  }
+  return DIT_OK;
+}
+
+dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: NULL backend or folder");
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/config.json", component_dir) >= sizeof path)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: folder path too long");
+  json_t *j = NULL;
+  dit_status s = dit_json_load_file(path, 16u << 20, &j, err);
+  if (s != DIT_OK) return s;
+  dit_vae_kl_config cfg;
+  s = parse_config(j, path, &cfg, err);
+  json_decref(j);
+  if (s != DIT_OK) return s;
+  dit_vae_kl *m = NULL;
+  DIT_TRY(model_new(be, &cfg, &m, err));
+  dit_wtable t;
+  dit_wtable_init(&t);
+  build_table(m, &t);
+  static const char *const ignore[] = {"encoder.", "quant_conv.", NULL};
+  s = dit_weights_open(component_dir, NULL, &m->weights, err);
+  if (s == DIT_OK) {
+    s = dit_wtable_bind(&t, m->weights, "", ignore, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s", component_dir);
+  }
+  if (s == DIT_OK) s = check_dtypes(&t, err);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "vae load");
+    dit_vae_kl_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+/* ---- random weights --------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float rand_unit(uint64_t *s) { return (float)((double)(splitmix64(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+/* Fills one tensor: matrices/kernels uniform with variance 1/fan_in (activations stay
+ * O(1) through the stack), norm scales 1 + 0.1 u, biases 0.05 u. */
+static void fill_random(uint16_t *dst, const dit_wentry *e, uint64_t *s) {
+  int64_t n = 1;
+  for (int k = 0; k < e->ndim; k++) n *= e->shape[k];
+  float amp;
+  float base = 0.0f;
+  size_t len = strlen(e->name);
+  bool is_weight = len > 7 && !strcmp(e->name + len - 7, ".weight");
+  if (e->ndim >= 2) {
+    double fan_in = (double)n / (double)e->shape[0];
+    amp = (float)sqrt(3.0 / fan_in);
+  } else if (is_weight) {
+    base = 1.0f;
+    amp = 0.1f;
+  } else {
+    amp = 0.05f;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = dit_f32_to_bf16(base + amp * rand_unit(s));
+}
+
+dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,
+                                    dit_error *err) {
+  *out = NULL;
+  dit_vae_kl *m = NULL;
+  DIT_TRY(model_new(be, cfg, &m, err));
+  dit_wtable t;
+  dit_wtable_init(&t);
+  build_table(m, &t);
+  dit_status s = t.status;
+  if (s != DIT_OK) dit_errorf(err, s, "%s", t.err.msg);
+  size_t total = 0;
+  for (size_t i = 0; s == DIT_OK && i < t.n; i++) {
+    int64_t n = 1;
+    for (int k = 0; k < t.entries[i].ndim; k++) n *= t.entries[i].shape[k];
+    total += (size_t)n;
+  }
+  if (s == DIT_OK) {
+    m->owned = malloc(total ? total * sizeof(uint16_t) : 1);
+    if (!m->owned) s = dit_errorf(err, DIT_ERR_NOMEM, "vae: cannot allocate %zu bytes of random weights", 2 * total);
+  }
+  uint64_t state = seed;
+  uint16_t *p = m->owned;
+  for (size_t i = 0; s == DIT_OK && i < t.n; i++) {
+    dit_wentry *e = &t.entries[i];
+    *e->dst = dit_tensor_make(DIT_BF16, p, e->ndim, e->shape);
+    fill_random(p, e, &state);
+    p += dit_tensor_numel(e->dst);
+  }
+  dit_wtable_free(&t);
+  if (s != DIT_OK) {
+    dit_vae_kl_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_vae_kl_free(dit_vae_kl *m) {
+  if (!m) return;
+  if (m->weights) dit_weights_close(m->weights);
+  free(m->owned);
+  free(m->resnet_pool);
+  free(m);
+}
+
+const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m) { return m ? &m->cfg : NULL; }

@@ -1,0 +1,82 @@
+/* AutoencoderKL decoder (diffusers' AutoencoderKL, as used by Z-Image and FLUX.1: a
+ * 16-channel latent decoded to RGB by conv_in, a mid block with one single-head spatial
+ * attention, UpDecoderBlock2D levels and GroupNorm+SiLU+conv_out). Only the decoder is
+ * built: the pipelines never encode. The model reads like the reference modules and
+ * calls the backend ops; activations live in a few planned, reused buffers. */
+#ifndef DIT_MODELS_VAE_KL_H
+#define DIT_MODELS_VAE_KL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#define DIT_VAE_KL_MAX_LEVELS 8
+
+typedef struct dit_vae_kl_config {
+  int latent_channels;                           /* decoder input channels (16 for Flux/Z-Image) */
+  int out_channels;                              /* image channels (3) */
+  int n_levels;                                  /* len(block_out_channels) */
+  int block_out_channels[DIT_VAE_KL_MAX_LEVELS]; /* encoder order: [128, 256, 512, 512] */
+  int layers_per_block;                          /* each up block has layers_per_block + 1 resnets */
+  int norm_num_groups;                           /* GroupNorm groups (eps is 1e-6 throughout) */
+  bool mid_block_add_attention;                  /* default true */
+  bool use_post_quant_conv;                      /* 1x1 conv on z before the decoder; default true */
+  float scaling_factor;                          /* pipeline: z = latents / scaling_factor + shift_factor */
+  float shift_factor;                            /* 0 when the config has none (null) */
+  bool has_shift_factor;
+} dit_vae_kl_config;
+
+typedef struct dit_vae_kl dit_vae_kl;
+
+/* Loads component_dir/config.json and its safetensors (encoder.* and quant_conv.* are
+ * ignored). Weights stay mapped in their stored dtype. On failure *out is NULL and the
+ * message names the config field or the tensors that are wrong. */
+dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err);
+void dit_vae_kl_free(dit_vae_kl *m);
+const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m);
+
+/* Decodes z [B, latent_channels, h, w] F32 (host memory, contiguous) — the RAW decoder
+ * input: the pipeline has already applied z = latents / scaling_factor + shift_factor —
+ * into img [B, out_channels, f*h, f*w] F32 (host memory, contiguous, caller-allocated),
+ * f = 2^(n_levels-1) (8 for 4 levels), in model space (about [-1, 1]). Batch items are
+ * decoded one after another.
+ *
+ * tile = 0: the whole latent in one piece. tile = T > 0: tiles of T x T LATENT pixels
+ * (T >= 4; a side shorter than T is taken whole), neighbours overlapping by at least
+ * T/4 latent pixels; the tile count per axis is the smallest that covers it with that
+ * overlap and the tiles are spread evenly (all the same size, none cut at the border).
+ * Each tile is decoded on its own and the results are blended with weights that ramp
+ * linearly across each overlap with a neighbour (1 elsewhere), normalised by the sum of
+ * weights, so seams are cross-fades and any pixel is a convex combination of tiles. As
+ * in diffusers, a tiled decode differs from the untiled one (GroupNorm statistics and
+ * the mid-block attention see one tile), most visibly near tile borders. T >= h and
+ * T >= w decodes untiled. Activation memory scales with the tile, not the image.
+ *
+ * Fails with DIT_ERR_INVALID_ARG on wrong shapes/dtypes, DIT_ERR_NUMERIC when z or the
+ * output holds NaN/Inf (img contents are then unspecified), DIT_ERR_NOMEM when the
+ * activation buffers cannot be allocated. */
+dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err);
+
+/* ---- internal, for the benchmark and tests ---- */
+
+/* Checks a config (sizes positive, within caps, channels divisible by the groups);
+ * the message names the field. */
+dit_status dit_vae_kl_config_check(const dit_vae_kl_config *c, dit_error *err);
+/* Builds a decoder of this config with deterministic pseudo-random BF16 weights (seed),
+ * scaled so activations stay O(1) — for benchmarks at the real geometry without files. */
+dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,
+                                    dit_error *err);
+
+/* What one decode of an h x w latent costs (one batch item, untiled, or one tile): FLOPs
+ * (2 per multiply-add, convolutions/linears/attention matmuls only) and the bytes of the
+ * planned activation buffers. */
+typedef struct dit_vae_kl_cost {
+  double flops;
+  size_t act_bytes;
+} dit_vae_kl_cost;
+dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, dit_vae_kl_cost *out, dit_error *err);
+
+#endif

@@ -109,6 +109,10 @@ static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc,
     for (int64_t i = 0; i < mc; i += P->mr) {
       int mr = (int)(mc - i < P->mr ? mc - i : P->mr);
       const float *xr = x + (m0 + i) * ldx + k0;
+      /* x rows are read once per block from memory: fetch the next MR rows into L2 while
+       * this sliver is multiplied with every panel (hardware prefetch starts too late) */
+      for (int64_t r = i + P->mr; r < i + 2 * P->mr && r < mc; r++)
+        for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(x + (m0 + r) * ldx + k0 + k, 0, 2);
       for (int64_t j = 0; j < nc; j += P->nr) {
         int nr = (int)(nc - j < P->nr ? nc - j : P->nr);
         P->kern(mr, nr, kc, xr, ldx, wp + (j / P->nr) * kc * P->nr, y + (m0 + i) * ldy + n0 + j, ldy, k0 > 0);

@@ -263,6 +263,8 @@ void dit_qwen3_free(dit_qwen3 *m) {
 
 const dit_qwen3_config *dit_qwen3_get_config(const dit_qwen3 *m) { return m ? &m->cfg : NULL; }
 
+dit_backend *dit_qwen3_backend(const dit_qwen3 *m) { return m ? m->be : NULL; }
+
 dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: NULL model");
   if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16)

@@ -40,6 +40,8 @@ typedef struct dit_qwen3 dit_qwen3;
 dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err);
 void dit_qwen3_free(dit_qwen3 *m);
 const dit_qwen3_config *dit_qwen3_get_config(const dit_qwen3 *m);
+/* The backend the model runs on (out buffers of encode live in its memory). */
+dit_backend *dit_qwen3_backend(const dit_qwen3 *m);
 
 /* RoPE frequencies as a model holds them. transformers computes the inv_freq buffer in
  * fp32 and from_pretrained keeps it fp32 whatever the weights' dtype (checked with

@@ -1,0 +1,124 @@
+/* Caption features from prompt text for the Qwen3-conditioned pipelines (see prompt.h):
+ * the glue between the chat template, the tokenizer and the text encoder. */
+#include "pipeline/prompt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/chat.h"
+
+#define KLEIN_N_LAYERS 3
+
+/* Chat-templated ids of prompt, truncated to max_len (the pipelines' truncation=True
+ * keeps the first ids). *ids malloc'd, *n >= 1 on success. */
+static dit_status prompt_ids(const dit_tokenizer *tok, dit_chat_style style, const char *prompt, int max_len,
+                             int32_t **ids, int *n, dit_error *err) {
+  *ids = NULL;
+  *n = 0;
+  if (!tok) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL tokenizer");
+  if (max_len < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: max_sequence_length %d must be >= 1", max_len);
+  char *text = NULL;
+  DIT_TRY(dit_chat_render(style, prompt, &text, err));
+  size_t count = 0;
+  dit_status s = dit_tok_encode(tok, text, strlen(text), ids, &count, err);
+  free(text);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "prompt");
+    return s;
+  }
+  if (count == 0) {
+    free(*ids);
+    *ids = NULL;
+    return dit_errorf(err, DIT_ERR_INTERNAL, "prompt: the chat template encoded to no tokens");
+  }
+  *n = count > (size_t)max_len ? max_len : (int)count;
+  return DIT_OK;
+}
+
+/* Runs te on one sequence of S ids (mask may be NULL) and downloads the requested
+ * hidden states into host[j] ([S * hidden] floats each). */
+static dit_status encode_to_host(dit_qwen3 *te, int S, const int32_t *ids, const uint8_t *mask, int n_layers,
+                                 const int *layers, float *const *host, dit_error *err) {
+  dit_backend *be = dit_qwen3_backend(te);
+  size_t bytes = (size_t)S * (size_t)dit_qwen3_get_config(te)->hidden_size * sizeof(float);
+  void *dev[KLEIN_N_LAYERS] = {0};
+  dit_status s = DIT_OK;
+  for (int j = 0; j < n_layers && s == DIT_OK; j++) s = be->ops->alloc(be, bytes, &dev[j], err);
+  if (s == DIT_OK) s = dit_qwen3_encode(te, 1, S, ids, mask, n_layers, layers, (float *const *)dev, err);
+  for (int j = 0; j < n_layers && s == DIT_OK; j++) s = be->ops->download(be, host[j], dev[j], bytes, err);
+  for (int j = 0; j < n_layers; j++)
+    if (dev[j]) be->ops->free(be, dev[j]);
+  return s;
+}
+
+dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                    float **embeds, int *n_tokens, dit_error *err) {
+  *embeds = NULL;
+  *n_tokens = 0;
+  if (!te) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL text encoder");
+  int32_t *ids = NULL;
+  int n = 0;
+  DIT_TRY(prompt_ids(tok, DIT_CHAT_QWEN3_THINKING, prompt, max_len, &ids, &n, err));
+  size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size;
+  float *out = malloc((size_t)n * H * sizeof *out);
+  if (!out) {
+    free(ids);
+    return dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory for %d x %zu caption features", n, H);
+  }
+  /* Only the n real ids: the pipeline's right padding is invisible to them. */
+  const int layer = -2;
+  dit_status s = encode_to_host(te, n, ids, NULL, 1, &layer, &out, err);
+  free(ids);
+  if (s != DIT_OK) {
+    free(out);
+    dit_error_prefix(err, "Z-Image prompt encoding");
+    return s;
+  }
+  *embeds = out;
+  *n_tokens = n;
+  return DIT_OK;
+}
+
+dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                         float **embeds, dit_error *err) {
+  *embeds = NULL;
+  if (!te) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL text encoder");
+  int32_t *real = NULL;
+  int n = 0;
+  DIT_TRY(prompt_ids(tok, DIT_CHAT_QWEN3_NO_THINKING, prompt, max_len, &real, &n, err));
+  int32_t pad = dit_tok_token_id(tok, "<|endoftext|>");
+  if (pad < 0) {
+    free(real);
+    return dit_errorf(err, DIT_ERR_FORMAT, "prompt: the tokenizer has no <|endoftext|> token to pad with");
+  }
+  size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size, S = (size_t)max_len;
+  int32_t *ids = malloc(S * sizeof *ids);
+  uint8_t *mask = malloc(S);
+  float *hs = malloc(KLEIN_N_LAYERS * S * H * sizeof *hs), *out = malloc(KLEIN_N_LAYERS * S * H * sizeof *out);
+  dit_status s = DIT_OK;
+  if (!ids || !mask || !hs || !out) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory for %zu tokens", S);
+  if (s == DIT_OK) {
+    for (size_t i = 0; i < S; i++) {
+      ids[i] = i < (size_t)n ? real[i] : pad;
+      mask[i] = i < (size_t)n;
+    }
+    const int layers[KLEIN_N_LAYERS] = {9, 18, 27};
+    float *host[KLEIN_N_LAYERS] = {hs, hs + S * H, hs + 2 * S * H};
+    s = encode_to_host(te, max_len, ids, mask, KLEIN_N_LAYERS, layers, host, err);
+    if (s != DIT_OK) dit_error_prefix(err, "FLUX.2 klein prompt encoding");
+  }
+  if (s == DIT_OK) /* [3, S, H] -> [S, 3 * H]: the pipeline's stack(dim=1).permute(0, 2, 1, 3) */
+    for (size_t i = 0; i < S; i++)
+      for (int j = 0; j < KLEIN_N_LAYERS; j++)
+        memcpy(out + (i * KLEIN_N_LAYERS + (size_t)j) * H, hs + ((size_t)j * S + i) * H, H * sizeof *out);
+  free(real);
+  free(ids);
+  free(mask);
+  free(hs);
+  if (s != DIT_OK) {
+    free(out);
+    return s;
+  }
+  *embeds = out;
+  return DIT_OK;
+}

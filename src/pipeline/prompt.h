@@ -1,0 +1,31 @@
+/* Prompt text -> caption features, as the diffusers pipelines compute them with their
+ * Qwen3 text encoder: chat template, tokenize, truncate/pad to max_sequence_length,
+ * attention mask, the hidden states the pipeline takes. One function per pipeline
+ * family, since each takes different layers and keeps different positions. */
+#ifndef DIT_PIPELINE_PROMPT_H
+#define DIT_PIPELINE_PROMPT_H
+
+#include "core/error.h"
+#include "models/qwen3.h"
+#include "text/tokenizer.h"
+
+/* ZImagePipeline._encode_prompt for one prompt (NULL = ""): the Qwen3 chat template with
+ * enable_thinking=True, ids truncated to max_len (the pipeline's max_sequence_length,
+ * 512 by default), hidden_states[-2] at the real (unpadded) positions only.
+ * The padding the pipeline adds is never attended to by real positions (causal + key
+ * mask), so only the n real tokens are run: the same values, max_len/n times cheaper.
+ * *embeds: malloc'd host F32 [*n_tokens, hidden_size]; free() it. On failure *embeds is
+ * NULL and *n_tokens 0 (invalid UTF-8 and max_len < 1 are DIT_ERR_INVALID_ARG). */
+dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                    float **embeds, int *n_tokens, dit_error *err);
+
+/* Flux2KleinPipeline._get_qwen3_prompt_embeds for one prompt (NULL = ""): the chat
+ * template with enable_thinking=False, ids truncated and right-padded with
+ * <|endoftext|> to max_len (512 by default), hidden_states 9, 18 and 27 concatenated
+ * per position: *embeds is malloc'd host F32 [max_len, 3 * hidden_size] (padded
+ * positions included, as the pipeline keeps them); free() it. The encoder must have
+ * at least 27 layers. On failure *embeds is NULL. */
+dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                         float **embeds, dit_error *err);
+
+#endif

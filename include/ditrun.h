@@ -75,6 +75,66 @@ dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
 /* dit_info_print with flags (DIT_INFO_*). */
 dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out);
 
+/* ---- image generation (ditrun generate) ---------------------------------------- */
+typedef enum dit_rng_kind {
+  DIT_RNG_TORCH_CPU = 0  /* torch.randn with a CPU torch.Generator().manual_seed(seed), bit for bit */
+} dit_rng_kind;
+
+typedef enum dit_device_kind { DIT_DEVICE_CPU = 0, DIT_DEVICE_CUDA } dit_device_kind;
+
+/* Called after each denoising step with the fp32 latents [C, H/8, W/8] (step is 0-based). */
+typedef void (*dit_step_fn)(void *user, int step, int total, const float *latents, size_t n, double step_seconds);
+
+typedef struct dit_gen_params {
+  const char *model_dir;        /* diffusers folder (model_index.json) */
+  const char *prompt;           /* UTF-8 */
+  const char *negative_prompt;  /* NULL = "" (used only with guidance) */
+  int width, height;            /* pixels; 0 = the family's default */
+  int steps;                    /* 0 = the family's default */
+  double guidance;              /* used when guidance_set; else the family's default */
+  int guidance_set;
+  double cfg_truncation;        /* Z-Image: guidance off once (1000 - t)/1000 exceeds this; default 1.0 */
+  double cfg_normalization;     /* Z-Image: 0 = off; > 0 caps |pred| at this times |cond| */
+  int max_sequence_length;      /* prompt tokens after the chat template; 0 = 512 */
+  uint64_t seed;
+  dit_rng_kind rng;
+  dit_device_kind device;
+  int vae_tile;                 /* 0 = decode in one piece; else tile size in latent pixels */
+  dit_step_fn on_step;          /* may be NULL */
+  void *user;
+} dit_gen_params;
+
+/* Defaults of a model family, as its published pipeline uses them. */
+typedef struct dit_gen_defaults {
+  const char *family;           /* "zimage", ... */
+  int width, height, steps;
+  double guidance;
+  int size_multiple;            /* width and height must be multiples of this */
+} dit_gen_defaults;
+
+typedef struct dit_gen_stats {
+  double load_seconds, encode_seconds, denoise_seconds, decode_seconds, total_seconds;
+  int steps;
+  size_t peak_rss_bytes;
+} dit_gen_stats;
+
+typedef struct dit_image {
+  int width, height;            /* 8-bit RGB, row-major, width*height*3 bytes */
+  uint8_t *rgb;
+} dit_image;
+
+void dit_gen_params_default(dit_gen_params *p);
+/* Reads model_index.json and returns the family's defaults. */
+dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_defaults *out);
+/* Runs the whole pipeline: prompt -> text encoder -> sampler loop -> VAE -> 8-bit image.
+ * On failure *out is empty and the context's message names the stage. stats may be NULL. */
+dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
+void dit_image_free(dit_image *img);
+/* Writes img as PNG with UTF-8 text chunks (iTXt), atomically (temp file + rename); an
+ * existing file is kept and DIT_ERR_INVALID_ARG returned unless overwrite is nonzero. */
+dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *path, const char *const *keys,
+                              const char *const *values, int n_text, int overwrite);
+
 /* ---- tokenizer (ditrun tokenize) ------------------------------------------------ */
 /* A Hugging Face tokenizer.json (byte-level BPE, e.g. Qwen3's), plus the chat template of
  * the pipeline it belongs to. */

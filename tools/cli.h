@@ -5,5 +5,6 @@
 
 int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 #endif

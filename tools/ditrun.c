@@ -10,6 +10,7 @@ static void usage(FILE *f) {
           "ditrun %s: run diffusion-transformer image models\n"
           "usage: ditrun COMMAND [options]\n"
           "commands:\n"
+          "  generate -m DIR -p PROMPT [-o out.png]  generate an image (see generate --help)\n"
           "  version            print the version\n"
           "  info PATH          describe a model folder, component or weights file\n"
           "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

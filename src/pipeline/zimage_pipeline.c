@@ -1,0 +1,271 @@
+/* Z-Image pipeline (see zimage_pipeline.h). Mirrors ZImagePipeline.__call__: every
+ * value that the reference computes in float32 is computed in float32 here, in the same
+ * order, so the latents after each step match it to rounding. Models are loaded one at
+ * a time and released before the next (text encoder, transformer, VAE), so peak memory
+ * is the largest of them, not their sum. */
+#include "pipeline/zimage_pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "models/qwen3.h"
+#include "models/vae_kl.h"
+#include "models/zimage.h"
+#include "pipeline/prompt.h"
+#include "pipeline/rng_torch.h"
+#include "pipeline/scheduler.h"
+#include "io/png.h"
+#include "text/tokenizer.h"
+
+void dit_zimage_defaults(dit_gen_defaults *d) {
+  memset(d, 0, sizeof *d);
+  d->family = "zimage";
+  d->width = 1024;
+  d->height = 1024;
+  d->steps = 8;
+  d->guidance = 0.0;
+  d->size_multiple = 16;
+}
+
+static dit_status check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: non-finite value (%g) at element %zu", stage, (double)x[i], i);
+  return DIT_OK;
+}
+
+/* Caption features of one prompt: [n_tokens, hidden] malloc'd. */
+typedef struct caption {
+  float *embeds;
+  int n_tokens;
+} caption;
+
+/* Loads the tokenizer and the text encoder, encodes the prompt (and the negative
+ * prompt when guidance is on), then releases the encoder. */
+static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p, bool cfg,
+                                 caption *pos, caption *neg, dit_error *err) {
+  char path[4096];
+  dit_tokenizer *tok = NULL;
+  dit_qwen3 *te = NULL;
+  dit_status s = dit_model_dir_component_path(dir, "tokenizer", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_tok_load(path, &tok, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "text_encoder", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_qwen3_load(be, path, &te, err);
+  int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  if (s == DIT_OK) s = dit_zimage_encode_prompt(te, tok, p->prompt, max_len, &pos->embeds, &pos->n_tokens, err);
+  if (s == DIT_OK && cfg)
+    s = dit_zimage_encode_prompt(te, tok, p->negative_prompt ? p->negative_prompt : "", max_len, &neg->embeds,
+                                 &neg->n_tokens, err);
+  if (s == DIT_OK) {
+    size_t hidden = dit_qwen3_get_config(te)->hidden_size;
+    s = check_finite(pos->embeds, (size_t)pos->n_tokens * hidden, "text encoder (prompt)", err);
+    if (s == DIT_OK && cfg)
+      s = check_finite(neg->embeds, (size_t)neg->n_tokens * hidden, "text encoder (negative prompt)", err);
+  }
+  dit_qwen3_free(te);
+  dit_tok_free(tok);
+  return s;
+}
+
+typedef struct loop_state {
+  dit_zimage *dit;
+  int C, h, w;              /* latent channels and size */
+  size_t n;                 /* C*h*w */
+  float *latents, *pred, *out2; /* latents [n]; model outputs [2n] */
+  caption pos, neg;
+} loop_state;
+
+/* One denoising step i: model call (batched cond/uncond under CFG), guidance, Euler. */
+static dit_status denoise_step(loop_state *L, const dit_gen_params *p, double guidance, const float *sigmas,
+                               const float *timesteps, int i, dit_error *err) {
+  const float t_norm = (1000.0f - timesteps[i]) / 1000.0f;
+  double g = guidance;
+  if (g > 0 && p->cfg_truncation <= 1.0 && (double)t_norm > p->cfg_truncation) g = 0.0;
+  const bool apply_cfg = guidance > 0 && g > 0;
+  const int nb = apply_cfg ? 2 : 1;
+  dit_tensor x[2], cap[2], out[2];
+  float t[2] = {t_norm, t_norm};
+  const int64_t hidden = dit_zimage_get_config(L->dit)->cap_feat_dim;
+  for (int b = 0; b < nb; b++) {
+    x[b] = dit_tensor_4d(DIT_F32, L->latents, L->C, 1, L->h, L->w);
+    const caption *c = b == 0 ? &L->pos : &L->neg;
+    cap[b] = dit_tensor_2d(DIT_F32, c->embeds, c->n_tokens, hidden);
+    out[b] = dit_tensor_4d(DIT_F32, L->out2 + (size_t)b * L->n, L->C, 1, L->h, L->w);
+  }
+  DIT_TRY(dit_zimage_forward(L->dit, nb, x, cap, t, out, err));
+  const float *posv = L->out2, *negv = L->out2 + L->n;
+  if (apply_cfg) {
+    const float gf = (float)g;
+    for (size_t k = 0; k < L->n; k++) L->pred[k] = posv[k] + gf * (posv[k] - negv[k]);
+    if (p->cfg_normalization > 0) {
+      double pn = 0, nn = 0;
+      for (size_t k = 0; k < L->n; k++) {
+        pn += (double)posv[k] * posv[k];
+        nn += (double)L->pred[k] * L->pred[k];
+      }
+      const float ori = (float)sqrt(pn), cur = (float)sqrt(nn);
+      const float max_norm = ori * (float)p->cfg_normalization;
+      if (cur > max_norm) {
+        const float r = max_norm / cur;
+        for (size_t k = 0; k < L->n; k++) L->pred[k] *= r;
+      }
+    }
+  } else {
+    memcpy(L->pred, posv, L->n * sizeof(float));
+  }
+  for (size_t k = 0; k < L->n; k++) L->pred[k] = -L->pred[k];
+  dit_flow_euler_step(L->latents, L->pred, L->n, sigmas[i], sigmas[i + 1]);
+  char stage[64];
+  snprintf(stage, sizeof stage, "denoising step %d", i + 1);
+  return check_finite(L->latents, L->n, stage, err);
+}
+
+dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w, float *sigmas, float *timesteps,
+                                dit_error *err) {
+  json_t *cfg = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
+  dit_flow_sched_config sc;
+  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
+  json_decref(cfg);
+  if (s != DIT_OK) return s;
+  float *custom = malloc((size_t)steps * sizeof(float));
+  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
+  dit_zimage_default_sigmas(steps, custom);
+  const int image_seq_len = (h / 2) * (w / 2);
+  const double mu = dit_flow_calculate_shift(image_seq_len, &sc);
+  s = dit_flow_sched_set_timesteps(&sc, steps, mu, custom, sigmas, timesteps, err);
+  free(custom);
+  return s;
+}
+
+/* VAE stage: loads the VAE, scales/shifts the latents, decodes, converts to 8-bit. */
+static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, const loop_state *L, int vae_tile,
+                                 dit_image *out, dit_error *err) {
+  char path[4096];
+  dit_vae_kl *vae = NULL;
+  DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_kl_load(be, path, &vae, err));
+  const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
+  const int H = L->h * 8, W = L->w * 8;
+  const size_t npix = (size_t)H * W;
+  float *z = malloc(L->n * sizeof(float));
+  float *img = malloc(3 * npix * sizeof(float));
+  float *hwc = malloc(3 * npix * sizeof(float));
+  uint8_t *rgb = malloc(3 * npix);
+  dit_status s = DIT_OK;
+  if (!z || !img || !hwc || !rgb) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
+  if (s == DIT_OK) {
+    const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
+    for (size_t k = 0; k < L->n; k++) z[k] = L->latents[k] / sf + sh;
+    dit_tensor zt = dit_tensor_4d(DIT_F32, z, 1, L->C, L->h, L->w);
+    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
+    s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
+  }
+  if (s == DIT_OK) s = check_finite(img, 3 * npix, "VAE decode", err);
+  if (s == DIT_OK) {
+    /* postprocess: (x / 2 + 0.5).clamp(0, 1), CHW -> HWC */
+    for (int c = 0; c < 3; c++)
+      for (size_t k = 0; k < npix; k++) {
+        float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
+        hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+      }
+    s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
+  }
+  if (s == DIT_OK) {
+    out->width = W;
+    out->height = H;
+    out->rgb = rgb;
+    rgb = NULL;
+  }
+  free(z);
+  free(img);
+  free(hwc);
+  free(rgb);
+  dit_vae_kl_free(vae);
+  return s;
+}
+
+static dit_status run_loop(dit_ctx *ctx, loop_state *L, const dit_gen_params *p, double guidance, int steps,
+                           const float *sigmas, const float *timesteps, dit_error *err) {
+  for (int i = 0; i < steps; i++) {
+    double t0 = dit_time_now();
+    dit_status s = denoise_step(L, p, guidance, sigmas, timesteps, i, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "denoising step %d of %d", i + 1, steps);
+      return s;
+    }
+    if (p->on_step) p->on_step(p->user, i, steps, L->latents, L->n, dit_time_now() - t0);
+    dit_log(ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dit_time_now() - t0);
+  }
+  return DIT_OK;
+}
+
+dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
+                               dit_image *out, dit_gen_stats *st, dit_error *err) {
+  dit_gen_defaults d;
+  dit_zimage_defaults(&d);
+  const int W = p->width > 0 ? p->width : d.width, H = p->height > 0 ? p->height : d.height;
+  const int steps = p->steps > 0 ? p->steps : d.steps;
+  const double guidance = p->guidance_set ? p->guidance : d.guidance;
+  if (W % d.size_multiple || H % d.size_multiple)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for Z-Image (got %dx%d)",
+                      d.size_multiple, W, H);
+  const bool cfg = guidance > 0;
+  double t_start = dit_time_now();
+  loop_state L;
+  memset(&L, 0, sizeof L);
+  float *sigmas = malloc((size_t)(steps + 1) * sizeof(float));
+  float *timesteps = malloc((size_t)steps * sizeof(float));
+  dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+
+  if (s == DIT_OK) s = encode_prompts(be, dir, p, cfg, &L.pos, &L.neg, err);
+  if (s != DIT_OK) dit_error_prefix(err, "text encoder");
+  double t_enc = dit_time_now();
+
+  char path[4096];
+  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "transformer", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_zimage_load(be, path, &L.dit, err);
+  if (s == DIT_OK) {
+    L.C = (int)dit_zimage_get_config(L.dit)->in_channels;
+    L.h = 2 * (H / 16);
+    L.w = 2 * (W / 16);
+    L.n = (size_t)L.C * L.h * L.w;
+    L.latents = malloc(L.n * sizeof(float));
+    L.pred = malloc(L.n * sizeof(float));
+    L.out2 = malloc(2 * L.n * sizeof(float));
+    if (!L.latents || !L.pred || !L.out2) s = dit_errorf(err, DIT_ERR_NOMEM, "latents: out of memory");
+  }
+  if (s == DIT_OK) s = dit_zimage_schedule(dir, steps, L.h, L.w, sigmas, timesteps, err);
+  if (s == DIT_OK) {
+    dit_torch_rng g;
+    dit_torch_rng_seed(&g, p->seed);
+    dit_torch_randn(&g, L.latents, L.n);
+  }
+  double t_load = dit_time_now();
+  if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
+  dit_zimage_free(L.dit);
+  L.dit = NULL;
+  double t_loop = dit_time_now();
+  if (s == DIT_OK) s = decode_latents(be, dir, &L, p->vae_tile, out, err);
+  double t_end = dit_time_now();
+  if (st && s == DIT_OK) {
+    st->encode_seconds = t_enc - t_start;
+    st->load_seconds = t_load - t_enc;
+    st->denoise_seconds = t_loop - t_load;
+    st->decode_seconds = t_end - t_loop;
+    st->total_seconds = t_end - t_start;
+    st->steps = steps;
+    st->peak_rss_bytes = dit_peak_rss_bytes();
+  }
+  free(L.pos.embeds);
+  free(L.neg.embeds);
+  free(L.latents);
+  free(L.pred);
+  free(L.out2);
+  free(sigmas);
+  free(timesteps);
+  return s;
+}

@@ -1,0 +1,181 @@
+/* `ditrun generate` end to end through the CLI: the acceptance commands against the
+ * fixture's reference images (within one 8-bit level), byte-identical output for the
+ * same command and for 1 vs 2 threads, and every bad option / output path giving exit
+ * 2 with a message and no output file. Usage: test_cli_generate [--fixture DIR]. */
+#include <jansson.h>
+#include <png.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "testing.h"
+
+static char g_cli[4096], g_fix[4096], g_tmp[4096], g_prompt[1024], g_neg[1024];
+
+static unsigned char *read_png(const char *path, int *w, int *h) {
+  png_image im;
+  memset(&im, 0, sizeof im);
+  im.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&im, path)) return NULL;
+  im.format = PNG_FORMAT_RGB;
+  unsigned char *buf = malloc(PNG_IMAGE_SIZE(im));
+  if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
+    free(buf);
+    png_image_free(&im);
+    return NULL;
+  }
+  *w = (int)im.width;
+  *h = (int)im.height;
+  return buf;
+}
+
+static int files_equal(const char *a, const char *b) {
+  static char ba[1 << 20], bb[1 << 20];
+  long na = dt_read_file(a, ba, sizeof ba), nb = dt_read_file(b, bb, sizeof bb);
+  return na > 0 && na == nb && memcmp(ba, bb, (size_t)na) == 0;
+}
+
+static int gen(const char *extra, const char *out, const char *log) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 -o '%s' %s", g_cli, g_fix,
+           g_prompt, out, extra);
+  return dt_run(cmd, log);
+}
+
+static void check_image(const char *png, const char *ref_name) {
+  int w = 0, h = 0;
+  unsigned char *px = read_png(png, &w, &h);
+  CHECK_MSG(px != NULL, "cannot read %s", png);
+  char ref_file[4096];
+  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g_fix);
+  float *ref;
+  int64_t sh[8];
+  int nd;
+  if (!px || dt_load_f32(ref_file, ref_name, &ref, sh, &nd) != 0) {
+    free(px);
+    return;
+  }
+  CHECK(w == 96 && h == 128 && sh[0] == 128 && sh[1] == 96);
+  int maxd = 0;
+  for (size_t i = 0; i < (size_t)w * h * 3; i++) {
+    int d = abs((int)lrintf(ref[i] * 255.0f) - (int)px[i]);
+    if (d > maxd) maxd = d;
+  }
+  printf("%s vs %s: max difference %d levels\n", png, ref_name, maxd);
+  CHECK_MSG(maxd <= 1, "%s differs from %s by %d levels", png, ref_name, maxd);
+  free(ref);
+  free(px);
+}
+
+static void test_reference_images(void) {
+  char out[4096], out2[4096], cmd[256];
+  snprintf(out, sizeof out, "%s/turbo.png", g_tmp);
+  unlink(out);
+  CHECK(gen("--steps 4 --guidance 0", out, NULL) == 0);
+  check_image(out, "turbo_image");
+  /* same command twice: byte-identical */
+  snprintf(out2, sizeof out2, "%s/turbo2.png", g_tmp);
+  unlink(out2);
+  CHECK(gen("--steps 4 --guidance 0", out2, NULL) == 0);
+  CHECK_MSG(files_equal(out, out2), "same command gave different files");
+  /* 1 and 2 threads: identical */
+  for (int t = 1; t <= 2; t++) {
+    snprintf(out2, sizeof out2, "%s/turbo_t%d.png", g_tmp, t);
+    snprintf(cmd, sizeof cmd, "--steps 4 --guidance 0 --threads %d --overwrite", t);
+    CHECK(gen(cmd, out2, NULL) == 0);
+    CHECK_MSG(files_equal(out, out2), "--threads %d gave a different file", t);
+  }
+  snprintf(out, sizeof out, "%s/cfg.png", g_tmp);
+  unlink(out);
+  char extra[2048];
+  snprintf(extra, sizeof extra, "--steps 3 --guidance 3 -n '%s'", g_neg);
+  CHECK(gen(extra, out, NULL) == 0);
+  check_image(out, "cfg_image");
+}
+
+/* A bad invocation: exit 2, a non-empty message, and no output file. */
+static void bad(const char *args, const char *expect) {
+  char out[4096], log[4096], cmd[8192], msg[4096];
+  snprintf(out, sizeof out, "%s/bad.png", g_tmp);
+  snprintf(log, sizeof log, "%s/bad.log", g_tmp);
+  unlink(out);
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, args);
+  int rc = dt_run(cmd, log);
+  dt_read_file(log, msg, sizeof msg);
+  CHECK_MSG(rc == 2, "'%s': exit %d, expected 2 (%s)", args, rc, msg);
+  CHECK_MSG(strstr(msg, expect) != NULL, "'%s': message '%s' does not mention '%s'", args, msg, expect);
+  struct stat st;
+  CHECK_MSG(stat(out, &st) != 0, "'%s' left an output file", args);
+}
+
+static void test_bad_options(void) {
+  char a[8192], base[4096];
+  snprintf(base, sizeof base, "-m '%s' -p 'x' -o '%s/bad.png'", g_fix, g_tmp);
+  static const struct { const char *opt, *expect; } cases[] = {
+      {"--steps 12abc", "--steps"},   {"--steps 0", "--steps"},      {"--steps ''", "--steps"},
+      {"--steps 100000", "--steps"},  {"-W 1e999", "--width"},       {"-W 0x10", "--width"},
+      {"-W -16", "--width"},          {"-W 100", "multiples of 16"}, {"-H 17", "multiples of 16"},
+      {"-W 99999999999", "--width"},  {"--seed 0x10", "--seed"},     {"--seed -1", "--seed"},
+      {"--seed 18446744073709551616", "--seed"}, {"--guidance nan", "--guidance"},
+      {"--guidance inf", "--guidance"}, {"--guidance 1e999", "--guidance"}, {"--guidance 3x", "--guidance"},
+      {"--rng philox", "--rng"},      {"--device gpu", "--device"},  {"--frobnicate", "unknown option"},
+      {"--threads 0", "--threads"},   {"--vae-tile abc", "--vae-tile"}, {"--steps", "needs a value"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(a, sizeof a, "%s %s", base, cases[i].opt);
+    bad(a, cases[i].expect);
+  }
+  snprintf(a, sizeof a, "-p x -o '%s/bad.png'", g_tmp);
+  bad(a, "-m");
+  snprintf(a, sizeof a, "-m '%s' -o '%s/bad.png'", g_fix, g_tmp);
+  bad(a, "-p");
+  /* output paths: a directory, a missing parent, an existing file (kept unchanged) */
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g_fix, g_tmp);
+  bad(a, "directory");
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/no/such/dir/x.png'", g_fix, g_tmp);
+  bad(a, "does not exist");
+  char keep[4096];
+  snprintf(keep, sizeof keep, "%s/keep.png", g_tmp);
+  FILE *f = fopen(keep, "wb");
+  if (f) {
+    fputs("precious", f);
+    fclose(f);
+  }
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g_fix, keep);
+  char cmd[8192], log[4096], msg[4096];
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, a);
+  snprintf(log, sizeof log, "%s/keep.log", g_tmp);
+  int rc = dt_run(cmd, log);
+  dt_read_file(log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "exists"), "existing output: exit %d, '%s'", rc, msg);
+  CHECK(dt_read_file(keep, msg, sizeof msg) == 8 && !strcmp(msg, "precious"));
+  /* a model folder that is not one */
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/bad.png'", g_tmp, g_tmp);
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, a);
+  rc = dt_run(cmd, log);
+  dt_read_file(log, msg, sizeof msg);
+  CHECK_MSG(rc != 0 && strstr(msg, "model_index.json"), "not a model folder: exit %d, '%s'", rc, msg);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
+  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.shared);
+  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  char rj_path[4096];
+  snprintf(rj_path, sizeof rj_path, "%s/reference.json", g_fix);
+  json_error_t je;
+  json_t *rj = json_load_file(rj_path, 0, &je);
+  CHECK_MSG(rj != NULL, "cannot read %s", rj_path);
+  if (!rj) return dt_finish();
+  snprintf(g_prompt, sizeof g_prompt, "%s", json_string_value(json_object_get(rj, "prompt")));
+  snprintf(g_neg, sizeof g_neg, "%s", json_string_value(json_object_get(rj, "negative_prompt")));
+  json_decref(rj);
+  test_reference_images();
+  test_bad_options();
+  return dt_finish();
+}

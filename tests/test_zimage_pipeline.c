@@ -1,0 +1,147 @@
+/* The Z-Image pipeline against diffusers' ZImagePipeline on the fixture: sigmas and
+ * timesteps, the per-step latents and the final 8-bit image, for the distilled case
+ * (4 steps, no guidance) and the CFG case (3 steps, guidance 3, negative prompt).
+ * Usage: test_zimage_pipeline [--fixture DIR] (default <shared>/models/zimage-tiny). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "ditrun.h"
+#include "io/model_dir.h"
+#include "pipeline/scheduler.h"
+#include "pipeline/zimage_pipeline.h"
+#include "testing.h"
+
+typedef struct capture {
+  const char *ref;     /* reference.safetensors */
+  const char *prefix;  /* "turbo" / "cfg" */
+  int steps_seen;
+} capture;
+
+static void on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
+  (void)total;
+  (void)secs;
+  capture *c = user;
+  char name[64];
+  snprintf(name, sizeof name, "%s_latents_step%d", c->prefix, step);
+  float *ref;
+  int64_t shape[8];
+  int nd;
+  if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
+    CHECK_MSG(0, "missing %s", name);
+    return;
+  }
+  size_t rn = 1;
+  for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
+  CHECK_MSG(rn == n, "%s: %zu elements, reference has %zu", name, n, rn);
+  if (rn == n) {
+    double e = dt_rel_err(lat, ref, n);
+    CHECK_MSG(e <= 1e-4, "%s: relative error %.3g > 1e-4", name, e);
+    printf("%s: relative error %.3g\n", name, e);
+  }
+  free(ref);
+  c->steps_seen++;
+}
+
+static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, json_t *rj, const char *prefix,
+                     const char *case_name) {
+  json_t *cs = json_object_get(json_object_get(rj, "cases"), case_name);
+  CHECK_MSG(cs != NULL, "reference.json has no case %s", case_name);
+  if (!cs) return;
+  dit_gen_params p;
+  dit_gen_params_default(&p);
+  p.model_dir = fixture;
+  p.prompt = json_string_value(json_object_get(rj, "prompt"));
+  p.negative_prompt = json_string_value(json_object_get(rj, "negative_prompt"));
+  p.width = (int)json_integer_value(json_object_get(rj, "width"));
+  p.height = (int)json_integer_value(json_object_get(rj, "height"));
+  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
+  p.steps = (int)json_integer_value(json_object_get(cs, "steps"));
+  p.guidance = json_number_value(json_object_get(cs, "guidance_scale"));
+  p.guidance_set = 1;
+  capture cap = {ref_file, prefix, 0};
+  p.on_step = on_step;
+  p.user = &cap;
+
+  /* sigmas and timesteps as the pipeline computes them */
+  char name[64];
+  float *rs, *rt;
+  int64_t sh[8];
+  int nd;
+  snprintf(name, sizeof name, "%s_sigmas", prefix);
+  int ok = dt_load_f32(ref_file, name, &rs, sh, &nd) == 0;
+  snprintf(name, sizeof name, "%s_timesteps", prefix);
+  ok = ok && dt_load_f32(ref_file, name, &rt, sh, &nd) == 0;
+  CHECK(ok);
+
+  if (ok) {
+    dit_model_dir *dir = NULL;
+    dit_error err = {0};
+    int64_t steps = p.steps;
+    float sig[64], ts[64];
+    dit_status s0 = dit_model_dir_open(fixture, &dir, &err);
+    if (s0 == DIT_OK) s0 = dit_zimage_schedule(dir, (int)steps, p.height / 8, p.width / 8, sig, ts, &err);
+    CHECK_MSG(s0 == DIT_OK, "schedule: %s", err.msg);
+    if (s0 == DIT_OK) {
+      double es = dt_rel_err(sig, rs, (size_t)steps + 1), et = dt_rel_err(ts, rt, (size_t)steps);
+      printf("%s: sigmas rel err %.3g, timesteps rel err %.3g\n", case_name, es, et);
+      CHECK_MSG(es <= 1e-6 && et <= 1e-6, "%s: sigmas/timesteps differ (%.3g, %.3g)", case_name, es, et);
+    }
+    dit_model_dir_close(dir);
+  }
+  dit_image img;
+  dit_gen_stats st;
+  dit_status s = dit_generate(ctx, &p, &img, &st);
+  CHECK_MSG(s == DIT_OK, "%s: generate failed: %s", case_name, dit_ctx_last_error(ctx));
+  CHECK_MSG(cap.steps_seen == p.steps, "%s: %d steps reported, %d expected", case_name, cap.steps_seen, p.steps);
+  if (s == DIT_OK) {
+    float *ref;
+    snprintf(name, sizeof name, "%s_image", prefix);
+    if (dt_load_f32(ref_file, name, &ref, sh, &nd) == 0) {
+      CHECK(img.width == p.width && img.height == p.height);
+      int maxd = 0;
+      size_t n = (size_t)img.width * img.height * 3;
+      for (size_t i = 0; i < n && (size_t)(sh[0] * sh[1] * sh[2]) == n; i++) {
+        int r = (int)lrintf(ref[i] * 255.0f);
+        int d = abs(r - (int)img.rgb[i]);
+        if (d > maxd) maxd = d;
+      }
+      printf("%s image: max difference %d levels\n", case_name, maxd);
+      CHECK_MSG(maxd <= 1, "%s image differs by %d 8-bit levels", case_name, maxd);
+      free(ref);
+    }
+  }
+  if (ok) {
+    free(rs);
+    free(rt);
+  }
+  dit_image_free(&img);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  char fixture[4096], ref_file[4096], ref_json[4096];
+  if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
+  else snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.shared);
+  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
+  snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
+  json_error_t je;
+  json_t *rj = json_load_file(ref_json, 0, &je);
+  CHECK_MSG(rj != NULL, "cannot read %s", ref_json);
+  if (!rj) return dt_finish();
+
+  /* default sigmas: torch.linspace(1, 1/n, n) */
+  float sg[8];
+  dit_zimage_default_sigmas(4, sg);
+  CHECK(sg[0] == 1.0f && sg[3] == 0.25f && sg[1] == 0.75f && sg[2] == 0.5f);
+
+  dit_ctx *ctx;
+  dit_ctx_create(NULL, &ctx);
+  run_case(ctx, fixture, ref_file, rj, "turbo", "turbo");
+  run_case(ctx, fixture, ref_file, rj, "cfg", "cfg");
+  dit_ctx_free(ctx);
+  json_decref(rj);
+  return dt_finish();
+}

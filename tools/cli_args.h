@@ -1,0 +1,20 @@
+/* Strict parsing of CLI numbers and small helpers shared by the subcommands. Numbers
+ * must be plain decimal ("12abc", "0x10", "1e999", "" and leading spaces are errors). */
+#ifndef DIT_CLI_ARGS_H
+#define DIT_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Each returns true on success; on failure prints "ditrun CMD: OPTION: why" to stderr. */
+bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, long max, int *out);
+bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+bool cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max, double *out);
+
+/* Option matching: for "--width" style options accepts "--width V" and "--width=V";
+ * short aliases ("-W") take the next argument. Returns the value or NULL (and sets *bad
+ * when the value is missing). *i is advanced past a consumed value. */
+const char *cli_opt_value(int argc, char **argv, int *i, const char *shrt, const char *lng, bool *matched,
+                          bool *bad);
+
+#endif

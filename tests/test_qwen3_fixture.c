@@ -191,10 +191,10 @@ static int tiny_specs(tspec *t, const char *prefix, bool lm_head) {
 }
 
 /* Writes dir/model.safetensors (BF16, deterministic values; the same tensor name body
- * gets the same values whatever the prefix) with tensor `drop` left out and tensor
- * `reshape` given a wrong first dimension. */
+ * gets the same values whatever the prefix) with tensor `drop` left out, tensor
+ * `reshape` given a wrong first dimension and tensor `nan_tensor` all NaN. */
 static void write_tiny_weights(const char *dir, const char *prefix, bool lm_head, const char *drop,
-                               const char *reshape) {
+                               const char *reshape, const char *nan_tensor) {
   tspec t[64];
   int n = tiny_specs(t, prefix, lm_head);
   json_t *hdr = json_object();
@@ -233,9 +233,9 @@ static void write_tiny_weights(const char *dir, const char *prefix, bool lm_head
     size_t cnt = (e - b) / 2;
     float *tmp = malloc(cnt * sizeof *tmp);
     dt_fill_random(tmp, cnt, seed | 1);
-    bool is_norm = strstr(body, "norm") != NULL;
+    bool is_norm = strstr(body, "norm") != NULL, is_nan = nan_tensor && !strcmp(kk, nan_tensor);
     for (size_t i = 0; i < cnt; i++) {
-      float x = is_norm ? 1.0f + 0.2f * tmp[i] : 0.5f * tmp[i];
+      float x = is_nan ? NAN : is_norm ? 1.0f + 0.2f * tmp[i] : 0.5f * tmp[i];
       uint32_t u;
       memcpy(&u, &x, 4);
       data[b / 2 + i] = (uint16_t)(u >> 16);
@@ -308,9 +308,9 @@ static void test_errors(const char *tmp) {
 
   /* Both naming schemes load (lm_head ignored) and compute the same thing. */
   write_tiny_config(a, NULL, NULL);
-  write_tiny_weights(a, "model.", true, NULL, NULL);
+  write_tiny_weights(a, "model.", true, NULL, NULL, NULL);
   write_tiny_config(b, NULL, NULL);
-  write_tiny_weights(b, "", false, NULL, NULL);
+  write_tiny_weights(b, "", false, NULL, NULL, NULL);
   float oa[6 * T_H] = {0}, ob[6 * T_H] = {0};
   run_tiny(a, oa);
   run_tiny(b, ob);
@@ -365,17 +365,36 @@ static void test_errors(const char *tmp) {
   write_tiny_config(a, NULL, NULL);
 
   /* Missing and mis-shaped tensors, named. */
-  write_tiny_weights(a, "model.", true, "model.layers.1.mlp.up_proj.weight", NULL);
+  write_tiny_weights(a, "model.", true, "model.layers.1.mlp.up_proj.weight", NULL, NULL);
   expect_fail(a, "model.layers.1.mlp.up_proj.weight", "missing tensor");
-  write_tiny_weights(a, "model.", true, NULL, "model.layers.0.self_attn.k_proj.weight");
+  write_tiny_weights(a, "model.", true, NULL, "model.layers.0.self_attn.k_proj.weight", NULL);
   expect_fail(a, "model.layers.0.self_attn.k_proj.weight", "mis-shaped tensor");
-  write_tiny_weights(b, "", false, "layers.0.self_attn.q_norm.weight", NULL);
+  write_tiny_weights(b, "", false, "layers.0.self_attn.q_norm.weight", NULL, NULL);
   write_tiny_config(b, NULL, NULL);
   expect_fail(b, "layers.0.self_attn.q_norm.weight", "missing bare tensor");
   /* attention_bias=true requires the biases. */
-  write_tiny_weights(a, "model.", true, NULL, NULL);
+  write_tiny_weights(a, "model.", true, NULL, NULL, NULL);
   write_tiny_config(a, "attention_bias", "true");
   expect_fail(a, "q_proj.bias", "missing bias");
+
+  /* Layers past the deepest requested index are not run: with NaN weights in the last
+   * layer, hidden_states[1] stays finite and [-1] does not. */
+  write_tiny_config(a, NULL, NULL);
+  write_tiny_weights(a, "model.", true, NULL, NULL, "model.layers.1.mlp.down_proj.weight");
+  dit_error err = {0};
+  dit_qwen3 *m = NULL;
+  CHECK(dit_qwen3_load(g_be, a, &m, &err) == DIT_OK);
+  if (m) {
+    const int32_t ids[3] = {3, 4, 5};
+    float o1[3 * T_H], o2[3 * T_H], *p1 = o1, *p2 = o2;
+    const int l1[1] = {1}, l2[1] = {-1};
+    CHECK(dit_qwen3_encode(m, 1, 3, ids, NULL, 1, l1, &p1, &err) == DIT_OK);
+    CHECK(dit_qwen3_encode(m, 1, 3, ids, NULL, 1, l2, &p2, &err) == DIT_OK);
+    bool f1 = true, f2 = true;
+    for (int i = 0; i < 3 * T_H; i++) f1 = f1 && isfinite(o1[i]), f2 = f2 && isfinite(o2[i]);
+    CHECK(f1 && !f2);
+    dit_qwen3_free(m);
+  }
 }
 
 int main(int argc, char **argv) {

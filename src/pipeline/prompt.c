@@ -2,6 +2,7 @@
  * the glue between the chat template, the tokenizer and the text encoder. */
 #include "pipeline/prompt.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,16 @@ static dit_status encode_to_host(dit_qwen3 *te, int S, const int32_t *ids, const
   return s;
 }
 
+/* NaN/Inf in caption features is a numeric failure of the text encoder, named here
+ * rather than found later as a black image. */
+static dit_status check_finite(const float *x, size_t rows, size_t width, const char *what, dit_error *err) {
+  for (size_t i = 0; i < rows * width; i++)
+    if (!isfinite(x[i]))
+      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: the text encoder produced %s at token %zu", what,
+                        isnan(x[i]) ? "NaN" : "Inf", i / width);
+  return DIT_OK;
+}
+
 dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                     float **embeds, int *n_tokens, dit_error *err) {
   *embeds = NULL;
@@ -69,6 +80,7 @@ dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, con
   const int layer = -2;
   dit_status s = encode_to_host(te, n, ids, NULL, 1, &layer, &out, err);
   free(ids);
+  if (s == DIT_OK) s = check_finite(out, (size_t)n, H, "Z-Image prompt", err);
   if (s != DIT_OK) {
     free(out);
     dit_error_prefix(err, "Z-Image prompt encoding");
@@ -107,6 +119,7 @@ dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok
     s = encode_to_host(te, max_len, ids, mask, KLEIN_N_LAYERS, layers, host, err);
     if (s != DIT_OK) dit_error_prefix(err, "FLUX.2 klein prompt encoding");
   }
+  if (s == DIT_OK) s = check_finite(hs, KLEIN_N_LAYERS * S, H, "FLUX.2 klein prompt", err);
   if (s == DIT_OK) /* [3, S, H] -> [S, 3 * H]: the pipeline's stack(dim=1).permute(0, 2, 1, 3) */
     for (size_t i = 0; i < S; i++)
       for (int j = 0; j < KLEIN_N_LAYERS; j++)

@@ -15,7 +15,8 @@
  * The padding the pipeline adds is never attended to by real positions (causal + key
  * mask), so only the n real tokens are run: the same values, max_len/n times cheaper.
  * *embeds: malloc'd host F32 [*n_tokens, hidden_size]; free() it. On failure *embeds is
- * NULL and *n_tokens 0 (invalid UTF-8 and max_len < 1 are DIT_ERR_INVALID_ARG). */
+ * NULL and *n_tokens 0 (invalid UTF-8 and max_len < 1 are DIT_ERR_INVALID_ARG; NaN or
+ * Inf in the features is DIT_ERR_NUMERIC naming the token). */
 dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                     float **embeds, int *n_tokens, dit_error *err);
 

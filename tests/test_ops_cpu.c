@@ -187,7 +187,9 @@ static void attn_ref(float *out, const float *q, const int64_t *qs, const float 
 static void test_attention(dit_backend *be) {
   struct { int64_t B, Sq, Sk, Hq, Hkv, D; int mask, causal, strided_q; } cs[] = {
       {1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 5, 7, 6, 2, 19, 1, 0, 0}, {2, 9, 9, 4, 4, 33, 0, 1, 1},
-      {1, 70, 70, 3, 1, 64, 1, 1, 0}, {2, 3, 130, 2, 1, 17, 1, 0, 1}};
+      {1, 70, 70, 3, 1, 64, 1, 1, 0}, {2, 3, 130, 2, 1, 17, 1, 0, 1},
+      /* several query and key blocks */
+      {1, 200, 270, 4, 2, 40, 0, 0, 0}, {2, 150, 300, 2, 1, 24, 1, 1, 1}, {1, 260, 260, 1, 1, 128, 0, 1, 0}};
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     int64_t B = cs[c].B, Sq = cs[c].Sq, Sk = cs[c].Sk, Hq = cs[c].Hq, Hkv = cs[c].Hkv, D = cs[c].D;
     /* strided q: a view of the q part of a fused [B, Sq, 3, Hq, D] tensor */

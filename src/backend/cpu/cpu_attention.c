@@ -1,12 +1,13 @@
 /* Attention-related ops of the CPU backend: scaled dot-product attention (GQA, key
  * padding mask, causal), rotary embeddings (interleaved and rotate-half) and softmax.
- * Attention works one query row at a time with a per-thread score row of Sk floats,
- * so the full [Sq, Sk] score matrix is never materialised. */
+ * Attention is blocked (flash-attention style, see below): the full [Sq, Sk] score
+ * matrix is never materialised. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <omp.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_internal.h"
 
 static dit_status check_qkv(const char *name, const dit_tensor *t, dit_error *err) {
@@ -19,10 +20,117 @@ static dit_status check_qkv(const char *name, const dit_tensor *t, dit_error *er
   return DIT_OK;
 }
 
-static float dot_f32(const float *a, const float *b, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
+/* Blocked attention: a work item is (batch, head, block of QB queries); keys are taken
+ * KB at a time: S = Q K^T with the GEMM kernels (K block packed like a weight), masked,
+ * folded into a running max / sum per query (online softmax), and O += P V (V block
+ * packed K-major). Only QB x KB scores exist at a time. */
+#define ATT_QB 96
+#define ATT_KB 128
+
+typedef struct att_args {
+  const cpu_gemm_path *P;
+  const dit_tensor *q, *k, *v;
+  const uint8_t *mask;
+  float *out;
+  int64_t Sq, Sk, Hq, Hkv, D;
+  float scale;
+  bool causal;
+} att_args;
+
+typedef struct att_buf {
+  float *qs, *s, *o, *m, *l, *kp, *vp;
+} att_buf;
+
+static size_t att_buf_floats(int64_t D, int nr) {
+  int64_t dpad = (D + nr - 1) / nr * nr, kbpad = (ATT_KB + nr - 1) / nr * nr;
+  size_t n = (size_t)(2 * ATT_QB * D + ATT_QB * ATT_KB + 2 * ATT_QB + kbpad * D + dpad * ATT_KB + 64);
+  return (n + 15) & ~(size_t)15; /* keep every thread's buffer 64-byte aligned */
+}
+
+static void att_buf_split(att_buf *B, float *base, int64_t D, int nr) {
+  int64_t kbpad = (ATT_KB + nr - 1) / nr * nr;
+  B->kp = base; /* packed panels first: aligned loads in the kernels */
+  B->vp = B->kp + ((kbpad * D + 15) & ~(int64_t)15);
+  B->qs = B->vp + ((D + nr - 1) / nr * nr) * ATT_KB;
+  B->o = B->qs + ATT_QB * D;
+  B->s = B->o + ATT_QB * D;
+  B->m = B->s + ATT_QB * ATT_KB;
+  B->l = B->m + ATT_QB;
+}
+
+/* y[0..M, 0..N) (+)= x[0..M, 0..K) . panels (packed with the path's nr). */
+static void mm_panels(const cpu_gemm_path *P, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                      const float *wp, float *y, int64_t ldy, bool acc) {
+  for (int64_t i = 0; i < M; i += P->mr) {
+    int mr = (int)(M - i < P->mr ? M - i : P->mr);
+    for (int64_t j = 0; j < N; j += P->nr) {
+      int nr = (int)(N - j < P->nr ? N - j : P->nr);
+      P->kern(mr, nr, K, x + i * ldx, ldx, wp + (j / P->nr) * K * P->nr, y + i * ldy + j, ldy, acc);
+    }
+  }
+}
+
+/* Masks one S block (rows = queries i0.., columns = keys j0..) and folds it into the
+ * running softmax state; leaves P = exp(S - m) in S and rescales O. */
+static void att_softmax_block(const att_args *A, att_buf *B, int64_t b, int64_t i0, int64_t qn, int64_t j0,
+                              int64_t kb) {
+  const cpu_gemm_path *P = A->P;
+  int64_t D = A->D;
+  if (A->mask) {
+    const uint8_t *mk = A->mask + b * A->Sk + j0;
+    for (int64_t j = 0; j < kb; j++)
+      if (!mk[j])
+        for (int64_t r = 0; r < qn; r++) B->s[r * ATT_KB + j] = -INFINITY;
+  }
+  for (int64_t r = 0; r < qn; r++) {
+    float *sr = B->s + r * ATT_KB;
+    if (A->causal)
+      for (int64_t j = i0 + r + 1 - j0 < 0 ? 0 : i0 + r + 1 - j0; j < kb; j++) sr[j] = -INFINITY;
+    float mold = B->m[r], mnew = P->row_max(sr, kb);
+    mnew = mnew > mold ? mnew : mold;
+    if (mnew == -INFINITY) { /* nothing visible yet in this row */
+      memset(sr, 0, sizeof(float) * (size_t)kb);
+      continue;
+    }
+    float alpha = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+    float sum = P->exp_sum(sr, kb, mnew);
+    B->l[r] = B->l[r] * alpha + sum;
+    B->m[r] = mnew;
+    if (alpha != 1.0f) {
+      float *orow = B->o + r * D;
+      for (int64_t d = 0; d < D; d++) orow[d] *= alpha;
+    }
+  }
+}
+
+static void att_item(const att_args *A, att_buf *B, int64_t b, int64_t h, int64_t i0) {
+  const cpu_gemm_path *P = A->P;
+  int64_t D = A->D, hk = h / (A->Hq / A->Hkv);
+  int64_t qn = A->Sq - i0 < ATT_QB ? A->Sq - i0 : ATT_QB;
+  const dit_tensor *q = A->q, *k = A->k, *v = A->v;
+  for (int64_t r = 0; r < qn; r++) {
+    const float *qr = (const float *)q->data + b * q->stride[0] + (i0 + r) * q->stride[1] + h * q->stride[2];
+    for (int64_t d = 0; d < D; d++) B->qs[r * D + d] = qr[d] * A->scale;
+    B->m[r] = -INFINITY;
+    B->l[r] = 0.0f;
+  }
+  memset(B->o, 0, sizeof(float) * (size_t)(qn * D));
+  const float *kbase = (const float *)k->data + b * k->stride[0] + hk * k->stride[2];
+  const float *vbase = (const float *)v->data + b * v->stride[0] + hk * v->stride[2];
+  int64_t jend = A->causal ? (i0 + qn < A->Sk ? i0 + qn : A->Sk) : A->Sk;
+  for (int64_t j0 = 0; j0 < jend; j0 += ATT_KB) {
+    int64_t kb = jend - j0 < ATT_KB ? jend - j0 : ATT_KB;
+    P->pack(B->kp, kbase, DIT_F32, k->stride[1], j0, kb, 0, D, P->nr);
+    mm_panels(P, qn, kb, D, B->qs, D, B->kp, B->s, ATT_KB, false);
+    att_softmax_block(A, B, b, i0, qn, j0, kb);
+    cpu_pack_kn(B->vp, vbase + j0 * v->stride[1], v->stride[1], 0, D, kb, P->nr);
+    mm_panels(P, qn, D, kb, B->s, ATT_KB, B->vp, B->o, D, true);
+  }
+  for (int64_t r = 0; r < qn; r++) {
+    float *orow = A->out + ((b * A->Sq + i0 + r) * A->Hq + h) * D;
+    float inv = B->l[r] > 0 ? 1.0f / B->l[r] : 0.0f;
+    for (int64_t d = 0; d < D; d++) orow[d] = B->o[r * D + d] * inv;
+  }
 }
 
 dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
@@ -53,47 +161,27 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
                         (long long)B, (long long)Sk);
     mask = key_mask->data;
   }
-  int64_t grp = Hq / Hkv, rows = B * Hq * Sq;
+  if (k->stride[1] < 0 || v->stride[1] < 0 || q->stride[1] < 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "attention: negative strides are not supported");
+  att_args A = {cpu_gemm_path_for(be), q, k, v, mask, out->data, Sq, Sk, Hq, Hkv, D, scale, causal};
+  int64_t nqb = (Sq + ATT_QB - 1) / ATT_QB, items = B * Hq * nqb;
+  if (items == 0 || D == 0) {
+    if (dit_tensor_numel(out) > 0) memset(out->data, 0, dit_tensor_nbytes(out));
+    return DIT_OK;
+  }
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
-  float *buf = malloc(sizeof(float) * (size_t)(Sk + D + 16) * (size_t)nt);
-  if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "attention: out of memory for score rows");
-  const float *qd = q->data, *kd = k->data, *vd = v->data;
-  float *od = out->data;
+  if (items < nt) nt = (int)items;
+  size_t per = att_buf_floats(D, A.P->nr);
+  float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
+  if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "attention: out of memory for block buffers");
 #pragma omp parallel num_threads(nt)
   {
-    float *sc = buf + (size_t)(Sk + D + 16) * (size_t)omp_get_thread_num();
-    float *acc = sc + Sk;
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t r = 0; r < rows; r++) {
-      int64_t b = r / (Hq * Sq), h = (r / Sq) % Hq, i = r % Sq, hk = h / grp;
-      const float *qr = qd + b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
-      float *orow = od + ((b * Sq + i) * Hq + h) * D;
-      int64_t jend = causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < jend; j++) {
-        if (mask && !mask[b * Sk + j]) {
-          sc[j] = -INFINITY;
-          continue;
-        }
-        const float *kr = kd + b * k->stride[0] + j * k->stride[1] + hk * k->stride[2];
-        sc[j] = dot_f32(qr, kr, D) * scale;
-        if (sc[j] > mx) mx = sc[j];
-      }
-      for (int64_t d = 0; d < D; d++) acc[d] = 0;
-      if (mx == -INFINITY) {
-        memset(orow, 0, sizeof(float) * (size_t)D);
-        continue;
-      }
-      float sum = 0;
-      for (int64_t j = 0; j < jend; j++) {
-        if (sc[j] == -INFINITY) continue;
-        float p = expf(sc[j] - mx);
-        sum += p;
-        const float *vr = vd + b * v->stride[0] + j * v->stride[1] + hk * v->stride[2];
-        for (int64_t d = 0; d < D; d++) acc[d] += p * vr[d];
-      }
-      float inv = 1.0f / sum;
-      for (int64_t d = 0; d < D; d++) orow[d] = acc[d] * inv;
+    att_buf Bf;
+    att_buf_split(&Bf, buf + per * (size_t)omp_get_thread_num(), D, A.P->nr);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t qb = it % nqb, h = (it / nqb) % Hq, b = it / (nqb * Hq);
+      att_item(&A, &Bf, b, h, qb * ATT_QB);
     }
   }
   free(buf);

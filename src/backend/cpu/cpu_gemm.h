@@ -21,7 +21,21 @@ typedef struct cpu_gemm_path {
                int64_t kc, int nr);
   void (*kern)(int mr, int nr, int64_t kc, const float *x, int64_t ldx, const float *wp, float *y, int64_t ldy,
                bool acc);
+  /* Softmax helpers for blocked attention: max of s[0..n) (-inf when n == 0), and
+   * s[i] = exp(s[i] - m) in place, returning the sum (m finite). */
+  float (*row_max)(const float *s, int64_t n);
+  float (*exp_sum)(float *s, int64_t n, float m);
 } cpu_gemm_path;
+
+/* The kernel path the backend uses now (AVX-512 when available and enabled). */
+struct dit_backend;
+const cpu_gemm_path *cpu_gemm_path_for(const struct dit_backend *be);
+
+/* Packs a K-major fp32 source (src[k * ld + n], e.g. V rows) into the same panel layout
+ * as the packs above: wp[p*kc*nr + k*nr + j] = src[k * ld + n0 + p*nr + j], 0 beyond nc. */
+void cpu_pack_kn(float *wp, const float *src, int64_t ld, int64_t n0, int64_t nc, int64_t kc, int nr);
+float cpu_row_max_c(const float *s, int64_t n);
+float cpu_exp_sum_c(float *s, int64_t n, float m);
 
 void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
                   int64_t kc, int nr);

@@ -3,6 +3,8 @@
  * 2*MR zmm accumulators; x elements are broadcast, W panel rows loaded as 2 zmm. */
 #include "backend/cpu/cpu_gemm.h"
 
+#include <math.h>
+
 #if defined(DIT_CPU_X86)
 #include <immintrin.h>
 
@@ -114,6 +116,53 @@ TGT static void pack_avx512(float *wp, const void *w, dit_dtype wt, int64_t ldw,
   }
 }
 
-const cpu_gemm_path cpu_gemm_path_avx512 = {AVX_MR, AVX_NR, pack_avx512, kern_avx512};
+TGT static float row_max_avx512(const float *s, int64_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + i));
+  if (i < n) m = _mm512_mask_max_ps(m, (__mmask16)((1u << (n - i)) - 1), m, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), s + i));
+  return _mm512_reduce_max_ps(m);
+}
+
+/* exp(x) for 16 floats: x = k ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor
+ * polynomial (relative error < 1e-8 before rounding), times 2^k; exp(x) = 0 below -103. */
+static inline __attribute__((always_inline)) TGT __m512 exp16(__m512 x) {
+  __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.0f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_mask_mov_ps(_mm512_scalef_ps(p, k), tiny, _mm512_setzero_ps());
+}
+
+TGT static float exp_sum_avx512(float *s, int64_t n, float m) {
+  __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+    _mm512_storeu_ps(s + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    __mmask16 t = (__mmask16)((1u << (n - i)) - 1);
+    __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + i), vm));
+    _mm512_mask_storeu_ps(s + i, t, e);
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(t, e));
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+const cpu_gemm_path cpu_gemm_path_avx512 = {AVX_MR,      AVX_NR,        pack_avx512, kern_avx512,
+                                            row_max_avx512, exp_sum_avx512};
 
 #endif

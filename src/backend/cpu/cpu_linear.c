@@ -76,7 +76,43 @@ static void kern_c(int mr, int nr, int64_t kc, const float *x, int64_t ldx, cons
   }
 }
 
-static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c};
+void cpu_pack_kn(float *wp, const float *src, int64_t ld, int64_t n0, int64_t nc, int64_t kc, int nr) {
+  int64_t np = (nc + nr - 1) / nr;
+  for (int64_t p = 0; p < np; p++) {
+    float *dst = wp + p * kc * nr;
+    int64_t nv = nc - p * nr < nr ? nc - p * nr : nr;
+    for (int64_t k = 0; k < kc; k++) {
+      const float *s = src + k * ld + n0 + p * nr;
+      float *d = dst + k * nr;
+      for (int64_t j = 0; j < nv; j++) d[j] = s[j];
+      for (int64_t j = nv; j < nr; j++) d[j] = 0.0f;
+    }
+  }
+}
+
+float cpu_row_max_c(const float *s, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
+  return m;
+}
+
+float cpu_exp_sum_c(float *s, int64_t n, float m) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    s[i] = expf(s[i] - m);
+    sum += s[i];
+  }
+  return sum;
+}
+
+static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c, cpu_row_max_c, cpu_exp_sum_c};
+
+const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
+#if defined(DIT_CPU_X86)
+  if (cpu_simd(be)) return &cpu_gemm_path_avx512;
+#endif
+  return &path_c;
+}
 
 /* Blocking: a KC x NC block of W, packed to fp32 per thread (384 KiB, stays in L2), is
  * multiplied by MC rows of x; MC is as large as the thread count allows so each W block
@@ -125,10 +161,7 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
                     const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
-  const cpu_gemm_path *P = &path_c;
-#if defined(DIT_CPU_X86)
-  if (cpu_simd(be)) P = &cpu_gemm_path_avx512;
-#endif
+  const cpu_gemm_path *P = cpu_gemm_path_for(be);
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   int64_t nnb = (N + GEMM_NC - 1) / GEMM_NC;
   /* split M only as much as needed for about 8 items per thread (dynamic balance) */

@@ -50,9 +50,11 @@ dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer
     s = dit_tok_load_file(path, out, &e);
   } else {
     s = chat_style_of(model_dir, &style, &e);
-    if (s == DIT_OK && snprintf(path, sizeof path, "%s/tokenizer", model_dir) >= (int)sizeof path)
+    if (s == DIT_OK && snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", model_dir) >= (int)sizeof path)
       s = dit_errorf(&e, DIT_ERR_INVALID_ARG, "model folder path is too long");
-    if (s == DIT_OK) s = dit_tok_load(path, out, &e);
+    if (s == DIT_OK && !is_file(path))
+      s = dit_errorf(&e, DIT_ERR_INVALID_ARG, "%s: no tokenizer.json here nor in its tokenizer/ folder", model_dir);
+    if (s == DIT_OK) s = dit_tok_load_file(path, out, &e);
   }
   if (s != DIT_OK) return dit_ctx_fail(ctx, &e);
   dit_tok_set_chat_style(*out, style);

@@ -334,16 +334,76 @@ static dit_status load_normalizer(dit_tokenizer *t, const json_t *n, int depth, 
                     "or a Sequence of them)", type);
 }
 
+/* Unicode White_Space, which is what \s means in Oniguruma (the regex engine of the
+ * tokenizers library). PCRE2's \s with UCP also matches U+180E, so patterns are
+ * rewritten to use this class instead. */
+static const char ws_class[] =
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+/* Rewrites \s (anywhere) and \S (outside a class) into explicit White_Space classes.
+ * Returns a malloc'd NUL-terminated pattern or NULL when out of memory. */
+static char *rewrite_spaces(const char *pat, size_t len, size_t *out_len) {
+  size_t nws = sizeof ws_class - 1, cap = len + 1, n = 0;
+  for (size_t i = 0; i + 1 < len; i++)
+    if (pat[i] == '\\') cap += nws + 3, i++;
+  char *o = malloc(cap);
+  if (!o) return NULL;
+  bool in_class = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = pat[i];
+    if (c == '\\' && i + 1 < len) {
+      char e = pat[++i];
+      if (e == 's' || (e == 'S' && !in_class)) {
+        if (!in_class) o[n++] = '[';
+        if (e == 'S') o[n++] = '^';
+        memcpy(o + n, ws_class, nws);
+        n += nws;
+        if (!in_class) o[n++] = ']';
+      } else {
+        o[n++] = c;
+        o[n++] = e;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      o[n++] = c;
+      /* a ']' right after '[' or '[^' is a literal */
+      if (i + 1 < len && pat[i + 1] == '^') o[n++] = pat[++i];
+      if (i + 1 < len && pat[i + 1] == ']') o[n++] = pat[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < len && pat[i + 1] == ':') { /* [:alpha:] */
+      const char *end = strstr(pat + i, ":]");
+      if (end && (size_t)(end - pat) < len) {
+        size_t k = (size_t)(end - pat) + 2 - i;
+        memcpy(o + n, pat + i, k);
+        n += k;
+        i += k - 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    o[n++] = c;
+  }
+  o[n] = 0;
+  *out_len = n;
+  return o;
+}
+
 static dit_status compile_regex(const char *pat, size_t len, bool literal, pcre2_code **out, dit_error *err) {
   int code;
   PCRE2_SIZE off;
+  size_t rlen = len;
+  char *rewritten = literal ? NULL : rewrite_spaces(pat, len, &rlen);
+  if (!literal && !rewritten) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate a regex");
   uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  *out = pcre2_compile((PCRE2_SPTR)pat, len, opts, &code, &off, NULL);
+  *out = pcre2_compile((PCRE2_SPTR)(literal ? pat : rewritten), rlen, opts, &code, &off, NULL);
+  free(rewritten);
   if (!*out) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(code, msg, sizeof msg);
-    return dit_errorf(err, DIT_ERR_FORMAT, "pre_tokenizer regex \"%.80s\": %s at offset %zu", pat,
-                      (const char *)msg, (size_t)off);
+    return dit_errorf(err, DIT_ERR_FORMAT, "pre_tokenizer regex \"%.80s\": %s", pat, (const char *)msg);
   }
   (void)pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE); /* without JIT the interpreter is used */
   return DIT_OK;

@@ -247,7 +247,8 @@ static void t_attention(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, i
   OK(dit_op_attention(e->cpu, &o.c, &q.c, &k.c, &v.c, use_mask ? &m.c : NULL, sc, causal, E));
   OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, use_mask ? &m.g : NULL, sc, causal, E));
   char name[160];
-  snprintf(name, sizeof name, "attention B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s", (long long)B,
+  snprintf(name, sizeof name, "attention v%d B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s",
+           cu_im(e->gpu)->attn_version, (long long)B,
            (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hkv, (long long)D, dn(dt),
            use_mask ? " mask" : "", causal ? " causal" : "", one_empty ? " empty-row" : "");
   compare(e, name, &o, true);
@@ -271,14 +272,16 @@ static void t_attention_big(env *e, int64_t S, int64_t H, int64_t D, int64_t pad
     dit_tensor qc = dit_tensor_make(DIT_F32, (float *)q.c.data + offs[i] * H * D, 4, rs);
     dit_tensor ocv = dit_tensor_make(DIT_F32, oc, 4, rs);
     OK(dit_op_attention(e->cpu, &ocv, &qc, &k.c, &v.c, &m.c, sc, false, E));
-    snprintf(name, sizeof name, "attention big S%lld H%lld D%lld %s pad%lld rows@%lld", (long long)S,
+    snprintf(name, sizeof name, "attention v%d big S%lld H%lld D%lld %s pad%lld rows@%lld",
+             cu_im(e->gpu)->attn_version, (long long)S,
              (long long)H, (long long)D, dn(dt), (long long)pad, (long long)offs[i]);
     compare_at(e, name, &o.g, offs[i] * H * D, oc, R * H * D, true);
     free(oc);
   }
   float ms;
   TIMED(e, ms, dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &m.g, sc, false, E));
-  printf("TIME attention B=1 S=%lld H=%lld D=%lld %s mask: %.3f ms, %.1f TFLOP/s (4*S*S*H*D)\n", (long long)S,
+  printf("TIME attention v%d B=1 S=%lld H=%lld D=%lld %s mask: %.3f ms, %.1f TFLOP/s (4*S*S*H*D)\n",
+         cu_im(e->gpu)->attn_version, (long long)S,
          (long long)H, (long long)D, dn(dt), ms, 4.0 * S * S * H * D / (ms * 1e-3) / 1e12);
   drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
 }
@@ -337,7 +340,7 @@ static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt)
   bool bt = dt != DIT_F32;
   int64_t xs[3] = {B, S, D}, vs[2] = {B, D};
   pair a = act(e, dt, 3, xs, true), b = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false);
-  pair sc = wgt(e, DIT_BF16, 2, vs, 1.0f), sh = wgt(e, DIT_BF16, 2, vs, 1.0f);
+  pair sc = act(e, dt, 2, vs, true), sh = act(e, dt, 2, vs, true); /* modulation vectors: activations */
   char name[160];
   const char *an[4] = {"none", "silu", "gelu", "gelu_tanh"};
   for (int k = 1; k < 4; k++) {
@@ -472,7 +475,7 @@ static void t_conv(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t 
   snprintf(name, sizeof name, "conv2d [%lld,%lld,%lld,%lld]->%lld k%d s%d p%d w%s%s", (long long)B, (long long)Ci,
            (long long)H, (long long)W, (long long)Co, k, stride, pad, dn(wdt), bias ? " bias" : "");
   compare(e, name, &y, wdt != DIT_F32);
-  if (H * W >= 65536) {
+  if (Ci * H * W >= (1 << 21)) {
     float ms;
     TIMED(e, ms, dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bias ? &b.g : NULL, stride, pad, E));
     printf("TIME %s: %.3f ms, %.1f TFLOP/s\n", name, ms,
@@ -525,7 +528,7 @@ static void time_bw(env *e) {
   for (int k = 0; k < 2; k++) {
     dit_dtype dt = k ? DIT_BF16 : DIT_F32;
     double es = (double)dit_dtype_size(dt);
-    pair x = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false), sc = wgt(e, DIT_BF16, 2, vs, 1.0f);
+    pair x = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false), sc = act(e, dt, 2, vs, true);
     pair w = wgt(e, DIT_BF16, 1, ds, 1.0f);
     pair a = act(e, dt, 3, fs, true), b = act(e, dt, 3, fs, true);
     float ms;
@@ -564,12 +567,18 @@ static void small_tests(env *e) {
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_BF16, true, DIT_ACT_SILU);
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_F32, true, DIT_ACT_NONE);
   t_linear(e, 3, 2560, 3840, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
-  t_attention(e, 2, 77, 77, 4, 2, 64, DIT_F32, 9, false, false);
-  t_attention(e, 2, 77, 77, 4, 2, 64, DIT_BF16, 9, false, true);
-  t_attention(e, 1, 100, 100, 3, 3, 128, DIT_F32, 0, true, false);
-  t_attention(e, 2, 130, 61, 2, 1, 128, DIT_BF16, 5, false, false);
-  t_attention(e, 1, 65, 65, 2, 2, 256, DIT_F32, 3, false, false);
-  t_attention(e, 1, 70, 70, 4, 1, 80, DIT_BF16, 0, true, false);
+  for (int ver = 1; ver <= 3; ver++) { /* every flash kernel version (the backend's default is 2) */
+    cu_im(e->gpu)->attn_version = ver;
+    t_attention(e, 2, 77, 77, 4, 2, 64, DIT_F32, 9, false, false);
+    t_attention(e, 2, 77, 77, 4, 2, 64, DIT_BF16, 9, false, true);
+    t_attention(e, 1, 100, 100, 3, 3, 128, DIT_F32, 0, true, false);
+    t_attention(e, 1, 300, 300, 2, 2, 128, DIT_BF16, 0, true, false);
+    t_attention(e, 2, 130, 61, 2, 1, 128, DIT_BF16, 5, false, false);
+    t_attention(e, 1, 65, 65, 2, 2, 256, DIT_F32, 3, false, false);
+    t_attention(e, 1, 200, 333, 2, 2, 256, DIT_BF16, 7, false, false);
+    t_attention(e, 1, 70, 70, 4, 1, 80, DIT_BF16, 0, true, false);
+    t_attention(e, 2, 257, 190, 6, 2, 64, DIT_BF16, 11, false, true);
+  }
   t_norms(e, 33, 3840, DIT_F32, DIT_BF16);
   t_norms(e, 17, 100, DIT_F32, DIT_F32);
   t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
@@ -596,8 +605,12 @@ static void big_tests(env *e) {
   t_linear_big(e, 4224, 3840, 3840, DIT_F32, DIT_F32);
   t_linear_big(e, 4224, 3840, 3840, DIT_BF16, DIT_BF16);
   t_linear_big(e, 4224, 3840, 10240, DIT_BF16, DIT_BF16);
-  t_attention_big(e, 4224, 30, 128, 100, DIT_BF16);
-  t_attention_big(e, 4224, 30, 128, 100, DIT_F32);
+  for (int ver = 3; ver >= 1; ver--) {
+    cu_im(e->gpu)->attn_version = ver;
+    t_attention_big(e, 4224, 30, 128, 100, DIT_BF16);
+    t_attention_big(e, 4224, 30, 128, 100, DIT_F32);
+  }
+  cu_im(e->gpu)->attn_version = 2;
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
   time_bw(e);

@@ -37,6 +37,7 @@ typedef struct cu_impl {
   size_t scratch_bytes;
   int *flag; /* device int: kernels report bad input (embedding ids) here */
   int max_smem; /* opt-in shared memory per block */
+  int attn_version; /* flash kernel: 2 (default), or 1 / 3 (env DIT_CUDA_ATTN) */
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;
@@ -122,7 +123,7 @@ cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, i
  * mask [B,Sk] bytes or NULL. Returns cudaErrorInvalidValue for unsupported D. */
 cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
-                          float scale, int causal, cudaStream_t s);
+                          float scale, int causal, int version, cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

@@ -87,7 +87,7 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
   if (out->data == q->data || out->data == k->data || out->data == v->data)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
   LAUNCH(op, "flash kernel", cuk_attention(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D,
-                                           mask, scale, causal, st(be)));
+                                           mask, scale, causal, cu_im(be)->attn_version, st(be)));
   return DIT_OK;
 }
 

@@ -3,7 +3,10 @@
  * bf16; S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16 bf16, fp32
  * accumulation) with an online softmax in fp32 registers. Key-padding mask, causal mask
  * and GQA (head h reads kv head h / (Hq / Hkv)). Head dims up to 256 (even), padded with
- * zeros to 64, 128 or 256 in shared memory. Inputs F32 (rounded to bf16 on load) or BF16. */
+ * zeros to 64, 128 or 256 in shared memory. Inputs F32 (rounded to bf16 on load) or BF16.
+ * Two versions: 1 (the first, simple one: 64 rows, synchronous loads, V transposed on store)
+ * 2 (default: 128 rows, pipelined cp.async loads, ldmatrix) and 3 (2 with registers capped
+ * for two blocks per SM when D <= 128); DIT_CUDA_ATTN=1 or 3 picks the others. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -201,34 +204,259 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
   }
 }
 
+/* ---- version 2: 128 query rows per block (8 warps), K/V tiles row-major in a two-stage
+ * pipeline (cp.async for BF16 inputs; F32 inputs convert while storing), fragments
+ * through ldmatrix (.trans for V). ---- */
+#define F2_BM 128
+#define F2_THREADS 256
+
+__device__ __forceinline__ uint32_t f2_smem(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void f2_ldm4(uint32_t *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(f2_smem(p)));
+}
+__device__ __forceinline__ void f2_ldm4t(uint32_t *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(f2_smem(p)));
+}
+__device__ __forceinline__ void f2_cp16(void *dst, const void *src, bool ok) {
+  int n = ok ? 16 : 0; /* 0: zero-fill */
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(f2_smem(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void f2_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void f2_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* rows r0 .. r0+nr-1 of src (row stride rstride) into dst [nr][ld]; zeros outside. */
+template <int DP>
+__device__ __forceinline__ void f2_tile(__nv_bfloat16 *dst, int ld, int nr, const __nv_bfloat16 *src, int64_t r0,
+                                        int64_t nrows, int64_t rstride, int D) {
+  for (int idx = threadIdx.x; idx < nr * (DP / 8); idx += F2_THREADS) {
+    int r = idx / (DP / 8), c = (idx % (DP / 8)) * 8;
+    bool ok = r0 + r < nrows && c < D;
+    const __nv_bfloat16 *g = ok ? src + (r0 + r) * rstride + c : src;
+    f2_cp16(dst + r * ld + c, g, ok);
+  }
+}
+template <int DP>
+__device__ __forceinline__ void f2_tile(__nv_bfloat16 *dst, int ld, int nr, const float *src, int64_t r0,
+                                        int64_t nrows, int64_t rstride, int D) {
+  for (int idx = threadIdx.x; idx < nr * (DP / 8); idx += F2_THREADS) {
+    int r = idx / (DP / 8), c = (idx % (DP / 8)) * 8;
+    __align__(16) __nv_bfloat16 v[8];
+    if (r0 + r < nrows && c < D) {
+      fa_load8(v, src + (r0 + r) * rstride + c, 8);
+    } else {
+      for (int i = 0; i < 8; i++) v[i] = __float2bfloat16_rn(0.0f);
+    }
+    *reinterpret_cast<uint4 *>(dst + r * ld + c) = *reinterpret_cast<uint4 *>(v);
+  }
+}
+
+template <typename T, int DP, int MINB>
+__global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q, const T *k, const T *v, int64_t Sq,
+                                                       int64_t Sk, int Hq, int Hkv, int D, const uint8_t *mask,
+                                                       float sl2, int causal) {
+  extern __shared__ __align__(16) unsigned char fa_smem[];
+  const int LQ = DP + 8;
+  __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fa_smem);
+  __nv_bfloat16 *Kb = Qs + F2_BM * LQ;   /* [2][FA_BN][LQ] */
+  __nv_bfloat16 *Vb = Kb + 2 * FA_BN * LQ; /* [2][FA_BN][LQ] */
+  float *mb = reinterpret_cast<float *>(Vb + 2 * FA_BN * LQ); /* [2][FA_BN] */
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
+  const int64_t q0 = (int64_t)blockIdx.x * F2_BM;
+  const T *qb = q + ((int64_t)b * Sq * Hq + h) * D;
+  const T *kb = k + ((int64_t)b * Sk * Hkv + hk) * D;
+  const T *vb = v + ((int64_t)b * Sk * Hkv + hk) * D;
+  const int64_t kvs = (int64_t)Hkv * D;
+
+  int64_t nkt = (Sk + FA_BN - 1) / FA_BN;
+  if (causal) {
+    int64_t last = (q0 + F2_BM - 1) / FA_BN + 1;
+    if (last < nkt) nkt = last;
+  }
+  f2_tile<DP>(Qs, LQ, F2_BM, qb, q0, Sq, (int64_t)Hq * D, D);
+  if (nkt > 0) {
+    f2_tile<DP>(Kb, LQ, FA_BN, kb, 0, Sk, kvs, D);
+    f2_tile<DP>(Vb, LQ, FA_BN, vb, 0, Sk, kvs, D);
+    if (threadIdx.x < FA_BN) {
+      int64_t j = threadIdx.x;
+      mb[j] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
+    }
+  }
+  f2_commit();
+
+  const int ra = warp * 16 + (lane >> 2), qc = (lane & 3) * 2;
+  const int64_t qia = q0 + ra, qib = qia + 8;
+  /* ldmatrix lane addressing */
+  const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8, lcol = (lane >> 4) * 8; /* A (Q) and V^T */
+  const int krow = (lane & 7) + (lane >> 4) * 8, kcol = ((lane >> 3) & 1) * 8; /* K */
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+  for (int64_t kt = 0; kt < nkt; kt++) {
+    const int st = (int)(kt & 1);
+    if (kt + 1 < nkt) {
+      const int ns = st ^ 1;
+      const int64_t k1 = (kt + 1) * FA_BN;
+      f2_tile<DP>(Kb + ns * FA_BN * LQ, LQ, FA_BN, kb, k1, Sk, kvs, D);
+      f2_tile<DP>(Vb + ns * FA_BN * LQ, LQ, FA_BN, vb, k1, Sk, kvs, D);
+      if (threadIdx.x < FA_BN) {
+        int64_t j = k1 + threadIdx.x;
+        mb[ns * FA_BN + threadIdx.x] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
+      }
+      f2_commit();
+      f2_wait<1>();
+    } else {
+      f2_wait<0>();
+    }
+    __syncthreads();
+    const __nv_bfloat16 *Ks = Kb + st * FA_BN * LQ, *Vs = Vb + st * FA_BN * LQ;
+    const float *mbs = mb + st * FA_BN;
+    const int64_t k0 = kt * FA_BN;
+
+    float s[FA_BN / 8][4];
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ks++) {
+      uint32_t a[4];
+      f2_ldm4(a, Qs + (warp * 16 + lrow) * LQ + ks * 16 + lcol);
+#pragma unroll
+      for (int n = 0; n < FA_BN / 8; n += 2) {
+        uint32_t bk[4];
+        f2_ldm4(bk, Ks + (n * 8 + krow) * LQ + ks * 16 + kcol);
+        fa_mma(s[n], a, bk[0], bk[1]);
+        fa_mma(s[n + 1], a, bk[2], bk[3]);
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int j = n * 8 + qc + (e & 1);
+        float val = s[n][e] * sl2 + mbs[j];
+        if (causal && k0 + j > (e < 2 ? qia : qib)) val = -INFINITY;
+        s[n][e] = val;
+        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      }
+    }
+    float alpha[2], mu[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      float mn = fmaxf(m[r], mx[r]);
+      mu[r] = mn == -INFINITY ? 0.0f : mn;
+      alpha[r] = exp2f(m[r] - mu[r]);
+      m[r] = mn;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = exp2f(s[n][e] - mu[e >> 1]);
+        s[n][e] = p;
+        l[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < DP / 8; d++) {
+      o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int j = 0; j < FA_BN / 16; j++) {
+      uint32_t a[4];
+      a[0] = fa_pack(s[2 * j][0], s[2 * j][1]);
+      a[1] = fa_pack(s[2 * j][2], s[2 * j][3]);
+      a[2] = fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]);
+      a[3] = fa_pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+      for (int d = 0; d < DP / 8; d += 2) {
+        uint32_t bv[4];
+        f2_ldm4t(bv, Vs + (j * 16 + lrow) * LQ + d * 8 + lcol);
+        fa_mma(o[d], a, bv[0], bv[1]);
+        fa_mma(o[d + 1], a, bv[2], bv[3]);
+      }
+    }
+    __syncthreads(); /* the next iteration overwrites the other stage; this one is read */
+  }
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  T *ob = out + ((int64_t)b * Sq * Hq + h) * D;
+#pragma unroll
+  for (int d = 0; d < DP / 8; d++) {
+    int c = d * 8 + qc;
+    if (c >= D) continue;
+    if (qia < Sq) {
+      cu_st(ob, qia * Hq * D + c, o[d][0] * inv[0]);
+      cu_st(ob, qia * Hq * D + c + 1, o[d][1] * inv[0]);
+    }
+    if (qib < Sq) {
+      cu_st(ob, qib * Hq * D + c, o[d][2] * inv[1]);
+      cu_st(ob, qib * Hq * D + c + 1, o[d][3] * inv[1]);
+    }
+  }
+}
+
 template <typename T, int DP>
 static cudaError_t fa_launch(void *out, const void *q, const void *k, const void *v, int64_t B, int64_t Sq,
                              int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask, float scale,
-                             int causal, cudaStream_t s) {
-  size_t smem = (size_t)(2 * FA_BM * (DP + 8) + DP * (FA_BN + 8)) * 2 + FA_BN * sizeof(float);
-  cudaError_t e = cudaFuncSetAttribute(k_flash<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                             int causal, int version, cudaStream_t s) {
+  float sl2 = scale * 1.4426950408889634f;
+  if (version == 1) {
+    size_t smem = (size_t)(2 * FA_BM * (DP + 8) + DP * (FA_BN + 8)) * 2 + FA_BN * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(k_flash<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((Sq + FA_BM - 1) / FA_BM), (unsigned)Hq, (unsigned)B);
+    k_flash<T, DP><<<grid, FA_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk,
+                                                  (int)Hq, (int)Hkv, (int)D, mask, sl2, causal);
+    return cudaGetLastError();
+  }
+  /* version 3: as 2 with registers capped for two blocks per SM (head dims <= 128) */
+  size_t smem = (size_t)(F2_BM + 4 * FA_BN) * (DP + 8) * 2 + 2 * FA_BN * sizeof(float);
+  void (*kern)(T *, const T *, const T *, const T *, int64_t, int64_t, int, int, int, const uint8_t *, float, int) =
+      version == 3 && DP <= 128 ? k_flash2<T, DP, 2> : k_flash2<T, DP, 1>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
-  dim3 grid((unsigned)((Sq + FA_BM - 1) / FA_BM), (unsigned)Hq, (unsigned)B);
-  k_flash<T, DP><<<grid, FA_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk,
-                                                (int)Hq, (int)Hkv, (int)D, mask, scale * 1.4426950408889634f,
-                                                causal);
+  dim3 grid((unsigned)((Sq + F2_BM - 1) / F2_BM), (unsigned)Hq, (unsigned)B);
+  kern<<<grid, F2_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk, (int)Hq,
+                                      (int)Hkv, (int)D, mask, sl2, causal);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                                      int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
-                                     const uint8_t *mask, float scale, int causal, cudaStream_t s) {
+                                     const uint8_t *mask, float scale, int causal, int version, cudaStream_t s) {
   if (D <= 0 || D > 256 || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) return cudaErrorInvalidValue;
   if (B <= 0 || Sq <= 0) return cudaSuccess;
+#define FA_ARGS out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, version, s
   if (dt == CU_DT_BF16) {
-    if (D <= 64) return fa_launch<__nv_bfloat16, 64>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
-    if (D <= 128) return fa_launch<__nv_bfloat16, 128>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
-    return fa_launch<__nv_bfloat16, 256>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    if (D <= 64) return fa_launch<__nv_bfloat16, 64>(FA_ARGS);
+    if (D <= 128) return fa_launch<__nv_bfloat16, 128>(FA_ARGS);
+    return fa_launch<__nv_bfloat16, 256>(FA_ARGS);
   }
   if (dt == CU_DT_F32) {
-    if (D <= 64) return fa_launch<float, 64>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
-    if (D <= 128) return fa_launch<float, 128>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
-    return fa_launch<float, 256>(out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, s);
+    if (D <= 64) return fa_launch<float, 64>(FA_ARGS);
+    if (D <= 128) return fa_launch<float, 128>(FA_ARGS);
+    return fa_launch<float, 256>(FA_ARGS);
   }
+#undef FA_ARGS
   return cudaErrorInvalidValue;
 }

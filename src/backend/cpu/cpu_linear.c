@@ -134,14 +134,17 @@ static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, 
 
 static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
                       int64_t K, const float *x, int64_t ldx, const void *w, dit_dtype wt, int64_t ldw,
-                      float *y, int64_t ldy) {
+                      bool kmajor, float *y, int64_t ldy) {
   if (K == 0) {
     for (int64_t i = 0; i < mc; i++) memset(y + (m0 + i) * ldy + n0, 0, (size_t)nc * sizeof(float));
     return;
   }
   for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
     int64_t kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
-    P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
+    if (kmajor)
+      cpu_pack_kn(wp, (const float *)w + k0 * ldw, ldw, n0, nc, kc, P->nr);
+    else
+      P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
     for (int64_t i = 0; i < mc; i += P->mr) {
       int mr = (int)(mc - i < P->mr ? mc - i : P->mr);
       const float *xr = x + (m0 + i) * ldx + k0;
@@ -157,16 +160,28 @@ static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc,
   }
 }
 
-dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
-                    float *y, int64_t ldy, dit_error *err) {
+static dit_status gemm_run(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                           const void *w, dit_dtype wt, int64_t ldw, bool kmajor, const void *b, dit_dtype bt,
+                           dit_act act, float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
   const cpu_gemm_path *P = cpu_gemm_path_for(be);
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
-  int64_t nnb = (N + GEMM_NC - 1) / GEMM_NC;
-  /* split M only as much as needed for about 8 items per thread (dynamic balance) */
-  int64_t nmb = (8 * nt + nnb - 1) / nnb, mc_min = 4 * P->mr;
-  if (nmb > (M + mc_min - 1) / mc_min) nmb = (M + mc_min - 1) / mc_min;
+  /* About 8 items per thread (dynamic balance): narrow the N blocks first (costs nothing),
+   * then split M (each M block converts and packs W again). */
+  int64_t target = 8 * nt, NC = GEMM_NC;
+  if ((N + NC - 1) / NC < target) {
+    NC = (N + target - 1) / target;
+    NC = (NC + P->nr - 1) / P->nr * P->nr;
+    if (NC < 2 * P->nr) NC = 2 * P->nr;
+    if (NC > GEMM_NC) NC = GEMM_NC;
+  }
+  int64_t nnb = (N + NC - 1) / NC;
+  /* M blocks of at least 192 rows keep the repacking cost small, unless that leaves a
+   * thread idle */
+  int64_t nmb = (target + nnb - 1) / nnb;
+  if (nmb > (M + 191) / 192) nmb = (M + 191) / 192;
+  if (nmb * nnb < nt) nmb = (nt + nnb - 1) / nnb;
+  if (nmb > (M + P->mr - 1) / P->mr) nmb = (M + P->mr - 1) / P->mr;
   if (nmb < 1) nmb = 1;
   int64_t MC = (M + nmb - 1) / nmb;
   MC = (MC + P->mr - 1) / P->mr * P->mr;
@@ -183,15 +198,26 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
     for (int64_t it = 0; it < items; it++) {
       /* N-major order: consecutive items share the same W block in L3. */
       int64_t nb = it / nmb, mb = it % nmb;
-      int64_t m0 = mb * MC, n0 = nb * GEMM_NC;
+      int64_t m0 = mb * MC, n0 = nb * NC;
       int64_t mc = M - m0 < MC ? M - m0 : MC;
-      int64_t nc = N - n0 < GEMM_NC ? N - n0 : GEMM_NC;
-      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, y, ldy);
+      int64_t nc = N - n0 < NC ? N - n0 : NC;
+      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, kmajor, y, ldy);
       epilogue(y + m0 * ldy + n0, ldy, mc, n0, nc, b, bt, act);
     }
   }
   free(buf);
   return DIT_OK;
+}
+
+dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    float *y, int64_t ldy, dit_error *err) {
+  return gemm_run(be, M, N, K, x, ldx, w, wt, ldw, false, b, bt, act, y, ldy, err);
+}
+
+dit_status cpu_gemm_kn(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                       const float *w, int64_t ldw, float *y, int64_t ldy, dit_error *err) {
+  return gemm_run(be, M, N, K, x, ldx, w, DIT_F32, ldw, true, NULL, DIT_F32, DIT_ACT_NONE, y, ldy, err);
 }
 
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,

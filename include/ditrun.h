@@ -96,6 +96,9 @@ typedef struct dit_gen_params {
   double cfg_truncation;        /* Z-Image: guidance off once (1000 - t)/1000 exceeds this; default 1.0 */
   double cfg_normalization;     /* Z-Image: 0 = off; > 0 caps |pred| at this times |cond| */
   int max_sequence_length;      /* prompt tokens after the chat template; 0 = 512 */
+  int text_rope_bf16;           /* text encoder RoPE frequencies rounded to bf16, as in a reference run whose
+                                   encoder was cast with .to(torch.bfloat16) (the shared fixtures); 0 = fp32,
+                                   as transformers' from_pretrained keeps them */
   uint64_t seed;
   dit_rng_kind rng;
   dit_device_kind device;

@@ -29,6 +29,8 @@ static void usage(FILE *f) {
           "      --seed S           random seed, any unsigned 64-bit integer (default 42)\n"
           "      --rng torch-cpu    noise generator (torch's CPU generator, bit for bit)\n"
           "      --max-seq-len N    prompt tokens after the chat template (default 512)\n"
+          "      --text-rope-bf16   round the text encoder's RoPE frequencies to bf16, as a reference\n"
+          "                         run does whose encoder was cast with .to(torch.bfloat16)\n"
           "  -o, --output PATH      PNG to write (default output.png)\n"
           "      --overwrite        replace PATH if it exists\n"
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
@@ -93,15 +95,8 @@ static bool check_output(const char *path, bool overwrite) {
   return true;
 }
 
-typedef struct gen_opts {
-  dit_gen_params p;
-  const char *out;
-  bool overwrite, quiet, force_progress;
-  int threads;
-} gen_opts;
-
-/* Returns 0 to run, 1 after --help, 2 on bad usage. */
-static int parse(int argc, char **argv, gen_opts *o) {
+int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
+  memset(o, 0, sizeof *o);
   dit_gen_params_default(&o->p);
   o->p.seed = 42;
   o->out = "output.png";
@@ -112,6 +107,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
     else if (!strcmp(a, "--overwrite")) o->overwrite = true;
     else if (!strcmp(a, "--progress")) o->force_progress = true;
+    else if (!strcmp(a, "--text-rope-bf16")) o->p.text_rope_bf16 = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
     else if (OPT("-m", "--model")) { if (!bad) o->p.model_dir = v; }
     else if (OPT("-p", "--prompt")) { if (!bad) o->p.prompt = v; }
@@ -160,9 +156,8 @@ static void print_summary(const dit_gen_stats *st) {
 }
 
 int cli_generate(int argc, char **argv) {
-  gen_opts o;
-  memset(&o, 0, sizeof o);
-  int r = parse(argc, argv, &o);
+  cli_gen_opts o;
+  int r = cli_generate_parse(argc, argv, &o);
   if (r) return r == 1 ? 0 : 2;
   if (!check_output(o.out, o.overwrite)) return 2;
   dit_ctx_params cp;

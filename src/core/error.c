@@ -22,9 +22,9 @@ void dit_error_prefix(dit_error *e, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
-  char tmp[DIT_ERROR_MSG_MAX];
+  char tmp[2 * DIT_ERROR_MSG_MAX + 2]; /* the result is cut to the message size */
   snprintf(tmp, sizeof tmp, "%s: %s", pre, e->msg);
-  memcpy(e->msg, tmp, sizeof tmp);
+  snprintf(e->msg, sizeof e->msg, "%.*s", DIT_ERROR_MSG_MAX - 1, tmp);
 }
 
 void dit_error_clear(dit_error *e) {

@@ -54,6 +54,7 @@ static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, cons
   if (s == DIT_OK) s = dit_tok_load(path, &tok, err);
   if (s == DIT_OK) s = dit_model_dir_component_path(dir, "text_encoder", path, sizeof path, err);
   if (s == DIT_OK) s = dit_qwen3_load(be, path, &te, err);
+  if (s == DIT_OK && p->text_rope_bf16) s = dit_qwen3_set_rope_freq_dtype(te, DIT_BF16, err);
   int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
   if (s == DIT_OK) s = dit_zimage_encode_prompt(te, tok, p->prompt, max_len, &pos->embeds, &pos->n_tokens, err);
   if (s == DIT_OK && cfg)

@@ -27,7 +27,9 @@ gpu-test: configure
 setup:
 	sh scripts/setup.sh
 
-run: build
+# Only the CLI is needed to generate: skip the tests and benchmarks.
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target ditrun
 	sh scripts/run.sh $(BUILD)
 
 clean:

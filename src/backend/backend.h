@@ -120,6 +120,44 @@ void dit_backend_free(dit_backend *be);
 dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err);
 #endif
 
+/* ---- generic helpers (backend.c) ---- */
+struct dit_wtable;
+
+/* True when the backend's memory is host memory (the CPU backend, or a profiler over it). */
+bool dit_backend_is_host(const dit_backend *be);
+/* The device tag tensors in this backend's memory carry. */
+dit_device dit_backend_device(const dit_backend *be);
+/* Copies every bound tensor of t (dst->data set, host memory) into one new backend
+ * allocation *block (stored dtype kept, 256-byte aligned pieces) and repoints the
+ * destinations there (device tag set). Free *block with be->ops->free. */
+dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t, void **block, dit_error *err);
+/* Gives every entry of t (unbound) deterministic random values of dtype dt (F32/BF16/F16)
+ * in one new backend allocation *block: uniform in +-1/sqrt(last dim) for matrices,
+ * 1 +- 0.05 for 1-D "*weight" tensors (norm scales), +-0.02 for other 1-D tensors. Same seed, same values
+ * on every backend. For benchmarks at real geometry without checkpoint files. */
+dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t, dit_dtype dt, uint64_t seed,
+                                     void **block, dit_error *err);
+
+/* Profiler: a backend that forwards every call to `inner` and, while enabled, syncs
+ * after each op and adds its wall time to the op's total. It also tracks the bytes
+ * allocated through it (live and peak). The profiler does not own inner; free it with
+ * dit_backend_profiler_free (not dit_backend_free). */
+typedef enum dit_op_class { DIT_OPC_GEMM = 0, DIT_OPC_ATTENTION, DIT_OPC_ELEMENTWISE, DIT_OPC_COUNT } dit_op_class;
+#define DIT_PROF_OPS 20
+typedef struct dit_prof_stats {
+  double ms[DIT_PROF_OPS];    /* per op (names: dit_prof_op_name) */
+  long calls[DIT_PROF_OPS];
+  size_t live_bytes, peak_bytes; /* allocated through the profiler */
+} dit_prof_stats;
+const char *dit_prof_op_name(int op);
+dit_op_class dit_prof_op_class(int op);
+dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, dit_error *err);
+void dit_backend_profiler_enable(dit_backend *prof, bool on);
+/* Clears the times and counts (not the memory counters). */
+void dit_backend_profiler_reset(dit_backend *prof);
+const dit_prof_stats *dit_backend_profiler_stats(const dit_backend *prof);
+void dit_backend_profiler_free(dit_backend *prof);
+
 /* Thin wrappers so model code reads like the reference modules. */
 #define dit_op_linear(be, ...) ((be)->ops->linear((be), __VA_ARGS__))
 #define dit_op_rms_norm(be, ...) ((be)->ops->rms_norm((be), __VA_ARGS__))

@@ -76,7 +76,7 @@ static dit_status read_fields(const json_t *j, dit_zimage_config *c, const char 
 }
 
 /* Consistency of the sizes with each other and with what this implementation runs. */
-static dit_status check_config(dit_zimage_config *c, const char *what, dit_error *err) {
+dit_status zimage_check_config(dit_zimage_config *c, const char *what, dit_error *err) {
   if (c->patch_size != 2)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"all_patch_size\" = [%d]: only [2] is supported", what,
                       c->patch_size);
@@ -122,7 +122,7 @@ dit_status zimage_parse_config(const char *path, dit_zimage_config *c, dit_error
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
   dit_status s = read_fields(j, c, path, err);
-  if (s == DIT_OK) s = check_config(c, path, err);
+  if (s == DIT_OK) s = zimage_check_config(c, path, err);
   json_decref(j);
   return s;
 }
@@ -176,32 +176,57 @@ static void add_top(dit_wtable *t, const dit_zimage_config *c, zimage_weights *w
   dit_wtable_add(t, &w->final_linear_b, false, 1, (int64_t[]){P}, "all_final_layer.%s.linear.bias", pk);
 }
 
-/* Allocates the block arrays and binds every tensor; names the first problems. */
-static dit_status bind_weights(dit_zimage *m, dit_error *err) {
+/* Allocates the block arrays and lists every tensor in t (the caller frees t). */
+static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
   zimage_weights *w = &m->w;
   size_t nr = (size_t)c->n_refiner_layers, nl = (size_t)c->n_layers;
   w->noise_refiner = calloc(nr ? nr : 1, sizeof *w->noise_refiner);
   w->context_refiner = calloc(nr ? nr : 1, sizeof *w->context_refiner);
   w->layers = calloc(nl, sizeof *w->layers);
+  dit_wtable_init(t);
   if (!w->noise_refiner || !w->context_refiner || !w->layers)
     return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %zu layers", 2 * nr + nl);
-  dit_wtable t;
-  dit_wtable_init(&t);
-  add_top(&t, c, w);
+  add_top(t, c, w);
   for (int i = 0; i < c->n_refiner_layers; i++) {
     w->noise_refiner[i].modulation = true;
-    add_block(&t, c, &w->noise_refiner[i], "noise_refiner", i);
+    add_block(t, c, &w->noise_refiner[i], "noise_refiner", i);
     w->context_refiner[i].modulation = false;
-    add_block(&t, c, &w->context_refiner[i], "context_refiner", i);
+    add_block(t, c, &w->context_refiner[i], "context_refiner", i);
   }
   for (int i = 0; i < c->n_layers; i++) {
     w->layers[i].modulation = true;
-    add_block(&t, c, &w->layers[i], "layers", i);
+    add_block(t, c, &w->layers[i], "layers", i);
   }
-  dit_status s = dit_wtable_bind(&t, m->files, "", NULL, err);
+  return DIT_OK;
+}
+
+/* Binds every tensor (names the first problems); on a device backend copies them into
+ * one device allocation and closes the files. */
+static dit_status bind_weights(dit_zimage *m, dit_error *err) {
+  dit_wtable t;
+  dit_status s = build_table(m, &t, err);
+  if (s == DIT_OK) s = dit_wtable_bind(&t, m->files, "", NULL, err);
+  if (s == DIT_OK && !dit_backend_is_host(m->be)) {
+    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
+    if (s == DIT_OK) {
+      for (size_t i = 0; i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
+      dit_weights_close(m->files);
+      m->files = NULL;
+    }
+  }
   dit_wtable_free(&t);
   return s;
+}
+
+static dit_zimage *new_model(dit_backend *be) {
+  dit_zimage *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->be = be;
+  m->adt = DIT_F32;
+  m->es = sizeof(float);
+  m->dev = dit_backend_device(be);
+  return m;
 }
 
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err) {
@@ -211,9 +236,8 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
   if (n < 0 || (size_t)n >= sizeof path)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: folder path too long: %s", component_dir);
-  dit_zimage *m = calloc(1, sizeof *m);
+  dit_zimage *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
-  m->be = be;
   dit_status s = zimage_parse_config(path, &m->cfg, err);
   if (s == DIT_OK) {
     s = dit_weights_open(component_dir, NULL, &m->files, err);
@@ -230,9 +254,82 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   return DIT_OK;
 }
 
+void dit_zimage_config_turbo(dit_zimage_config *c) {
+  memset(c, 0, sizeof *c);
+  c->dim = 3840;
+  c->n_layers = 30;
+  c->n_refiner_layers = 2;
+  c->n_heads = 30;
+  c->n_kv_heads = 30;
+  c->cap_feat_dim = 2560;
+  c->in_channels = 16;
+  c->axes_dims[0] = 32, c->axes_dims[1] = 48, c->axes_dims[2] = 48;
+  c->axes_lens[0] = 1536, c->axes_lens[1] = 512, c->axes_lens[2] = 512;
+  c->rope_theta = 256.0;
+  c->t_scale = 1000.0;
+  c->norm_eps = 1e-5f;
+  c->qk_norm = true;
+  c->patch_size = 2;
+  c->f_patch_size = 1;
+}
+
+dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c, dit_dtype wdt, uint64_t seed,
+                                    dit_zimage **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend or config given");
+  dit_zimage *m = new_model(be);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
+  m->cfg = *c;
+  dit_status s = DIT_OK;
+  if (c->dim < 1 || c->dim > MAX_DIM || c->n_layers < 1 || c->n_layers > MAX_LAYERS || c->n_refiner_layers < 0 ||
+      c->n_refiner_layers > MAX_LAYERS || c->n_heads < 1 || c->n_heads > MAX_HEADS || c->n_kv_heads < 1 ||
+      c->cap_feat_dim < 1 || c->cap_feat_dim > MAX_DIM || c->in_channels < 1 || c->in_channels > MAX_CHANNELS)
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage random config: a size is out of range");
+  for (int i = 0; s == DIT_OK && i < DIT_ZIMAGE_N_AXES; i++)
+    if (c->axes_dims[i] < 1 || c->axes_lens[i] < 1 || c->axes_lens[i] > MAX_AXIS_LEN)
+      s = dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage random config: axis %d dims/lens out of range", i);
+  if (s == DIT_OK) s = zimage_check_config(&m->cfg, "zimage random config", err);
+  if (s == DIT_OK) {
+    dit_wtable t;
+    s = build_table(m, &t, err);
+    if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
+    for (size_t i = 0; s == DIT_OK && i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
+    dit_wtable_free(&t);
+    if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
+  }
+  if (s != DIT_OK) {
+    dit_zimage_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no model");
+  if (dt != DIT_F32 && dt != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "zimage: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
+  if (dt != DIT_F32 && dit_backend_is_host(m->be))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "zimage: the CPU backend computes in F32 (activation dtype %s)",
+                      dit_dtype_name(dt));
+  if (dt != m->adt) {
+    /* the planned buffer's layout depends on the element size */
+    if (m->act) m->be->ops->free(m->be, m->act);
+    m->act = NULL;
+    m->act_bytes = 0;
+    m->tables_ok = false;
+  }
+  m->adt = dt;
+  m->es = dit_dtype_size(dt);
+  return DIT_OK;
+}
+
+size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->wbytes : 0; }
+
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
   if (m->act) m->be->ops->free(m->be, m->act);
+  if (m->wblock) m->be->ops->free(m->be, m->wblock);
   free(m->host);
   free(m->tab_items);
   free(m->w.noise_refiner);

@@ -48,6 +48,21 @@ typedef struct dit_zimage dit_zimage;
  * before anything is built; weights stay mapped in their stored dtype. On failure *out
  * is NULL and the message names the config field or the tensor that was wrong. */
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err);
+/* A model with deterministic random weights of dtype wdt (F32/BF16/F16) created directly
+ * in the backend's memory (no files), for benchmarks at the real geometry. c's "read
+ * from config.json" fields must be set (dit_zimage_config_turbo gives Z-Image-Turbo's);
+ * the derived ones are computed and checked like a loaded config's. */
+dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c, dit_dtype wdt, uint64_t seed,
+                                    dit_zimage **out, dit_error *err);
+/* Z-Image-Turbo's transformer config (diffusers ZImageTransformer2DModel defaults, with
+ * the shipped axes_lens [1536, 512, 512]); derived fields left for create to fill. */
+void dit_zimage_config_turbo(dit_zimage_config *c);
+/* Activation dtype of the forward: F32 (the default; the only one on the CPU backend) or
+ * BF16 (GPU backends: activations and GEMM inputs in bf16, fp32 accumulation, RoPE
+ * tables and the inputs/outputs of dit_zimage_forward stay F32). */
+dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err);
+/* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
+size_t dit_zimage_weight_bytes(const dit_zimage *m);
 void dit_zimage_free(dit_zimage *m);
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
 
@@ -56,7 +71,9 @@ const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
  * features [L_i, cap_feat_dim] F32, t[i] the timestep value passed to the transformer
  * (the pipeline passes (1000 - t)/1000). out[i] [C, F, H, W] F32, caller-allocated (the
  * model's raw output, before the pipeline's negation). Tensors are in the backend's
- * memory (host pointers on the CPU backend); t is a host array.
+ * memory (host pointers and device DIT_DEV_CPU on the CPU backend, device pointers and
+ * DIT_DEV_CUDA on the GPU); t is a host array. On a GPU backend the call only enqueues
+ * work: sync (or download) before reading out.
  * Activations live in one buffer owned by the model, sized for the call's geometry and
  * reused by later calls that fit (so a model runs one forward at a time).
  * Returns DIT_ERR_INVALID_ARG (nothing written) for bad shapes, dtypes, H/W not

@@ -19,43 +19,61 @@
 /* Activations of one call: one arena over the model's buffer. */
 typedef struct zimage_acts {
   void *tab;                 /* device copy of the host tables */
-  float *t_freq;             /* [n, t_freq_dim] */
-  float *t_mid;              /* [n, t_mid_dim] */
-  float *adaln;              /* [n, A] */
-  float *adaln_silu;         /* [n, A] */
-  float *mod;                /* [n, 4D] one block's modulation */
-  float *mod4;               /* 4 x [n, D]: scale_msa, gate_msa, scale_mlp, gate_mlp */
-  float *fscale;             /* [n, D] final-layer scale (before the 1 +) */
-  float *patches;            /* [max n_img, P] */
-  float *capn;               /* [max L, cap_feat_dim] */
-  float *xs, *cs, *us;       /* [n, Sx, D], [n, Sc, D], [n, Su, D] */
-  float *hn, *q, *k, *v;     /* [n * S_max, D] block scratch */
-  float *ff_a, *ff_b;        /* [n * S_max, Fd] */
-  float *fo;                 /* [n, Su, P] */
+  /* in the activation dtype (F32, or BF16 on a GPU): */
+  void *t_freq;              /* [n, t_freq_dim] */
+  void *t_mid;               /* [n, t_mid_dim] */
+  void *adaln;               /* [n, A] */
+  void *adaln_silu;          /* [n, A] */
+  void *mod;                 /* [n, 4D] one block's modulation */
+  void *mod4;                /* 4 x [n, D]: scale_msa, gate_msa, scale_mlp, gate_mlp */
+  void *fscale;              /* [n, D] final-layer scale (before the 1 +) */
+  void *patches;             /* [max n_img, P] */
+  void *capn;                /* [max L, cap_feat_dim] */
+  void *xs, *cs, *us;        /* [n, Sx, D], [n, Sc, D], [n, Su, D] */
+  void *hn, *q, *k, *v;      /* [n * S_max, D] block scratch */
+  void *ff_a, *ff_b;         /* [n * S_max, Fd] */
+  void *fo;                  /* [n, Su, P] */
 } zimage_acts;
 
 /* One token stream going through refiner or main layers. */
 typedef struct zimage_stream {
-  float *x;                  /* [n, S, D], updated in place */
+  void *x;                   /* [n, S, D], updated in place */
   int64_t S;
   dit_tensor cos, sin;       /* [n, S, hd/2] */
   dit_tensor mask;           /* [n, S] U8 */
   bool masked;               /* lengths differ: pass the mask */
 } zimage_stream;
 
-static dit_tensor t2(float *p, int64_t a, int64_t b) { return dit_tensor_2d(DIT_F32, p, a, b); }
-static dit_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return dit_tensor_3d(DIT_F32, p, a, b, c); }
+/* Descriptors over backend memory: dtype dt, the backend's device tag. */
+static dit_tensor mk(const dit_zimage *m, dit_dtype dt, void *p, int nd, const int64_t *shape) {
+  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
+  t.device = m->dev;
+  return t;
+}
+/* Activations (the model's activation dtype). */
+static dit_tensor t2(const dit_zimage *m, void *p, int64_t a, int64_t b) {
+  return mk(m, m->adt, p, 2, (int64_t[]){a, b});
+}
+static dit_tensor t3(const dit_zimage *m, void *p, int64_t a, int64_t b, int64_t c) {
+  return mk(m, m->adt, p, 3, (int64_t[]){a, b, c});
+}
+static dit_tensor t4(const dit_zimage *m, void *p, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return mk(m, m->adt, p, 4, (int64_t[]){a, b, c, d});
+}
+/* p advanced by n activation elements. */
+static void *el(const dit_zimage *m, void *p, int64_t n) { return (char *)p + (size_t)n * m->es; }
 
 /* A strided view (shape and strides in elements). */
-static dit_tensor view(dit_dtype dt, void *p, int nd, const int64_t *shape, const int64_t *stride) {
-  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
+static dit_tensor view(const dit_zimage *m, dit_dtype dt, void *p, int nd, const int64_t *shape,
+                       const int64_t *stride) {
+  dit_tensor t = mk(m, dt, p, nd, shape);
   for (int i = 0; i < nd; i++) t.stride[i] = stride[i];
   return t;
 }
 
 /* Carves every activation out of a (measuring or real) arena. */
 static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_geom *g, size_t host_bytes,
-                       zimage_acts *o, dit_error *err) {
+                       size_t es, zimage_acts *o, dit_error *err) {
   const bool real = ar->base != NULL;
   const size_t n = (size_t)g->n, D = (size_t)c->dim, A = (size_t)c->adaln_dim, P = (size_t)c->patch_dim;
   const size_t R = n * (size_t)g->S_max;
@@ -67,7 +85,7 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
   memset(o, 0, sizeof *o);
 #define TAKE(field, count)                                                      \
   do {                                                                          \
-    o->field = dit_arena_floats(ar, (count), err);                              \
+    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
     if (real && !o->field) return DIT_ERR_NOMEM;                                \
   } while (0)
   o->tab = dit_arena_alloc(ar, host_bytes, err);
@@ -96,13 +114,13 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
 }
 
 /* dst rows [rows, D] (F32, contiguous) = `row` ([1, D] or [D], any float dtype) repeated. */
-static dit_status fill_rows(dit_backend *be, float *dst, int64_t rows, int64_t D, const dit_tensor *row,
+static dit_status fill_rows(const dit_zimage *m, void *dst, int64_t rows, int64_t D, const dit_tensor *row,
                             dit_error *err) {
   if (rows <= 0) return DIT_OK;
-  dit_tensor d = t2(dst, rows, D);
-  dit_tensor s = view(row->dtype, row->data, 2, (int64_t[]){rows, D}, (int64_t[]){0, 1});
+  dit_tensor d = t2(m, dst, rows, D);
+  dit_tensor s = view(m, row->dtype, row->data, 2, (int64_t[]){rows, D}, (int64_t[]){0, 1});
   s.device = row->device;
-  return dit_op_copy(be, &d, &s, err);
+  return dit_op_copy(m->be, &d, &s, err);
 }
 
 /* t_embedder (sinusoid of t * t_scale, MLP) and the final layer's scale, once per call. */
@@ -112,9 +130,9 @@ static dit_status time_embed(dit_zimage *m, const zimage_geom *g, const dit_tens
   const dit_zimage_config *c = &m->cfg;
   const zimage_weights *w = &m->w;
   const int64_t n = g->n;
-  dit_tensor tf = t2(a->t_freq, n, c->t_freq_dim), tm = t2(a->t_mid, n, c->t_mid_dim);
-  dit_tensor ad = t2(a->adaln, n, c->adaln_dim), ads = t2(a->adaln_silu, n, c->adaln_dim);
-  dit_tensor fs = t2(a->fscale, n, c->dim);
+  dit_tensor tf = t2(m, a->t_freq, n, c->t_freq_dim), tm = t2(m, a->t_mid, n, c->t_mid_dim);
+  dit_tensor ad = t2(m, a->adaln, n, c->adaln_dim), ads = t2(m, a->adaln_silu, n, c->adaln_dim);
+  dit_tensor fs = t2(m, a->fscale, n, c->dim);
   DIT_TRY(dit_op_timestep_embedding(be, &tf, t_dev, c->t_freq_dim, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
   DIT_TRY(dit_op_linear(be, &tm, &tf, &w->t_embedder_mlp_0_w, &w->t_embedder_mlp_0_b, DIT_ACT_SILU, err));
   DIT_TRY(dit_op_linear(be, &ad, &tm, &w->t_embedder_mlp_2_w, &w->t_embedder_mlp_2_b, DIT_ACT_NONE, err));
@@ -128,11 +146,11 @@ static dit_status modulation(dit_zimage *m, const zimage_block_w *b, int64_t n, 
                              dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim;
-  dit_tensor ad = t2(a->adaln, n, m->cfg.adaln_dim), mod = t2(a->mod, n, 4 * D);
+  dit_tensor ad = t2(m, a->adaln, n, m->cfg.adaln_dim), mod = t2(m, a->mod, n, 4 * D);
   DIT_TRY(dit_op_linear(be, &mod, &ad, &b->adaLN_modulation_0_w, &b->adaLN_modulation_0_b, DIT_ACT_NONE, err));
   for (int k = 0; k < 4; k++) {
-    sm[k] = t2(a->mod4 + (size_t)k * (size_t)(n * D), n, D);
-    dit_tensor src = view(DIT_F32, a->mod + (size_t)k * (size_t)D, 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
+    sm[k] = t2(m, el(m, a->mod4, k * n * D), n, D);
+    dit_tensor src = view(m, m->adt, el(m, a->mod, k * D), 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
     DIT_TRY(dit_op_copy(be, &sm[k], &src, err));
   }
   return DIT_OK;
@@ -145,23 +163,23 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   dit_backend *be = m->be;
   const dit_zimage_config *c = &m->cfg;
   const int64_t S = st->S, D = c->dim, H = c->n_heads, hd = c->head_dim;
-  dit_tensor hn = t3(a->hn, n, S, D);
-  dit_tensor q = t3(a->q, n, S, D), k = t3(a->k, n, S, D), v = t3(a->v, n, S, D);
+  dit_tensor hn = t3(m, a->hn, n, S, D);
+  dit_tensor q = t3(m, a->q, n, S, D), k = t3(m, a->k, n, S, D), v = t3(m, a->v, n, S, D);
   DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
   if (c->qk_norm) {
-    dit_tensor qh = t2(a->q, n * S * H, hd), kh = t2(a->k, n * S * H, hd);
+    dit_tensor qh = t2(m, a->q, n * S * H, hd), kh = t2(m, a->k, n * S * H, hd);
     DIT_TRY(dit_op_rms_norm(be, &qh, &qh, &b->attention_norm_q, QK_NORM_EPS, err));
     DIT_TRY(dit_op_rms_norm(be, &kh, &kh, &b->attention_norm_k, QK_NORM_EPS, err));
   }
-  dit_tensor q4 = dit_tensor_4d(DIT_F32, a->q, n, S, H, hd), k4 = dit_tensor_4d(DIT_F32, a->k, n, S, H, hd);
-  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->v, n, S, H, hd), o4 = dit_tensor_4d(DIT_F32, a->hn, n, S, H, hd);
+  dit_tensor q4 = t4(m, a->q, n, S, H, hd), k4 = t4(m, a->k, n, S, H, hd);
+  dit_tensor v4 = t4(m, a->v, n, S, H, hd), o4 = t4(m, a->hn, n, S, H, hd);
   DIT_TRY(dit_op_rope(be, &q4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_rope(be, &k4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, st->masked ? &st->mask : NULL, 1.0f / sqrtf((float)hd), false,
                            err));
-  dit_tensor att = t3(a->hn, n, S, D);
+  dit_tensor att = t3(m, a->hn, n, S, D);
   return dit_op_linear(be, &q, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
 }
 
@@ -175,7 +193,7 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   const float eps = c->norm_eps;
   dit_tensor sm[4];
   if (b->modulation) DIT_TRY(modulation(m, b, n, a, sm, err));
-  dit_tensor x = t3(st->x, n, S, D), hn = t3(a->hn, n, S, D), o = t3(a->q, n, S, D);
+  dit_tensor x = t3(m, st->x, n, S, D), hn = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
   /* attention */
   DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->attention_norm1, eps, err));
   if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[0], NULL, err));
@@ -183,7 +201,7 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->attention_norm2, eps, err));
   DIT_TRY(dit_op_gated_add(be, &x, &o, b->modulation ? &sm[1] : NULL, true, err));
   /* feed-forward: w2(silu(w1 h) * w3 h) */
-  dit_tensor fa = t3(a->ff_a, n, S, Fd), fb = t3(a->ff_b, n, S, Fd);
+  dit_tensor fa = t3(m, a->ff_a, n, S, Fd), fb = t3(m, a->ff_b, n, S, Fd);
   DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->ffn_norm1, eps, err));
   if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[2], NULL, err));
   DIT_TRY(dit_op_linear(be, &fa, &hn, &b->feed_forward_w1, NULL, DIT_ACT_NONE, err));
@@ -206,15 +224,15 @@ static dit_status embed_image(dit_zimage *m, const zimage_geom *g, const dit_ten
     /* [C, F, H, W] as [Ft, Ht, Wt, pF, pH, pW, C] -> rows of (pf, ph, pw, c) */
     int64_t shape[7] = {it->Ft, it->Ht, it->Wt, pf, p, p, C};
     int64_t sstr[7] = {pf * H * W, p * W, p, H * W, W, 1, F * H * W};
-    dit_tensor src = view(DIT_F32, x[i].data, 7, shape, sstr);
+    dit_tensor src = view(m, DIT_F32, x[i].data, 7, shape, sstr);
     src.device = x[i].device;
-    dit_tensor dst = dit_tensor_make(DIT_F32, a->patches, 7, shape);
+    dit_tensor dst = mk(m, m->adt, a->patches, 7, shape);
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
-    float *rows = a->xs + (size_t)i * (size_t)(g->Sx * D);
-    dit_tensor pin = t2(a->patches, it->n_img, P), y = t2(rows, it->n_img, D);
+    void *rows = el(m, a->xs, i * g->Sx * D);
+    dit_tensor pin = t2(m, a->patches, it->n_img, P), y = t2(m, rows, it->n_img, D);
     DIT_TRY(dit_op_linear(be, &y, &pin, &m->w.x_embedder_w, &m->w.x_embedder_b, DIT_ACT_NONE, err));
-    DIT_TRY(fill_rows(be, rows + (size_t)(it->n_img * D), it->x_len - it->n_img, D, &m->w.x_pad_token, err));
-    DIT_TRY(fill_rows(be, rows + (size_t)(it->x_len * D), g->Sx - it->x_len, D, zeros, err));
+    DIT_TRY(fill_rows(m, el(m, rows, it->n_img * D), it->x_len - it->n_img, D, &m->w.x_pad_token, err));
+    DIT_TRY(fill_rows(m, el(m, rows, it->x_len * D), g->Sx - it->x_len, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -227,13 +245,18 @@ static dit_status embed_caption(dit_zimage *m, const zimage_geom *g, const dit_t
   const int64_t D = c->dim;
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
-    dit_tensor cn = t2(a->capn, it->cap_raw, c->cap_feat_dim);
-    DIT_TRY(dit_op_rms_norm(be, &cn, &cap[i], &m->w.cap_embedder_0_w, c->norm_eps, err));
-    float *rows = a->cs + (size_t)i * (size_t)(g->Sc * D);
-    dit_tensor y = t2(rows, it->cap_raw, D);
+    dit_tensor cn = t2(m, a->capn, it->cap_raw, c->cap_feat_dim);
+    if (m->adt == cap[i].dtype) {
+      DIT_TRY(dit_op_rms_norm(be, &cn, &cap[i], &m->w.cap_embedder_0_w, c->norm_eps, err));
+    } else { /* the norm's operands share a dtype: convert the F32 features first */
+      DIT_TRY(dit_op_copy(be, &cn, &cap[i], err));
+      DIT_TRY(dit_op_rms_norm(be, &cn, &cn, &m->w.cap_embedder_0_w, c->norm_eps, err));
+    }
+    void *rows = el(m, a->cs, i * g->Sc * D);
+    dit_tensor y = t2(m, rows, it->cap_raw, D);
     DIT_TRY(dit_op_linear(be, &y, &cn, &m->w.cap_embedder_1_w, &m->w.cap_embedder_1_b, DIT_ACT_NONE, err));
-    DIT_TRY(fill_rows(be, rows + (size_t)(it->cap_raw * D), it->cap_len - it->cap_raw, D, &m->w.cap_pad_token, err));
-    DIT_TRY(fill_rows(be, rows + (size_t)(it->cap_len * D), g->Sc - it->cap_len, D, zeros, err));
+    DIT_TRY(fill_rows(m, el(m, rows, it->cap_raw * D), it->cap_len - it->cap_raw, D, &m->w.cap_pad_token, err));
+    DIT_TRY(fill_rows(m, el(m, rows, it->cap_len * D), g->Sc - it->cap_len, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -245,14 +268,14 @@ static dit_status unify(dit_zimage *m, const zimage_geom *g, const dit_tensor *z
   const int64_t D = m->cfg.dim;
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
-    float *u = a->us + (size_t)i * (size_t)(g->Su * D);
-    dit_tensor ux = t2(u, it->x_len, D), sx = t2(a->xs + (size_t)i * (size_t)(g->Sx * D), it->x_len, D);
-    dit_tensor uc = t2(u + (size_t)(it->x_len * D), it->cap_len, D);
-    dit_tensor sc = t2(a->cs + (size_t)i * (size_t)(g->Sc * D), it->cap_len, D);
+    void *u = el(m, a->us, i * g->Su * D);
+    dit_tensor ux = t2(m, u, it->x_len, D), sx = t2(m, el(m, a->xs, i * g->Sx * D), it->x_len, D);
+    dit_tensor uc = t2(m, el(m, u, it->x_len * D), it->cap_len, D);
+    dit_tensor sc = t2(m, el(m, a->cs, i * g->Sc * D), it->cap_len, D);
     DIT_TRY(dit_op_copy(be, &ux, &sx, err));
     DIT_TRY(dit_op_copy(be, &uc, &sc, err));
     int64_t used = it->x_len + it->cap_len;
-    DIT_TRY(fill_rows(be, u + (size_t)(used * D), g->Su - used, D, zeros, err));
+    DIT_TRY(fill_rows(m, el(m, u, used * D), g->Su - used, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -262,8 +285,8 @@ static dit_status final_layer(dit_zimage *m, const zimage_geom *g, zimage_acts *
   dit_backend *be = m->be;
   const dit_zimage_config *c = &m->cfg;
   const int64_t n = g->n, D = c->dim, P = c->patch_dim, p = c->patch_size, pf = c->f_patch_size;
-  dit_tensor us = t3(a->us, n, g->Su, D), hn = t3(a->hn, n, g->Su, D), fs = t2(a->fscale, n, D);
-  dit_tensor fo = t3(a->fo, n, g->Su, P);
+  dit_tensor us = t3(m, a->us, n, g->Su, D), hn = t3(m, a->hn, n, g->Su, D), fs = t2(m, a->fscale, n, D);
+  dit_tensor fo = t3(m, a->fo, n, g->Su, P);
   DIT_TRY(dit_op_layer_norm(be, &hn, &us, NULL, NULL, FINAL_NORM_EPS, err));
   DIT_TRY(dit_op_modulate(be, &hn, &hn, &fs, NULL, err));
   DIT_TRY(dit_op_linear(be, &fo, &hn, &m->w.final_linear_w, &m->w.final_linear_b, DIT_ACT_NONE, err));
@@ -273,9 +296,8 @@ static dit_status final_layer(dit_zimage *m, const zimage_geom *g, zimage_acts *
     /* rows (f, h, w) x cols (pf, ph, pw, c) -> [C, Ft, pF, Ht, pH, Wt, pW] = [C, F, H, W] */
     int64_t shape[7] = {C, it->Ft, pf, Ht, p, Wt, p};
     int64_t sstr[7] = {1, Ht * Wt * P, p * p * C, Wt * P, p * C, P, C};
-    dit_tensor src = view(DIT_F32, a->fo + (size_t)i * (size_t)(g->Su * P), 7, shape, sstr);
-    dit_tensor dst = dit_tensor_make(DIT_F32, out[i].data, 7, shape);
-    dst.device = out[i].device;
+    dit_tensor src = view(m, m->adt, el(m, a->fo, i * g->Su * P), 7, shape, sstr);
+    dit_tensor dst = mk(m, DIT_F32, out[i].data, 7, shape);
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
   }
   return DIT_OK;
@@ -287,8 +309,11 @@ static bool is_f32_contig(const dit_tensor *t, int ndim) {
 
 /* Checks one item's tensors and fills its geometry. */
 static dit_status check_item(const dit_zimage_config *c, int i, const dit_tensor *x, const dit_tensor *cap,
-                             const dit_tensor *out, float t, zimage_item *it, dit_error *err) {
+                             const dit_tensor *out, float t, dit_device dev, zimage_item *it, dit_error *err) {
   char b1[128], b2[128];
+  if (x->device != dev || cap->device != dev || out->device != dev)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d], cap[%d] and out[%d] must be in the %s "
+                      "backend's memory", i, i, i, dev == DIT_DEV_CPU ? "CPU" : "GPU");
   if (!is_f32_contig(x, 4) || x->shape[0] != c->in_channels)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d] must be contiguous F32 [%d, F, H, W], got %s %s",
                       i, c->in_channels, dit_dtype_name(x->dtype), dit_shape_str(x->shape, x->ndim, b1, sizeof b1));
@@ -328,7 +353,7 @@ static dit_status check_item(const dit_zimage_config *c, int i, const dit_tensor
 
 /* Validates the call and computes its geometry (g->items is malloc'd: free it). */
 static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor *x, const dit_tensor *cap,
-                            const float *t, const dit_tensor *out, zimage_geom *g, dit_error *err) {
+                            const float *t, const dit_tensor *out, dit_device dev, zimage_geom *g, dit_error *err) {
   memset(g, 0, sizeof *g);
   if (n < 1 || n > MAX_BATCH)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: batch of %d items (1..%d)", n, MAX_BATCH);
@@ -338,7 +363,7 @@ static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor 
   g->n = n;
   for (int i = 0; i < n; i++) {
     zimage_item *it = &g->items[i];
-    DIT_TRY(check_item(c, i, &x[i], &cap[i], &out[i], t[i], it, err));
+    DIT_TRY(check_item(c, i, &x[i], &cap[i], &out[i], t[i], dev, it, err));
     if (i > 0) {
       g->x_ragged |= it->x_len != g->items[0].x_len;
       g->c_ragged |= it->cap_len != g->items[0].cap_len;
@@ -412,19 +437,19 @@ static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_
 #define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->host)))
   const int64_t S[3] = {g->Sx, g->Sc, g->Su};
   float *cs[3] = {h->x_cos, h->c_cos, h->u_cos}, *sn[3] = {h->x_sin, h->c_sin, h->u_sin};
-  uint8_t *mk[3] = {h->x_mask, h->c_mask, h->u_mask};
+  uint8_t *mks[3] = {h->x_mask, h->c_mask, h->u_mask};
   const bool rag[3] = {g->x_ragged, g->c_ragged, g->u_ragged};
-  float *xs[3] = {a->xs, a->cs, a->us};
+  void *xs[3] = {a->xs, a->cs, a->us};
   for (int s = 0; s < 3; s++) {
     st[s].x = xs[s];
     st[s].S = S[s];
-    st[s].cos = t3(DEV(cs[s]), n, S[s], half);
-    st[s].sin = t3(DEV(sn[s]), n, S[s], half);
-    st[s].mask = dit_tensor_2d(DIT_U8, DEV(mk[s]), n, S[s]);
+    st[s].cos = mk(m, DIT_F32, DEV(cs[s]), 3, (int64_t[]){n, S[s], half});
+    st[s].sin = mk(m, DIT_F32, DEV(sn[s]), 3, (int64_t[]){n, S[s], half});
+    st[s].mask = mk(m, DIT_U8, DEV(mks[s]), 2, (int64_t[]){n, S[s]});
     st[s].masked = rag[s];
   }
-  *t_dev = dit_tensor_1d(DIT_F32, DEV(h->t_scaled), n);
-  *zeros = dit_tensor_2d(DIT_F32, DEV(h->zeros), 1, m->cfg.dim);
+  *t_dev = mk(m, DIT_F32, DEV(h->t_scaled), 1, (int64_t[]){n});
+  *zeros = mk(m, DIT_F32, DEV(h->zeros), 2, (int64_t[]){1, m->cfg.dim});
 #undef DEV
 }
 
@@ -435,12 +460,12 @@ static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, 
   dit_arena ar;
   zimage_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, &a, err));
   DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
   memset(&ar, 0, sizeof ar);
   ar.base = m->act;
   ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, &a, err));
   zimage_host_tables h;
   DIT_TRY(upload_tables(m, g, t, &a, host_bytes, &h, err));
   zimage_stream st[3];
@@ -461,7 +486,7 @@ dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const d
                               dit_tensor *out, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: no model");
   zimage_geom g;
-  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, &g, err);
+  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, m->dev, &g, err);
   if (s == DIT_OK) {
     s = run(m, &g, x, cap, t, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "zimage forward");

@@ -75,6 +75,11 @@ struct dit_zimage {
   dit_zimage_config cfg;
   dit_weights *files;
   zimage_weights w;
+  void *wblock;     /* backend copy of the weights (not on the CPU backend with files), or NULL */
+  size_t wbytes;    /* its size */
+  dit_dtype adt;    /* activation dtype: F32, or BF16 on GPU backends */
+  size_t es;        /* its element size */
+  dit_device dev;   /* device tag of backend memory */
   /* activation buffer (backend memory) reused across calls that fit */
   void *act;
   size_t act_bytes;
@@ -111,5 +116,7 @@ void zimage_set_timesteps(const dit_zimage_config *c, int n, const float *t, con
 
 /* Reads and validates config.json (zimage.c). */
 dit_status zimage_parse_config(const char *path, dit_zimage_config *c, dit_error *err);
+/* Checks a config's read fields and fills the derived ones (zimage.c). */
+dit_status zimage_check_config(dit_zimage_config *c, const char *what, dit_error *err);
 
 #endif

@@ -1,0 +1,131 @@
+/* Backend-generic helpers: which memory a backend uses, weight tables moved into (or
+ * created in) backend memory once at load, and a profiling backend that forwards to
+ * another one and accumulates per-op wall time (for `ditrun bench`). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/timer.h"
+#include "io/safetensors.h"
+
+#define PIECE_ALIGN 256
+#define STAGE_BYTES ((size_t)32 << 20)
+
+bool dit_backend_is_host(const dit_backend *be) { return be && be->ops->name && !strcmp(be->ops->name, "cpu"); }
+
+dit_device dit_backend_device(const dit_backend *be) { return dit_backend_is_host(be) ? DIT_DEV_CPU : DIT_DEV_CUDA; }
+
+static size_t align_up(size_t n) { return (n + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN; }
+
+dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void **block, dit_error *err) {
+  *block = NULL;
+  size_t total = 0;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->entries[i].dst->data) total += align_up(dit_tensor_nbytes(t->entries[i].dst));
+  if (!total) return DIT_OK;
+  void *blk = NULL;
+  DIT_TRY(be->ops->alloc(be, total, &blk, err));
+  size_t off = 0;
+  const dit_device dev = dit_backend_device(be);
+  for (size_t i = 0; i < t->n; i++) {
+    dit_tensor *d = t->entries[i].dst;
+    if (!d->data) continue;
+    size_t nb = dit_tensor_nbytes(d);
+    dit_status s = be->ops->upload(be, (char *)blk + off, d->data, nb, err);
+    if (s != DIT_OK) {
+      be->ops->free(be, blk);
+      dit_error_prefix(err, "uploading weight %s", t->entries[i].name);
+      return s;
+    }
+    d->data = (char *)blk + off;
+    d->device = dev;
+    off += align_up(nb);
+  }
+  /* the sources may be unmapped after this returns */
+  dit_status s = be->ops->sync(be, err);
+  if (s != DIT_OK) {
+    be->ops->free(be, blk);
+    return s;
+  }
+  *block = blk;
+  return DIT_OK;
+}
+
+/* ---- random weights ---- */
+
+static uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* Elements [first, first + n) of entry `e` (key: seed and entry index) into dst. */
+static void fill_random(void *dst, dit_dtype dt, int64_t first, int64_t n, uint64_t key, float center, float amp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; j++) {
+    uint64_t h = splitmix(key ^ (uint64_t)(first + j) * 0xD1B54A32D192ED03ull);
+    float u = (float)((double)(h >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+    float v = center + amp * u;
+    if (dt == DIT_F32) ((float *)dst)[j] = v;
+    else if (dt == DIT_BF16) ((uint16_t *)dst)[j] = dit_f32_to_bf16(v);
+    else ((uint16_t *)dst)[j] = dit_f32_to_f16(v);
+  }
+}
+
+static void init_law(const dit_wentry *e, float *center, float *amp) {
+  *center = 0.0f;
+  if (e->ndim >= 2) *amp = 1.0f / sqrtf((float)(e->shape[e->ndim - 1] > 0 ? e->shape[e->ndim - 1] : 1));
+  else if (strlen(e->name) >= 6 && !strcmp(e->name + strlen(e->name) - 6, "weight")) *center = 1.0f, *amp = 0.05f;
+  else *amp = 0.02f;
+}
+
+dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_dtype dt, uint64_t seed,
+                                     void **block, dit_error *err) {
+  *block = NULL;
+  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16 or F16)", dit_dtype_name(dt));
+  if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
+  const dit_device dev = dit_backend_device(be);
+  const size_t es = dit_dtype_size(dt);
+  size_t total = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    *t->entries[i].dst = dit_tensor_make(dt, NULL, t->entries[i].ndim, t->entries[i].shape);
+    total += align_up(dit_tensor_nbytes(t->entries[i].dst));
+  }
+  void *blk = NULL, *stage = NULL;
+  DIT_TRY(be->ops->alloc(be, total ? total : PIECE_ALIGN, &blk, err));
+  const bool host = dit_backend_is_host(be);
+  if (!host && !(stage = malloc(STAGE_BYTES))) {
+    be->ops->free(be, blk);
+    return dit_errorf(err, DIT_ERR_NOMEM, "random weights: no memory for a %zu-byte staging buffer", STAGE_BYTES);
+  }
+  size_t off = 0;
+  dit_status s = DIT_OK;
+  for (size_t i = 0; i < t->n && s == DIT_OK; i++) {
+    dit_tensor *d = t->entries[i].dst;
+    d->data = (char *)blk + off;
+    d->device = dev;
+    float center, amp;
+    init_law(&t->entries[i], &center, &amp);
+    const uint64_t key = splitmix(seed ^ splitmix((uint64_t)i + 1));
+    const int64_t n = dit_tensor_numel(d), chunk = (int64_t)(STAGE_BYTES / es);
+    if (host) fill_random(d->data, dt, 0, n, key, center, amp);
+    for (int64_t j = 0; !host && j < n && s == DIT_OK; j += chunk) {
+      int64_t m = n - j < chunk ? n - j : chunk;
+      fill_random(stage, dt, j, m, key, center, amp);
+      s = be->ops->upload(be, (char *)d->data + (size_t)j * es, stage, (size_t)m * es, err);
+      if (s == DIT_OK) s = be->ops->sync(be, err); /* stage is reused */
+    }
+    off += align_up(dit_tensor_nbytes(d));
+  }
+  free(stage);
+  if (s != DIT_OK) {
+    be->ops->free(be, blk);
+    return s;
+  }
+  *block = blk;
+  return DIT_OK;
+}

@@ -1,0 +1,223 @@
+/* The profiling backend: forwards every call to an inner backend and, while enabled,
+ * syncs around each op and adds its wall time to that op's total, so a benchmark can
+ * split a forward into GEMM, attention and elementwise time. Allocation sizes are
+ * tracked to report the peak bytes the model allocated. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/timer.h"
+
+enum {
+  OP_LINEAR = 0, OP_RMS_NORM, OP_LAYER_NORM, OP_GROUP_NORM, OP_ATTENTION, OP_ROPE, OP_ACTIVATION, OP_SWIGLU,
+  OP_MODULATE, OP_GATED_ADD, OP_ADD, OP_MUL, OP_SCALE, OP_SOFTMAX, OP_EMBEDDING, OP_CONV2D, OP_UPSAMPLE2X,
+  OP_TIMESTEP, OP_COPY, OP_COUNT
+};
+
+static const char *const op_names[OP_COUNT] = {
+    "linear", "rms_norm", "layer_norm", "group_norm", "attention", "rope", "activation",
+    "swiglu", "modulate", "gated_add", "add", "mul", "scale", "softmax",
+    "embedding", "conv2d", "upsample2x", "timestep_embedding", "copy"};
+
+typedef struct prof_alloc {
+  void *p;
+  size_t bytes;
+} prof_alloc;
+
+typedef struct prof_backend {
+  dit_backend be; /* first: the wrapper handed out */
+  dit_backend_ops ops;
+  dit_backend *inner;
+  bool on;
+  dit_prof_stats st;
+  prof_alloc *allocs;
+  size_t n_allocs, cap_allocs;
+} prof_backend;
+
+const char *dit_prof_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
+
+dit_op_class dit_prof_op_class(int op) {
+  if (op == OP_LINEAR || op == OP_CONV2D) return DIT_OPC_GEMM;
+  if (op == OP_ATTENTION) return DIT_OPC_ATTENTION;
+  return DIT_OPC_ELEMENTWISE;
+}
+
+static prof_backend *P(dit_backend *be) { return (prof_backend *)be->impl; }
+
+/* Runs `call` on the inner backend; when profiling, synced before and after and timed. */
+#define FORWARD(opi, call)                                             \
+  do {                                                                 \
+    prof_backend *p_ = P(be);                                          \
+    dit_backend *in = p_->inner;                                       \
+    if (!p_->on) return (call);                                        \
+    dit_status s_ = in->ops->sync(in, err);                            \
+    if (s_ != DIT_OK) return s_;                                       \
+    double t0_ = dit_time_now();                                       \
+    s_ = (call);                                                       \
+    if (s_ == DIT_OK) s_ = in->ops->sync(in, err);                     \
+    p_->st.ms[opi] += (dit_time_now() - t0_) * 1e3;                    \
+    p_->st.calls[opi]++;                                               \
+    return s_;                                                         \
+  } while (0)
+
+static dit_status w_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
+  prof_backend *p = P(be);
+  if (p->n_allocs == p->cap_allocs) {
+    size_t cap = p->cap_allocs ? 2 * p->cap_allocs : 16;
+    prof_alloc *a = realloc(p->allocs, cap * sizeof *a);
+    if (!a) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
+    p->allocs = a;
+    p->cap_allocs = cap;
+  }
+  DIT_TRY(p->inner->ops->alloc(p->inner, bytes, out, err));
+  p->allocs[p->n_allocs++] = (prof_alloc){*out, bytes};
+  p->st.live_bytes += bytes;
+  if (p->st.live_bytes > p->st.peak_bytes) p->st.peak_bytes = p->st.live_bytes;
+  return DIT_OK;
+}
+
+static void w_free(dit_backend *be, void *ptr) {
+  prof_backend *p = P(be);
+  for (size_t i = 0; i < p->n_allocs; i++) {
+    if (p->allocs[i].p == ptr) {
+      p->st.live_bytes -= p->allocs[i].bytes;
+      p->allocs[i] = p->allocs[--p->n_allocs];
+      break;
+    }
+  }
+  p->inner->ops->free(p->inner, ptr);
+}
+
+static dit_status w_upload(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
+  dit_backend *in = P(be)->inner;
+  return in->ops->upload(in, dst, src, bytes, err);
+}
+static dit_status w_download(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
+  dit_backend *in = P(be)->inner;
+  return in->ops->download(in, dst, src, bytes, err);
+}
+static dit_status w_sync(dit_backend *be, dit_error *err) {
+  dit_backend *in = P(be)->inner;
+  return in->ops->sync(in, err);
+}
+
+typedef dit_tensor T;
+typedef const dit_tensor CT;
+static dit_status w_linear(dit_backend *be, T *y, CT *x, CT *w, CT *b, dit_act act, dit_error *err) {
+  FORWARD(OP_LINEAR, in->ops->linear(in, y, x, w, b, act, err));
+}
+static dit_status w_rms_norm(dit_backend *be, T *y, CT *x, CT *w, float eps, dit_error *err) {
+  FORWARD(OP_RMS_NORM, in->ops->rms_norm(in, y, x, w, eps, err));
+}
+static dit_status w_layer_norm(dit_backend *be, T *y, CT *x, CT *w, CT *b, float eps, dit_error *err) {
+  FORWARD(OP_LAYER_NORM, in->ops->layer_norm(in, y, x, w, b, eps, err));
+}
+static dit_status w_group_norm(dit_backend *be, T *y, CT *x, int g, CT *w, CT *b, float eps, bool silu,
+                               dit_error *err) {
+  FORWARD(OP_GROUP_NORM, in->ops->group_norm(in, y, x, g, w, b, eps, silu, err));
+}
+static dit_status w_attention(dit_backend *be, T *o, CT *q, CT *k, CT *v, CT *mask, float sc, bool causal,
+                              dit_error *err) {
+  FORWARD(OP_ATTENTION, in->ops->attention(in, o, q, k, v, mask, sc, causal, err));
+}
+static dit_status w_rope(dit_backend *be, T *x, CT *c, CT *s, dit_rope_mode mode, dit_error *err) {
+  FORWARD(OP_ROPE, in->ops->rope(in, x, c, s, mode, err));
+}
+static dit_status w_activation(dit_backend *be, T *y, CT *x, dit_act act, dit_error *err) {
+  FORWARD(OP_ACTIVATION, in->ops->activation(in, y, x, act, err));
+}
+static dit_status w_swiglu(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
+  FORWARD(OP_SWIGLU, in->ops->swiglu(in, y, a, b, err));
+}
+static dit_status w_modulate(dit_backend *be, T *y, CT *x, CT *sc, CT *sh, dit_error *err) {
+  FORWARD(OP_MODULATE, in->ops->modulate(in, y, x, sc, sh, err));
+}
+static dit_status w_gated_add(dit_backend *be, T *x, CT *y, CT *g, bool th, dit_error *err) {
+  FORWARD(OP_GATED_ADD, in->ops->gated_add(in, x, y, g, th, err));
+}
+static dit_status w_add(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
+  FORWARD(OP_ADD, in->ops->add(in, y, a, b, err));
+}
+static dit_status w_mul(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
+  FORWARD(OP_MUL, in->ops->mul(in, y, a, b, err));
+}
+static dit_status w_scale(dit_backend *be, T *y, CT *x, float s, dit_error *err) {
+  FORWARD(OP_SCALE, in->ops->scale(in, y, x, s, err));
+}
+static dit_status w_softmax(dit_backend *be, T *y, CT *x, dit_error *err) {
+  FORWARD(OP_SOFTMAX, in->ops->softmax(in, y, x, err));
+}
+static dit_status w_embedding(dit_backend *be, T *y, CT *tab, CT *ids, dit_error *err) {
+  FORWARD(OP_EMBEDDING, in->ops->embedding(in, y, tab, ids, err));
+}
+static dit_status w_conv2d(dit_backend *be, T *y, CT *x, CT *w, CT *b, int stride, int pad, dit_error *err) {
+  FORWARD(OP_CONV2D, in->ops->conv2d(in, y, x, w, b, stride, pad, err));
+}
+static dit_status w_upsample2x(dit_backend *be, T *y, CT *x, dit_error *err) {
+  FORWARD(OP_UPSAMPLE2X, in->ops->upsample2x(in, y, x, err));
+}
+static dit_status w_timestep(dit_backend *be, T *y, CT *t, int dim, float mp, float sh, float sc, bool flip,
+                             dit_error *err) {
+  FORWARD(OP_TIMESTEP, in->ops->timestep_embedding(in, y, t, dim, mp, sh, sc, flip, err));
+}
+static dit_status w_copy(dit_backend *be, T *dst, CT *src, dit_error *err) {
+  FORWARD(OP_COPY, in->ops->copy(in, dst, src, err));
+}
+
+dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, dit_error *err) {
+  *out = NULL;
+  if (!inner) return dit_errorf(err, DIT_ERR_INVALID_ARG, "profiler: no inner backend");
+  prof_backend *p = calloc(1, sizeof *p);
+  if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
+  const dit_backend_ops *io = inner->ops;
+  p->inner = inner;
+  p->ops = (dit_backend_ops){
+      .name = io->name, .alloc = w_alloc, .free = w_free, .upload = w_upload, .download = w_download,
+      .sync = w_sync, .destroy = NULL};
+  /* keep an op NULL where the inner backend lacks it */
+#define SET(f, w) p->ops.f = io->f ? w : NULL
+  SET(linear, w_linear);
+  SET(rms_norm, w_rms_norm);
+  SET(layer_norm, w_layer_norm);
+  SET(group_norm, w_group_norm);
+  SET(attention, w_attention);
+  SET(rope, w_rope);
+  SET(activation, w_activation);
+  SET(swiglu, w_swiglu);
+  SET(modulate, w_modulate);
+  SET(gated_add, w_gated_add);
+  SET(add, w_add);
+  SET(mul, w_mul);
+  SET(scale, w_scale);
+  SET(softmax, w_softmax);
+  SET(embedding, w_embedding);
+  SET(conv2d, w_conv2d);
+  SET(upsample2x, w_upsample2x);
+  SET(timestep_embedding, w_timestep);
+  SET(copy, w_copy);
+#undef SET
+  p->be.ops = &p->ops;
+  p->be.n_threads = inner->n_threads;
+  p->be.impl = p;
+  *out = &p->be;
+  return DIT_OK;
+}
+
+void dit_backend_profiler_enable(dit_backend *prof, bool on) { P(prof)->on = on; }
+
+void dit_backend_profiler_reset(dit_backend *prof) {
+  prof_backend *p = P(prof);
+  memset(p->st.ms, 0, sizeof p->st.ms);
+  memset(p->st.calls, 0, sizeof p->st.calls);
+}
+
+const dit_prof_stats *dit_backend_profiler_stats(const dit_backend *prof) {
+  return &((const prof_backend *)prof->impl)->st;
+}
+
+void dit_backend_profiler_free(dit_backend *prof) {
+  if (!prof) return;
+  prof_backend *p = P(prof);
+  free(p->allocs);
+  free(p);
+}

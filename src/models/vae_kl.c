@@ -67,14 +67,15 @@ static dit_status check_block_types(const json_t *j, const char *key, const char
   return DIT_OK;
 }
 
-/* Reads the decoder's fields of an AutoencoderKL config.json (diffusers' defaults for the
- * optional ones) and checks them. */
-static dit_status parse_config(const json_t *j, const char *what, dit_vae_kl_config *c, dit_error *err) {
+/* Reads the decoder's fields of an AutoencoderKL-family config.json whose class must be
+ * `want` (diffusers' defaults for the optional ones) and checks them. */
+static dit_status parse_config(const json_t *j, const char *what, const char *want, dit_vae_kl_config *c,
+                               dit_error *err) {
   memset(c, 0, sizeof *c);
   const char *cls = NULL;
   DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "AutoencoderKL"))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"_class_name\" = \"%s\" is not AutoencoderKL", what, cls);
+  if (cls && strcmp(cls, want))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"_class_name\" = \"%s\" is not %s", what, cls, want);
   int64_t v = 4;
   DIT_TRY(dit_json_int_opt(j, "latent_channels", 1, MAX_LATENT_CHANNELS, &v, what, err));
   c->latent_channels = (int)v;
@@ -89,8 +90,11 @@ static dit_status parse_config(const json_t *j, const char *what, dit_vae_kl_con
   c->norm_num_groups = (int)v;
   int64_t ch[DIT_VAE_KL_MAX_LEVELS];
   size_t n = 0;
-  DIT_TRY(dit_json_int_array(j, "block_out_channels", 1, MAX_CHANNELS, ch, DIT_VAE_KL_MAX_LEVELS, &n, what, err));
-  if (n < 1) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"block_out_channels\" is empty", what);
+  /* AutoencoderKLFlux2 may give the decoder its own widths */
+  const json_t *dec = json_object_get(j, "decoder_block_out_channels");
+  const char *key = dec && !json_is_null(dec) ? "decoder_block_out_channels" : "block_out_channels";
+  DIT_TRY(dit_json_int_array(j, key, 1, MAX_CHANNELS, ch, DIT_VAE_KL_MAX_LEVELS, &n, what, err));
+  if (n < 1) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" is empty", what, key);
   c->n_levels = (int)n;
   for (size_t i = 0; i < n; i++) c->block_out_channels[i] = (int)ch[i];
   const char *act = "silu";
@@ -244,6 +248,11 @@ static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
 }
 
 dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err) {
+  return vae_kl_load_class(be, component_dir, "AutoencoderKL", NULL, out, err);
+}
+
+dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const char *cls,
+                             const char *const *extra_ignore, dit_vae_kl **out, dit_error *err) {
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: NULL backend or folder");
   char path[4096];
@@ -253,7 +262,7 @@ dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_k
   dit_status s = dit_json_load_file(path, 16u << 20, &j, err);
   if (s != DIT_OK) return s;
   dit_vae_kl_config cfg;
-  s = parse_config(j, path, &cfg, err);
+  s = parse_config(j, path, cls, &cfg, err);
   json_decref(j);
   if (s != DIT_OK) return s;
   dit_vae_kl *m = NULL;
@@ -261,7 +270,8 @@ dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_k
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);
-  static const char *const ignore[] = {"encoder.", "quant_conv.", NULL};
+  const char *ignore[16] = {"encoder.", "quant_conv."};
+  for (size_t i = 0, k = 2; extra_ignore && extra_ignore[i] && k < 15; i++) ignore[k++] = extra_ignore[i];
   s = dit_weights_open(component_dir, NULL, &m->weights, err);
   if (s == DIT_OK) {
     s = dit_wtable_bind(&t, m->weights, "", ignore, err);

@@ -54,4 +54,12 @@ struct dit_vae_kl {
   dit_tensor conv_out_w, conv_out_b; /* [out, C0, 3, 3], [out] */
 };
 
+/* dit_vae_kl_load for any class of the AutoencoderKL family that shares its decoder
+ * (config.json's _class_name must be `cls`, e.g. "AutoencoderKLFlux2"; its
+ * decoder_block_out_channels, when set, replaces block_out_channels). Stored tensors
+ * starting with one of extra_ignore (NULL-terminated, at most 13, may be NULL) are left
+ * for the caller, who can read them through m->weights. */
+dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const char *cls,
+                             const char *const *extra_ignore, dit_vae_kl **out, dit_error *err);
+
 #endif

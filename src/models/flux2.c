@@ -1,0 +1,234 @@
+/* FLUX.2 transformer: reading and validating config.json (diffusers' defaults for absent
+ * fields, as Flux2Transformer2DModel's constructor has them), binding the checkpoint's
+ * tensors to the weights struct, load and free. The forward pass is in flux2_forward.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "models/flux2_internal.h"
+
+#define CFG_MAX_BYTES (16u << 20)
+#define MAX_DIM 65536
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 512
+#define MAX_CHANNELS 65536
+
+static dit_status opt_int(const json_t *j, const char *key, int64_t min, int64_t max, int def, int *out,
+                          const char *what, dit_error *err) {
+  int64_t v = def;
+  DIT_TRY(dit_json_int_opt(j, key, min, max, &v, what, err));
+  *out = (int)v;
+  return DIT_OK;
+}
+
+static dit_status read_axes(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
+  const json_t *a = json_object_get(j, "axes_dims_rope");
+  if (!a || json_is_null(a)) return DIT_OK;
+  int64_t v[8];
+  size_t got = 0;
+  DIT_TRY(dit_json_int_array(j, "axes_dims_rope", 0, MAX_HEAD_DIM, v, 8, &got, what, err));
+  if (got != DIT_FLUX2_N_AXES)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\" has %zu entries, expected %d", what, got,
+                      DIT_FLUX2_N_AXES);
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = (int)v[i];
+  return DIT_OK;
+}
+
+static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {
+  const char *cls = NULL;
+  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
+  if (cls && strcmp(cls, "Flux2Transformer2DModel") != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected Flux2Transformer2DModel",
+                      what, cls);
+  DIT_TRY(opt_int(j, "patch_size", 1, 64, 1, &c->patch_size, what, err));
+  DIT_TRY(opt_int(j, "in_channels", 1, MAX_CHANNELS, 128, &c->in_channels, what, err));
+  c->out_channels = 0;
+  DIT_TRY(opt_int(j, "out_channels", 1, MAX_CHANNELS, 0, &c->out_channels, what, err));
+  DIT_TRY(opt_int(j, "num_layers", 0, MAX_LAYERS, 8, &c->n_layers, what, err));
+  DIT_TRY(opt_int(j, "num_single_layers", 0, MAX_LAYERS, 48, &c->n_single_layers, what, err));
+  DIT_TRY(opt_int(j, "attention_head_dim", 2, MAX_HEAD_DIM, 128, &c->head_dim, what, err));
+  DIT_TRY(opt_int(j, "num_attention_heads", 1, MAX_HEADS, 48, &c->n_heads, what, err));
+  DIT_TRY(opt_int(j, "joint_attention_dim", 1, MAX_DIM, 15360, &c->joint_attention_dim, what, err));
+  DIT_TRY(opt_int(j, "timestep_guidance_channels", 2, MAX_DIM, 256, &c->t_channels, what, err));
+  c->mlp_ratio = 3.0;
+  DIT_TRY(dit_json_double_opt(j, "mlp_ratio", &c->mlp_ratio, what, err));
+  DIT_TRY(read_axes(j, c, what, err));
+  c->rope_theta = 2000.0;
+  DIT_TRY(dit_json_double_opt(j, "rope_theta", &c->rope_theta, what, err));
+  double eps = 1e-6;
+  DIT_TRY(dit_json_double_opt(j, "eps", &eps, what, err));
+  c->eps = (float)eps;
+  c->guidance_embeds = true;
+  DIT_TRY(dit_json_bool_opt(j, "guidance_embeds", &c->guidance_embeds, what, err));
+  return DIT_OK;
+}
+
+/* Consistency of the sizes with each other and with what this implementation runs. */
+static dit_status check_config(dit_flux2_config *c, const char *what, dit_error *err) {
+  if (c->patch_size != 1)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"patch_size\" = %d: only 1 is supported", what,
+                      c->patch_size);
+  if (c->out_channels == 0) c->out_channels = c->in_channels;
+  if (c->head_dim % 2 != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"attention_head_dim\" = %d must be even", what, c->head_dim);
+  if ((int64_t)c->n_heads * c->head_dim > MAX_DIM)
+    return dit_errorf(err, DIT_ERR_FORMAT,
+                      "%s: fields \"num_attention_heads\" x \"attention_head_dim\" = %lld exceed %d", what,
+                      (long long)c->n_heads * c->head_dim, MAX_DIM);
+  c->dim = c->n_heads * c->head_dim;
+  int sum = 0;
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) {
+    if (c->axes_dims[i] % 2 != 0)
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\"[%d] = %d must be even", what, i,
+                        c->axes_dims[i]);
+    sum += c->axes_dims[i];
+  }
+  if (sum != c->head_dim)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\" sums to %d, expected attention_head_dim %d",
+                      what, sum, c->head_dim);
+  if (!(c->rope_theta > 0) || c->rope_theta > 1e12)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"rope_theta\" = %g must be in (0, 1e12]", what, c->rope_theta);
+  if (!(c->eps > 0) || c->eps > 1.0f)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"eps\" = %g must be in (0, 1]", what, (double)c->eps);
+  if (c->t_channels % 2 != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"timestep_guidance_channels\" = %d must be even", what,
+                      c->t_channels);
+  if (!(c->mlp_ratio > 0) || c->mlp_ratio > 64)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"mlp_ratio\" = %g must be in (0, 64]", what, c->mlp_ratio);
+  c->mlp_hidden = (int)((double)c->dim * c->mlp_ratio);
+  if (c->mlp_hidden < 1)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"mlp_ratio\" = %g gives an empty MLP", what, c->mlp_ratio);
+  return DIT_OK;
+}
+
+dit_status flux2_parse_config(const char *path, dit_flux2_config *c, dit_error *err) {
+  memset(c, 0, sizeof *c);
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
+  dit_status s = read_fields(j, c, path, err);
+  if (s == DIT_OK) s = check_config(c, path, err);
+  json_decref(j);
+  return s;
+}
+
+static void add_double(dit_wtable *t, const dit_flux2_config *c, flux2_double_w *b, int i) {
+  const int64_t D = c->dim, hd = c->head_dim, F = c->mlp_hidden;
+  const int64_t dd[2] = {D, D}, h1[1] = {hd}, fin[2] = {2 * F, D}, fout[2] = {D, F};
+  const char *p = "transformer_blocks";
+  dit_wtable_add(t, &b->to_q, false, 2, dd, "%s.%d.attn.to_q.weight", p, i);
+  dit_wtable_add(t, &b->to_k, false, 2, dd, "%s.%d.attn.to_k.weight", p, i);
+  dit_wtable_add(t, &b->to_v, false, 2, dd, "%s.%d.attn.to_v.weight", p, i);
+  dit_wtable_add(t, &b->norm_q, false, 1, h1, "%s.%d.attn.norm_q.weight", p, i);
+  dit_wtable_add(t, &b->norm_k, false, 1, h1, "%s.%d.attn.norm_k.weight", p, i);
+  dit_wtable_add(t, &b->add_q_proj, false, 2, dd, "%s.%d.attn.add_q_proj.weight", p, i);
+  dit_wtable_add(t, &b->add_k_proj, false, 2, dd, "%s.%d.attn.add_k_proj.weight", p, i);
+  dit_wtable_add(t, &b->add_v_proj, false, 2, dd, "%s.%d.attn.add_v_proj.weight", p, i);
+  dit_wtable_add(t, &b->norm_added_q, false, 1, h1, "%s.%d.attn.norm_added_q.weight", p, i);
+  dit_wtable_add(t, &b->norm_added_k, false, 1, h1, "%s.%d.attn.norm_added_k.weight", p, i);
+  dit_wtable_add(t, &b->to_out_0, false, 2, dd, "%s.%d.attn.to_out.0.weight", p, i);
+  dit_wtable_add(t, &b->to_add_out, false, 2, dd, "%s.%d.attn.to_add_out.weight", p, i);
+  dit_wtable_add(t, &b->ff_linear_in, false, 2, fin, "%s.%d.ff.linear_in.weight", p, i);
+  dit_wtable_add(t, &b->ff_linear_out, false, 2, fout, "%s.%d.ff.linear_out.weight", p, i);
+  dit_wtable_add(t, &b->ffc_linear_in, false, 2, fin, "%s.%d.ff_context.linear_in.weight", p, i);
+  dit_wtable_add(t, &b->ffc_linear_out, false, 2, fout, "%s.%d.ff_context.linear_out.weight", p, i);
+}
+
+static void add_single(dit_wtable *t, const dit_flux2_config *c, flux2_single_w *b, int i) {
+  const int64_t D = c->dim, hd = c->head_dim, F = c->mlp_hidden;
+  const int64_t h1[1] = {hd}, pin[2] = {3 * D + 2 * F, D}, pout[2] = {D, D + F};
+  const char *p = "single_transformer_blocks";
+  dit_wtable_add(t, &b->to_qkv_mlp_proj, false, 2, pin, "%s.%d.attn.to_qkv_mlp_proj.weight", p, i);
+  dit_wtable_add(t, &b->norm_q, false, 1, h1, "%s.%d.attn.norm_q.weight", p, i);
+  dit_wtable_add(t, &b->norm_k, false, 1, h1, "%s.%d.attn.norm_k.weight", p, i);
+  dit_wtable_add(t, &b->to_out, false, 2, pout, "%s.%d.attn.to_out.weight", p, i);
+}
+
+static void add_top(dit_wtable *t, const dit_flux2_config *c, flux2_weights *w) {
+  const int64_t D = c->dim, Tc = c->t_channels;
+  const char *te = "time_guidance_embed";
+  dit_wtable_add(t, &w->t_linear_1, false, 2, (int64_t[]){D, Tc}, "%s.timestep_embedder.linear_1.weight", te);
+  dit_wtable_add(t, &w->t_linear_2, false, 2, (int64_t[]){D, D}, "%s.timestep_embedder.linear_2.weight", te);
+  if (c->guidance_embeds) {
+    dit_wtable_add(t, &w->g_linear_1, false, 2, (int64_t[]){D, Tc}, "%s.guidance_embedder.linear_1.weight", te);
+    dit_wtable_add(t, &w->g_linear_2, false, 2, (int64_t[]){D, D}, "%s.guidance_embedder.linear_2.weight", te);
+  }
+  dit_wtable_add(t, &w->mod_img, false, 2, (int64_t[]){6 * D, D}, "double_stream_modulation_img.linear.weight");
+  dit_wtable_add(t, &w->mod_txt, false, 2, (int64_t[]){6 * D, D}, "double_stream_modulation_txt.linear.weight");
+  dit_wtable_add(t, &w->mod_single, false, 2, (int64_t[]){3 * D, D}, "single_stream_modulation.linear.weight");
+  dit_wtable_add(t, &w->x_embedder, false, 2, (int64_t[]){D, c->in_channels}, "x_embedder.weight");
+  dit_wtable_add(t, &w->context_embedder, false, 2, (int64_t[]){D, c->joint_attention_dim}, "context_embedder.weight");
+  dit_wtable_add(t, &w->norm_out, false, 2, (int64_t[]){2 * D, D}, "norm_out.linear.weight");
+  dit_wtable_add(t, &w->proj_out, false, 2, (int64_t[]){c->out_channels, D}, "proj_out.weight");
+}
+
+/* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
+static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
+  for (size_t i = 0; i < t->n; i++) {
+    const dit_tensor *d = t->entries[i].dst;
+    if (d->data && d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
+                        t->entries[i].name, dit_dtype_name(d->dtype));
+  }
+  return DIT_OK;
+}
+
+/* Allocates the block arrays and binds every tensor; names the first problems. */
+static dit_status bind_weights(dit_flux2 *m, dit_error *err) {
+  const dit_flux2_config *c = &m->cfg;
+  flux2_weights *w = &m->w;
+  w->blocks = calloc(c->n_layers ? (size_t)c->n_layers : 1, sizeof *w->blocks);
+  w->single = calloc(c->n_single_layers ? (size_t)c->n_single_layers : 1, sizeof *w->single);
+  if (!w->blocks || !w->single)
+    return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d + %d blocks", c->n_layers, c->n_single_layers);
+  dit_wtable t;
+  dit_wtable_init(&t);
+  add_top(&t, c, w);
+  for (int i = 0; i < c->n_layers; i++) add_double(&t, c, &w->blocks[i], i);
+  for (int i = 0; i < c->n_single_layers; i++) add_single(&t, c, &w->single[i], i);
+  dit_status s = dit_wtable_bind(&t, m->files, "", NULL, err);
+  if (s == DIT_OK) s = check_dtypes(&t, err);
+  dit_wtable_free(&t);
+  return s;
+}
+
+dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or folder given");
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
+  if (n < 0 || (size_t)n >= sizeof path)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: folder path too long: %s", component_dir);
+  dit_flux2 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
+  m->be = be;
+  dit_status s = flux2_parse_config(path, &m->cfg, err);
+  if (s == DIT_OK) {
+    s = dit_weights_open(component_dir, NULL, &m->files, err);
+    if (s == DIT_OK) {
+      s = bind_weights(m, err);
+      if (s != DIT_OK) dit_error_prefix(err, "flux2: %s", component_dir);
+    }
+  }
+  if (s != DIT_OK) {
+    dit_flux2_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_flux2_free(dit_flux2 *m) {
+  if (!m) return;
+  if (m->act) m->be->ops->free(m->be, m->act);
+  free(m->host);
+  free(m->w.blocks);
+  free(m->w.single);
+  if (m->files) dit_weights_close(m->files);
+  free(m);
+}
+
+const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m) { return m ? &m->cfg : NULL; }

@@ -1,0 +1,69 @@
+/* FLUX.2 transformer (diffusers Flux2Transformer2DModel, the MMDiT of FLUX.2 [dev] and
+ * [klein]): config from config.json, weights bound by checkpoint name, and one forward
+ * over a batch of packed latent token sequences with their text features, computed as
+ * the diffusers module is (without the reference-image KV cache modes). Double-stream
+ * blocks keep separate image/text weights and attend jointly over [text, image];
+ * single-stream blocks run one fused QKV+MLP-in projection and one fused
+ * attention+MLP-out projection over the joint sequence. */
+#ifndef DIT_MODELS_FLUX2_H
+#define DIT_MODELS_FLUX2_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+#define DIT_FLUX2_N_AXES 4 /* RoPE axes over the position ids (t, h, w, l) */
+
+typedef struct dit_flux2_config {
+  /* read from config.json */
+  int patch_size;              /* only 1 (the pipeline packs 2x2 patches into channels) */
+  int in_channels;             /* packed latent channels (128 for klein, 32 for the fixture) */
+  int out_channels;            /* null in the config = in_channels */
+  int n_layers;                /* num_layers: double-stream blocks */
+  int n_single_layers;         /* num_single_layers */
+  int head_dim;                /* attention_head_dim */
+  int n_heads;                 /* num_attention_heads */
+  int joint_attention_dim;     /* text feature width (3 x text encoder hidden for klein) */
+  int t_channels;              /* timestep_guidance_channels (sinusoid width) */
+  double mlp_ratio;
+  int axes_dims[DIT_FLUX2_N_AXES]; /* axes_dims_rope, each even, sum = head_dim */
+  double rope_theta;
+  float eps;                   /* LayerNorm and q/k RMSNorm eps */
+  bool guidance_embeds;        /* a guidance embedder exists (FLUX.2 [dev]); false for klein */
+  /* derived */
+  int dim;                     /* inner_dim = n_heads * head_dim */
+  int mlp_hidden;              /* int(dim * mlp_ratio) */
+} dit_flux2_config;
+
+typedef struct dit_flux2 dit_flux2;
+
+/* Loads config.json + weights from a transformer component folder. The config is
+ * validated first (errors name the field); weights stay mapped in their stored dtype
+ * (errors name missing, mis-shaped or unexpected tensors). On failure *out is NULL. */
+dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 **out, dit_error *err);
+void dit_flux2_free(dit_flux2 *m);
+const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
+
+/* One forward over a batch of B items sharing one geometry, as
+ * Flux2Transformer2DModel.forward(hidden_states, encoder_hidden_states, timestep,
+ * img_ids, txt_ids, guidance):
+ *   x    [B, Si, in_channels] F32 packed image tokens,
+ *   txt  [B, St, joint_attention_dim] F32 text features,
+ *   t    host [B]: the value the pipeline passes (its timestep / 1000; the model
+ *        multiplies by 1000 in float32 as the reference does),
+ *   guidance host [B] or NULL (used only when the config has guidance_embeds; passed
+ *        like t, before the * 1000),
+ *   img_ids host [Si * 4], txt_ids host [St * 4]: (t, h, w, l) positions, shared by the
+ *        batch (the reference takes ids[0] too),
+ *   out  [B, Si, out_channels] F32, caller-allocated.
+ * Tensors are in the backend's memory (host on the CPU backend). Activations live in one
+ * buffer owned by the model, grown when a call needs more and reused otherwise (one
+ * forward at a time per model). DIT_ERR_INVALID_ARG (nothing computed) for bad shapes,
+ * dtypes, empty sequences or non-finite t / ids. */
+dit_status dit_flux2_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *t,
+                             const float *guidance, const float *img_ids, const float *txt_ids, dit_tensor *out,
+                             dit_error *err);
+
+#endif

@@ -1,0 +1,472 @@
+/* FLUX.2 transformer forward: Flux2Transformer2DModel.forward (no KV-cache modes) as a
+ * sequence of backend ops. Flow: timestep (+ guidance) embedding -> the shared
+ * modulations (double-stream image/text, single-stream, output) computed once ->
+ * x_embedder / context_embedder -> double-stream blocks over the separate streams with
+ * joint attention over [text, image] -> single-stream blocks over the joint sequence ->
+ * image rows -> AdaLayerNormContinuous -> proj_out. RoPE tables are built on the host
+ * in float64 from the (t, h, w, l) ids and rounded to float32, as diffusers does. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+#include "models/flux2_internal.h"
+
+#define MAX_BATCH 4096
+#define MAX_ELEMS ((int64_t)1 << 40) /* largest activation tensor accepted, in elements */
+#define TIME_MAX_PERIOD 10000.0f
+
+/* Modulation chunks, each [B, D] contiguous, in the reference's chunk order. */
+enum {
+  M_IMG = 0,      /* 6: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
+  M_TXT = 6,      /* 6: the same for the text stream */
+  M_SINGLE = 12,  /* 3: shift, scale, gate */
+  M_OUT = 15,     /* 2: scale, shift (AdaLayerNormContinuous) */
+  M_COUNT = 17
+};
+
+/* Geometry of one call. */
+typedef struct flux2_geom {
+  int64_t B, Si, St, S; /* batch, image tokens, text tokens, S = St + Si */
+} flux2_geom;
+
+/* Activations of one call: one arena over the model's buffer. */
+typedef struct flux2_acts {
+  void *tab;            /* device copy of the host tables */
+  float *t_freq;        /* [B, Tc] */
+  float *t_mid, *temb, *g_emb, *temb_silu; /* [B, D] */
+  float *mod_raw;       /* [B, 6D] one modulation linear's output */
+  float *chunks;        /* [M_COUNT, B, D] */
+  float *img, *txt;     /* [B, Si, D], [B, St, D] */
+  float *joint;         /* [B, S, D] */
+  float *hn, *q, *k, *v, *p, *o; /* [B*S*D] each */
+  float *big;           /* [B*S, max(2F, 3D + 2F)] */
+  float *ga, *gb;       /* [B*S, F] */
+  float *cat;           /* [B*S, D + F] */
+} flux2_acts;
+
+/* Host tables, laid out in one buffer uploaded in one piece. */
+typedef struct flux2_host_tables {
+  float *cos, *sin;     /* [B, S, hd/2] */
+  float *t;             /* [B] t * 1000 */
+  float *g;             /* [B] guidance * 1000 */
+} flux2_host_tables;
+
+static dit_tensor t2(float *p, int64_t a, int64_t b) { return dit_tensor_2d(DIT_F32, p, a, b); }
+static dit_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return dit_tensor_3d(DIT_F32, p, a, b, c); }
+
+/* A strided 3-D F32 view: [a, b, c] with strides (sa, sb, 1). */
+static dit_tensor v3(float *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
+  dit_tensor t = dit_tensor_3d(DIT_F32, p, a, b, c);
+  t.stride[0] = sa;
+  t.stride[1] = sb;
+  t.stride[2] = 1;
+  return t;
+}
+
+static float *chunk(const flux2_acts *a, const flux2_geom *g, int64_t D, int k) {
+  return a->chunks + (size_t)k * (size_t)(g->B * D);
+}
+
+static size_t host_bytes_of(const dit_flux2_config *c, const flux2_geom *g) {
+  size_t tab = (size_t)(g->B * g->S * (c->head_dim / 2));
+  return (2 * tab + 2 * (size_t)g->B) * sizeof(float);
+}
+
+static void table_layout(const dit_flux2_config *c, const flux2_geom *g, void *buf, flux2_host_tables *h) {
+  size_t tab = (size_t)(g->B * g->S * (c->head_dim / 2));
+  h->cos = buf;
+  h->sin = h->cos + tab;
+  h->t = h->sin + tab;
+  h->g = h->t + g->B;
+}
+
+/* Flux2PosEmbed: per axis i with dim d, freq_j = 1 / theta^(2j/d) (float64), angle =
+ * float32(id) * freq_j in float64, cos/sin rounded to float32; axes concatenated. Rows
+ * are [text, image] as the model concatenates them, repeated for every batch item. */
+static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const float *img_ids, const float *txt_ids,
+                      const flux2_host_tables *h) {
+  const int64_t half = c->head_dim / 2;
+  for (int64_t r = 0; r < g->S; r++) {
+    const float *id = r < g->St ? txt_ids + 4 * r : img_ids + 4 * (r - g->St);
+    float *cr = h->cos + r * half, *sr = h->sin + r * half;
+    int off = 0;
+    for (int ax = 0; ax < DIT_FLUX2_N_AXES; ax++) {
+      const int d = c->axes_dims[ax];
+      const double pos = (double)id[ax];
+      for (int j = 0; j < d / 2; j++) {
+        double freq = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)d);
+        double ang = pos * freq;
+        cr[off + j] = (float)cos(ang);
+        sr[off + j] = (float)sin(ang);
+      }
+      off += d / 2;
+    }
+  }
+  size_t row = (size_t)(g->S * half);
+  for (int64_t b = 1; b < g->B; b++) {
+    memcpy(h->cos + b * row, h->cos, row * sizeof(float));
+    memcpy(h->sin + b * row, h->sin, row * sizeof(float));
+  }
+}
+
+/* Carves every activation out of a (measuring or real) arena. */
+static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geom *g, size_t host_bytes,
+                       flux2_acts *o, dit_error *err) {
+  const bool real = ar->base != NULL;
+  const size_t B = (size_t)g->B, D = (size_t)c->dim, F = (size_t)c->mlp_hidden, R = B * (size_t)g->S;
+  const size_t wide = 3 * D + 2 * F;
+  memset(o, 0, sizeof *o);
+#define TAKE(field, count)                                                      \
+  do {                                                                          \
+    o->field = dit_arena_floats(ar, (count), err);                              \
+    if (real && !o->field) return DIT_ERR_NOMEM;                                \
+  } while (0)
+  o->tab = dit_arena_alloc(ar, host_bytes, err);
+  if (real && !o->tab) return DIT_ERR_NOMEM;
+  TAKE(t_freq, B * (size_t)c->t_channels);
+  TAKE(t_mid, B * D);
+  TAKE(temb, B * D);
+  TAKE(g_emb, B * D);
+  TAKE(temb_silu, B * D);
+  TAKE(mod_raw, B * 6 * D);
+  TAKE(chunks, (size_t)M_COUNT * B * D);
+  TAKE(img, B * (size_t)g->Si * D);
+  TAKE(txt, B * (size_t)g->St * D);
+  TAKE(joint, R * D);
+  TAKE(hn, R * D);
+  TAKE(q, R * D);
+  TAKE(k, R * D);
+  TAKE(v, R * D);
+  TAKE(p, R * D);
+  TAKE(o, R * D);
+  TAKE(big, R * wide);
+  TAKE(ga, R * F);
+  TAKE(gb, R * F);
+  TAKE(cat, R * (D + F));
+#undef TAKE
+  return DIT_OK;
+}
+
+/* One modulation: silu(temb) @ W^T split into n chunks [B, D] starting at chunk k0. */
+static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor *w, int n, int k0, flux2_acts *a,
+                             dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor ts = t2(a->temb_silu, B, D), raw = t2(a->mod_raw, B, n * D);
+  DIT_TRY(dit_op_linear(be, &raw, &ts, w, NULL, DIT_ACT_NONE, err));
+  for (int i = 0; i < n; i++) {
+    dit_tensor dst = t2(chunk(a, g, D, k0 + i), B, D);
+    dit_tensor src = t2(a->mod_raw + (size_t)i * (size_t)D, B, D);
+    src.stride[0] = n * D;
+    DIT_TRY(dit_op_copy(be, &dst, &src, err));
+  }
+  return DIT_OK;
+}
+
+/* TimestepEmbedding (linear_1, SiLU, linear_2) of the sinusoid of v [B] into y [B, D]. */
+static dit_status embed_scalar(dit_flux2 *m, const flux2_geom *g, const dit_tensor *v, const dit_tensor *l1,
+                               const dit_tensor *l2, float *y, flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_flux2_config *c = &m->cfg;
+  const int64_t B = g->B, D = c->dim;
+  dit_tensor tf = t2(a->t_freq, B, c->t_channels), tm = t2(a->t_mid, B, D), out = t2(y, B, D);
+  DIT_TRY(dit_op_timestep_embedding(be, &tf, v, c->t_channels, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
+  DIT_TRY(dit_op_linear(be, &tm, &tf, l1, NULL, DIT_ACT_SILU, err));
+  return dit_op_linear(be, &out, &tm, l2, NULL, DIT_ACT_NONE, err);
+}
+
+/* temb (+ guidance embedding) and every modulation of the call. */
+static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor *t_dev, const dit_tensor *g_dev,
+                             flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const flux2_weights *w = &m->w;
+  const int64_t B = g->B, D = m->cfg.dim;
+  DIT_TRY(embed_scalar(m, g, t_dev, &w->t_linear_1, &w->t_linear_2, a->temb, a, err));
+  dit_tensor te = t2(a->temb, B, D), ts = t2(a->temb_silu, B, D);
+  if (g_dev) {
+    DIT_TRY(embed_scalar(m, g, g_dev, &w->g_linear_1, &w->g_linear_2, a->g_emb, a, err));
+    dit_tensor ge = t2(a->g_emb, B, D);
+    DIT_TRY(dit_op_add(be, &te, &te, &ge, err));
+  }
+  DIT_TRY(dit_op_activation(be, &ts, &te, DIT_ACT_SILU, err));
+  DIT_TRY(modulation(m, g, &w->mod_img, 6, M_IMG, a, err));
+  DIT_TRY(modulation(m, g, &w->mod_txt, 6, M_TXT, a, err));
+  DIT_TRY(modulation(m, g, &w->mod_single, 3, M_SINGLE, a, err));
+  return modulation(m, g, &w->norm_out, 2, M_OUT, a, err);
+}
+
+/* hn [B, Ss, D] = LayerNorm(x) * (1 + scale) + shift (no affine). */
+static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, float *x, int64_t Ss, float *hn, const float *shift,
+                           const float *scale, dit_error *err) {
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor tx = t3(x, B, Ss, D), th = t3(hn, B, Ss, D);
+  dit_tensor sc = t2((float *)scale, B, D), sh = t2((float *)shift, B, D);
+  DIT_TRY(dit_op_layer_norm(m->be, &th, &tx, NULL, NULL, m->cfg.eps, err));
+  return dit_op_modulate(m->be, &th, &th, &sc, &sh, err);
+}
+
+/* One stream's projection into the joint q/k/v buffers at rows [off, off + Ss):
+ * p = hn @ W^T, per-head RMSNorm (norm may be NULL), copied into dst's slice. */
+static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, int64_t off, const dit_tensor *w,
+                               const dit_tensor *norm, float *dst, flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t B = g->B, D = m->cfg.dim, hd = m->cfg.head_dim;
+  dit_tensor hn = t3(a->hn, B, Ss, D), p = t3(a->p, B, Ss, D);
+  DIT_TRY(dit_op_linear(be, &p, &hn, w, NULL, DIT_ACT_NONE, err));
+  if (norm) {
+    dit_tensor ph = t2(a->p, B * Ss * (D / hd), hd);
+    DIT_TRY(dit_op_rms_norm(be, &ph, &ph, norm, m->cfg.eps, err));
+  }
+  dit_tensor d = v3(dst + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  return dit_op_copy(be, &d, &p, err);
+}
+
+/* RoPE on q and k [B, S, H, hd], then attention into o. v may be a strided view. */
+static dit_status rope_attend(dit_flux2 *m, const flux2_geom *g, const dit_tensor *cos, const dit_tensor *sin,
+                              const dit_tensor *v4, flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
+  dit_tensor q4 = dit_tensor_4d(DIT_F32, a->q, B, S, H, hd), k4 = dit_tensor_4d(DIT_F32, a->k, B, S, H, hd);
+  dit_tensor o4 = dit_tensor_4d(DIT_F32, a->o, B, S, H, hd);
+  DIT_TRY(dit_op_rope(be, &q4, cos, sin, DIT_ROPE_INTERLEAVED, err));
+  DIT_TRY(dit_op_rope(be, &k4, cos, sin, DIT_ROPE_INTERLEAVED, err));
+  return dit_op_attention(be, &o4, &q4, &k4, v4, NULL, 1.0f / sqrtf((float)hd), false, err);
+}
+
+/* Flux2FeedForward on hn [rows, D] -> p [rows, D]: linear_in, SwiGLU over its halves, linear_out. */
+static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_in, const dit_tensor *w_out,
+                               flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
+  dit_tensor hn = t2(a->hn, rows, D), big = t2(a->big, rows, 2 * F), p = t2(a->p, rows, D);
+  dit_tensor ga = t2(a->ga, rows, F), gb = t2(a->gb, rows, F);
+  DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
+  dit_tensor sa = t2(a->big, rows, F), sb = t2(a->big + F, rows, F);
+  sa.stride[0] = sb.stride[0] = 2 * F;
+  DIT_TRY(dit_op_copy(be, &ga, &sa, err));
+  DIT_TRY(dit_op_copy(be, &gb, &sb, err));
+  DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
+  return dit_op_linear(be, &p, &ga, w_out, NULL, DIT_ACT_NONE, err);
+}
+
+/* The second half of a double block for one stream: attention output rows [off, off+Ss)
+ * through its out projection and gate, then the gated feed-forward. mk = M_IMG / M_TXT. */
+static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, float *x, int64_t Ss, int64_t off, int mk,
+                              const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out, flux2_acts *a,
+                              dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor tx = t3(x, B, Ss, D), hn = t3(a->hn, B, Ss, D), p = t3(a->p, B, Ss, D);
+  dit_tensor os = v3(a->o + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  DIT_TRY(dit_op_copy(be, &hn, &os, err));
+  DIT_TRY(dit_op_linear(be, &p, &hn, w_o, NULL, DIT_ACT_NONE, err));
+  dit_tensor gate = t2(chunk(a, g, D, mk + 2), B, D);
+  DIT_TRY(dit_op_gated_add(be, &tx, &p, &gate, false, err));
+  DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(a, g, D, mk + 3), chunk(a, g, D, mk + 4), err));
+  DIT_TRY(feed_forward(m, B * Ss, w_in, w_out, a, err));
+  gate = t2(chunk(a, g, D, mk + 5), B, D);
+  return dit_op_gated_add(be, &tx, &p, &gate, false, err);
+}
+
+/* Flux2TransformerBlock: both streams normed and modulated, projected into the joint
+ * [text, image] q/k/v, joint attention, then each stream's output and MLP. */
+static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux2_geom *g, const dit_tensor *cos,
+                               const dit_tensor *sin, flux2_acts *a, dit_error *err) {
+  const int64_t St = g->St, Si = g->Si, D = m->cfg.dim;
+  DIT_TRY(norm_mod(m, g, a->txt, St, a->hn, chunk(a, g, D, M_TXT), chunk(a, g, D, M_TXT + 1), err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_q_proj, &b->norm_added_q, a->q, a, err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_k_proj, &b->norm_added_k, a->k, a, err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_v_proj, NULL, a->v, a, err));
+  DIT_TRY(norm_mod(m, g, a->img, Si, a->hn, chunk(a, g, D, M_IMG), chunk(a, g, D, M_IMG + 1), err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, a->q, a, err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, a->k, a, err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, a->v, a, err));
+  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
+  DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
+  DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a, err));
+  return stream_tail(m, g, a->txt, St, 0, M_TXT, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out, a, err);
+}
+
+/* Flux2SingleTransformerBlock on the joint stream: one fused projection to q, k, v and
+ * the MLP input, attention and SwiGLU in parallel, one fused output projection. */
+static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux2_geom *g, const dit_tensor *cos,
+                               const dit_tensor *sin, flux2_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const int64_t B = g->B, S = g->S, R = B * S, D = m->cfg.dim, F = m->cfg.mlp_hidden, hd = m->cfg.head_dim;
+  const int64_t H = m->cfg.n_heads, W = 3 * D + 2 * F;
+  DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(a, g, D, M_SINGLE), chunk(a, g, D, M_SINGLE + 1), err));
+  dit_tensor hn = t2(a->hn, R, D), big = t2(a->big, R, W);
+  DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
+  float *dst[2] = {a->q, a->k};
+  const dit_tensor *nw[2] = {&b->norm_q, &b->norm_k};
+  for (int i = 0; i < 2; i++) {
+    dit_tensor d = t2(dst[i], R, D), s = t2(a->big + (size_t)(i * D), R, D);
+    s.stride[0] = W;
+    DIT_TRY(dit_op_copy(be, &d, &s, err));
+    dit_tensor dh = t2(dst[i], R * H, hd);
+    DIT_TRY(dit_op_rms_norm(be, &dh, &dh, nw[i], m->cfg.eps, err));
+  }
+  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->big + (size_t)(2 * D), B, S, H, hd);
+  v4.stride[0] = S * W;
+  v4.stride[1] = W;
+  DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
+  dit_tensor ga = t2(a->ga, R, F), gb = t2(a->gb, R, F);
+  dit_tensor sa = t2(a->big + (size_t)(3 * D), R, F), sb = t2(a->big + (size_t)(3 * D + F), R, F);
+  sa.stride[0] = sb.stride[0] = W;
+  DIT_TRY(dit_op_copy(be, &ga, &sa, err));
+  DIT_TRY(dit_op_copy(be, &gb, &sb, err));
+  DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
+  dit_tensor ca = t2(a->cat, R, D), cb = t2(a->cat + (size_t)D, R, F), o = t2(a->o, R, D);
+  ca.stride[0] = cb.stride[0] = D + F;
+  DIT_TRY(dit_op_copy(be, &ca, &o, err));
+  DIT_TRY(dit_op_copy(be, &cb, &ga, err));
+  dit_tensor cat = t2(a->cat, R, D + F), p2 = t2(a->p, R, D), p = t3(a->p, B, S, D), x = t3(a->joint, B, S, D);
+  DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
+  dit_tensor gate = t2(chunk(a, g, D, M_SINGLE + 2), B, D);
+  return dit_op_gated_add(be, &x, &p, &gate, false, err);
+}
+
+/* joint[b] = [txt[b], img[b]]. */
+static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_error *err) {
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor dt = v3(a->joint, B, g->St, D, g->S * D, D), di = v3(a->joint + (size_t)(g->St * D), B, g->Si, D,
+                                                                    g->S * D, D);
+  dit_tensor st = t3(a->txt, B, g->St, D), si = t3(a->img, B, g->Si, D);
+  DIT_TRY(dit_op_copy(m->be, &dt, &st, err));
+  return dit_op_copy(m->be, &di, &si, err);
+}
+
+/* Image rows of the joint stream -> norm_out (AdaLayerNormContinuous) -> proj_out. */
+static dit_status final_layer(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_tensor *out, dit_error *err) {
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor src = v3(a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D), img = t3(a->img, B, g->Si, D);
+  DIT_TRY(dit_op_copy(m->be, &img, &src, err));
+  DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(a, g, D, M_OUT + 1), chunk(a, g, D, M_OUT), err));
+  dit_tensor hn = t3(a->hn, B, g->Si, D);
+  return dit_op_linear(m->be, out, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err);
+}
+
+static bool is_f32_contig3(const dit_tensor *t) {
+  return t && t->dtype == DIT_F32 && t->ndim == 3 && t->data && dit_tensor_is_contiguous(t);
+}
+
+static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, const dit_tensor *txt, const float *t,
+                             const float *guidance, const float *img_ids, const float *txt_ids, const dit_tensor *out,
+                             flux2_geom *g, dit_error *err) {
+  char b1[128];
+  if (!t || !img_ids || !txt_ids) return dit_errorf(err, DIT_ERR_INVALID_ARG, "NULL t or ids");
+  if (!is_f32_contig3(x) || x->shape[2] != c->in_channels || x->shape[0] < 1 || x->shape[1] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "x must be contiguous F32 [B, Si >= 1, %d], got %s",
+                      c->in_channels, x ? dit_shape_str(x->shape, x->ndim, b1, sizeof b1) : "NULL");
+  g->B = x->shape[0];
+  g->Si = x->shape[1];
+  if (!is_f32_contig3(txt) || txt->shape[0] != g->B || txt->shape[2] != c->joint_attention_dim || txt->shape[1] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "txt must be contiguous F32 [%lld, St >= 1, %d], got %s",
+                      (long long)g->B, c->joint_attention_dim,
+                      txt ? dit_shape_str(txt->shape, txt->ndim, b1, sizeof b1) : "NULL");
+  g->St = txt->shape[1];
+  g->S = g->St + g->Si;
+  int64_t os[3] = {g->B, g->Si, c->out_channels};
+  if (!is_f32_contig3(out) || !dit_tensor_has_shape(out, 3, os))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "out must be contiguous F32 %s",
+                      dit_shape_str(os, 3, b1, sizeof b1));
+  if (g->B > MAX_BATCH) return dit_errorf(err, DIT_ERR_INVALID_ARG, "batch of %lld (max %d)", (long long)g->B, MAX_BATCH);
+  int64_t wide = 3 * (int64_t)c->dim + 2 * (int64_t)c->mlp_hidden;
+  if ((double)g->B * (double)g->S * (double)wide > (double)MAX_ELEMS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%lld x %lld tokens are too many", (long long)g->B, (long long)g->S);
+  for (int64_t i = 0; i < g->B; i++) {
+    if (!isfinite(t[i])) return dit_errorf(err, DIT_ERR_INVALID_ARG, "t[%lld] is not finite", (long long)i);
+    if (guidance && !isfinite(guidance[i]))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "guidance[%lld] is not finite", (long long)i);
+  }
+  for (int64_t i = 0; i < 4 * g->Si; i++)
+    if (!isfinite(img_ids[i])) return dit_errorf(err, DIT_ERR_INVALID_ARG, "img_ids[%lld] is not finite", (long long)(i / 4));
+  for (int64_t i = 0; i < 4 * g->St; i++)
+    if (!isfinite(txt_ids[i])) return dit_errorf(err, DIT_ERR_INVALID_ARG, "txt_ids[%lld] is not finite", (long long)(i / 4));
+  return DIT_OK;
+}
+
+/* Grows the model's activation and host buffers to fit; keeps them when they do. */
+static dit_status ensure_buffers(dit_flux2 *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
+  if (act_bytes > m->act_bytes) {
+    if (m->act) m->be->ops->free(m->be, m->act);
+    m->act = NULL;
+    m->act_bytes = 0;
+    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
+    m->act_bytes = act_bytes;
+  }
+  if (host_bytes > m->host_bytes) {
+    free(m->host);
+    m->host_bytes = 0;
+    size_t rounded = (host_bytes + 63) / 64 * 64;
+    m->host = aligned_alloc(64, rounded);
+    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate %zu bytes of tables", host_bytes);
+    m->host_bytes = rounded;
+  }
+  return DIT_OK;
+}
+
+static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, const dit_tensor *txt, const float *t,
+                      const float *guidance, const float *img_ids, const float *txt_ids, dit_tensor *out,
+                      dit_error *err) {
+  const dit_flux2_config *c = &m->cfg;
+  dit_backend *be = m->be;
+  const size_t host_bytes = host_bytes_of(c, g);
+  dit_arena ar;
+  flux2_acts a;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
+  memset(&ar, 0, sizeof ar);
+  ar.base = m->act;
+  ar.cap = m->act_bytes;
+  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  flux2_host_tables h;
+  table_layout(c, g, m->host, &h);
+  fill_rope(c, g, img_ids, txt_ids, &h);
+  /* timestep.to(dtype) * 1000 in float32, as the reference */
+  for (int64_t i = 0; i < g->B; i++) {
+    h.t[i] = t[i] * 1000.0f;
+    h.g[i] = guidance ? guidance[i] * 1000.0f : 0.0f;
+  }
+  DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
+#define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
+  const int64_t B = g->B, D = c->dim, half = c->head_dim / 2;
+  dit_tensor cos = t3(DEV(h.cos), B, g->S, half), sin = t3(DEV(h.sin), B, g->S, half);
+  dit_tensor t_dev = dit_tensor_1d(DIT_F32, DEV(h.t), B), g_dev = dit_tensor_1d(DIT_F32, DEV(h.g), B);
+#undef DEV
+  const bool use_g = guidance && c->guidance_embeds;
+  DIT_TRY(time_embed(m, g, &t_dev, use_g ? &g_dev : NULL, &a, err));
+  dit_tensor img = t3(a.img, B, g->Si, D), tx = t3(a.txt, B, g->St, D);
+  DIT_TRY(dit_op_linear(be, &img, x, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &tx, txt, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
+  for (int l = 0; l < c->n_layers; l++) {
+    dit_status s = double_block(m, &m->w.blocks[l], g, &cos, &sin, &a, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "transformer_blocks.%d", l);
+      return s;
+    }
+  }
+  DIT_TRY(join_streams(m, g, &a, err));
+  for (int l = 0; l < c->n_single_layers; l++) {
+    dit_status s = single_block(m, &m->w.single[l], g, &cos, &sin, &a, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "single_transformer_blocks.%d", l);
+      return s;
+    }
+  }
+  return final_layer(m, g, &a, out, err);
+}
+
+dit_status dit_flux2_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *t,
+                             const float *guidance, const float *img_ids, const float *txt_ids, dit_tensor *out,
+                             dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 forward: no model");
+  flux2_geom g;
+  memset(&g, 0, sizeof g);
+  dit_status s = check_args(&m->cfg, x, txt, t, guidance, img_ids, txt_ids, out, &g, err);
+  if (s == DIT_OK) s = run(m, &g, x, txt, t, guidance, img_ids, txt_ids, out, err);
+  if (s != DIT_OK) dit_error_prefix(err, "flux2 forward");
+  return s;
+}

@@ -1,0 +1,146 @@
+/* FLUX.2 VAE (see vae_flux2.h): the AutoencoderKL decoder is loaded by vae_kl with the
+ * AutoencoderKLFlux2 class and the bn.* tensors left to this file, which reads the
+ * batch-norm statistics and does the pipeline's de-normalisation and unpatchify. */
+#include "models/vae_flux2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "io/json.h"
+#include "models/vae_kl_internal.h"
+
+#define PATCH 2 /* Flux2KleinPipeline._unpatchify_latents hard-codes 2x2 */
+
+struct dit_vae_flux2 {
+  dit_vae_kl *kl;
+  int latent_channels;   /* L */
+  float *bn_mean;        /* [4L] */
+  float *bn_std;         /* [4L] sqrt(running_var + batch_norm_eps) in float32 */
+};
+
+/* patch_size must be [2, 2] (what the pipeline unpatchifies); batch_norm_eps > 0. */
+static dit_status read_flux2_fields(const char *dir, double *eps, dit_error *err) {
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "folder path too long");
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, 16u << 20, &j, err));
+  dit_status s = DIT_OK;
+  const json_t *ps = json_object_get(j, "patch_size");
+  if (ps && !json_is_null(ps)) {
+    int64_t v[4];
+    size_t n = 0;
+    s = dit_json_int_array(j, "patch_size", 1, 64, v, 4, &n, path, err);
+    if (s == DIT_OK && (n != 2 || v[0] != PATCH || v[1] != PATCH))
+      s = dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"patch_size\" must be [2, 2] (the pipeline's unpatchify)",
+                     path);
+  }
+  *eps = 1e-4;
+  if (s == DIT_OK) s = dit_json_double_opt(j, "batch_norm_eps", eps, path, err);
+  if (s == DIT_OK && !(*eps >= 0))
+    s = dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"batch_norm_eps\" = %g must be >= 0", path, *eps);
+  json_decref(j);
+  return s;
+}
+
+/* Reads bn.<name> ([n], any float dtype) into dst as float32. */
+static dit_status read_stat(dit_vae_kl *kl, const char *name, int n, float *dst, dit_error *err) {
+  char full[64];
+  snprintf(full, sizeof full, "bn.%s", name);
+  const dit_st_tensor *st = dit_weights_find(kl->weights, full);
+  if (!st) return dit_errorf(err, DIT_ERR_FORMAT, "missing tensor %s", full);
+  if (st->ndim != 1 || st->shape[0] != n || !dit_dtype_is_float(st->dtype))
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor %s must be a float vector of %d (4 x latent_channels)", full, n);
+  dit_tensor t;
+  DIT_TRY(dit_weights_tensor(kl->weights, st, &t, err));
+  dit_convert_to_f32(dst, t.data, t.dtype, (size_t)n);
+  return DIT_OK;
+}
+
+dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_vae_flux2 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae load: NULL backend or folder");
+  double eps = 0;
+  dit_status s = read_flux2_fields(component_dir, &eps, err);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "flux2 vae load");
+    return s;
+  }
+  dit_vae_flux2 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae load: out of memory");
+  static const char *const bn_ignore[] = {"bn.", NULL};
+  s = vae_kl_load_class(be, component_dir, "AutoencoderKLFlux2", bn_ignore, &m->kl, err);
+  if (s == DIT_OK) {
+    m->latent_channels = m->kl->cfg.latent_channels;
+    const int n = PATCH * PATCH * m->latent_channels;
+    m->bn_mean = malloc((size_t)n * sizeof(float));
+    m->bn_std = malloc((size_t)n * sizeof(float));
+    if (!m->bn_mean || !m->bn_std) s = dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae load: out of memory");
+    if (s == DIT_OK) s = read_stat(m->kl, "running_mean", n, m->bn_mean, err);
+    if (s == DIT_OK) s = read_stat(m->kl, "running_var", n, m->bn_std, err);
+    for (int i = 0; s == DIT_OK && i < n; i++) {
+      m->bn_std[i] = sqrtf(m->bn_std[i] + (float)eps);
+      if (!isfinite(m->bn_std[i]) || !isfinite(m->bn_mean[i]))
+        s = dit_errorf(err, DIT_ERR_FORMAT, "bn statistics of channel %d are not finite (or running_var < 0)", i);
+    }
+    if (s != DIT_OK) dit_error_prefix(err, "flux2 vae load: %s", component_dir);
+  }
+  if (s != DIT_OK) {
+    dit_vae_flux2_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_vae_flux2_free(dit_vae_flux2 *m) {
+  if (!m) return;
+  dit_vae_kl_free(m->kl);
+  free(m->bn_mean);
+  free(m->bn_std);
+  free(m);
+}
+
+int dit_vae_flux2_latent_channels(const dit_vae_flux2 *m) { return m->latent_channels; }
+int dit_vae_flux2_packed_channels(const dit_vae_flux2 *m) { return PATCH * PATCH * m->latent_channels; }
+int dit_vae_flux2_patch_h(const dit_vae_flux2 *m) { return m ? PATCH : 0; }
+int dit_vae_flux2_patch_w(const dit_vae_flux2 *m) { return m ? PATCH : 0; }
+int dit_vae_flux2_upscale(const dit_vae_flux2 *m) { return 1 << (m->kl->cfg.n_levels - 1); }
+
+dit_status dit_vae_flux2_decode(dit_vae_flux2 *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae decode: no model");
+  return dit_vae_kl_decode(m->kl, z, img, tile, err);
+}
+
+dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *tokens, int h, int w, dit_tensor *img,
+                                       int tile, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae decode: no model");
+  const int64_t L = m->latent_channels, P = PATCH * PATCH * L;
+  char b1[128];
+  if (!tokens || tokens->dtype != DIT_F32 || tokens->ndim != 3 || !tokens->data || !dit_tensor_is_contiguous(tokens) ||
+      h < 1 || w < 1 || tokens->shape[1] != (int64_t)h * w || tokens->shape[2] != P || tokens->shape[0] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae decode: tokens must be contiguous F32 [B, %d*%d, %lld], got %s",
+                      h, w, (long long)P, tokens ? dit_shape_str(tokens->shape, tokens->ndim, b1, sizeof b1) : "NULL");
+  const int64_t B = tokens->shape[0], H = (int64_t)h * PATCH, W = (int64_t)w * PATCH, hw = (int64_t)h * w;
+  float *z = malloc((size_t)(B * P * hw) * sizeof(float));
+  if (!z) return dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae decode: out of memory for the latents");
+  const float *tk = tokens->data;
+  /* z[b, c, y*2+py, x*2+px] = tok[b, y*w+x, c*4+py*2+px] * std + mean */
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t r = 0; r < hw; r++) {
+      const int64_t y = r / w, x = r % w;
+      const float *row = tk + (b * hw + r) * P;
+      for (int64_t k = 0; k < P; k++) {
+        const int64_t c = k / (PATCH * PATCH), py = (k / PATCH) % PATCH, px = k % PATCH;
+        z[((b * L + c) * H + y * PATCH + py) * W + x * PATCH + px] = row[k] * m->bn_std[k] + m->bn_mean[k];
+      }
+    }
+  dit_tensor zt = dit_tensor_4d(DIT_F32, z, B, L, H, W);
+  dit_status s = dit_vae_kl_decode(m->kl, &zt, img, tile, err);
+  free(z);
+  if (s != DIT_OK) dit_error_prefix(err, "flux2 vae decode");
+  return s;
+}

@@ -1,0 +1,229 @@
+/* FLUX.2 components against the diffusers float32 references of the fixture
+ * (components.safetensors): the transformer call dit_* (explicit ids) and the VAE decode
+ * vae_z -> vae_image, each within 1e-4 relative error; plus the bad inputs (config
+ * fields, weights, shapes) ending in errors that name them.
+ * Usage: test_flux2_fixture [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "fixture.h"
+#include "models/flux2.h"
+#include "models/vae_flux2.h"
+#include "testing.h"
+
+static char g_fix[4096], g_comp[4096];
+
+typedef struct dit_case {
+  float *hidden, *enc, *t, *img_ids, *txt_ids, *ref;
+  int64_t hs[8], es[8], os[8], is[8], ts[8];
+} dit_case;
+
+static void case_free(dit_case *c) {
+  free(c->hidden);
+  free(c->enc);
+  free(c->t);
+  free(c->img_ids);
+  free(c->txt_ids);
+  free(c->ref);
+}
+
+static int case_load(dit_case *c) {
+  memset(c, 0, sizeof *c);
+  int64_t s[8];
+  int nd;
+  int bad = dt_load_f32(g_comp, "dit_hidden", &c->hidden, c->hs, &nd) ||
+            dt_load_f32(g_comp, "dit_encoder", &c->enc, c->es, &nd) || dt_load_f32(g_comp, "dit_t", &c->t, s, &nd) ||
+            dt_load_f32(g_comp, "dit_img_ids", &c->img_ids, c->is, &nd) ||
+            dt_load_f32(g_comp, "dit_txt_ids", &c->txt_ids, c->ts, &nd) ||
+            dt_load_f32(g_comp, "dit_out", &c->ref, c->os, &nd);
+  return bad ? -1 : 0;
+}
+
+static void test_transformer(dit_backend *be) {
+  char dir[4096];
+  dt_path(dir, sizeof dir, g_fix, "transformer");
+  dit_flux2 *m = NULL;
+  dit_error err = {0};
+  dit_status s = dit_flux2_load(be, dir, &m, &err);
+  CHECK_MSG(s == DIT_OK, "load: %s", err.msg);
+  if (s != DIT_OK) return;
+  const dit_flux2_config *c = dit_flux2_get_config(m);
+  CHECK(c->dim == 128 && c->n_heads == 4 && c->head_dim == 32 && c->n_layers == 1 && c->n_single_layers == 2);
+  CHECK(c->mlp_hidden == 384 && c->in_channels == 32 && c->out_channels == 32 && !c->guidance_embeds);
+  CHECK(c->joint_attention_dim == 48 && c->rope_theta == 2000.0 && c->axes_dims[3] == 8);
+  dit_case k;
+  if (case_load(&k)) {
+    CHECK_MSG(0, "cannot load the dit_* case from %s", g_comp);
+    dit_flux2_free(m);
+    return;
+  }
+  size_t n = (size_t)(k.os[0] * k.os[1] * k.os[2]);
+  float *out = calloc(n, sizeof *out);
+  dit_tensor x = dit_tensor_make(DIT_F32, k.hidden, 3, k.hs), txt = dit_tensor_make(DIT_F32, k.enc, 3, k.es);
+  dit_tensor o = dit_tensor_make(DIT_F32, out, 3, k.os);
+  for (int rep = 0; rep < 2; rep++) { /* the second call reuses the buffers */
+    memset(out, 0, n * sizeof *out);
+    s = dit_flux2_forward(m, &x, &txt, k.t, NULL, k.img_ids, k.txt_ids, &o, &err);
+    CHECK_MSG(s == DIT_OK, "forward: %s", err.msg);
+    if (s == DIT_OK) {
+      double e = dt_rel_err(out, k.ref, n);
+      printf("flux2 transformer: x [%lld,%lld,%lld], txt %lld tokens, t %g: rel err %.3g\n", (long long)k.hs[0],
+             (long long)k.hs[1], (long long)k.hs[2], (long long)k.es[1], (double)k.t[0], e);
+      CHECK_MSG(e <= 1e-4, "relative error %.3g > 1e-4", e);
+    }
+  }
+  /* a batch of two identical items gives the single result twice */
+  {
+    size_t nx = (size_t)(k.hs[1] * k.hs[2]), ne = (size_t)(k.es[1] * k.es[2]);
+    float *x2 = malloc(2 * nx * sizeof *x2), *e2 = malloc(2 * ne * sizeof *e2), *o2 = malloc(2 * n * sizeof *o2);
+    memcpy(x2, k.hidden, nx * sizeof *x2);
+    memcpy(x2 + nx, k.hidden, nx * sizeof *x2);
+    memcpy(e2, k.enc, ne * sizeof *e2);
+    memcpy(e2 + ne, k.enc, ne * sizeof *e2);
+    float t2v[2] = {k.t[0], k.t[0]};
+    dit_tensor bx = dit_tensor_3d(DIT_F32, x2, 2, k.hs[1], k.hs[2]), be2 = dit_tensor_3d(DIT_F32, e2, 2, k.es[1], k.es[2]);
+    dit_tensor bo = dit_tensor_3d(DIT_F32, o2, 2, k.os[1], k.os[2]);
+    s = dit_flux2_forward(m, &bx, &be2, t2v, NULL, k.img_ids, k.txt_ids, &bo, &err);
+    CHECK_MSG(s == DIT_OK, "batched forward: %s", err.msg);
+    if (s == DIT_OK) {
+      double e0 = dt_rel_err(o2, k.ref, n), e1 = dt_rel_err(o2 + n, k.ref, n);
+      printf("flux2 transformer, batch of 2: rel err %.3g, %.3g\n", e0, e1);
+      CHECK(e0 <= 1e-4 && e1 <= 1e-4);
+    }
+    free(x2);
+    free(e2);
+    free(o2);
+  }
+  /* bad inputs: wrong channel count, mismatched batch, non-finite t */
+  {
+    dit_tensor bad = dit_tensor_3d(DIT_F32, k.hidden, 1, k.hs[1] * 2, k.hs[2] / 2);
+    s = dit_flux2_forward(m, &bad, &txt, k.t, NULL, k.img_ids, k.txt_ids, &o, &err);
+    CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(err.msg, "x must be"), "%s", err.msg);
+    float tn = NAN;
+    s = dit_flux2_forward(m, &x, &txt, &tn, NULL, k.img_ids, k.txt_ids, &o, &err);
+    CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(err.msg, "t[0]"), "%s", err.msg);
+    dit_tensor bt = dit_tensor_3d(DIT_F32, k.enc, 1, k.es[1], k.es[2] - 1);
+    s = dit_flux2_forward(m, &x, &bt, k.t, NULL, k.img_ids, k.txt_ids, &o, &err);
+    CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(err.msg, "txt must be"), "%s", err.msg);
+  }
+  free(out);
+  case_free(&k);
+  dit_flux2_free(m);
+}
+
+static void test_vae(dit_backend *be) {
+  char dir[4096];
+  dt_path(dir, sizeof dir, g_fix, "vae");
+  dit_vae_flux2 *v = NULL;
+  dit_error err = {0};
+  dit_status s = dit_vae_flux2_load(be, dir, &v, &err);
+  CHECK_MSG(s == DIT_OK, "vae load: %s", err.msg);
+  if (s != DIT_OK) return;
+  CHECK(dit_vae_flux2_latent_channels(v) == 8);
+  float *z = NULL, *ref = NULL;
+  int64_t zs[8], rs[8];
+  int zn, rn;
+  if (dt_load_f32(g_comp, "vae_z", &z, zs, &zn) || dt_load_f32(g_comp, "vae_image", &ref, rs, &rn)) {
+    CHECK_MSG(0, "cannot load vae_z / vae_image");
+    free(z);
+    dit_vae_flux2_free(v);
+    return;
+  }
+  size_t n = (size_t)(rs[0] * rs[1] * rs[2] * rs[3]);
+  float *out = malloc(n * sizeof *out);
+  dit_tensor tz = dit_tensor_make(DIT_F32, z, 4, zs), ti = dit_tensor_make(DIT_F32, out, 4, rs);
+  s = dit_vae_flux2_decode(v, &tz, &ti, 0, &err);
+  CHECK_MSG(s == DIT_OK, "vae decode: %s", err.msg);
+  if (s == DIT_OK) {
+    double e = dt_rel_err(out, ref, n);
+    printf("flux2 vae: decode [%lld,%lld,%lld,%lld] -> [%lld,%lld,%lld,%lld], rel err %.3g\n", (long long)zs[0],
+           (long long)zs[1], (long long)zs[2], (long long)zs[3], (long long)rs[0], (long long)rs[1], (long long)rs[2],
+           (long long)rs[3], e);
+    CHECK_MSG(e <= 1e-4, "relative error %.3g > 1e-4", e);
+  }
+  /* the tiled path runs and stays close (tiles see less context, so not exact) */
+  float *out2 = malloc(n * sizeof *out2);
+  dit_tensor ti2 = dit_tensor_make(DIT_F32, out2, 4, rs);
+  s = dit_vae_flux2_decode(v, &tz, &ti2, 8, &err);
+  CHECK_MSG(s == DIT_OK, "tiled vae decode: %s", err.msg);
+  free(out2);
+  free(out);
+  free(z);
+  free(ref);
+  dit_vae_flux2_free(v);
+}
+
+/* Copies the fixture's transformer folder to tmp with config.json replaced. */
+static int bad_transformer(const char *tmp, const char *config, char *dir, size_t len) {
+  snprintf(dir, len, "%s/bad_transformer", tmp);
+  mkdir(dir, 0755);
+  char path[4096], src[4096];
+  snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir);
+  snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", g_fix);
+  unlink(path);
+  if (symlink(src, path) != 0) return -1;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(config, f);
+  fclose(f);
+  return 0;
+}
+
+static void test_bad_config(dit_backend *be, const char *tmp) {
+  static const struct {
+    const char *cfg, *want;
+  } cases[] = {
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 31, \"axes_dims_rope\": [8,8,8,7]}", "attention_head_dim"},
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,6]}", "axes_dims_rope"},
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,16]}", "axes_dims_rope"},
+      {"{\"patch_size\": 2, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,8]}", "patch_size"},
+      {"{\"rope_theta\": -1, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,8]}", "rope_theta"},
+      {"{\"_class_name\": \"FluxTransformer2DModel\"}", "_class_name"},
+      /* a valid config that does not match the stored tensors */
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,8], \"in_channels\": 32, "
+       "\"joint_attention_dim\": 48, \"num_layers\": 2, \"num_single_layers\": 2, \"guidance_embeds\": false}",
+       "transformer_blocks.1"},
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,8], \"in_channels\": 32, "
+       "\"joint_attention_dim\": 48, \"num_layers\": 1, \"num_single_layers\": 2, \"guidance_embeds\": true}",
+       "guidance_embedder"},
+      {"{\"num_attention_heads\": 4, \"attention_head_dim\": 32, \"axes_dims_rope\": [8,8,8,8], \"in_channels\": 64, "
+       "\"joint_attention_dim\": 48, \"num_layers\": 1, \"num_single_layers\": 2, \"guidance_embeds\": false}",
+       "x_embedder"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[4096];
+    if (bad_transformer(tmp, cases[i].cfg, dir, sizeof dir)) {
+      CHECK_MSG(0, "cannot prepare %s", dir);
+      continue;
+    }
+    dit_flux2 *m = NULL;
+    dit_error err = {0};
+    dit_status s = dit_flux2_load(be, dir, &m, &err);
+    CHECK_MSG(s != DIT_OK && m == NULL && strstr(err.msg, cases[i].want), "case %zu: status %d, message: %s", i,
+              (int)s, err.msg);
+    dit_flux2_free(m);
+  }
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.shared);
+  snprintf(g_comp, sizeof g_comp, "%s/components.safetensors", g_fix);
+  dit_backend *be = NULL;
+  dit_error err = {0};
+  if (dit_backend_cpu_create(2, &be, &err) != DIT_OK) {
+    CHECK_MSG(0, "cpu backend: %s", err.msg);
+    return dt_finish();
+  }
+  test_transformer(be);
+  test_vae(be);
+  test_bad_config(be, a.tmp);
+  dit_backend_free(be);
+  return dt_finish();
+}

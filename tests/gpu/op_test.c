@@ -558,6 +558,10 @@ static void time_bw(env *e) {
 
 static void small_tests(env *e) {
   t_linear(e, 37, 70, 53, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
+  /* fp32 GEMM, so 1e-5 resolves tanh-vs-erf GELU (up to ~5e-4 apart): the cuBLASLt epilogue */
+  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_GELU_TANH);
+  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, false, DIT_ACT_GELU);
+  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_SILU);
   t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
   t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_GELU_TANH);
   t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, false, DIT_ACT_GELU_TANH);
@@ -567,7 +571,8 @@ static void small_tests(env *e) {
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_BF16, true, DIT_ACT_SILU);
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_F32, true, DIT_ACT_NONE);
   t_linear(e, 3, 2560, 3840, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
-  for (int ver = 1; ver <= 3; ver++) { /* every flash kernel version (the backend's default is 2) */
+  int ver0 = cu_im(e->gpu)->attn_version;
+  for (int ver = 1; ver <= 3; ver++) { /* every flash kernel version (k_attention.cu) */
     cu_im(e->gpu)->attn_version = ver;
     t_attention(e, 2, 77, 77, 4, 2, 64, DIT_F32, 9, false, false);
     t_attention(e, 2, 77, 77, 4, 2, 64, DIT_BF16, 9, false, true);
@@ -579,6 +584,7 @@ static void small_tests(env *e) {
     t_attention(e, 1, 70, 70, 4, 1, 80, DIT_BF16, 0, true, false);
     t_attention(e, 2, 257, 190, 6, 2, 64, DIT_BF16, 11, false, true);
   }
+  cu_im(e->gpu)->attn_version = ver0;
   t_norms(e, 33, 3840, DIT_F32, DIT_BF16);
   t_norms(e, 17, 100, DIT_F32, DIT_F32);
   t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
@@ -605,12 +611,13 @@ static void big_tests(env *e) {
   t_linear_big(e, 4224, 3840, 3840, DIT_F32, DIT_F32);
   t_linear_big(e, 4224, 3840, 3840, DIT_BF16, DIT_BF16);
   t_linear_big(e, 4224, 3840, 10240, DIT_BF16, DIT_BF16);
-  for (int ver = 3; ver >= 1; ver--) {
+  int ver0 = cu_im(e->gpu)->attn_version;
+  for (int ver = 1; ver <= 3; ver++) {
     cu_im(e->gpu)->attn_version = ver;
     t_attention_big(e, 4224, 30, 128, 100, DIT_BF16);
     t_attention_big(e, 4224, 30, 128, 100, DIT_F32);
   }
-  cu_im(e->gpu)->attn_version = 2;
+  cu_im(e->gpu)->attn_version = ver0;
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
   time_bw(e);

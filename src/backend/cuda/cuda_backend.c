@@ -133,7 +133,7 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   DIT_TRY(cu_check(cudaSetDevice(device), op, "cudaSetDevice", err));
   im->device = device;
   const char *av = getenv("DIT_CUDA_ATTN");
-  im->attn_version = av && (strcmp(av, "1") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 2;
+  im->attn_version = av && (strcmp(av, "2") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 1;
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
                    "cudaDeviceGetAttribute", err));
   DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));

@@ -164,7 +164,13 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
     if (bp) epi = CUBLASLT_EPILOGUE_BIAS;
     post = act;
   }
-  DIT_TRY(cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err));
+  dit_status s = cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err);
+  if (s == DIT_ERR_UNSUPPORTED && act == DIT_ACT_GELU_TANH) { /* no GELU epilogue here: separate kernel */
+    epi = bp ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    post = act;
+    s = cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err);
+  }
+  DIT_TRY(s);
   if (post != DIT_ACT_NONE)
     DIT_TRY(cu_check(cuk_act(y->data, y->data, dt, M * N, post, im->stream), op, "activation", err));
   return DIT_OK;

@@ -37,7 +37,7 @@ typedef struct cu_impl {
   size_t scratch_bytes;
   int *flag; /* device int: kernels report bad input (embedding ids) here */
   int max_smem; /* opt-in shared memory per block */
-  int attn_version; /* flash kernel: 2 (default), or 1 / 3 (env DIT_CUDA_ATTN) */
+  int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;

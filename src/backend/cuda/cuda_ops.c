@@ -84,6 +84,8 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: key_mask must be a contiguous CUDA U8/BOOL [B, Sk]", op);
     mask = (const uint8_t *)key_mask->data;
   }
+  if (((uintptr_t)q->data | (uintptr_t)k->data | (uintptr_t)v->data | (uintptr_t)out->data) % 16 != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: q, k, v and out must be 16-byte aligned", op);
   if (out->data == q->data || out->data == k->data || out->data == v->data)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
   LAUNCH(op, "flash kernel", cuk_attention(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D,

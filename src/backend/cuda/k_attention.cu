@@ -4,9 +4,10 @@
  * accumulation) with an online softmax in fp32 registers. Key-padding mask, causal mask
  * and GQA (head h reads kv head h / (Hq / Hkv)). Head dims up to 256 (even), padded with
  * zeros to 64, 128 or 256 in shared memory. Inputs F32 (rounded to bf16 on load) or BF16.
- * Two versions: 1 (the first, simple one: 64 rows, synchronous loads, V transposed on store)
- * 2 (default: 128 rows, pipelined cp.async loads, ldmatrix) and 3 (2 with registers capped
- * for two blocks per SM when D <= 128); DIT_CUDA_ATTN=1 or 3 picks the others. */
+ * Versions: 1 (default; validated on an H200: 64 rows per block, synchronous loads, V
+ * transposed on store), 2 (128 rows, two-stage cp.async K/V pipeline, ldmatrix) and 3 (2 with
+ * registers capped for two blocks per SM when D <= 128). 2 and 3 are NOT yet validated on a
+ * GPU: env DIT_CUDA_ATTN=2 or 3 selects them; the op test checks and times all three. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -392,6 +393,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
     }
     __syncthreads(); /* the next iteration overwrites the other stage; this one is read */
   }
+  f2_wait<0>(); /* nkt == 0: the Q copies are still in flight */
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 #include "io/json.h"
 #include "testing.h"
@@ -524,6 +525,139 @@ static void test_small_files(const dt_args *a) {
   CHECK(dit_tok_load("/nonexistent/dir", &t, &e) == DIT_ERR_IO && t == NULL);
 }
 
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static size_t put_cp(char *o, uint32_t cp) {
+  if (cp < 0x80) return o[0] = (char)cp, 1;
+  if (cp < 0x800) return o[0] = (char)(0xc0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3f)), 2;
+  if (cp < 0x10000) {
+    o[0] = (char)(0xe0 | (cp >> 12));
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[2] = (char)(0x80 | (cp & 0x3f));
+    return 3;
+  }
+  o[0] = (char)(0xf0 | (cp >> 18));
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+  o[3] = (char)(0x80 | (cp & 0x3f));
+  return 4;
+}
+
+/* Random valid UTF-8 from a mix of scripts, spaces, marks, emoji and token fragments. */
+static size_t random_text(uint64_t *r, char *o, size_t max) {
+  static const uint32_t ranges[][2] = {{0x20, 0x7e}, {0x09, 0x0d}, {0xa0, 0x17f}, {0x300, 0x36f}, {0x391, 0x3c9},
+                                       {0x400, 0x44f}, {0x5d0, 0x5ea}, {0x627, 0x64a}, {0x3040, 0x30ff},
+                                       {0x4e00, 0x4fff}, {0xac00, 0xac40}, {0x1f300, 0x1f64f}, {0x2000, 0x206f},
+                                       {0x180e, 0x180e}, {0x3000, 0x3000}, {0x0, 0x1f}, {0xfe00, 0xfe0f}};
+  static const char *const frags[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|endoftext|>", "'s",
+                                      "'LL", " ", "\r\n", "1234", "e\xcc\x81"};
+  size_t n = 0, len = rng_next(r) % (max / 8);
+  while (n < len) {
+    if (rng_next(r) % 10 == 0) {
+      const char *f = frags[rng_next(r) % (sizeof frags / sizeof frags[0])];
+      memcpy(o + n, f, strlen(f));
+      n += strlen(f);
+      continue;
+    }
+    const uint32_t *rg = ranges[rng_next(r) % (sizeof ranges / sizeof ranges[0])];
+    n += put_cp(o + n, rg[0] + (uint32_t)(rng_next(r) % (rg[1] - rg[0] + 1)));
+  }
+  return n;
+}
+
+/* Random texts: decode(encode(x)) must give back NFC(x) byte for byte. */
+static void test_round_trips(const dit_tokenizer *t) {
+  uint64_t r = 0x1234567887654321ull;
+  char text[4096];
+  int bad = 0;
+  for (int it = 0; it < 300; it++) {
+    size_t n = random_text(&r, text, sizeof text);
+    int32_t *ids = NULL;
+    size_t m = 0;
+    dit_error e = {0};
+    if (dit_tok_encode(t, text, n, &ids, &m, &e) != DIT_OK) {
+      bad++;
+      continue;
+    }
+    /* expected: the special tokens kept, the text between them in NFC (a combining
+     * mark after "<|im_end|>" must not compose with its ">") */
+    utf8proc_uint8_t *nfc = malloc(4 * n + 16);
+    utf8proc_ssize_t nn = 0;
+    static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "</think>", "<think>"};
+    for (size_t i = 0, from = 0; i <= n; i++) {
+      size_t sl = 0;
+      for (int k = 0; k < 5 && i < n && !sl; k++)
+        if (n - i >= strlen(specials[k]) && !memcmp(text + i, specials[k], strlen(specials[k]))) sl = strlen(specials[k]);
+      if (!sl && i < n) continue;
+      utf8proc_uint8_t *seg = NULL;
+      utf8proc_ssize_t sn = utf8proc_map((const utf8proc_uint8_t *)text + from, (utf8proc_ssize_t)(i - from), &seg,
+                                         UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+      if (sn > 0) memcpy(nfc + nn, seg, (size_t)sn), nn += sn;
+      free(seg);
+      memcpy(nfc + nn, text + i, sl);
+      nn += (utf8proc_ssize_t)sl;
+      i += sl ? sl - 1 : 0;
+      from = i + 1;
+    }
+    size_t dn = 0;
+    char *d = decode(t, ids, m, &dn);
+    if (nn < 0 || dn != (size_t)nn || memcmp(d, nfc, dn)) {
+      if (!bad) {
+        fprintf(stderr, "  round trip %d differs (%zu vs %zd bytes)\n", it, dn, (ssize_t)nn);
+        for (size_t i = 0; i < dn && i < (size_t)nn; i++)
+          if (d[i] != (char)nfc[i]) {
+            fprintf(stderr, "  first difference at byte %zu: %02x vs %02x\n", i, (uint8_t)d[i], nfc[i]);
+            break;
+          }
+      }
+      bad++;
+    }
+    free(nfc);
+    free(d);
+    free(ids);
+  }
+  CHECK_MSG(bad == 0, "%d of 300 random texts do not round-trip", bad);
+}
+
+/* The heap BPE against a naive one (rescan for the lowest-rank leftmost pair). */
+static void test_bpe_vs_naive(const dit_tokenizer *t) {
+  uint64_t r = 42;
+  tok_bpe_work w = {0};
+  int bad = 0;
+  for (int it = 0; it < 2000; it++) {
+    char word[64];
+    size_t n = 1 + rng_next(&r) % 40;
+    static const char alpha[] = "aeiourstlnmkhpbdgc ";
+    for (size_t i = 0; i < n; i++) word[i] = alpha[rng_next(&r) % (sizeof alpha - 1)];
+    tok_ids out = {0};
+    dit_error e = {0};
+    CHECK(tok_bpe_word(t, word, n, &w, &out, &e) == DIT_OK);
+    int32_t sym[64];
+    size_t k = n;
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[(uint8_t)word[i]];
+    for (;;) {
+      uint32_t best = UINT32_MAX, rank;
+      size_t at = 0;
+      int32_t id, best_id = -1;
+      for (size_t i = 0; i + 1 < k; i++)
+        if (tok_merge_find(t, sym[i], sym[i + 1], &rank, &id) && rank < best) best = rank, at = i, best_id = id;
+      if (best_id < 0) break;
+      sym[at] = best_id;
+      memmove(sym + at + 1, sym + at + 2, (k - at - 2) * sizeof *sym);
+      k--;
+    }
+    if (out.n != k || memcmp(out.v, sym, k * sizeof *sym)) bad++;
+    free(out.v);
+  }
+  tok_bpe_work_free(&w);
+  CHECK_MSG(bad == 0, "%d of 2000 words differ from the naive BPE", bad);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -543,6 +677,8 @@ int main(int argc, char **argv) {
     test_lookup(t);
     test_long_prompts(t, cases);
     test_odd_inputs(t);
+    test_round_trips(t);
+    test_bpe_vs_naive(t);
     test_public_api(&a, cases);
   }
   test_small_files(&a);

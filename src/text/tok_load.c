@@ -150,9 +150,10 @@ static dit_status index_added(dit_tokenizer *t, dit_error *err) {
   qsort(k, t->n_added, sizeof *k, cmp_added_key);
   for (size_t i = 1; i < t->n_added; i++)
     if (k[i].len == k[i - 1].len && !memcmp(k[i].s, k[i - 1].s, k[i].len)) {
+      dit_errorf(err, DIT_ERR_FORMAT, "added_tokens: \"%.*s\" is listed twice", (int)(k[i].len > 64 ? 64 : k[i].len),
+                 k[i].s);
       free(k);
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens: \"%.*s\" is listed twice",
-                        (int)(k[i].len > 64 ? 64 : k[i].len), t->added[k[i].idx].content);
+      return DIT_ERR_FORMAT;
     }
   for (size_t i = 0; i < t->n_added; i++) t->first_idx[i] = k[i].idx;
   free(k);

@@ -116,7 +116,8 @@ void dit_backend_free(dit_backend *be);
 /* CUDA backend on device `device`: one owned stream, cuBLASLt GEMMs, fused kernels. Ops take
  * device pointers (tensors with device DIT_DEV_CUDA); activations may be F32 or BF16 (all
  * activation operands of one call share a dtype); upload is asynchronous on the backend's
- * stream, download waits for its copy. */
+ * stream (pageable host memory is staged before it returns; pinned memory must stay valid
+ * until sync), download waits for its copy. Call ops from one host thread. */
 dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err);
 #endif
 

@@ -144,13 +144,14 @@ static dit_status index_added(dit_tokenizer *t, dit_error *err) {
   if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "cannot index the added tokens");
   uint32_t count[256] = {0};
   for (size_t i = 0; i < t->n_added; i++) {
-    k[i] = (added_key){(uint8_t)t->added[i].content[0], t->added[i].len, (uint32_t)i, t->added[i].content};
+    const tok_added *ad = &t->added[i];
+    k[i] = (added_key){(uint8_t)ad->match[0], ad->match_len, (uint32_t)i, ad->match};
     count[k[i].first]++;
   }
   qsort(k, t->n_added, sizeof *k, cmp_added_key);
   for (size_t i = 1; i < t->n_added; i++)
     if (k[i].len == k[i - 1].len && !memcmp(k[i].s, k[i - 1].s, k[i].len)) {
-      dit_errorf(err, DIT_ERR_FORMAT, "added_tokens: \"%.*s\" is listed twice", (int)(k[i].len > 64 ? 64 : k[i].len),
+      dit_errorf(err, DIT_ERR_FORMAT, "added_tokens: \"%.*s\" is listed twice (after normalization)", (int)(k[i].len > 64 ? 64 : k[i].len),
                  k[i].s);
       free(k);
       return DIT_ERR_FORMAT;
@@ -184,7 +185,8 @@ static dit_status load_added_entries(dit_tokenizer *t, const json_t *added, uint
       /* an added token may repeat a vocabulary entry, but only with the same content */
       if (t->len[id] != n || memcmp(t->pool + t->off[id], s, n))
         return dit_errorf(err, DIT_ERR_FORMAT, "%s: id %zu of \"%.64s\" is already the vocabulary's "
-                          "\"%.64s\"", where, id, s, t->pool + t->off[id]);
+                          "\"%.*s\"", where, id, s, (int)(t->len[id] > 64 ? 64 : t->len[id]),
+                          t->pool + t->off[id]); /* pool entries are not NUL-terminated */
       ad->content = t->pool + t->off[id];
     } else {
       t->off[id] = (uint32_t)t->pool_len;
@@ -195,6 +197,13 @@ static dit_status load_added_entries(dit_tokenizer *t, const json_t *added, uint
     }
     ad->len = n;
     ad->id = (int32_t)id;
+    ad->match = ad->content;
+    ad->match_len = n;
+    if (ad->normalized && t->n_norm) { /* matched in normalized text: normalize it too */
+      const char *m;
+      DIT_TRY(tok_normalize(t, ad->content, n, &m, &ad->match_len, &ad->match_owned, err));
+      ad->match = (char *)m;
+    }
     if (ad->normalized) t->any_added_normalized = true;
     else t->any_added_raw = true;
     t->n_added++;
@@ -483,8 +492,8 @@ static dit_status load_byte_ids(dit_tokenizer *t, dit_error *err) {
 
 static dit_status load_root(dit_tokenizer *t, const json_t *root, dit_error *err) {
   if (!json_is_object(root)) return dit_errorf(err, DIT_ERR_FORMAT, "the top level must be an object");
+  DIT_TRY(load_normalizer(t, json_object_get(root, "normalizer"), 0, err)); /* added tokens use it */
   DIT_TRY(load_model(t, json_object_get(root, "model"), json_object_get(root, "added_tokens"), err));
-  DIT_TRY(load_normalizer(t, json_object_get(root, "normalizer"), 0, err));
   DIT_TRY(load_pre(t, json_object_get(root, "pre_tokenizer"), 0, err));
   for (size_t i = 0; i + 1 < t->n_pre; i++)
     if (t->pre[i].kind == TOK_PRE_BYTELEVEL)
@@ -525,6 +534,8 @@ dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_erro
 void dit_tok_free(dit_tokenizer *t) {
   if (!t) return;
   for (size_t i = 0; i < t->n_pre; i++) pcre2_code_free(t->pre[i].re);
+  for (size_t i = 0; t->added && i < t->n_added; i++)
+    if (t->added[i].match_owned) free(t->added[i].match);
   free(t->off);
   free(t->len);
   free(t->pool);

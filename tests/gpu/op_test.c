@@ -585,16 +585,22 @@ static void small_tests(env *e) {
     t_attention(e, 2, 257, 190, 6, 2, 64, DIT_BF16, 11, false, true);
   }
   cu_im(e->gpu)->attn_version = ver0;
-  t_norms(e, 33, 3840, DIT_F32, DIT_BF16);
-  t_norms(e, 17, 100, DIT_F32, DIT_F32);
-  t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
+  bool vec0 = cu_im(e->gpu)->vec;
+  for (int vec = 0; vec < 2; vec++) { /* scalar kernels, then the 16-byte ones (k_vec.cu) */
+    cu_im(e->gpu)->vec = vec;
+    printf("-- elementwise kernels: %s\n", vec ? "16-byte (vec)" : "scalar");
+    t_norms(e, 33, 3840, DIT_F32, DIT_BF16);
+    t_norms(e, 17, 100, DIT_F32, DIT_F32);
+    t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
+    t_elementwise(e, 2, 50, 96, DIT_F32);
+    t_elementwise(e, 2, 33, 40, DIT_BF16);
+    t_rope(e, 2, 13, 3, 64, DIT_F32, false);
+    t_rope(e, 1, 29, 5, 128, DIT_F32, true);
+    t_rope(e, 2, 13, 3, 32, DIT_BF16, false);
+  }
+  cu_im(e->gpu)->vec = vec0;
   t_group_norm(e, 2, 64, 9, 9, 32, DIT_BF16, true);
   t_group_norm(e, 1, 96, 13, 7, 32, DIT_F32, false);
-  t_elementwise(e, 2, 50, 96, DIT_F32);
-  t_elementwise(e, 2, 33, 40, DIT_BF16);
-  t_rope(e, 2, 13, 3, 64, DIT_F32, false);
-  t_rope(e, 1, 29, 5, 128, DIT_F32, true);
-  t_rope(e, 2, 13, 3, 32, DIT_BF16, false);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
   t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);
   t_timestep(e, 5, 256, 1.0f, 1.0f, true);
@@ -620,7 +626,13 @@ static void big_tests(env *e) {
   cu_im(e->gpu)->attn_version = ver0;
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
-  time_bw(e);
+  bool vec0 = cu_im(e->gpu)->vec;
+  for (int vec = 0; vec < 2; vec++) {
+    cu_im(e->gpu)->vec = vec;
+    printf("-- elementwise timings: %s kernels\n", vec ? "16-byte (vec)" : "scalar");
+    time_bw(e);
+  }
+  cu_im(e->gpu)->vec = vec0;
 }
 
 int main(int argc, char **argv) {

@@ -134,6 +134,8 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   im->device = device;
   const char *av = getenv("DIT_CUDA_ATTN");
   im->attn_version = av && (strcmp(av, "2") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 1;
+  const char *vv = getenv("DIT_CUDA_VEC");
+  im->vec = vv && strcmp(vv, "1") == 0;
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
                    "cudaDeviceGetAttribute", err));
   DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));

@@ -38,6 +38,7 @@ typedef struct cu_impl {
   int *flag; /* device int: kernels report bad input (embedding ids) here */
   int max_smem; /* opt-in shared memory per block */
   int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
+  bool vec; /* 16-byte elementwise kernels (k_vec.cu) where shapes allow; env DIT_CUDA_VEC=1 */
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;
@@ -124,6 +125,18 @@ cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, i
 cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
                           float scale, int causal, int version, cudaStream_t s);
+/* 8-element (16-byte) variants, k_vec.cu: n (or D) % 8 == 0 and 16-byte aligned pointers
+ * (cos/sin too). ew op: 0 add, 1 mul, 2 swiglu, 3 scale by sc, 4 activation act. */
+cudaError_t cuk_v8_ew(void *y, const void *a, const void *b, int dt, int64_t n, int op, float sc, int act,
+                      cudaStream_t s);
+cudaError_t cuk_v8_modulate(void *y, const void *x, int dt, int64_t B, int64_t S, int64_t D, const void *scale,
+                            const void *shift, int sdt, int64_t sbs, cudaStream_t s);
+cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D, const void *gate,
+                             int gdt, int64_t gbs, int tanh_gate, cudaStream_t s);
+cudaError_t cuk_v8_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w, int wdt,
+                            float eps, cudaStream_t s);
+cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
+                        const float *sin, int64_t csb, cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,12 @@
 
 static cudaStream_t st(dit_backend *be) { return cu_im(be)->stream; }
 
+/* The 16-byte kernels apply: switch on, n % 8 == 0, every pointer (NULL ignored) 16-byte aligned. */
+static bool v8(dit_backend *be, int64_t n, const void *p0, const void *p1, const void *p2, const void *p3) {
+  uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
+  return cu_im(be)->vec && n % 8 == 0 && a % 16 == 0;
+}
+
 static int64_t last_dim(const dit_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
 
 static dit_status opt_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
@@ -22,6 +28,11 @@ static dit_status rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
   int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
   DIT_TRY(opt_w(op, "w", w, D, err));
+  if (v8(be, D, x->data, y->data, NULL, NULL)) {
+    LAUNCH(op, "kernel", cuk_v8_rms_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0,
+                                         eps, st(be)));
+    return DIT_OK;
+  }
   LAUNCH(op, "kernel", cuk_rms_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0, eps,
                                     st(be)));
   return DIT_OK;
@@ -107,6 +118,11 @@ static dit_status rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, co
       (n != B * S * (D / 2) && n != S * (D / 2)))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
   int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
+  if (mode == DIT_ROPE_INTERLEAVED && v8(be, D, x->data, cos->data, sin->data, NULL)) {
+    LAUNCH(op, "kernel", cuk_v8_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
+                                     (const float *)sin->data, csb, st(be)));
+    return DIT_OK;
+  }
   LAUNCH(op, "kernel", cuk_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
                                 (const float *)sin->data, csb, (int)mode, st(be)));
   return DIT_OK;
@@ -117,7 +133,11 @@ static dit_status activation(dit_backend *be, dit_tensor *y, const dit_tensor *x
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
-  LAUNCH(op, "kernel", cuk_act(y->data, x->data, x->dtype, dit_tensor_numel(x), (int)act, st(be)));
+  int64_t n = dit_tensor_numel(x);
+  if (v8(be, n, x->data, y->data, NULL, NULL))
+    LAUNCH(op, "kernel", cuk_v8_ew(y->data, x->data, NULL, x->dtype, n, 4, 1.0f, (int)act, st(be)));
+  else
+    LAUNCH(op, "kernel", cuk_act(y->data, x->data, x->dtype, n, (int)act, st(be)));
   return DIT_OK;
 }
 
@@ -128,7 +148,11 @@ static dit_status binary(dit_backend *be, const char *op, dit_tensor *y, const d
   DIT_TRY(cu_check_act(op, "y", y, err));
   DIT_TRY(cu_check_same_shape(op, "a", a, "b", b, err));
   DIT_TRY(cu_check_same_shape(op, "a", a, "y", y, err));
-  LAUNCH(op, "kernel", cuk_binary(y->data, a->data, b->data, a->dtype, dit_tensor_numel(a), kind, st(be)));
+  int64_t n = dit_tensor_numel(a);
+  if (v8(be, n, a->data, b->data, y->data, NULL))
+    LAUNCH(op, "kernel", cuk_v8_ew(y->data, a->data, b->data, a->dtype, n, kind, 1.0f, 0, st(be)));
+  else
+    LAUNCH(op, "kernel", cuk_binary(y->data, a->data, b->data, a->dtype, n, kind, st(be)));
   return DIT_OK;
 }
 
@@ -148,7 +172,11 @@ static dit_status scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, flo
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
-  LAUNCH(op, "kernel", cuk_scale(y->data, x->data, x->dtype, dit_tensor_numel(x), s, st(be)));
+  int64_t n = dit_tensor_numel(x);
+  if (v8(be, n, x->data, y->data, NULL, NULL))
+    LAUNCH(op, "kernel", cuk_v8_ew(y->data, x->data, NULL, x->dtype, n, 3, s, 0, st(be)));
+  else
+    LAUNCH(op, "kernel", cuk_scale(y->data, x->data, x->dtype, n, s, st(be)));
   return DIT_OK;
 }
 
@@ -182,6 +210,11 @@ static dit_status modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   DIT_TRY(bsd(op, x, "shift", shift, &B, &S, &D, &hbs, err));
   if (shift && (shift->dtype != scale_->dtype || hbs != sbs))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: shift must match scale's dtype and shape", op);
+  if (v8(be, D, x->data, y->data, NULL, NULL)) {
+    LAUNCH(op, "kernel", cuk_v8_modulate(y->data, x->data, x->dtype, B, S, D, scale_->data,
+                                         shift ? shift->data : NULL, scale_->dtype, sbs, st(be)));
+    return DIT_OK;
+  }
   LAUNCH(op, "kernel", cuk_modulate(y->data, x->data, x->dtype, B, S, D, scale_->data, shift ? shift->data : NULL,
                                     scale_->dtype, sbs, st(be)));
   return DIT_OK;
@@ -195,6 +228,11 @@ static dit_status gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y,
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
   int64_t B, S, D, gbs = 0;
   DIT_TRY(bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
+  if (v8(be, D, x->data, y->data, NULL, NULL)) {
+    LAUNCH(op, "kernel", cuk_v8_gated_add(x->data, y->data, x->dtype, B, S, D, gate ? gate->data : NULL,
+                                          gate ? gate->dtype : 0, gbs, tanh_gate, st(be)));
+    return DIT_OK;
+  }
   LAUNCH(op, "kernel", cuk_gated_add(x->data, y->data, x->dtype, B, S, D, gate ? gate->data : NULL,
                                      gate ? gate->dtype : 0, gbs, tanh_gate, st(be)));
   return DIT_OK;

@@ -1,0 +1,187 @@
+/* 16-byte vectorized variants of the hot elementwise kernels (8 elements per thread:
+ * add/mul/swiglu/scale/activation, modulate, gated_add, RMSNorm, interleaved RoPE). Used
+ * when the backend's `vec` switch is on (env DIT_CUDA_VEC=1), the element count (or row
+ * length) is a multiple of 8 and the pointers are 16-byte aligned. Math in fp32. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+#define GS_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+                           i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ void ld8(const float *p, float *v) {
+  float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float *v) {
+  uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+  for (int k = 0; k < 4; k++) {
+    float2 f = __bfloat1622float2(h[k]);
+    v[2 * k] = f.x, v[2 * k + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float *v) {
+  uint4 u;
+  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+  for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  *reinterpret_cast<uint4 *>(p) = u;
+}
+__device__ __forceinline__ void ld8(const __half *p, float *v) {
+  uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+  for (int k = 0; k < 4; k++) {
+    float2 f = __half22float2(h[k]);
+    v[2 * k] = f.x, v[2 * k + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void st8(__half *p, const float *v) {
+  uint4 u;
+  __half2 *h = reinterpret_cast<__half2 *>(&u);
+  for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+  *reinterpret_cast<uint4 *>(p) = u;
+}
+
+/* op: 0 add, 1 mul, 2 swiglu, 3 scale (by sc), 4 activation act (b unused for 3, 4). */
+template <typename T>
+__global__ void k8_ew(T *y, const T *a, const T *b, int64_t n8, int op, float sc, int act) {
+  GS_LOOP(i, n8) {
+    float u[8], w[8];
+    ld8(a + i * 8, u);
+    if (op <= 2) ld8(b + i * 8, w);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      float r;
+      if (op == 0) r = u[k] + w[k];
+      else if (op == 1) r = u[k] * w[k];
+      else if (op == 2) r = u[k] / (1.0f + expf(-u[k])) * w[k];
+      else if (op == 3) r = u[k] * sc;
+      else r = cu_act(u[k], act);
+      u[k] = r;
+    }
+    st8(y + i * 8, u);
+  }
+}
+
+extern "C" cudaError_t cuk_v8_ew(void *y, const void *a, const void *b, int dt, int64_t n, int op, float sc,
+                                 int act, cudaStream_t s) {
+  int64_t n8 = n / 8;
+  if (n8 <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k8_ew<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)y, (const T *)a, (const T *)b, n8, op, sc,
+                                                                  act));
+  return cudaGetLastError();
+}
+
+/* mode 0: y = x * (1 + scale) + shift; mode 1: x += g * y (g = gate, tanh(gate) or 1). */
+template <typename T>
+__global__ void k8_mod(T *out, const T *x, const T *y, int64_t S, int64_t D, int64_t n8, const void *v1,
+                       const void *v2, int vdt, int64_t vbs, int mode, int tg) {
+  GS_LOOP(i, n8) {
+    int64_t e = i * 8, d = e % D, bi = e / (S * D), vo = bi * vbs + d;
+    float u[8];
+    ld8(x + e, u);
+    if (mode == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        float r = u[k] * (1.0f + cu_ldw(v1, vdt, vo + k));
+        if (v2) r += cu_ldw(v2, vdt, vo + k);
+        u[k] = r;
+      }
+    } else {
+      float w[8];
+      ld8(y + e, w);
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        float g = 1.0f;
+        if (v1) {
+          g = cu_ldw(v1, vdt, vo + k);
+          if (tg) g = tanhf(g);
+        }
+        u[k] += g * w[k];
+      }
+    }
+    st8(out + e, u);
+  }
+}
+
+extern "C" cudaError_t cuk_v8_modulate(void *y, const void *x, int dt, int64_t B, int64_t S, int64_t D,
+                                       const void *scale, const void *shift, int sdt, int64_t sbs, cudaStream_t s) {
+  int64_t n8 = B * S * D / 8;
+  if (n8 <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k8_mod<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)y, (const T *)x, NULL, S, D, n8, scale,
+                                                                   shift, sdt, sbs, 0, 0));
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D,
+                                        const void *gate, int gdt, int64_t gbs, int tanh_gate, cudaStream_t s) {
+  int64_t n8 = B * S * D / 8;
+  if (n8 <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k8_mod<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)x, (const T *)x, (const T *)y, S, D, n8,
+                                                                   gate, NULL, gdt, gbs, 1, tanh_gate));
+  return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k8_rms_norm(T *y, const T *x, int64_t D, const void *w, int wdt, float eps) {
+  __shared__ float sh[32];
+  const T *xr = x + blockIdx.x * D;
+  T *yr = y + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x * 8; c < D; c += blockDim.x * 8) {
+    float u[8];
+    ld8(xr + c, u);
+#pragma unroll
+    for (int k = 0; k < 8; k++) ss += u[k] * u[k];
+  }
+  float r = rsqrtf(cu_block_sum(ss, sh) / (float)D + eps);
+  for (int64_t c = threadIdx.x * 8; c < D; c += blockDim.x * 8) {
+    float u[8];
+    ld8(xr + c, u);
+#pragma unroll
+    for (int k = 0; k < 8; k++) u[k] = u[k] * r * (w ? cu_ldw(w, wdt, c + k) : 1.0f);
+    st8(yr + c, u);
+  }
+}
+
+extern "C" cudaError_t cuk_v8_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w,
+                                       int wdt, float eps, cudaStream_t s) {
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  int t = 32;
+  while (t < 512 && t * 8 < D) t *= 2;
+  CU_DISPATCH(dt, T, k8_rms_norm<T><<<(unsigned)rows, t, 0, s>>>((T *)y, (const T *)x, D, w, wdt, eps));
+  return cudaGetLastError();
+}
+
+/* Interleaved RoPE, 4 pairs per thread; cos/sin rows of D/2 floats (D % 8 == 0). */
+template <typename T>
+__global__ void k8_rope(T *x, int64_t S, int64_t H, int64_t D, const float *cos, const float *sin, int64_t csb,
+                        int64_t n8) {
+  GS_LOOP(i, n8) {
+    int64_t e = i * 8, row = e / D, p0 = (e % D) / 2;
+    int64_t sidx = (row / H) % S, b = row / (H * S);
+    int64_t ci = b * csb + sidx * (D / 2) + p0;
+    float4 c = *reinterpret_cast<const float4 *>(cos + ci), sn = *reinterpret_cast<const float4 *>(sin + ci);
+    float cc[4] = {c.x, c.y, c.z, c.w}, ss[4] = {sn.x, sn.y, sn.z, sn.w};
+    float u[8];
+    ld8(x + e, u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float x0 = u[2 * k], x1 = u[2 * k + 1];
+      u[2 * k] = x0 * cc[k] - x1 * ss[k];
+      u[2 * k + 1] = x0 * ss[k] + x1 * cc[k];
+    }
+    st8(x + e, u);
+  }
+}
+
+extern "C" cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
+                                   const float *sin, int64_t csb, cudaStream_t s) {
+  int64_t n8 = B * S * H * D / 8;
+  if (n8 <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k8_rope<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)x, S, H, D, cos, sin, csb, n8));
+  return cudaGetLastError();
+}

@@ -160,6 +160,57 @@ dit_status dit_tokenizer_encode(dit_ctx *ctx, const dit_tokenizer *tok, const ch
 size_t dit_tokenizer_vocab_size(const dit_tokenizer *tok);
 void dit_tokenizer_free(dit_tokenizer *tok);
 
+/* ---- benchmark (ditrun bench) --------------------------------------------------- */
+/* One DiT forward at a model's real geometry with deterministic random weights created
+ * in memory (no files): total time (un-profiled, warmup then median of iters), a profiled
+ * pass split per op (GEMM, attention, elementwise), FLOPs, TFLOP/s and peak memory. */
+#define DIT_BENCH_MAX_OPS 24
+typedef struct dit_bench_params {
+  const char *arch;             /* "zimage" */
+  int res;                      /* square image side in pixels (multiple of 16); default 1024 */
+  int text_len;                 /* caption tokens; default 128 */
+  dit_device_kind device;
+  int cuda_device;              /* GPU index */
+  dit_dtype dtype;              /* weights (and GPU activations): DIT_BF16 (default) or DIT_F32 */
+  int iters, warmup;            /* timed runs (median reported), untimed first runs */
+  int profile;                  /* nonzero (default): one extra profiled run split per op */
+  uint64_t seed;
+  double peak_tflops;           /* 0: the default peak of the device (see dit_bench_result) */
+  /* geometry overrides for tests (0 = the real model's): */
+  int dim, n_layers, n_refiner_layers, n_heads, cap_feat_dim;
+} dit_bench_params;
+
+typedef struct dit_bench_result {
+  char arch[16], device[16], weight_dtype[8], act_dtype[8];
+  int res, text_len, threads;
+  long long img_tokens, cap_tokens; /* padded to the model's multiple of 32 */
+  long long params;             /* weight elements */
+  double flops;                 /* per forward: see dit_bench_print's formula line */
+  double ms_median, ms_min, ms_max;
+  int iters;
+  double tflops, peak_tflops, pct_peak; /* achieved (median), the stated peak, ratio */
+  char peak_what[96];
+  /* profiled run (op-by-op with a sync after each): */
+  int profiled;
+  double phase_ms[3];           /* GEMM, attention, elementwise (incl. copies) */
+  double prof_total_ms;
+  int n_ops;
+  const char *op_name[DIT_BENCH_MAX_OPS];
+  double op_ms[DIT_BENCH_MAX_OPS];
+  long op_calls[DIT_BENCH_MAX_OPS];
+  size_t weight_bytes;          /* weights in backend memory */
+  size_t alloc_peak_bytes;      /* peak of weights + activations + inputs allocated by the model */
+  size_t peak_mem_bytes;        /* CPU: peak RSS; GPU: peak device memory in use (cudaMemGetInfo) */
+  size_t device_base_bytes;     /* GPU: in use before the backend existed (context, other processes) */
+  double setup_s;               /* backend + random weights */
+  int output_finite;            /* the last output had no NaN/Inf */
+} dit_bench_result;
+
+void dit_bench_params_default(dit_bench_params *p);
+dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r);
+/* Human-readable table (json == 0) or one JSON object (json != 0). */
+void dit_bench_print(const dit_bench_result *r, int json, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

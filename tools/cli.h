@@ -3,8 +3,36 @@
 #ifndef DIT_CLI_H
 #define DIT_CLI_H
 
+#include <stdbool.h>
+
+#include "ditrun.h"
+
 int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/* The option parsers, callable without running anything (the fuzz target and tests use
+ * them). Each fills *o (pointers into argv) and returns 0 to run, 1 after printing
+ * --help, 2 on bad usage (message printed to stderr). */
+typedef struct cli_gen_opts {
+  dit_gen_params p;
+  const char *out;
+  bool overwrite, quiet, force_progress;
+  int threads;
+} cli_gen_opts;
+int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
+
+typedef struct cli_tok_opts {
+  const char *model, *text;
+  int chat;
+} cli_tok_opts;
+int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o);
+
+typedef struct cli_info_opts {
+  const char *path;
+  unsigned flags;
+} cli_info_opts;
+int cli_info_parse(int argc, char **argv, cli_info_opts *o);
 
 #endif

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
           "  version            print the version\n"
           "  info PATH          describe a model folder, component or weights file\n"
           "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
+          "  bench --arch zimage  time a DiT forward at the real geometry, random weights\n"
           "Run 'ditrun COMMAND --help' for a command's options.\n",
           DITRUN_VERSION);
 }
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

@@ -1,0 +1,367 @@
+/* Public benchmark API (ditrun bench): one DiT forward at the real geometry with random
+ * weights made in memory, timed un-profiled (warmup, then the median of iters) and once
+ * through the profiling backend (sync after every op) for a GEMM / attention /
+ * elementwise split; FLOPs from the geometry, TFLOP/s against a stated peak, and peak
+ * memory (RSS on the CPU, device memory in use on a GPU). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DIT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "backend/backend.h"
+#include "core/ctx.h"
+#include "core/timer.h"
+#include "models/zimage.h"
+
+#define MAX_RES 8192
+#define MAX_TEXT 4096
+#define MAX_ITERS 10000
+/* CPU: measured fp32 FMA peak per thread (docs/PERF.md: 24 independent AVX-512 FMA
+ * chains, 2 pipes x 16 lanes x 2 flop x 3.84 GHz effective = 245.8 GFLOP/s). */
+#define CPU_PEAK_PER_THREAD_TFLOPS 0.2458
+/* GPU: bf16 GEMM ceiling measured on the H200 (issue 5: cuBLAS via torch, 753-766). */
+#define GPU_PEAK_TFLOPS 760.0
+
+void dit_bench_params_default(dit_bench_params *p) {
+  memset(p, 0, sizeof *p);
+  p->arch = "zimage";
+  p->res = 1024;
+  p->text_len = 128;
+  p->device = DIT_DEVICE_CPU;
+  p->dtype = DIT_BF16;
+  p->iters = 5;
+  p->warmup = 1;
+  p->profile = 1;
+  p->seed = 42;
+}
+
+static dit_status check_params(const dit_bench_params *p, dit_error *err) {
+  if (!p->arch || strcmp(p->arch, "zimage") != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: arch \"%s\" is not supported (supported: zimage)",
+                      p->arch ? p->arch : "(null)");
+  if (p->res < 16 || p->res > MAX_RES || p->res % 16 != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: resolution %d must be a multiple of 16 in 16..%d", p->res,
+                      MAX_RES);
+  if (p->text_len < 1 || p->text_len > MAX_TEXT)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: text length %d is outside 1..%d", p->text_len, MAX_TEXT);
+  if (p->iters < 1 || p->iters > MAX_ITERS || p->warmup < 0 || p->warmup > MAX_ITERS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: iters %d (1..%d), warmup %d (0..%d)", p->iters, MAX_ITERS,
+                      p->warmup, MAX_ITERS);
+  if (p->dtype != DIT_BF16 && p->dtype != DIT_F32)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: dtype %s (bf16 or f32)", dit_dtype_name(p->dtype));
+  if (!(p->peak_tflops >= 0) || !isfinite(p->peak_tflops))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: peak must be a finite number >= 0");
+  if (p->dim < 0 || p->n_layers < 0 || p->n_refiner_layers < 0 || p->n_heads < 0 || p->cap_feat_dim < 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: negative geometry override");
+  return DIT_OK;
+}
+
+/* Device memory in use now (whole GPU), 0 on the CPU. */
+static size_t device_used(const dit_bench_params *p) {
+#ifdef DIT_HAVE_CUDA
+  if (p->device == DIT_DEVICE_CUDA) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) return tot - fr;
+  }
+#endif
+  (void)p;
+  return 0;
+}
+
+static dit_status make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
+  if (p->device == DIT_DEVICE_CPU) return dit_backend_cpu_create(ctx->params.n_threads, be, err);
+#ifdef DIT_HAVE_CUDA
+  if (p->device == DIT_DEVICE_CUDA) return dit_backend_cuda_create(p->cuda_device, be, err);
+#endif
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: device %s is not available in this build",
+                    p->device == DIT_DEVICE_CUDA ? "cuda" : "?");
+}
+
+/* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs
+ * per token) and the SwiGLU FFN (3 D Fd), 2 flop per MAC; attention does QK^T and PV
+ * (2 S^2 D MACs per stream). Main layers see the unified stream, refiners their own
+ * (as /work/shared/tools/refgen/anchors.py zimage_flops). Embedders, adaLN and the final
+ * layer are not counted (< 0.1%). */
+static double zimage_flops(const dit_zimage_config *c, double n_img, double n_cap) {
+  const double D = c->dim, Fd = c->ffn_dim, L = c->n_layers, R = c->n_refiner_layers, n = n_img + n_cap;
+  const double per_tok = 2.0 * (4.0 * D * D + 3.0 * D * Fd);
+  return per_tok * (L * n + R * n_img + R * n_cap) + 4.0 * D * (L * n * n + R * n_img * n_img + R * n_cap * n_cap);
+}
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* Uniform in [-1.7, 1.7) (unit variance), deterministic. */
+static void fill_host(float *d, size_t n, uint64_t key) {
+  for (size_t i = 0; i < n; i++) d[i] = ((float)(mix(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
+}
+
+typedef struct bench_io {
+  dit_tensor x, cap, out;
+  void *px, *pc, *po;
+  float *host_out;
+  size_t nx, nc;
+} bench_io;
+
+static dit_status make_inputs(dit_backend *be, const dit_zimage_config *c, const dit_bench_params *p,
+                              bench_io *io, dit_error *err) {
+  const int64_t lat = p->res / 8, C = c->in_channels;
+  io->nx = (size_t)(C * lat * lat);
+  io->nc = (size_t)p->text_len * (size_t)c->cap_feat_dim;
+  float *h = malloc((io->nx > io->nc ? io->nx : io->nc) * sizeof(float));
+  io->host_out = malloc(io->nx * sizeof(float));
+  if (!h || !io->host_out) {
+    free(h);
+    return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory for inputs");
+  }
+  dit_status s = be->ops->alloc(be, io->nx * sizeof(float), &io->px, err);
+  if (s == DIT_OK) s = be->ops->alloc(be, io->nc * sizeof(float), &io->pc, err);
+  if (s == DIT_OK) s = be->ops->alloc(be, io->nx * sizeof(float), &io->po, err);
+  if (s == DIT_OK) {
+    fill_host(h, io->nx, p->seed ^ 0x1111);
+    s = be->ops->upload(be, io->px, h, io->nx * sizeof(float), err);
+  }
+  if (s == DIT_OK) s = be->ops->sync(be, err);
+  if (s == DIT_OK) {
+    fill_host(h, io->nc, p->seed ^ 0x2222);
+    s = be->ops->upload(be, io->pc, h, io->nc * sizeof(float), err);
+  }
+  if (s == DIT_OK) s = be->ops->sync(be, err);
+  free(h);
+  const dit_device dev = dit_backend_device(be);
+  io->x = dit_tensor_4d(DIT_F32, io->px, C, 1, lat, lat);
+  io->out = dit_tensor_4d(DIT_F32, io->po, C, 1, lat, lat);
+  io->cap = dit_tensor_2d(DIT_F32, io->pc, p->text_len, c->cap_feat_dim);
+  io->x.device = io->out.device = io->cap.device = dev;
+  return s;
+}
+
+static void free_inputs(dit_backend *be, bench_io *io) {
+  if (io->px) be->ops->free(be, io->px);
+  if (io->pc) be->ops->free(be, io->pc);
+  if (io->po) be->ops->free(be, io->po);
+  free(io->host_out);
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static dit_status forward_once(dit_zimage *m, dit_backend *be, bench_io *io, double *ms, dit_error *err) {
+  const float t = 0.5f;
+  double t0 = dit_time_now();
+  DIT_TRY(dit_zimage_forward(m, 1, &io->x, &io->cap, &t, &io->out, err));
+  DIT_TRY(be->ops->sync(be, err));
+  *ms = (dit_time_now() - t0) * 1e3;
+  return DIT_OK;
+}
+
+/* Warmup, timed runs, then the profiled run; fills the timing fields of r. */
+static dit_status measure(const dit_bench_params *p, dit_zimage *m, dit_backend *prof, bench_io *io,
+                          dit_bench_result *r, dit_error *err) {
+  double ms, *ts = malloc((size_t)p->iters * sizeof *ts);
+  if (!ts) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory");
+  dit_status s = DIT_OK;
+  for (int i = 0; i < p->warmup && s == DIT_OK; i++) s = forward_once(m, prof, io, &ms, err);
+  if (s == DIT_OK && device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = device_used(p);
+  for (int i = 0; i < p->iters && s == DIT_OK; i++) s = forward_once(m, prof, io, &ts[i], err);
+  if (s == DIT_OK) {
+    qsort(ts, (size_t)p->iters, sizeof *ts, cmp_d);
+    r->iters = p->iters;
+    r->ms_min = ts[0];
+    r->ms_max = ts[p->iters - 1];
+    r->ms_median = p->iters % 2 ? ts[p->iters / 2] : 0.5 * (ts[p->iters / 2 - 1] + ts[p->iters / 2]);
+  }
+  free(ts);
+  if (s == DIT_OK && p->profile) {
+    dit_backend_profiler_reset(prof);
+    dit_backend_profiler_enable(prof, true);
+    s = forward_once(m, prof, io, &r->prof_total_ms, err);
+    dit_backend_profiler_enable(prof, false);
+    const dit_prof_stats *st = dit_backend_profiler_stats(prof);
+    r->profiled = s == DIT_OK;
+    for (int i = 0; i < DIT_PROF_OPS && i < DIT_BENCH_MAX_OPS && s == DIT_OK; i++) {
+      if (!st->calls[i]) continue;
+      r->op_name[r->n_ops] = dit_prof_op_name(i);
+      r->op_ms[r->n_ops] = st->ms[i];
+      r->op_calls[r->n_ops++] = st->calls[i];
+      r->phase_ms[dit_prof_op_class(i)] += st->ms[i];
+    }
+  }
+  if (s == DIT_OK && device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = device_used(p);
+  return s;
+}
+
+static dit_status check_output(dit_backend *be, bench_io *io, dit_bench_result *r, dit_error *err) {
+  DIT_TRY(be->ops->download(be, io->host_out, io->po, io->nx * sizeof(float), err));
+  r->output_finite = 1;
+  for (size_t i = 0; i < io->nx; i++)
+    if (!isfinite(io->host_out[i])) r->output_finite = 0;
+  return DIT_OK;
+}
+
+static void fill_header(const dit_bench_params *p, const dit_zimage_config *c, dit_backend *be, dit_dtype adt,
+                        dit_bench_result *r) {
+  snprintf(r->arch, sizeof r->arch, "%s", p->arch);
+  snprintf(r->device, sizeof r->device, "%s", be->ops->name);
+  snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(p->dtype));
+  snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
+  r->res = p->res;
+  r->text_len = p->text_len;
+  r->threads = be->n_threads;
+  const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c->patch_size;
+  r->img_tokens = (side * side + q - 1) / q * q;
+  r->cap_tokens = ((int64_t)p->text_len + q - 1) / q * q;
+  r->flops = zimage_flops(c, (double)r->img_tokens, (double)r->cap_tokens);
+  if (p->peak_tflops > 0) {
+    r->peak_tflops = p->peak_tflops;
+    snprintf(r->peak_what, sizeof r->peak_what, "given with --peak");
+  } else if (p->device == DIT_DEVICE_CPU) {
+    r->peak_tflops = CPU_PEAK_PER_THREAD_TFLOPS * be->n_threads;
+    snprintf(r->peak_what, sizeof r->peak_what, "fp32 FMA, measured 245.8 GFLOP/s per thread x %d", be->n_threads);
+  } else {
+    r->peak_tflops = GPU_PEAK_TFLOPS;
+    snprintf(r->peak_what, sizeof r->peak_what, "bf16 GEMM ceiling measured on an H200 (cuBLAS)");
+  }
+}
+
+static dit_status bench_config(const dit_bench_params *p, dit_zimage_config *c) {
+  dit_zimage_config_turbo(c);
+  if (p->dim) c->dim = p->dim;
+  if (p->n_layers) c->n_layers = p->n_layers;
+  if (p->n_refiner_layers) c->n_refiner_layers = p->n_refiner_layers;
+  if (p->n_heads) c->n_heads = c->n_kv_heads = p->n_heads;
+  if (p->cap_feat_dim) c->cap_feat_dim = p->cap_feat_dim;
+  if (p->dim || p->n_heads) { /* keep the RoPE split proportional: 1/4, 3/8, 3/8 of the head */
+    int hd = c->dim / c->n_heads;
+    c->axes_dims[0] = hd / 4 / 2 * 2;
+    c->axes_dims[1] = (hd - c->axes_dims[0]) / 2 / 2 * 2;
+    c->axes_dims[2] = hd - c->axes_dims[0] - c->axes_dims[1];
+  }
+  return DIT_OK;
+}
+
+static dit_status run_bench(dit_ctx *ctx, const dit_bench_params *p, dit_backend *be, dit_bench_result *r,
+                            dit_error *err) {
+  dit_backend *prof = NULL;
+  dit_zimage *m = NULL;
+  bench_io io;
+  memset(&io, 0, sizeof io);
+  dit_zimage_config c;
+  bench_config(p, &c);
+  double t0 = dit_time_now();
+  dit_status s = dit_backend_profiler_create(be, &prof, err);
+  if (s == DIT_OK) s = dit_zimage_create_random(prof, &c, p->dtype, p->seed, &m, err);
+  dit_dtype adt = DIT_F32;
+  if (s == DIT_OK && p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16) adt = DIT_BF16;
+  if (s == DIT_OK) s = dit_zimage_set_act_dtype(m, adt, err);
+  if (s == DIT_OK) {
+    c = *dit_zimage_get_config(m);
+    fill_header(p, &c, be, adt, r);
+    r->weight_bytes = dit_zimage_weight_bytes(m);
+    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype)); /* pieces are 256-byte aligned: ~exact */
+    s = make_inputs(prof, &c, p, &io, err);
+  }
+  r->setup_s = dit_time_now() - t0;
+  if (s == DIT_OK) s = measure(p, m, prof, &io, r, err);
+  if (s == DIT_OK) s = check_output(prof, &io, r, err);
+  if (s == DIT_OK) {
+    r->tflops = r->flops / (r->ms_median * 1e-3) / 1e12;
+    r->pct_peak = r->peak_tflops > 0 ? 100.0 * r->tflops / r->peak_tflops : 0;
+    r->alloc_peak_bytes = dit_backend_profiler_stats(prof)->peak_bytes;
+    if (p->device == DIT_DEVICE_CPU) r->peak_mem_bytes = dit_peak_rss_bytes();
+  }
+  if (prof) free_inputs(prof, &io);
+  dit_zimage_free(m);
+  dit_backend_profiler_free(prof);
+  (void)ctx;
+  return s;
+}
+
+dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  memset(r, 0, sizeof *r);
+  if (!p) return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: no parameters");
+  DIT_TRY(check_params(p, err));
+  size_t base = device_used(p);
+  dit_backend *be = NULL;
+  DIT_TRY(make_backend(ctx, p, &be, err));
+  r->device_base_bytes = base;
+  dit_status s = run_bench(ctx, p, be, r, err);
+  size_t keep_base = r->device_base_bytes;
+  if (s != DIT_OK) {
+    memset(r, 0, sizeof *r);
+    dit_error_prefix(err, "bench");
+  }
+  r->device_base_bytes = keep_base;
+  if (be && be->ops->destroy) be->ops->destroy(be);
+  dit_backend_free(be);
+  return s;
+}
+
+static double gib(size_t b) { return (double)b / (double)(1u << 30); }
+
+static void print_json(const dit_bench_result *r, FILE *f) {
+  fprintf(f,
+          "{\"arch\": \"%s\", \"device\": \"%s\", \"weight_dtype\": \"%s\", \"act_dtype\": \"%s\", \"res\": %d, "
+          "\"text_len\": %d, \"threads\": %d, \"img_tokens\": %lld, \"cap_tokens\": %lld, \"params\": %lld, "
+          "\"flops\": %.6g, \"iters\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f, "
+          "\"tflops\": %.4f, \"peak_tflops\": %.4f, \"pct_peak\": %.3f, \"peak_what\": \"%s\", ",
+          r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->text_len, r->threads, r->img_tokens,
+          r->cap_tokens, r->params, r->flops, r->iters, r->ms_median, r->ms_min, r->ms_max, r->tflops, r->peak_tflops,
+          r->pct_peak, r->peak_what);
+  fprintf(f, "\"profiled\": %s, \"prof_total_ms\": %.4f, \"phase_ms\": {\"gemm\": %.4f, \"attention\": %.4f, "
+             "\"elementwise\": %.4f}, \"ops\": {",
+          r->profiled ? "true" : "false", r->prof_total_ms, r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
+  for (int i = 0; i < r->n_ops; i++)
+    fprintf(f, "%s\"%s\": {\"ms\": %.4f, \"calls\": %ld}", i ? ", " : "", r->op_name[i], r->op_ms[i],
+            r->op_calls[i]);
+  fprintf(f,
+          "}, \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
+          "\"setup_s\": %.3f, \"output_finite\": %s}\n",
+          r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s,
+          r->output_finite ? "true" : "false");
+}
+
+void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
+  if (json) {
+    print_json(r, f);
+    return;
+  }
+  fprintf(f, "%s forward, %dx%d, %d caption tokens: %lld image + %lld caption tokens (padded), %s weights, %s "
+             "activations, device %s (%d thread%s)\n",
+          r->arch, r->res, r->res, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype, r->device,
+          r->threads, r->threads == 1 ? "" : "s");
+  fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
+  fprintf(f, "  FLOP per forward %.4g (2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block)\n",
+          r->flops);
+  fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);
+  fprintf(f, "  achieved %.3f TFLOP/s = %.1f%% of %.1f TFLOP/s (%s)\n", r->tflops, r->pct_peak, r->peak_tflops,
+          r->peak_what);
+  if (r->profiled) {
+    double tot = r->prof_total_ms > 0 ? r->prof_total_ms : 1;
+    fprintf(f, "  profiled run (sync after each op): %.2f ms: GEMM %.2f (%.1f%%), attention %.2f (%.1f%%), "
+               "elementwise %.2f (%.1f%%), other %.2f\n",
+            r->prof_total_ms, r->phase_ms[0], 100 * r->phase_ms[0] / tot, r->phase_ms[1], 100 * r->phase_ms[1] / tot,
+            r->phase_ms[2], 100 * r->phase_ms[2] / tot, r->prof_total_ms - r->phase_ms[0] - r->phase_ms[1] - r->phase_ms[2]);
+    for (int i = 0; i < r->n_ops; i++)
+      fprintf(f, "    %-20s %9.2f ms  %6ld calls\n", r->op_name[i], r->op_ms[i], r->op_calls[i]);
+  }
+  fprintf(f, "  memory: weights %.2f GiB, model allocations peak %.2f GiB, ", gib(r->weight_bytes),
+          gib(r->alloc_peak_bytes));
+  if (!strcmp(r->device, "cpu")) fprintf(f, "peak RSS %.2f GiB\n", gib(r->peak_mem_bytes));
+  else
+    fprintf(f, "device in use peak %.2f GiB (%.2f GiB before the backend)\n", gib(r->peak_mem_bytes),
+            gib(r->device_base_bytes));
+  fprintf(f, "  output finite: %s\n", r->output_finite ? "yes" : "NO");
+}

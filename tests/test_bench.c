@@ -1,0 +1,152 @@
+/* ditrun bench at a tiny geometry on the CPU: the public API's result (FLOPs from the
+ * formula, op counts of the profiled run, finite output), the CLI's JSON and its strict
+ * usage errors, and the pieces under it: random-weight models are deterministic, and the
+ * profiling backend changes no result bit. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "ditrun.h"
+#include "models/zimage.h"
+#include "testing.h"
+
+/* The tiny geometry used throughout: D 256, 4 heads, 2 layers, 1 refiner, caption 64. */
+#define GEOM "--res 64 --text-len 20 --dim 256 --heads 4 --layers 2 --refiners 1 --cap-dim 64"
+
+static void tiny_params(dit_bench_params *p) {
+  dit_bench_params_default(p);
+  p->res = 64;
+  p->text_len = 20;
+  p->dim = 256;
+  p->n_heads = 4;
+  p->n_layers = 2;
+  p->n_refiner_layers = 1;
+  p->cap_feat_dim = 64;
+  p->iters = 2;
+  p->warmup = 1;
+}
+
+static void test_api(void) {
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    /* 64 px -> 8x8 latent -> 16 tokens, padded to 32; 20 caption tokens -> 32 */
+    CHECK(r.img_tokens == 32 && r.cap_tokens == 32);
+    const double D = 256, Fd = 682, n = 64, ni = 32, nc = 32, L = 2, R = 1;
+    double want = 2 * (4 * D * D + 3 * D * Fd) * (L * n + R * ni + R * nc) + 4 * D * (L * n * n + R * ni * ni + R * nc * nc);
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "flops %g, want %g", r.flops, want);
+    CHECK(r.output_finite);
+    CHECK(r.ms_median > 0 && r.ms_min <= r.ms_median && r.ms_median <= r.ms_max && r.iters == 2);
+    CHECK(r.tflops > 0 && r.peak_tflops > 0 && r.pct_peak > 0);
+    CHECK(r.profiled && r.prof_total_ms > 0);
+    CHECK(r.phase_ms[0] + r.phase_ms[1] + r.phase_ms[2] <= r.prof_total_ms * 1.0001);
+    long att = 0, lin = 0;
+    for (int i = 0; i < r.n_ops; i++) {
+      if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
+      if (!strcmp(r.op_name[i], "linear")) lin = r.op_calls[i];
+    }
+    /* one attention per block; 7 linears per block + 3 modulations + 3 (time) + 2 (embedders) + 1 (final) */
+    CHECK_MSG(att == 4, "attention calls %ld", att);
+    CHECK_MSG(lin == 4 * 7 + 3 + 3 + 2 + 1, "linear calls %ld", lin);
+    CHECK(r.weight_bytes > 0 && r.alloc_peak_bytes > r.weight_bytes && r.peak_mem_bytes > 0);
+    CHECK(!strcmp(r.device, "cpu") && !strcmp(r.act_dtype, "F32") && !strcmp(r.weight_dtype, "BF16"));
+  }
+  p.res = 40; /* not a multiple of 16 */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  tiny_params(&p);
+  p.arch = "flux";
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_UNSUPPORTED);
+  dit_ctx_free(ctx);
+}
+
+static void test_cli(const dt_args *a) {
+  char cmd[8192], out[4096], buf[65536];
+  dt_path(out, sizeof out, a->tmp, "bench.json");
+  snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " --iters 1 --warmup 0 --json", a->bin);
+  CHECK(dt_run(cmd, out) == 0);
+  long n = dt_read_file(out, buf, sizeof buf);
+  CHECK(n > 0);
+  json_error_t je;
+  json_t *j = n > 0 ? json_loads(buf, 0, &je) : NULL;
+  CHECK_MSG(j != NULL, "bench --json output is not JSON: %s", n > 0 ? buf : "");
+  if (j) {
+    CHECK(json_is_number(json_object_get(j, "ms_median")));
+    CHECK(json_is_number(json_object_get(j, "tflops")));
+    CHECK(json_is_object(json_object_get(j, "phase_ms")));
+    CHECK(json_is_true(json_object_get(j, "output_finite")));
+    CHECK(json_integer_value(json_object_get(j, "res")) == 64);
+    json_decref(j);
+  }
+  const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp8", "--arch flux", "--iters 0",
+                       "--bogus", "--text-len 12x"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " %s", a->bin, bad[i]);
+    int rc = dt_run(cmd, out);
+    CHECK_MSG(rc == 2, "'%s' exited %d, expected 2", bad[i], rc);
+  }
+}
+
+/* One forward of a random tiny model through be (host tensors). */
+static int forward(dit_backend *be, uint64_t seed, float *o, dit_error *err) {
+  dit_zimage_config c;
+  dit_zimage_config_turbo(&c);
+  c.dim = 128, c.n_heads = c.n_kv_heads = 2, c.n_layers = 1, c.n_refiner_layers = 1, c.cap_feat_dim = 32;
+  c.axes_dims[0] = 16, c.axes_dims[1] = 24, c.axes_dims[2] = 24;
+  dit_zimage *m = NULL;
+  if (dit_zimage_create_random(be, &c, DIT_BF16, seed, &m, err) != DIT_OK) return -1;
+  float xs[16 * 8 * 8], caps[7 * 32];
+  dt_fill_random(xs, 16 * 8 * 8, 3);
+  dt_fill_random(caps, 7 * 32, 4);
+  dit_tensor x = dit_tensor_4d(DIT_F32, xs, 16, 1, 8, 8), cap = dit_tensor_2d(DIT_F32, caps, 7, 32);
+  dit_tensor out = dit_tensor_4d(DIT_F32, o, 16, 1, 8, 8);
+  float t = 0.3f;
+  int rc = dit_zimage_forward(m, 1, &x, &cap, &t, &out, err) == DIT_OK ? 0 : -1;
+  /* wrong device tag: rejected before any work */
+  dit_tensor xd = x;
+  xd.device = DIT_DEV_CUDA;
+  if (rc == 0 && dit_zimage_forward(m, 1, &xd, &cap, &t, &out, err) != DIT_ERR_INVALID_ARG) rc = -2;
+  /* BF16 activations are for GPU backends */
+  if (rc == 0 && dit_zimage_set_act_dtype(m, DIT_BF16, err) != DIT_ERR_UNSUPPORTED) rc = -3;
+  dit_zimage_free(m);
+  return rc;
+}
+
+static void test_random_and_profiler(void) {
+  dit_error err = {0};
+  dit_backend *cpu = NULL, *prof = NULL;
+  CHECK(dit_backend_cpu_create(0, &cpu, &err) == DIT_OK);
+  CHECK(dit_backend_profiler_create(cpu, &prof, &err) == DIT_OK);
+  if (!prof) return;
+  static float a[1024], b[1024], c[1024], d[1024];
+  CHECK_MSG(forward(cpu, 7, a, &err) == 0, "%s", err.msg);
+  CHECK_MSG(forward(cpu, 7, b, &err) == 0, "%s", err.msg);
+  CHECK_MSG(!memcmp(a, b, sizeof a), "same seed, different outputs");
+  dit_backend_profiler_enable(prof, true);
+  CHECK_MSG(forward(prof, 7, c, &err) == 0, "%s", err.msg);
+  CHECK_MSG(!memcmp(a, c, sizeof a), "the profiler changed the output");
+  CHECK(dit_backend_profiler_stats(prof)->calls[0] > 0);              /* linear */
+  CHECK(dit_backend_profiler_stats(prof)->live_bytes == 0);           /* everything freed */
+  CHECK(dit_backend_profiler_stats(prof)->peak_bytes > 0);
+  CHECK_MSG(forward(cpu, 8, d, &err) == 0, "%s", err.msg);
+  CHECK_MSG(memcmp(a, d, sizeof a) != 0, "another seed, same output");
+  double mx = 0;
+  for (int i = 0; i < 1024; i++) mx = fmax(mx, fabs(a[i]));
+  CHECK_MSG(isfinite(mx) && mx > 1e-3 && mx < 1e3, "output magnitude %g", mx);
+  dit_backend_profiler_free(prof);
+  dit_backend_free(cpu);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  test_random_and_profiler();
+  test_api();
+  test_cli(&a);
+  return dt_finish();
+}

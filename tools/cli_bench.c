@@ -1,0 +1,133 @@
+/* `ditrun bench --arch zimage [--res 1024] [--text-len 128] [--device cpu|cuda] ...`: one
+ * DiT forward at the real geometry with random weights made in memory; prints the time,
+ * a GEMM / attention / elementwise split, FLOPs, TFLOP/s against a stated peak and peak
+ * memory (--json: one JSON object). Strict parsing: bad usage exits 2 before any work. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_args.h"
+#include "ditrun.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ditrun bench [--arch zimage] [options]\n"
+          "  --arch NAME        model architecture (zimage: Z-Image-Turbo's transformer)\n"
+          "  --res PX           square image side in pixels, multiple of 16 (default 1024)\n"
+          "  --text-len N       caption tokens (default 128)\n"
+          "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
+          "  --dtype T          weights (and GPU activations): bf16 (default) or f32\n"
+          "  --iters N          timed forwards, the median is reported (default 5)\n"
+          "  --warmup N         untimed forwards first (default 1)\n"
+          "  --no-profile       skip the op-by-op profiled run\n"
+          "  --peak TFLOPS      the peak to compare against (default: the device's, printed)\n"
+          "  --seed N           random weights and inputs (default 42)\n"
+          "  --threads N        CPU threads (default: all cores)\n"
+          "  --json             print one JSON object instead of the table\n"
+          "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
+          "                     shrink the geometry (for tests; default: the real model)\n"
+          "Weights are random (deterministic), created in memory: no files are read.\n");
+}
+
+typedef struct bench_opts {
+  dit_bench_params p;
+  int threads;
+  bool json;
+} bench_opts;
+
+static bool parse_device(const char *v, dit_bench_params *p) {
+  if (!strcmp(v, "cpu")) {
+    p->device = DIT_DEVICE_CPU;
+    return true;
+  }
+  if (!strcmp(v, "cuda")) {
+    p->device = DIT_DEVICE_CUDA;
+    return true;
+  }
+  if (!strncmp(v, "cuda:", 5) && cli_parse_int("bench", "--device", v + 5, 0, 1023, &p->cuda_device)) {
+    p->device = DIT_DEVICE_CUDA;
+    return true;
+  }
+  fprintf(stderr, "ditrun bench: --device: '%s' is not cpu, cuda or cuda:N\n", v);
+  return false;
+}
+
+static bool parse_dtype(const char *v, dit_bench_params *p) {
+  if (!strcmp(v, "bf16")) p->dtype = DIT_BF16;
+  else if (!strcmp(v, "f32")) p->dtype = DIT_F32;
+  else {
+    fprintf(stderr, "ditrun bench: --dtype: '%s' is not bf16 or f32\n", v);
+    return false;
+  }
+  return true;
+}
+
+/* Returns 0 ok, 1 help printed, 2 bad usage. */
+static int parse(int argc, char **argv, bench_opts *o) {
+  memset(o, 0, sizeof *o);
+  dit_bench_params_default(&o->p);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool m = false, bad = false;
+    dit_bench_params *p = &o->p;
+#define OPT(l) (v = cli_opt_value(argc, argv, &i, NULL, l, &m, &bad), m)
+#define INT(l, lo, hi, dst) if (OPT(l)) { if (!bad && !cli_parse_int("bench", l, v, lo, hi, dst)) return 2; }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
+    else if (!strcmp(a, "--json")) o->json = true;
+    else if (!strcmp(a, "--no-profile")) p->profile = 0;
+    else if (OPT("--arch")) {
+      if (!bad && strcmp(v, "zimage")) {
+        fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported: zimage)\n", v);
+        return 2;
+      }
+    }
+    else if (OPT("--device")) { if (!bad && !parse_device(v, p)) return 2; }
+    else if (OPT("--dtype")) { if (!bad && !parse_dtype(v, p)) return 2; }
+    else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
+    else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
+    else INT("--res", 16, 8192, &p->res)
+    else INT("--text-len", 1, 4096, &p->text_len)
+    else INT("--iters", 1, 10000, &p->iters)
+    else INT("--warmup", 0, 10000, &p->warmup)
+    else INT("--threads", 1, 1024, &o->threads)
+    else INT("--dim", 1, 65536, &p->dim)
+    else INT("--layers", 1, 1024, &p->n_layers)
+    else INT("--refiners", 1, 1024, &p->n_refiner_layers)
+    else INT("--heads", 1, 1024, &p->n_heads)
+    else INT("--cap-dim", 1, 65536, &p->cap_feat_dim)
+    else { fprintf(stderr, "ditrun bench: unknown option '%s' (see ditrun bench --help)\n", a); return 2; }
+#undef INT
+#undef OPT
+    if (bad) { fprintf(stderr, "ditrun bench: %s needs a value\n", a); return 2; }
+  }
+  if (o->p.res % 16) {
+    fprintf(stderr, "ditrun bench: --res %d is not a multiple of 16\n", o->p.res);
+    return 2;
+  }
+  return 0;
+}
+
+int cli_bench(int argc, char **argv) {
+  bench_opts o;
+  int r = parse(argc, argv, &o);
+  if (r) return r == 1 ? 0 : 2;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  cp.n_threads = o.threads;
+  dit_ctx *ctx = NULL;
+  if (dit_ctx_create(&cp, &ctx) != DIT_OK) {
+    fprintf(stderr, "ditrun bench: out of memory\n");
+    return 1;
+  }
+  dit_bench_result res;
+  dit_status s = dit_bench_run(ctx, &o.p, &res);
+  if (s == DIT_OK) {
+    dit_bench_print(&res, o.json, stdout);
+    if (fflush(stdout) != 0) s = DIT_ERR_IO;
+  } else {
+    fprintf(stderr, "ditrun bench: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));
+  }
+  dit_ctx_free(ctx);
+  return dit_status_exit_code(s);
+}

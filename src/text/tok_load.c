@@ -111,8 +111,8 @@ static dit_status load_vocab(dit_tokenizer *t, const json_t *vocab, dit_error *e
   json_object_foreach((json_t *)vocab, key, v) {
     size_t id = (size_t)json_integer_value(v), n = strlen(key);
     if (t->off[id] != UINT32_MAX)
-      return dit_errorf(err, DIT_ERR_FORMAT, "model.vocab: id %zu is used by both \"%.64s\" and \"%.64s\"",
-                        id, t->pool + t->off[id], key);
+      return dit_errorf(err, DIT_ERR_FORMAT, "model.vocab: id %zu is used by both \"%.*s\" and \"%.64s\"",
+                        id, (int)(t->len[id] > 64 ? 64 : t->len[id]), t->pool + t->off[id], key);
     t->off[id] = (uint32_t)t->pool_len;
     t->len[id] = (uint32_t)n;
     memcpy(t->pool + t->pool_len, key, n);

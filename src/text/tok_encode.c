@@ -139,8 +139,8 @@ static dit_status find_matches(enc_state *st, const pcre2_code *re, piece pc, di
     if (rc < 0) {
       PCRE2_UCHAR msg[160];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      return dit_errorf(err, DIT_ERR_INTERNAL, "tokenizer: pre_tokenizer regex failed near byte %zu: %s", off,
-                        (const char *)msg);
+      return dit_errorf(err, DIT_ERR_FORMAT, "tokenizer.json's pre_tokenizer regex failed on the text near byte "
+                        "%zu of a %zu-byte piece: %s", off, pc.n, (const char *)msg);
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
     size_t ms = ov[0], me = ov[1];
@@ -244,9 +244,8 @@ static dit_status encode_segment(enc_state *st, const char *s, size_t n, dit_err
 
 /* ---- normalizer --------------------------------------------------------------------- */
 
-/* Applies the normalizers to s; *out is s itself or a malloc'd string (*owned = true). */
-static dit_status normalize(const dit_tokenizer *t, const char *s, size_t n, const char **out, size_t *out_n,
-                            bool *owned, dit_error *err) {
+dit_status tok_normalize(const dit_tokenizer *t, const char *s, size_t n, const char **out, size_t *out_n,
+                         bool *owned, dit_error *err) {
   *out = s;
   *out_n = n;
   *owned = false;
@@ -282,7 +281,7 @@ static long find_added(const dit_tokenizer *t, const char *s, size_t n, size_t p
     uint8_t b = (uint8_t)s[i];
     for (uint32_t k = t->first_start[b]; k < t->first_start[b + 1]; k++) {
       const tok_added *a = &t->added[t->first_idx[k]];
-      if (a->normalized != normalized || a->len > n - i || memcmp(s + i, a->content, a->len)) continue;
+      if (a->normalized != normalized || a->match_len > n - i || memcmp(s + i, a->match, a->match_len)) continue;
       *at = i;
       return (long)t->first_idx[k];
     }
@@ -301,7 +300,7 @@ static dit_status split_added(enc_state *st, const char *s, size_t n, bool norma
   long k;
   while (any && pos < n && (k = find_added(t, s, n, pos, normalized, &at)) >= 0) {
     const tok_added *a = &t->added[k];
-    size_t start = at, stop = at + a->len, cl;
+    size_t start = at, stop = at + a->match_len, cl;
     pos = stop;
     if (a->single_word && ((start > 0 && is_word(utf8_at(s, utf8_prev(s, start), &cl))) ||
                            (stop < n && is_word(utf8_at(s, stop, &cl)))))
@@ -328,7 +327,7 @@ static dit_status encode_normalized(enc_state *st, const char *s, size_t n, dit_
   const char *ns;
   size_t nn;
   bool owned;
-  DIT_TRY(normalize(st->t, s, n, &ns, &nn, &owned, err));
+  DIT_TRY(tok_normalize(st->t, s, n, &ns, &nn, &owned, err));
   dit_status r = split_added(st, ns, nn, true, err);
   if (owned) free((char *)ns);
   return r;

@@ -31,8 +31,11 @@ typedef struct tok_pre_step {
 } tok_pre_step;
 
 typedef struct tok_added {
-  char *content;
+  char *content;              /* as in the file (points into the id string pool) */
   size_t len;
+  char *match;                /* what is matched: content, normalized when `normalized` */
+  size_t match_len;
+  bool match_owned;
   int32_t id;
   bool special, lstrip, rstrip, single_word, normalized;
 } tok_added;
@@ -108,6 +111,10 @@ static inline bool tok_merge_find(const dit_tokenizer *t, int32_t a, int32_t b, 
     if (s->key == UINT64_MAX) return false;
   }
 }
+
+/* Applies the normalizers to s; *out is s itself or a malloc'd string (*owned = true). */
+dit_status tok_normalize(const dit_tokenizer *t, const char *s, size_t n, const char **out, size_t *out_n,
+                         bool *owned, dit_error *err);
 
 /* GPT-2 bytes_to_unicode: the code point standing for byte b. */
 uint32_t tok_byte_to_cp(uint8_t b);

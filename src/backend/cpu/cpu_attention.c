@@ -24,7 +24,7 @@ static dit_status check_qkv(const char *name, const dit_tensor *t, dit_error *er
  * KB at a time: S = Q K^T with the GEMM kernels (K block packed like a weight), masked,
  * folded into a running max / sum per query (online softmax), and O += P V (V block
  * packed K-major). Only QB x KB scores exist at a time. */
-#define ATT_QB 96
+#define ATT_QB 192
 #define ATT_KB 128
 
 typedef struct att_args {
@@ -37,35 +37,37 @@ typedef struct att_args {
   bool causal;
 } att_args;
 
+/* Per-thread buffers: K and V of one head packed for every key (reused by all query
+ * blocks of a work item), and the state of one query block. */
 typedef struct att_buf {
-  float *qs, *s, *o, *m, *l, *kp, *vp;
+  float *kp, *vp, *qs, *s, *o, *m, *l;
 } att_buf;
 
-static size_t att_buf_floats(int64_t D, int nr) {
-  int64_t dpad = (D + nr - 1) / nr * nr, kbpad = (ATT_KB + nr - 1) / nr * nr;
-  size_t n = (size_t)(2 * ATT_QB * D + ATT_QB * ATT_KB + 2 * ATT_QB + kbpad * D + dpad * ATT_KB + 64);
-  return (n + 15) & ~(size_t)15; /* keep every thread's buffer 64-byte aligned */
+static int64_t rup(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+
+static size_t att_buf_floats(int64_t Sk, int64_t D, int nr) {
+  size_t n = (size_t)(rup(Sk, nr) * D + rup(D, nr) * Sk + 2 * ATT_QB * D + ATT_QB * ATT_KB + 2 * ATT_QB + 64);
+  return (n + 15) & ~(size_t)15; /* keeps every thread's buffer 64-byte aligned */
 }
 
-static void att_buf_split(att_buf *B, float *base, int64_t D, int nr) {
-  int64_t kbpad = (ATT_KB + nr - 1) / nr * nr;
-  B->kp = base; /* packed panels first: aligned loads in the kernels */
-  B->vp = B->kp + ((kbpad * D + 15) & ~(int64_t)15);
-  B->qs = B->vp + ((D + nr - 1) / nr * nr) * ATT_KB;
+static void att_buf_split(att_buf *B, float *base, int64_t Sk, int64_t D, int nr) {
+  B->kp = base; /* packed panels on 64-byte boundaries: aligned loads in the kernels */
+  B->vp = B->kp + rup(rup(Sk, nr) * D, 16);
+  B->qs = B->vp + rup(rup(D, nr) * Sk, 16);
   B->o = B->qs + ATT_QB * D;
   B->s = B->o + ATT_QB * D;
   B->m = B->s + ATT_QB * ATT_KB;
   B->l = B->m + ATT_QB;
 }
 
-/* y[0..M, 0..N) (+)= x[0..M, 0..K) . panels (packed with the path's nr). */
+/* y[0..M, 0..N) (+)= x[0..M, 0..K) . panels (nr columns each, ps floats apart). */
 static void mm_panels(const cpu_gemm_path *P, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                      const float *wp, float *y, int64_t ldy, bool acc) {
+                      const float *wp, int64_t ps, float *y, int64_t ldy, bool acc) {
   for (int64_t i = 0; i < M; i += P->mr) {
     int mr = (int)(M - i < P->mr ? M - i : P->mr);
     for (int64_t j = 0; j < N; j += P->nr) {
       int nr = (int)(N - j < P->nr ? N - j : P->nr);
-      P->kern(mr, nr, K, x + i * ldx, ldx, wp + (j / P->nr) * K * P->nr, y + i * ldy + j, ldy, acc);
+      P->kern(mr, nr, K, x + i * ldx, ldx, wp + (j / P->nr) * ps, y + i * ldy + j, ldy, acc);
     }
   }
 }
@@ -98,39 +100,56 @@ static void att_softmax_block(const att_args *A, att_buf *B, int64_t b, int64_t 
     B->m[r] = mnew;
     if (alpha != 1.0f) {
       float *orow = B->o + r * D;
+#pragma omp simd
       for (int64_t d = 0; d < D; d++) orow[d] *= alpha;
     }
   }
 }
 
-static void att_item(const att_args *A, att_buf *B, int64_t b, int64_t h, int64_t i0) {
+/* One block of qn queries from i0 against keys [0, nkeys) already packed in B. */
+static void att_qblock(const att_args *A, att_buf *B, int64_t b, int64_t h, int64_t i0, int64_t qn,
+                       int64_t nkeys) {
   const cpu_gemm_path *P = A->P;
-  int64_t D = A->D, hk = h / (A->Hq / A->Hkv);
-  int64_t qn = A->Sq - i0 < ATT_QB ? A->Sq - i0 : ATT_QB;
-  const dit_tensor *q = A->q, *k = A->k, *v = A->v;
+  int64_t D = A->D;
+  const dit_tensor *q = A->q;
   for (int64_t r = 0; r < qn; r++) {
     const float *qr = (const float *)q->data + b * q->stride[0] + (i0 + r) * q->stride[1] + h * q->stride[2];
-    for (int64_t d = 0; d < D; d++) B->qs[r * D + d] = qr[d] * A->scale;
+    float *qs = B->qs + r * D;
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) qs[d] = qr[d] * A->scale;
     B->m[r] = -INFINITY;
     B->l[r] = 0.0f;
   }
   memset(B->o, 0, sizeof(float) * (size_t)(qn * D));
-  const float *kbase = (const float *)k->data + b * k->stride[0] + hk * k->stride[2];
-  const float *vbase = (const float *)v->data + b * v->stride[0] + hk * v->stride[2];
-  int64_t jend = A->causal ? (i0 + qn < A->Sk ? i0 + qn : A->Sk) : A->Sk;
+  int64_t jend = A->causal ? (i0 + qn < nkeys ? i0 + qn : nkeys) : nkeys;
   for (int64_t j0 = 0; j0 < jend; j0 += ATT_KB) {
     int64_t kb = jend - j0 < ATT_KB ? jend - j0 : ATT_KB;
-    P->pack(B->kp, kbase, DIT_F32, k->stride[1], j0, kb, 0, D, P->nr);
-    mm_panels(P, qn, kb, D, B->qs, D, B->kp, B->s, ATT_KB, false);
+    mm_panels(P, qn, kb, D, B->qs, D, B->kp + (j0 / P->nr) * D * P->nr, D * P->nr, B->s, ATT_KB, false);
     att_softmax_block(A, B, b, i0, qn, j0, kb);
-    cpu_pack_kn(B->vp, vbase + j0 * v->stride[1], v->stride[1], 0, D, kb, P->nr);
-    mm_panels(P, qn, D, kb, B->s, ATT_KB, B->vp, B->o, D, true);
+    mm_panels(P, qn, D, kb, B->s, ATT_KB, B->vp + j0 * P->nr, nkeys * P->nr, B->o, D, true);
   }
   for (int64_t r = 0; r < qn; r++) {
-    float *orow = A->out + ((b * A->Sq + i0 + r) * A->Hq + h) * D;
+    float *orow = A->out + ((b * A->Sq + i0 + r) * A->Hq + h) * D, *o = B->o + r * D;
     float inv = B->l[r] > 0 ? 1.0f / B->l[r] : 0.0f;
-    for (int64_t d = 0; d < D; d++) orow[d] = B->o[r * D + d] * inv;
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) orow[d] = o[d] * inv;
   }
+}
+
+/* Queries [qa, qz) of head h: packs K (like a weight: panels of keys) and V (K-major:
+ * panels of channels) of its kv head once, then runs the query blocks. */
+static void att_chunk(const att_args *A, att_buf *B, int64_t b, int64_t h, int64_t qa, int64_t qz) {
+  const cpu_gemm_path *P = A->P;
+  const dit_tensor *k = A->k, *v = A->v;
+  int64_t hk = h / (A->Hq / A->Hkv);
+  int64_t nkeys = A->causal ? (qz < A->Sk ? qz : A->Sk) : A->Sk;
+  if (nkeys > 0) {
+    const float *kbase = (const float *)k->data + b * k->stride[0] + hk * k->stride[2];
+    const float *vbase = (const float *)v->data + b * v->stride[0] + hk * v->stride[2];
+    P->pack(B->kp, kbase, DIT_F32, k->stride[1], 0, nkeys, 0, A->D, P->nr);
+    cpu_pack_kn(B->vp, vbase, v->stride[1], 0, A->D, nkeys, P->nr);
+  }
+  for (int64_t i0 = qa; i0 < qz; i0 += ATT_QB) att_qblock(A, B, b, h, i0, qz - i0 < ATT_QB ? qz - i0 : ATT_QB, nkeys);
 }
 
 dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
@@ -164,24 +183,32 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
   if (k->stride[1] < 0 || v->stride[1] < 0 || q->stride[1] < 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "attention: negative strides are not supported");
   att_args A = {cpu_gemm_path_for(be), q, k, v, mask, out->data, Sq, Sk, Hq, Hkv, D, scale, causal};
-  int64_t nqb = (Sq + ATT_QB - 1) / ATT_QB, items = B * Hq * nqb;
-  if (items == 0 || D == 0) {
-    if (dit_tensor_numel(out) > 0) memset(out->data, 0, dit_tensor_nbytes(out));
+  if (dit_tensor_numel(out) == 0) return DIT_OK;
+  if (Sk == 0 || D == 0) {
+    memset(out->data, 0, dit_tensor_nbytes(out));
     return DIT_OK;
   }
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
+  /* work items: (batch, head, chunk of query blocks); chunks only as small as needed for
+   * about 8 items per thread, since each item packs its K and V once */
+  int64_t nqb = (Sq + ATT_QB - 1) / ATT_QB, nch = (8 * nt + B * Hq - 1) / (B * Hq);
+  if (nch > nqb) nch = nqb;
+  int64_t bpc = (nqb + nch - 1) / nch;
+  nch = (nqb + bpc - 1) / bpc;
+  int64_t items = B * Hq * nch;
   if (items < nt) nt = (int)items;
-  size_t per = att_buf_floats(D, A.P->nr);
+  size_t per = att_buf_floats(Sk, D, A.P->nr);
   float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
   if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "attention: out of memory for block buffers");
 #pragma omp parallel num_threads(nt)
   {
     att_buf Bf;
-    att_buf_split(&Bf, buf + per * (size_t)omp_get_thread_num(), D, A.P->nr);
+    att_buf_split(&Bf, buf + per * (size_t)omp_get_thread_num(), Sk, D, A.P->nr);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) {
-      int64_t qb = it % nqb, h = (it / nqb) % Hq, b = it / (nqb * Hq);
-      att_item(&A, &Bf, b, h, qb * ATT_QB);
+      int64_t c = it % nch, h = (it / nch) % Hq, b = it / (nch * Hq);
+      int64_t qa = c * bpc * ATT_QB, qz = (c + 1) * bpc * ATT_QB;
+      att_chunk(&A, &Bf, b, h, qa, qz < Sq ? qz : Sq);
     }
   }
   free(buf);

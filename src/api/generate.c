@@ -8,6 +8,7 @@
 #include "core/ctx.h"
 #include "io/model_dir.h"
 #include "io/png.h"
+#include "pipeline/flux2_pipeline.h"
 #include "pipeline/zimage_pipeline.h"
 
 void dit_gen_params_default(dit_gen_params *p) {
@@ -18,10 +19,11 @@ void dit_gen_params_default(dit_gen_params *p) {
   p->device = DIT_DEVICE_CPU;
 }
 
-typedef enum family { FAMILY_UNKNOWN = 0, FAMILY_ZIMAGE } family;
+typedef enum family { FAMILY_UNKNOWN = 0, FAMILY_ZIMAGE, FAMILY_FLUX2_KLEIN } family;
 
 static family family_of(const dit_model_dir *d) {
   if (d->pipeline && !strcmp(d->pipeline, "ZImagePipeline")) return FAMILY_ZIMAGE;
+  if (d->pipeline && !strcmp(d->pipeline, "Flux2KleinPipeline")) return FAMILY_FLUX2_KLEIN;
   return FAMILY_UNKNOWN;
 }
 
@@ -29,8 +31,9 @@ static dit_status open_family(const char *model_dir, dit_model_dir **dir, family
   DIT_TRY(dit_model_dir_open(model_dir, dir, err));
   *fam = family_of(*dir);
   if (*fam == FAMILY_UNKNOWN) {
-    dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: pipeline \"%s\" is not supported (supported: ZImagePipeline)",
-               model_dir, (*dir)->pipeline ? (*dir)->pipeline : "?");
+    dit_errorf(err, DIT_ERR_UNSUPPORTED,
+               "%s: pipeline \"%s\" is not supported (supported: ZImagePipeline, Flux2KleinPipeline)", model_dir,
+               (*dir)->pipeline ? (*dir)->pipeline : "?");
     dit_model_dir_close(*dir);
     *dir = NULL;
     return err->status;
@@ -44,9 +47,16 @@ dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_def
   dit_model_dir *dir = NULL;
   family fam;
   DIT_TRY(open_family(model_dir, &dir, &fam, err));
-  dit_zimage_defaults(out);
+  dit_status s = DIT_OK;
+  if (fam == FAMILY_FLUX2_KLEIN) {
+    bool distilled = false;
+    s = dit_flux2_klein_is_distilled(dir, &distilled, err);
+    if (s == DIT_OK) dit_flux2_klein_defaults(distilled, out);
+  } else {
+    dit_zimage_defaults(out);
+  }
   dit_model_dir_close(dir);
-  return DIT_OK;
+  return s;
 }
 
 static dit_status check_params(const dit_gen_params *p, dit_error *err) {
@@ -79,7 +89,8 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   DIT_TRY(open_family(p->model_dir, &dir, &fam, err));
   dit_backend *be = NULL;
   dit_status s = dit_backend_cpu_create(ctx->params.n_threads, &be, err);
-  if (s == DIT_OK) s = dit_zimage_generate(ctx, be, dir, p, out, stats, err);
+  if (s == DIT_OK && fam == FAMILY_FLUX2_KLEIN) s = dit_flux2_klein_generate(ctx, be, dir, p, out, stats, err);
+  else if (s == DIT_OK) s = dit_zimage_generate(ctx, be, dir, p, out, stats, err);
   dit_backend_free(be);
   dit_model_dir_close(dir);
   if (s != DIT_OK) dit_image_free(out);

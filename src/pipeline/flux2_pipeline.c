@@ -1,0 +1,342 @@
+/* FLUX.2 [klein] pipeline (see flux2_pipeline.h). Mirrors Flux2KleinPipeline.__call__
+ * for one prompt and one image: every value the reference computes in float32 is
+ * computed in float32 here, in the same order, so the latents after each step match it
+ * to rounding. Models are loaded one at a time and released before the next (text
+ * encoder, transformer, VAE), so peak memory is the largest of them, not their sum. */
+#include "pipeline/flux2_pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "io/json.h"
+#include "io/png.h"
+#include "models/flux2.h"
+#include "models/qwen3.h"
+#include "models/vae_flux2.h"
+#include "pipeline/prompt.h"
+#include "pipeline/rng_torch.h"
+#include "pipeline/scheduler.h"
+#include "text/tokenizer.h"
+
+dit_status dit_flux2_klein_is_distilled(const dit_model_dir *dir, bool *out, dit_error *err) {
+  bool v = false;
+  DIT_TRY(dit_json_bool_opt(dir->index, "is_distilled", &v, "model_index.json", err));
+  *out = v;
+  return DIT_OK;
+}
+
+void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d) {
+  memset(d, 0, sizeof *d);
+  d->family = "flux2-klein";
+  d->width = 1024;
+  d->height = 1024;
+  d->steps = distilled ? 4 : 50;
+  d->guidance = distilled ? 1.0 : 4.0;
+  d->size_multiple = 16;
+}
+
+static dit_status check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: non-finite value (%g) at element %zu", stage, (double)x[i], i);
+  return DIT_OK;
+}
+
+typedef struct f2_state {
+  dit_flux2 *dit;
+  int C;                   /* packed latent channels (transformer in_channels) */
+  int lh, lw;              /* token grid: latent size / 2 */
+  int64_t Si, St, Jd;      /* image tokens, text tokens, text feature width */
+  size_t n;                /* Si * C */
+  bool cfg;
+  float *latents;          /* [Si, C] */
+  float *x2, *out2;        /* [2, Si, C]: batched model input / output */
+  float *txt;              /* [1 or 2, St, Jd]: prompt features (then the empty prompt's) */
+  float *img_ids, *txt_ids; /* [Si, 4], [St, 4] */
+} f2_state;
+
+/* Loads the tokenizer and the text encoder, encodes the prompt (and under CFG the
+ * negative prompt, "" unless given) into L->txt, then releases the encoder. */
+static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p, f2_state *L,
+                                 dit_error *err) {
+  char path[4096];
+  dit_tokenizer *tok = NULL;
+  dit_qwen3 *te = NULL;
+  float *pe = NULL, *ne = NULL;
+  const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  dit_status s = dit_model_dir_component_path(dir, "tokenizer", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_tok_load(path, &tok, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "text_encoder", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_qwen3_load(be, path, &te, err);
+  if (s == DIT_OK && p->text_rope_bf16) s = dit_qwen3_set_rope_freq_dtype(te, DIT_BF16, err);
+  if (s == DIT_OK) s = dit_flux2_klein_encode_prompt(te, tok, p->prompt, max_len, &pe, err);
+  if (s == DIT_OK && L->cfg)
+    s = dit_flux2_klein_encode_prompt(te, tok, p->negative_prompt ? p->negative_prompt : "", max_len, &ne, err);
+  if (s == DIT_OK) {
+    L->St = max_len;
+    L->Jd = 3 * (int64_t)dit_qwen3_get_config(te)->hidden_size;
+    const size_t one = (size_t)(L->St * L->Jd);
+    L->txt = malloc((L->cfg ? 2 : 1) * one * sizeof(float));
+    if (!L->txt) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the prompt features");
+    if (s == DIT_OK) {
+      memcpy(L->txt, pe, one * sizeof(float));
+      if (L->cfg) memcpy(L->txt + one, ne, one * sizeof(float));
+      s = check_finite(L->txt, (L->cfg ? 2 : 1) * one, "prompt features", err);
+    }
+  }
+  free(pe);
+  free(ne);
+  dit_qwen3_free(te);
+  dit_tok_free(tok);
+  return s;
+}
+
+dit_status dit_flux2_klein_schedule(const dit_model_dir *dir, int steps, int image_seq_len, float *sigmas,
+                                    float *timesteps, dit_error *err) {
+  if (steps < 1 || steps > DIT_FLOW_MAX_STEPS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "steps = %d is outside 1..%d", steps, DIT_FLOW_MAX_STEPS);
+  json_t *cfg = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
+  dit_flow_sched_config sc;
+  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
+  json_decref(cfg);
+  if (s != DIT_OK) return s;
+  float *custom = malloc((size_t)steps * sizeof(float));
+  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
+  dit_flux2_default_sigmas(steps, custom);
+  const double mu = dit_flux2_empirical_mu(image_seq_len, steps);
+  s = dit_flow_sched_set_timesteps(&sc, steps, mu, custom, sigmas, timesteps, err);
+  free(custom);
+  return s;
+}
+
+/* 2^(len(vae block_out_channels) - 1): the pipeline's vae_scale_factor. */
+static dit_status vae_scale_factor(const dit_model_dir *dir, int *out, dit_error *err) {
+  json_t *cfg = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "vae", &cfg, err));
+  const json_t *b = json_object_get(cfg, "block_out_channels");
+  size_t n = json_is_array(b) ? json_array_size(b) : 0;
+  json_decref(cfg);
+  if (n < 1 || n > 8)
+    return dit_errorf(err, DIT_ERR_FORMAT, "vae/config.json: field \"block_out_channels\" must be an array of 1..8");
+  *out = 1 << (n - 1);
+  return DIT_OK;
+}
+
+/* Latent noise as prepare_latents draws it: randn(1, C, lh, lw) on the torch CPU
+ * generator, packed to tokens [lh*lw, C]; latent ids (0, y, x, 0) and text ids
+ * (0, 0, 0, l). */
+static dit_status init_latents(f2_state *L, uint64_t seed, dit_error *err) {
+  const size_t hw = (size_t)L->lh * (size_t)L->lw;
+  float *noise = malloc(L->n * sizeof(float));
+  L->latents = malloc(L->n * sizeof(float));
+  L->x2 = malloc(2 * L->n * sizeof(float));
+  L->out2 = malloc(2 * L->n * sizeof(float));
+  L->img_ids = calloc(hw * 4, sizeof(float));
+  L->txt_ids = calloc((size_t)L->St * 4, sizeof(float));
+  if (!noise || !L->latents || !L->x2 || !L->out2 || !L->img_ids || !L->txt_ids) {
+    free(noise);
+    return dit_errorf(err, DIT_ERR_NOMEM, "latents: out of memory");
+  }
+  dit_torch_rng g;
+  dit_torch_rng_seed(&g, seed);
+  dit_torch_randn(&g, noise, L->n);
+  for (size_t r = 0; r < hw; r++) {
+    for (int c = 0; c < L->C; c++) L->latents[r * (size_t)L->C + (size_t)c] = noise[(size_t)c * hw + r];
+    L->img_ids[4 * r + 1] = (float)(r / (size_t)L->lw);
+    L->img_ids[4 * r + 2] = (float)(r % (size_t)L->lw);
+  }
+  for (int64_t l = 0; l < L->St; l++) L->txt_ids[4 * l + 3] = (float)l;
+  free(noise);
+  return DIT_OK;
+}
+
+/* One denoising step i: model call (cond and uncond batched under CFG), guidance, Euler. */
+static dit_status denoise_step(f2_state *L, double guidance, const float *sigmas, const float *timesteps, int i,
+                               dit_error *err) {
+  const int nb = L->cfg ? 2 : 1;
+  const float tv = timesteps[i] / 1000.0f;
+  const float t[2] = {tv, tv};
+  float *xin = L->latents;
+  if (L->cfg) {
+    memcpy(L->x2, L->latents, L->n * sizeof(float));
+    memcpy(L->x2 + L->n, L->latents, L->n * sizeof(float));
+    xin = L->x2;
+  }
+  dit_tensor x = dit_tensor_3d(DIT_F32, xin, nb, L->Si, L->C);
+  dit_tensor txt = dit_tensor_3d(DIT_F32, L->txt, nb, L->St, L->Jd);
+  dit_tensor out = dit_tensor_3d(DIT_F32, L->out2, nb, L->Si, L->C);
+  DIT_TRY(dit_flux2_forward(L->dit, &x, &txt, t, NULL, L->img_ids, L->txt_ids, &out, err));
+  float *pred = L->out2;
+  if (L->cfg) {
+    /* neg + guidance * (cond - neg), each op rounded to float32 as torch */
+    const float gf = (float)guidance, *neg = L->out2 + L->n;
+    for (size_t k = 0; k < L->n; k++) {
+      const float d = pred[k] - neg[k];
+      const float sd = gf * d;
+      pred[k] = neg[k] + sd;
+    }
+  }
+  dit_flow_euler_step(L->latents, pred, L->n, sigmas[i], sigmas[i + 1]);
+  return check_finite(L->latents, L->n, "latents", err);
+}
+
+static dit_status run_loop(dit_ctx *ctx, f2_state *L, const dit_gen_params *p, double guidance, int steps,
+                           const float *sigmas, const float *timesteps, dit_error *err) {
+  for (int i = 0; i < steps; i++) {
+    double t0 = dit_time_now();
+    dit_status s = denoise_step(L, guidance, sigmas, timesteps, i, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "denoising step %d of %d", i + 1, steps);
+      return s;
+    }
+    if (p->on_step) p->on_step(p->user, i, steps, L->latents, L->n, dit_time_now() - t0);
+    dit_log(ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dit_time_now() - t0);
+  }
+  return DIT_OK;
+}
+
+/* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
+static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, const f2_state *L, int vae_tile,
+                                 dit_image *out, dit_error *err) {
+  char path[4096];
+  dit_vae_flux2 *vae = NULL;
+  DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_flux2_load(be, path, &vae, err));
+  if (dit_vae_flux2_packed_channels(vae) != L->C) {
+    dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (4 x latent_channels = %d) differ from the "
+               "transformer's in_channels (%d)", dit_vae_flux2_packed_channels(vae), L->C);
+    dit_vae_flux2_free(vae);
+    return err->status;
+  }
+  const int f = dit_vae_flux2_upscale(vae);
+  const int H = L->lh * 2 * f, W = L->lw * 2 * f;
+  const size_t npix = (size_t)H * W;
+  float *img = malloc(3 * npix * sizeof(float));
+  float *hwc = malloc(3 * npix * sizeof(float));
+  uint8_t *rgb = malloc(3 * npix);
+  dit_status s = DIT_OK;
+  if (!img || !hwc || !rgb) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image");
+  if (s == DIT_OK) {
+    dit_tensor tk = dit_tensor_3d(DIT_F32, L->latents, 1, L->Si, L->C);
+    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
+    s = dit_vae_flux2_decode_packed(vae, &tk, L->lh, L->lw, &it, vae_tile, err);
+  }
+  if (s == DIT_OK) s = check_finite(img, 3 * npix, "decoded image", err);
+  if (s == DIT_OK) {
+    /* postprocess: (x / 2 + 0.5).clamp(0, 1), CHW -> HWC */
+    for (int c = 0; c < 3; c++)
+      for (size_t k = 0; k < npix; k++) {
+        float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
+        hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+      }
+    s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
+  }
+  if (s == DIT_OK) {
+    out->width = W;
+    out->height = H;
+    out->rgb = rgb;
+    rgb = NULL;
+  }
+  free(img);
+  free(hwc);
+  free(rgb);
+  dit_vae_flux2_free(vae);
+  return s;
+}
+
+/* Loads the transformer and checks it against the prompt features. */
+static dit_status load_transformer(dit_backend *be, const dit_model_dir *dir, f2_state *L, dit_error *err) {
+  char path[4096];
+  DIT_TRY(dit_model_dir_component_path(dir, "transformer", path, sizeof path, err));
+  DIT_TRY(dit_flux2_load(be, path, &L->dit, err));
+  const dit_flux2_config *c = dit_flux2_get_config(L->dit);
+  if (c->joint_attention_dim != L->Jd)
+    return dit_errorf(err, DIT_ERR_FORMAT,
+                      "transformer joint_attention_dim %d != 3 x the text encoder's hidden size (%lld)",
+                      c->joint_attention_dim, (long long)L->Jd);
+  if (c->out_channels != c->in_channels)
+    return dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
+                      c->in_channels);
+  L->C = c->in_channels;
+  return DIT_OK;
+}
+
+static void state_free(f2_state *L) {
+  dit_flux2_free(L->dit);
+  free(L->latents);
+  free(L->x2);
+  free(L->out2);
+  free(L->txt);
+  free(L->img_ids);
+  free(L->txt_ids);
+  memset(L, 0, sizeof *L);
+}
+
+dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
+                                    dit_image *out, dit_gen_stats *st, dit_error *err) {
+  bool distilled = false;
+  int vsf = 8;
+  DIT_TRY(dit_flux2_klein_is_distilled(dir, &distilled, err));
+  DIT_TRY(vae_scale_factor(dir, &vsf, err));
+  dit_gen_defaults d;
+  dit_flux2_klein_defaults(distilled, &d);
+  const int W = p->width > 0 ? p->width : d.width, H = p->height > 0 ? p->height : d.height;
+  const int steps = p->steps > 0 ? p->steps : d.steps;
+  const double guidance = p->guidance_set ? p->guidance : d.guidance;
+  const int mult = 2 * vsf;
+  if (W % mult || H % mult)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for FLUX.2 (got %dx%d)",
+                      mult, W, H);
+  double t_start = dit_time_now();
+  f2_state L;
+  memset(&L, 0, sizeof L);
+  L.cfg = guidance > 1.0 && !distilled;
+  L.lh = H / mult;
+  L.lw = W / mult;
+  L.Si = (int64_t)L.lh * L.lw;
+  float *sigmas = malloc((size_t)(steps + 1) * sizeof(float));
+  float *timesteps = malloc((size_t)steps * sizeof(float));
+  dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+
+  if (s == DIT_OK) {
+    s = encode_prompts(be, dir, p, &L, err);
+    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
+  }
+  double t_enc = dit_time_now();
+  if (s == DIT_OK) {
+    s = load_transformer(be, dir, &L, err);
+    if (s != DIT_OK) dit_error_prefix(err, "transformer");
+  }
+  if (s == DIT_OK) {
+    L.n = (size_t)L.Si * (size_t)L.C;
+    s = init_latents(&L, p->seed, err);
+  }
+  if (s == DIT_OK) s = dit_flux2_klein_schedule(dir, steps, (int)L.Si, sigmas, timesteps, err);
+  double t_load = dit_time_now();
+  if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
+  dit_flux2_free(L.dit);
+  L.dit = NULL;
+  double t_loop = dit_time_now();
+  if (s == DIT_OK) {
+    s = decode_latents(be, dir, &L, p->vae_tile, out, err);
+    if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
+  }
+  double t_end = dit_time_now();
+  if (st && s == DIT_OK) {
+    st->encode_seconds = t_enc - t_start;
+    st->load_seconds = t_load - t_enc;
+    st->denoise_seconds = t_loop - t_load;
+    st->decode_seconds = t_end - t_loop;
+    st->total_seconds = t_end - t_start;
+    st->steps = steps;
+    st->peak_rss_bytes = dit_peak_rss_bytes();
+  }
+  state_free(&L);
+  free(sigmas);
+  free(timesteps);
+  return s;
+}

@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all build configure test run setup clean gpu-test
+.PHONY: all build configure test run setup clean gpu-test sanitize-test fuzz fuzz-ci
 
 all: build
 
@@ -23,6 +23,26 @@ test: build
 gpu-test: configure
 	cmake --build $(BUILD) -j $(JOBS) --target dit_gpu_op_test
 	$(BUILD)/tests/dit_gpu_op_test
+
+# Hardening (CI): the whole test suite under ASan+UBSan+LeakSanitizer, and each libFuzzer
+# target for FUZZ_SECONDS (clang; `sh scripts/setup-ci.sh` installs it). See docs/SECURITY.md.
+SAN_BUILD ?= build-sanitize
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
+SHARED ?= $(abspath ../shared)
+sanitize-test:
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDIT_SANITIZE=ON -DDIT_CUDA=OFF
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+fuzz:
+	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz-ci: fuzz
+	sh fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(SHARED)
 
 setup:
 	sh scripts/setup.sh

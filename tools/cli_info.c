@@ -14,13 +14,14 @@ static void info_usage(FILE *f) {
           "  --tensors  also list every tensor: name, dtype, shape\n");
 }
 
-int cli_info(int argc, char **argv) {
+int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
   const char *path = NULL;
   unsigned flags = 0;
+  memset(o, 0, sizeof *o);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       info_usage(stdout);
-      return 0;
+      return 1;
     } else if (!strcmp(argv[i], "--tensors")) {
       flags |= DIT_INFO_TENSORS;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -38,6 +39,17 @@ int cli_info(int argc, char **argv) {
     info_usage(stderr);
     return 2;
   }
+  o->path = path;
+  o->flags = flags;
+  return 0;
+}
+
+int cli_info(int argc, char **argv) {
+  cli_info_opts o;
+  int r = cli_info_parse(argc, argv, &o);
+  if (r) return r == 1 ? 0 : 2;
+  const char *path = o.path;
+  unsigned flags = o.flags;
   dit_ctx *ctx;
   if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
     fprintf(stderr, "ditrun info: out of memory\n");

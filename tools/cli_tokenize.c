@@ -18,14 +18,15 @@ static void tokenize_usage(FILE *f) {
           "Prints the ids space-separated on one line. No BOS/EOS, no padding.\n");
 }
 
-int cli_tokenize(int argc, char **argv) {
+int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
   const char *model = NULL, *text = NULL;
   int chat = 0;
+  memset(o, 0, sizeof *o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       tokenize_usage(stdout);
-      return 0;
+      return 1;
     } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "ditrun tokenize: %s needs a folder\n", a);
@@ -61,6 +62,18 @@ int cli_tokenize(int argc, char **argv) {
     tokenize_usage(stderr);
     return 2;
   }
+  o->model = model;
+  o->text = text;
+  o->chat = chat;
+  return 0;
+}
+
+int cli_tokenize(int argc, char **argv) {
+  cli_tok_opts o;
+  int r = cli_tokenize_parse(argc, argv, &o);
+  if (r) return r == 1 ? 0 : 2;
+  const char *model = o.model, *text = o.text;
+  int chat = o.chat;
   dit_ctx *ctx;
   if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
     fprintf(stderr, "ditrun tokenize: out of memory\n");

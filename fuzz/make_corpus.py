@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Writes the committed hand-made seed corpus under fuzz/corpus/<target>/ (run once by a
+developer; CI only reads the files). Small valid inputs plus one bad file per rule that
+is easy to write by hand; fixture-derived seeds are added at CI time by fuzz/seeds.sh."""
+import json, os, struct, sys
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+def put(target, name, data):
+    d = os.path.join(root, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+# ---- safetensors ----
+def st(header, data=b"", n=None):
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h) if n is None else n) + h + data
+put("safetensors", "ok_f32", st({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8))
+put("safetensors", "ok_multi", st({"__metadata__": {"format": "pt"},
+    "a": {"dtype": "BF16", "shape": [2, 1], "data_offsets": [0, 4]},
+    "b": {"dtype": "F16", "shape": [], "data_offsets": [4, 6]},
+    "c": {"dtype": "I64", "shape": [0], "data_offsets": [6, 6]}}, b"\1" * 6))
+put("safetensors", "bad_short", b"\x05\0\0")
+put("safetensors", "bad_hugelen", st(b"{}", n=1 << 62))
+put("safetensors", "bad_overlap", st({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+    "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}, b"\0" * 6))
+put("safetensors", "bad_hole", st({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}}, b"\0" * 4))
+put("safetensors", "bad_dup", b'\x5a\0\0\0\0\0\0\0{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}\0')
+put("safetensors", "bad_dtype", st({"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}}, b"\0"))
+put("safetensors", "bad_shape_ovf", st({"a": {"dtype": "F32", "shape": [2**62, 2**62], "data_offsets": [0, 4]}}, b"\0" * 4))
+put("safetensors", "bad_neg", st({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, b"\0" * 4))
+put("safetensors", "bad_meta", st({"__metadata__": {"a": 1}}))
+put("safetensors", "bad_utf8", st(b'{"\xff":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"\0"))
+put("safetensors", "ws_header", st(b'  {"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}   ', b"\0"))
+
+# ---- config (first byte picks the file, see fuzz_config.c) ----
+zt = {"_class_name": "ZImageTransformer2DModel", "all_f_patch_size": [1], "all_patch_size": [2],
+      "axes_dims": [32, 48, 48], "axes_lens": [1024, 512, 512], "cap_feat_dim": 16, "dim": 256,
+      "in_channels": 16, "n_heads": 2, "n_kv_heads": 2, "n_layers": 2, "n_refiner_layers": 1,
+      "norm_eps": 1e-05, "qk_norm": True, "rope_theta": 256.0, "siglip_feat_dim": None, "t_scale": 1000.0}
+def cfg(sel, obj):
+    return bytes([sel]) + (obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+put("config", "index_zimage", cfg(0, {"_class_name": "ZImagePipeline", "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+    "transformer": ["diffusers", "ZImageTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]}))
+put("config", "index_dotdot", cfg(0, {"_class_name": "ZImagePipeline", "transformer": ["diffusers", "../x"], "..": ["a", "b"]}))
+put("config", "index_flux2", cfg(0, {"_class_name": "Flux2KleinPipeline", "vae": ["diffusers", "AutoencoderKL"]}))
+put("config", "zimage_ok", cfg(1, zt))
+for k, v in [("dim", 0), ("n_heads", -2), ("n_layers", 10**12), ("dim", 255.5), ("n_kv_heads", 3), ("axes_dims", [1, 2])]:
+    z = dict(zt); z[k] = v
+    put("config", "zimage_bad_%s_%s" % (k, str(v).replace(" ", "")[:12]), cfg(1, z))
+q = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+     "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+     "rope_theta": 1000000, "max_position_embeddings": 40960, "tie_word_embeddings": True, "hidden_act": "silu",
+     "model_type": "qwen3", "torch_dtype": "bfloat16"}
+put("config", "qwen3_ok", cfg(2, q))
+for k, v in [("hidden_size", 0), ("num_attention_heads", 3), ("num_hidden_layers", -1), ("vocab_size", 2**40), ("head_dim", 7.5)]:
+    z = dict(q); z[k] = v
+    put("config", "qwen3_bad_%s" % k, cfg(2, z))
+vae = {"_class_name": "AutoencoderKL", "act_fn": "silu", "block_out_channels": [32, 64], "in_channels": 3,
+       "latent_channels": 16, "layers_per_block": 1, "norm_num_groups": 32, "out_channels": 3,
+       "scaling_factor": 0.3611, "shift_factor": 0.1159, "down_block_types": ["DownEncoderBlock2D"] * 2,
+       "up_block_types": ["UpDecoderBlock2D"] * 2, "sample_size": 64, "use_quant_conv": False, "use_post_quant_conv": False}
+put("config", "vae_ok", cfg(3, vae))
+for k, v in [("block_out_channels", [0, 64]), ("norm_num_groups", 7), ("latent_channels", 2**31), ("layers_per_block", -1)]:
+    z = dict(vae); z[k] = v
+    put("config", "vae_bad_%s" % k, cfg(3, z))
+sch = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 3.0,
+       "use_dynamic_shifting": False, "base_shift": 0.5, "max_shift": 1.15, "base_image_seq_len": 256,
+       "max_image_seq_len": 4096}
+put("config", "sched_ok", cfg(4, sch))
+put("config", "sched_dyn", cfg(4, dict(sch, use_dynamic_shifting=True)))
+put("config", "sched_bad", cfg(4, dict(sch, num_train_timesteps=0, shift=-1)))
+put("config", "index_ok", cfg(5, {"metadata": {"total_size": 8}, "weight_map": {"w": "a.safetensors"}}))
+for n, wm in [("abs", "/etc/passwd"), ("dotdot", "../a.safetensors"), ("dir", "."), ("missing", "b.safetensors")]:
+    put("config", "index_bad_" + n, cfg(5, {"weight_map": {"w": wm}}))
+put("config", "json_nested", cfg(6, b"[" * 5000 + b"]" * 5000))
+put("config", "json_dupkey", cfg(6, b'{"a": 1, "a": 2}'))
+put("config", "json_types", cfg(6, b'{"a": 1e999, "hidden_size": 9999999999, "_class_name": "x\\u0000y", "shape": [1,-2,3.5]}'))
+
+# ---- tokenizer.json ----
+def byte_cp(b):
+    if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+        return b
+    n = sum(1 for x in range(b) if not (33 <= x <= 126 or 161 <= x <= 172 or 174 <= x <= 255))
+    return 256 + n
+vocab = {chr(byte_cp(i)): i for i in range(256)}
+vocab.update({"he": 256, "ll": 257, "hell": 258, "\u0120w": 259})
+tj = {"version": "1.0", "added_tokens": [{"id": 260, "content": "<|x|>", "special": True, "normalized": False}],
+      "normalizer": {"type": "NFC"},
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+          {"type": "Split", "pattern": {"Regex": " ?\\p{L}+|\\s+"}, "behavior": "Isolated", "invert": False},
+          {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+      "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab,
+                "merges": ["h e", ["l", "l"], "he ll", "\u0120 w"]}}
+put("tokenizer_json", "ok_small", json.dumps(tj, ensure_ascii=False))
+def tjv(**kw):
+    t = json.loads(json.dumps(tj)); m = t["model"]
+    for k, v in kw.items():
+        if k in m: m[k] = v
+        else: t[k] = v
+    return json.dumps(t, ensure_ascii=False)
+put("tokenizer_json", "bad_merge", tjv(merges=["h e", "q zz"]))
+put("tokenizer_json", "bad_model", tjv(type="WordPiece"))
+put("tokenizer_json", "bad_added_dup", tjv(added_tokens=[{"id": 260, "content": "<a>"}, {"id": 260, "content": "<b>"}]))
+put("tokenizer_json", "bad_id_big", tjv(vocab=dict(vocab, big=99999999)))
+put("tokenizer_json", "bad_regex", tjv(pre_tokenizer={"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": False}))
+put("tokenizer_json", "no_normalizer", tjv(normalizer=None))
+
+# ---- tokenize (raw prompt bytes) ----
+for n, b in [("hello", b"Hello world, a photo of a cat."), ("special", b"<|im_start|>user\nhi<|im_end|>\n<think>\n\n</think>"),
+             ("cjk_emoji", "\u4e2d\u6587 \u3053\u3093\u306b\u3061\u306f \U0001F600 caf\u00e9 e\u0301".encode()),
+             ("nul", b"a\0b\0\0c"), ("bad_utf8", b"ok \xff\xfe \xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80"),
+             ("spaces", b"   \t\n\r\n  x  "), ("digits", b"1234567890 3.14159 0x1F"), ("empty", b"")]:
+    put("tokenize", n, b)
+
+# ---- cli (first byte picks generate/tokenize/info; arguments NUL-separated) ----
+def cli(sel, *args):
+    return bytes([sel]) + b"\0".join(a.encode() if isinstance(a, str) else a for a in args)
+put("cli", "gen_ok", cli(0, "-m", "m", "-p", "a cat", "-W", "256", "-H", "256", "--steps", "8", "--seed", "18446744073709551615", "-o", "x.png"))
+put("cli", "gen_eq", cli(0, "--model=m", "--prompt=x", "--guidance=3.5", "--cfg-truncation=0.9", "--cfg-normalization=1", "--overwrite", "-q"))
+put("cli", "gen_bad_num", cli(0, "-m", "m", "-p", "x", "--steps", "12abc", "-W", "1e999", "--seed", "-1"))
+put("cli", "gen_missing", cli(0, "-m", "m", "-p", "x", "--steps"))
+put("cli", "gen_dev", cli(0, "-m", "m", "-p", "x", "--device", "cuda", "--rng", "torch-cpu", "--threads", "4", "--vae-tile", "32", "--max-seq-len", "512"))
+put("cli", "tok_ok", cli(1, "-m", "m", "--chat", "--", "-text"))
+put("cli", "tok_bad", cli(1, "-m", "m", "a", "b", "--x"))
+put("cli", "info_ok", cli(2, "--tensors", "p"))
+put("cli", "info_bad", cli(2, "a", "b", "-z"))

@@ -1,0 +1,125 @@
+/* `ditrun generate` on FLUX.2 [klein] end to end through the CLI: the acceptance command
+ * against the fixture's reference image (within one 8-bit level), also with the text
+ * encoder's RoPE frequencies in bf16 as the fixture generator had them, byte-identical
+ * output with one thread and with all cores, the family's size rule.
+ * Usage: test_cli_generate_flux2 [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
+#include <jansson.h>
+#include <png.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "testing.h"
+
+static char g_cli[4096], g_fix[4096], g_tmp[4096], g_prompt[1024];
+
+static unsigned char *read_png(const char *path, int *w, int *h) {
+  png_image im;
+  memset(&im, 0, sizeof im);
+  im.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&im, path)) return NULL;
+  im.format = PNG_FORMAT_RGB;
+  unsigned char *buf = malloc(PNG_IMAGE_SIZE(im));
+  if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
+    free(buf);
+    png_image_free(&im);
+    return NULL;
+  }
+  *w = (int)im.width;
+  *h = (int)im.height;
+  return buf;
+}
+
+static int files_equal(const char *a, const char *b) {
+  static char ba[1 << 20], bb[1 << 20];
+  long na = dt_read_file(a, ba, sizeof ba), nb = dt_read_file(b, bb, sizeof bb);
+  return na > 0 && na == nb && memcmp(ba, bb, (size_t)na) == 0;
+}
+
+/* The acceptance command: -W 96 -H 128 --steps 4 --seed 42, plus extra options. */
+static int gen(const char *extra, const char *out, const char *log) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -W 96 -H 128 --steps 4 --seed 42 -o '%s' %s", g_cli,
+           g_fix, g_prompt, out, extra);
+  return dt_run(cmd, log);
+}
+
+static void check_image(const char *png) {
+  int w = 0, h = 0;
+  unsigned char *px = read_png(png, &w, &h);
+  CHECK_MSG(px != NULL, "cannot read %s", png);
+  char ref_file[4200];
+  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g_fix);
+  float *ref;
+  int64_t sh[8];
+  int nd;
+  if (!px || dt_load_f32(ref_file, "image", &ref, sh, &nd) != 0) {
+    free(px);
+    return;
+  }
+  CHECK(w == 96 && h == 128 && sh[0] == 128 && sh[1] == 96);
+  int maxd = 0;
+  for (size_t i = 0; w == 96 && h == 128 && i < (size_t)w * h * 3; i++) {
+    int d = abs((int)lrintf(ref[i] * 255.0f) - (int)px[i]);
+    if (d > maxd) maxd = d;
+  }
+  printf("%s vs image: max difference %d levels\n", png, maxd);
+  CHECK_MSG(maxd <= 1, "%s differs from the reference image by %d levels", png, maxd);
+  free(ref);
+  free(px);
+}
+
+static void test_acceptance(void) {
+  char out[4200], out2[4200], log[4200], msg[4096];
+  snprintf(out, sizeof out, "%s/k.png", g_tmp);
+  snprintf(log, sizeof log, "%s/k.log", g_tmp);
+  unlink(out);
+  int rc = gen("", out, log);
+  dt_read_file(log, msg, sizeof msg);
+  CHECK_MSG(rc == 0, "acceptance command: exit %d: %s", rc, msg);
+  check_image(out);
+  snprintf(out2, sizeof out2, "%s/k_bf16.png", g_tmp);
+  unlink(out2);
+  CHECK(gen("--text-rope-bf16", out2, NULL) == 0);
+  check_image(out2);
+  /* one thread instead of all cores: byte-identical */
+  snprintf(out2, sizeof out2, "%s/k_t1.png", g_tmp);
+  unlink(out2);
+  CHECK(gen("--threads 1", out2, NULL) == 0);
+  CHECK_MSG(files_equal(out, out2), "--threads 1 gave a different file");
+}
+
+static void test_bad_size(void) {
+  char out[4200], log[4200], cmd[8192], msg[4096];
+  snprintf(out, sizeof out, "%s/bad.png", g_tmp);
+  snprintf(log, sizeof log, "%s/bad.log", g_tmp);
+  unlink(out);
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p x -W 100 -o '%s'", g_cli, g_fix, out);
+  int rc = dt_run(cmd, log);
+  dt_read_file(log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "multiples of 16"), "-W 100: exit %d, '%s'", rc, msg);
+  struct stat st;
+  CHECK_MSG(stat(out, &st) != 0, "-W 100 left an output file");
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
+  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.shared);
+  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  char rj_path[4200];
+  snprintf(rj_path, sizeof rj_path, "%s/reference.json", g_fix);
+  json_error_t je;
+  json_t *rj = json_load_file(rj_path, 0, &je);
+  CHECK_MSG(rj != NULL, "cannot read %s", rj_path);
+  if (!rj) return dt_finish();
+  snprintf(g_prompt, sizeof g_prompt, "%s", json_string_value(json_object_get(rj, "prompt")));
+  json_decref(rj);
+  test_acceptance();
+  test_bad_size();
+  return dt_finish();
+}

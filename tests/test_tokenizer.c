@@ -689,6 +689,72 @@ static void test_bpe_vs_naive(const dit_tokenizer *t) {
   CHECK_MSG(bad == 0, "%d of 2000 words differ from the naive BPE", bad);
 }
 
+#ifndef MUTATION_ITERS /* build with -DMUTATION_ITERS=100000 for a longer run */
+#define MUTATION_ITERS 600
+#endif
+
+/* Mutated small tokenizer.json files: each loads or fails with a message, and what
+ * loads encodes random text without crashing (run under ASan+UBSan in CI). */
+static void test_mutations(void) {
+  char *base = make_json(NULL, NULL, NULL,
+                         "[{\"id\": 260, \"content\": \"<m>\", \"lstrip\": true, \"rstrip\": true, \"normalized\": "
+                         "false}, {\"id\": 261, \"content\": \"ab\", \"single_word\": true}]",
+                         NULL, NULL);
+  size_t n = strlen(base);
+  char *buf = malloc(n + 64), text[1024];
+  uint64_t r = 7;
+  int loaded = 0, rejected = 0, silent = 0;
+  static const char tokens[][8] = {"\"", "{", "}", "[", "]", ",", ":", "-1", "1e9", "null", "\\u0000", "\\", "99"};
+  for (int it = 0; it < MUTATION_ITERS; it++) {
+    memcpy(buf, base, n + 1);
+    size_t m = n;
+    for (int k = 0; k < 1 + (int)(rng_next(&r) % 3); k++) {
+      size_t at = rng_next(&r) % m;
+      if (rng_next(&r) % 3 == 0) { /* a digit changed: ids and flags move, JSON stays valid */
+        while (at < m && (buf[at] < '0' || buf[at] > '9')) at++;
+        if (at < m) buf[at] = (char)('0' + rng_next(&r) % 10);
+        continue;
+      }
+      if (rng_next(&r) % 4 == 0) { /* two bytes swapped: strings change */
+        size_t b2 = rng_next(&r) % m;
+        char c = buf[at];
+        buf[at] = buf[b2];
+        buf[b2] = c;
+        continue;
+      }
+      const char *tk = tokens[rng_next(&r) % (sizeof tokens / sizeof tokens[0])];
+      size_t tl = strlen(tk);
+      if (rng_next(&r) % 2) { /* overwrite */
+        if (at + tl > m) continue;
+        memcpy(buf + at, tk, tl);
+      } else { /* insert */
+        memmove(buf + at + tl, buf + at, m - at + 1);
+        memcpy(buf + at, tk, tl);
+        m += tl;
+      }
+    }
+    dit_tokenizer *t = NULL;
+    dit_error e = {0};
+    if (dit_tok_load_buffer(buf, m, "mutant", &t, &e) == DIT_OK) {
+      loaded++;
+      size_t tn = random_text(&r, text, sizeof text);
+      int32_t *ids = NULL;
+      size_t k = 0;
+      dit_tok_encode(t, text, tn, &ids, &k, &e);
+      for (size_t i = 0; i < k; i++) CHECK(ids[i] >= 0 && (size_t)ids[i] < dit_tok_vocab_size(t));
+      free(ids);
+      dit_tok_free(t);
+    } else {
+      rejected++;
+      if (!e.msg[0]) silent++;
+    }
+  }
+  printf("mutated tokenizer.json: %d loaded, %d rejected\n", loaded, rejected);
+  CHECK_MSG(silent == 0, "%d rejections without a message", silent);
+  free(buf);
+  free(base);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -713,6 +779,7 @@ int main(int argc, char **argv) {
     test_public_api(&a, cases);
   }
   test_small_files(&a);
+  test_mutations();
   dit_tok_free(t);
   json_decref(cases);
   return dt_finish();

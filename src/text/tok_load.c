@@ -501,25 +501,40 @@ static dit_status load_root(dit_tokenizer *t, const json_t *root, dit_error *err
   return load_byte_ids(t, err);
 }
 
-dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err) {
-  *out = NULL;
-  json_t *root;
-  DIT_TRY(dit_json_load_file(path, DIT_TOK_MAX_FILE_BYTES, &root, err));
+/* Builds the tokenizer from parsed JSON; `what` prefixes error messages. */
+static dit_status load_json(json_t *root, const char *what, dit_tokenizer **out, dit_error *err) {
   dit_tokenizer *t = calloc(1, sizeof *t);
-  if (!t) {
-    json_decref(root);
-    return dit_errorf(err, DIT_ERR_NOMEM, "%s: cannot allocate the tokenizer", path);
-  }
+  if (!t) return dit_errorf(err, DIT_ERR_NOMEM, "%s: cannot allocate the tokenizer", what);
   t->chat_style = -1;
   dit_status st = load_root(t, root, err);
-  json_decref(root);
   if (st != DIT_OK) {
-    dit_error_prefix(err, "%s", path);
+    dit_error_prefix(err, "%s", what);
     dit_tok_free(t);
     return st;
   }
   *out = t;
   return DIT_OK;
+}
+
+dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err) {
+  *out = NULL;
+  json_t *root;
+  DIT_TRY(dit_json_load_file(path, DIT_TOK_MAX_FILE_BYTES, &root, err));
+  dit_status st = load_json(root, path, out, err);
+  json_decref(root);
+  return st;
+}
+
+dit_status dit_tok_load_buffer(const char *buf, size_t len, const char *what, dit_tokenizer **out, dit_error *err) {
+  *out = NULL;
+  if (len > DIT_TOK_MAX_FILE_BYTES)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: %zu bytes is larger than the %zu-byte limit", what, len,
+                      DIT_TOK_MAX_FILE_BYTES);
+  json_t *root;
+  DIT_TRY(dit_json_parse(buf, len, what, &root, err));
+  dit_status st = load_json(root, what, out, err);
+  json_decref(root);
+  return st;
 }
 
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err) {

@@ -63,6 +63,8 @@
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err);
 /* Loads a tokenizer.json file given by its path (what dit_tok_load does on the folder). */
 dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err);
+/* Same from len bytes of tokenizer.json content in memory (`what` names it in messages). */
+dit_status dit_tok_load_buffer(const char *buf, size_t len, const char *what, dit_tokenizer **out, dit_error *err);
 void dit_tok_free(dit_tokenizer *t);
 
 /* Encodes UTF-8 text WITHOUT adding special tokens (special tokens present in the text

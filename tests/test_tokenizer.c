@@ -601,12 +601,16 @@ static size_t random_text(uint64_t *r, char *o, size_t max) {
   return n;
 }
 
+#ifndef ROUNDTRIP_ITERS /* build with -DROUNDTRIP_ITERS=20000 for a longer run */
+#define ROUNDTRIP_ITERS 300
+#endif
+
 /* Random texts: decode(encode(x)) must give back NFC(x) byte for byte. */
 static void test_round_trips(const dit_tokenizer *t) {
   uint64_t r = 0x1234567887654321ull;
   char text[4096];
   int bad = 0;
-  for (int it = 0; it < 300; it++) {
+  for (int it = 0; it < ROUNDTRIP_ITERS; it++) {
     size_t n = random_text(&r, text, sizeof text);
     int32_t *ids = NULL;
     size_t m = 0;
@@ -652,7 +656,7 @@ static void test_round_trips(const dit_tokenizer *t) {
     free(d);
     free(ids);
   }
-  CHECK_MSG(bad == 0, "%d of 300 random texts do not round-trip", bad);
+  CHECK_MSG(bad == 0, "%d of %d random texts do not round-trip", bad, ROUNDTRIP_ITERS);
 }
 
 /* The heap BPE against a naive one (rescan for the lowest-rank leftmost pair). */

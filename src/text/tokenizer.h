@@ -10,7 +10,12 @@
  *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), or a Sequence of those.
  *   pre_tokenizer  null, Split (Regex or String pattern, all five behaviours, invert),
  *                  ByteLevel (add_prefix_space, use_regex), or a Sequence of those.
- *                  Regexes run with PCRE2 (UTF + UCP, JIT).
+ *                  Regexes run with PCRE2 (UTF + UCP, JIT); \s (and \S outside a class)
+ *                  is rewritten to Unicode White_Space, which is what it means in
+ *                  Oniguruma, the engine of `tokenizers` (PCRE2's \s also takes U+180E).
+ *                  Left as is: \S inside a class; \p{..} tables follow PCRE2's Unicode
+ *                  version (14.0 in 10.42), which may differ from Oniguruma's for code
+ *                  points assigned later.
  *   post_processor / decoder: ignored for encoding (encode adds no special tokens).
  *
  * The encode pipeline, per call: validate UTF-8 -> split out added tokens (raw) ->

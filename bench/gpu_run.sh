@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# One script for the GPU benchmark run (issue 5), in two steps:
+#
+#   here (CPU machine, after a CUDA build):   bench/gpu_run.sh pack [BUILD_DIR]
+#     copies into git-ignored folders of the repo what the device machine lacks:
+#       .devbin/    ditrun, dit_gpu_op_test, test_bench_gpu (from BUILD_DIR, default build-bench)
+#       .devlibs/   our Debian shared libraries (jansson, libpng, utf8proc, pcre2, gomp)
+#       .fixtures/  the zimage-tiny fixture's components.safetensors (../shared does not travel)
+#       .ref/py/    diffusers' src/diffusers from the fetched mirror (models, loaders, utils...;
+#                   pipelines left out for size), for bench/torch_ref.py
+#     and prints the device call to make.
+#
+#   on the device machine:                    bash bench/gpu_run.sh run [SIZES...]
+#     (the run tool: carry [".devbin", ".devlibs", ".fixtures", ".ref"])
+#     runs the CUDA op tests, the Z-Image fixture check on the GPU, ditrun bench on cuda and
+#     bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048), logs
+#     and JSON into $OUT, and prints a final table.
+# Environment (run): ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
+# optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (420).
+set -u
+
+cmd=${1:-}
+shift || true
+
+pack() {
+  local build=${1:-build-bench}
+  set -e
+  cmake --build "$build" -j 2 --target ditrun dit_gpu_op_test test_bench_gpu >/dev/null
+  mkdir -p .devbin .devlibs .fixtures/zimage-tiny .ref/py
+  for f in .devbin .devlibs .fixtures .ref; do
+    grep -qx "/$f/" .git/info/exclude 2>/dev/null || echo "/$f/" >>.git/info/exclude
+  done
+  cp "$build/ditrun" "$build/tests/dit_gpu_op_test" "$build/tests/test_bench_gpu" .devbin/
+  for lib in $(ldd "$build/ditrun" | awk '/=> \// {print $3}' | grep -E 'jansson|png16|utf8proc|pcre2|gomp'); do
+    cp -L "$lib" .devlibs/
+  done
+  local shared=${DIT_SHARED:-../shared}
+  cp "$shared/models/zimage-tiny/components.safetensors" .fixtures/zimage-tiny/
+  local mirror=${DIFFUSERS_GIT:-/work/.mirror/huggingface+diffusers/repo}
+  rm -rf .ref/py/diffusers
+  git --git-dir="$mirror" archive HEAD src/diffusers | tar -x -C .ref/py --strip-components=1 \
+    --exclude='src/diffusers/pipelines/*/*' --exclude='src/diffusers/modular_pipelines/*/*' \
+    --exclude='src/diffusers/commands' --exclude='src/diffusers/experimental'
+  echo 'from importlib.metadata import *  # noqa' >.ref/py/importlib_metadata.py
+  git --git-dir="$mirror" log -1 --format='diffusers %H %cd' >.ref/py/DIFFUSERS_VERSION
+  du -sh .devbin .devlibs .fixtures .ref
+  echo "device call: run(command='bash bench/gpu_run.sh run', carry=['.devbin','.devlibs','.fixtures','.ref'])"
+}
+
+# Adds the folders holding libcudart.so.13 and libcublasLt.so.13 on this machine.
+cuda_libs() {
+  local p="" d
+  for so in libcudart.so.13 libcublasLt.so.13; do
+    d=$(find /usr/local/cuda/ /usr/local/cuda*/ /opt /usr/lib -name "$so" 2>/dev/null | head -1)
+    [ -n "$d" ] && p="$p:$(dirname "$d")"
+  done
+  echo "$p"
+}
+
+skip() { case ",${SKIP:-}," in *",$1,"*) return 0 ;; esac; return 1; }
+
+run() {
+  local sizes=("$@")
+  [ ${#sizes[@]} -eq 0 ] && sizes=(512 1024 2048)
+  OUT=${OUT:-out/gpu_run}
+  mkdir -p "$OUT"
+  export LD_LIBRARY_PATH="$PWD/.devlibs$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PYTHONUNBUFFERED=1
+  local iters=${ITERS:-10} warm=${WARMUP:-3} tl=${TEXT_LEN:-128}
+  {
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    ldd .devbin/ditrun | grep -E 'not found|cuda|cublas' || true
+    cat .ref/py/DIFFUSERS_VERSION 2>/dev/null
+  } 2>&1 | tee "$OUT/env.txt"
+  local op_rc=- fx_rc=-
+  if ! skip optest; then
+    timeout 300 .devbin/dit_gpu_op_test >"$OUT/op_test.log" 2>&1
+    op_rc=$?
+    tail -n 5 "$OUT/op_test.log"
+  fi
+  if ! skip fixture; then
+    timeout 300 .devbin/test_bench_gpu --shared .fixtures --tmp /tmp/dit_gpu_fx --src . --bin .devbin \
+      --fixture .fixtures/zimage-tiny >"$OUT/gpu_fixture.log" 2>&1
+    fx_rc=$?
+    cat "$OUT/gpu_fixture.log"
+  fi
+  if ! skip bench; then
+    for s in "${sizes[@]}"; do
+      timeout 300 .devbin/ditrun bench --arch zimage --device cuda --res "$s" --text-len "$tl" --iters "$iters" \
+        --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
+      echo "ditrun bench $s: rc=$? $(head -c 300 "$OUT/bench_$s.err")"
+    done
+  fi
+  if ! skip torch; then
+    timeout 540 python3 bench/torch_ref.py --res "${sizes[@]}" --text-len "$tl" --iters "$iters" --warmup "$warm" \
+      --modes "${TORCH_MODES:-eager,compile}" --compile-budget-s "${COMPILE_BUDGET_S:-420}" \
+      --out "$OUT/torch_ref.json" >"$OUT/torch_ref.log" 2>&1
+    echo "torch_ref: rc=$?"
+    tail -n 12 "$OUT/torch_ref.log"
+  fi
+  python3 - "$OUT" "$op_rc" "$fx_rc" "${sizes[@]}" <<'EOF'
+import json, os, sys
+out, op_rc, fx_rc, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def load(p):
+    try:
+        with open(p) as f: return json.load(f)
+    except Exception: return None
+tr = load(os.path.join(out, "torch_ref.json")) or {"runs": []}
+tm = {(r["res"], r["mode"]): r for r in tr["runs"] if "median_ms" in r}
+print(f"\nop tests rc={op_rc}  GPU fixture check rc={fx_rc}  (0 = pass)")
+print(f"{'res':>5} {'ditrun ms':>9} {'TFLOP/s':>7} {'%peak':>6} {'gemm/attn/elem ms (profiled)':>30} {'mem GiB':>7}"
+      f" {'eager ms':>8} {'compile ms':>10} {'x eager':>7} {'x comp':>6}")
+for s in sizes:
+    b = load(os.path.join(out, f"bench_{s}.json"))
+    e, c = tm.get((int(s), "eager")), tm.get((int(s), "compile"))
+    row = f"{s:>5} "
+    if b:
+        ph = b["phase_ms"]
+        row += (f"{b['ms_median']:>9.2f} {b['tflops']:>7.1f} {b['pct_peak']:>6.1f} "
+                f"{ph['gemm']:>10.2f}/{ph['attention']:>7.2f}/{ph['elementwise']:>7.2f}    "
+                f"{b['peak_mem_bytes'] / 2**30:>7.2f}")
+    else:
+        row += f"{'failed':>9} {'':>7} {'':>6} {'':>30} {'':>7}"
+    row += f" {e['median_ms']:>8.2f}" if e else f" {'-':>8}"
+    row += f" {c['median_ms']:>10.2f}" if c else f" {'-':>10}"
+    row += f" {e['median_ms'] / b['ms_median']:>7.2f}" if (b and e) else f" {'-':>7}"
+    row += f" {c['median_ms'] / b['ms_median']:>6.2f}" if (b and c) else f" {'-':>6}"
+    print(row)
+print("x eager / x comp: PyTorch time over ditrun time (> 1: ditrun faster). Peak: 760 TFLOP/s bf16 GEMM.")
+EOF
+}
+
+case "$cmd" in
+  pack) pack "$@" ;;
+  run) run "$@" ;;
+  *)
+    sed -n '2,20p' "$0"
+    exit 2
+    ;;
+esac

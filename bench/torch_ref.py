@@ -1,0 +1,139 @@
+"""PyTorch reference timings for `ditrun bench`: diffusers' ZImageTransformer2DModel at the
+same geometry (Z-Image-Turbo config, bf16, random weights, one image of RES x RES pixels
+and TEXT_LEN caption tokens), eager and torch.compile, timed with CUDA events after warmup
+(median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
+
+diffusers is imported from .ref/py (a `git archive` of huggingface/diffusers' src/diffusers,
+never committed; see docs/PERF.md "How to benchmark on a GPU"). Based on
+../shared/tools/refgen/anchors.py (same FLOP formula, same timing method).
+
+usage: python3 bench/torch_ref.py [--res 512 1024 2048] [--text-len 128] [--iters 10]
+         [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--out FILE.json]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, ".ref/py")
+import torch  # noqa: E402
+
+T0 = time.time()
+
+
+def log(*a):
+    print(f"[torch_ref {time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def zimage_flops(n_img, n_cap, d=3840, h=10240, layers=30, refiners=2):
+    """anchors.py's count: q, k, v, out and the SwiGLU FFN per token per block (2 flop per
+    MAC), plus QK^T and PV per block; main layers on the unified stream, refiners on their
+    own. Token counts are the padded ones (multiples of 32), as both engines compute."""
+    per_tok = 2 * (4 * d * d + 3 * d * h)
+    n = n_img + n_cap
+    lin = per_tok * (layers * n + refiners * n_img + refiners * n_cap)
+    att = 4 * d * (layers * n * n + refiners * n_img**2 + refiners * n_cap**2)
+    return lin + att
+
+
+def pad32(n):
+    return (n + 31) // 32 * 32
+
+
+def bench(fn, warm, iters):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    med = ts[len(ts) // 2] if len(ts) % 2 else 0.5 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2])
+    return {"median_ms": med, "min_ms": ts[0], "max_ms": ts[-1], "iters": iters}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--res", type=int, nargs="+", default=[1024])
+    ap.add_argument("--text-len", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--compile-budget-s", type=float, default=300.0,
+                    help="skip torch.compile for further sizes once the script has run this long")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "torch_ref.json"))
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    for r in args.res:
+        if r % 16:
+            sys.exit(f"torch_ref: --res {r} is not a multiple of 16")
+
+    from diffusers import ZImageTransformer2DModel
+    import diffusers
+
+    dev = "cuda"
+    torch.manual_seed(args.seed)
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "diffusers": diffusers.__version__,
+           "gpu": torch.cuda.get_device_name(0)}
+    log(env)
+    with torch.device(dev):
+        m = ZImageTransformer2DModel(axes_lens=[1536, 512, 512])  # Z-Image-Turbo's config; others are defaults
+    m = m.to(torch.bfloat16).eval()
+    params = sum(p.numel() for p in m.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in m.parameters())
+    log(f"params {params / 1e9:.3f} B, weights {weight_bytes / 2**30:.2f} GiB")
+    results = {"env": env, "params": params, "weight_bytes": weight_bytes, "text_len": args.text_len, "runs": []}
+    compiled = torch.compile(m) if "compile" in modes else None
+
+    for res in args.res:
+        lat = res // 8
+        n_img, n_cap = pad32((lat // 2) ** 2), pad32(args.text_len)
+        fl = zimage_flops(n_img, n_cap)
+        g = torch.Generator(device=dev).manual_seed(args.seed + res)
+        x = [torch.randn(16, 1, lat, lat, device=dev, dtype=torch.bfloat16, generator=g)]
+        cap = [torch.randn(args.text_len, 2560, device=dev, dtype=torch.bfloat16, generator=g)]
+        t = torch.tensor([0.5], device=dev)
+        for mode in modes:
+            if mode == "compile" and time.time() - T0 > args.compile_budget_s:
+                log(f"res {res}: compile skipped (past the {args.compile_budget_s:.0f} s budget)")
+                results["runs"].append({"res": res, "mode": mode, "skipped": "time budget"})
+                continue
+            fn_m = m if mode == "eager" else compiled
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            rec = {"res": res, "mode": mode, "img_tokens": n_img, "cap_tokens": n_cap, "flops": fl}
+            try:
+                with torch.inference_mode():
+                    if mode == "compile":
+                        tc = time.time()
+                        fn_m(x, t, cap, return_dict=False)
+                        torch.cuda.synchronize()
+                        rec["compile_s"] = time.time() - tc
+                    rec.update(bench(lambda: fn_m(x, t, cap, return_dict=False), args.warmup, args.iters))
+                rec["tflops"] = fl / rec["median_ms"] / 1e9
+                rec["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            except Exception as e:  # report and go on with the other sizes
+                rec["error"] = repr(e)[:400]
+            log(json.dumps(rec))
+            results["runs"].append(rec)
+            with open(args.out, "w") as fh:
+                json.dump(results, fh, indent=1)
+
+    print(f"{'res':>6} {'mode':>8} {'median ms':>10} {'TFLOP/s':>8} {'peak GiB':>9}")
+    for r in results["runs"]:
+        if "median_ms" in r:
+            print(f"{r['res']:>6} {r['mode']:>8} {r['median_ms']:>10.2f} {r['tflops']:>8.1f} "
+                  f"{r['peak_mem_bytes'] / 2**30:>9.2f}")
+        else:
+            print(f"{r['res']:>6} {r['mode']:>8} {r.get('error', r.get('skipped', '?'))[:60]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -82,7 +82,7 @@ static void test_acceptance(void) {
   check_image(out);
   snprintf(out2, sizeof out2, "%s/k_bf16.png", g_tmp);
   unlink(out2);
-  CHECK(gen("--text-rope-bf16", out2, NULL) == 0);
+  CHECK(gen("--text-rope-bf16 --threads 1", out2, NULL) == 0);
   check_image(out2);
   /* one thread instead of all cores: byte-identical */
   snprintf(out2, sizeof out2, "%s/k_t1.png", g_tmp);

@@ -146,8 +146,9 @@ typedef struct dit_tokenizer dit_tokenizer;
 /* Loads model_dir/tokenizer/tokenizer.json, and takes the chat style from
  * model_dir/model_index.json's _class_name (ZImagePipeline: Qwen3 chat with thinking,
  * Flux2KleinPipeline: without). model_dir may also be a folder holding tokenizer.json
- * itself (then no chat style is known). Fails with DIT_ERR_FORMAT naming the field of a
- * bad tokenizer.json. */
+ * itself (then no chat style is known). A bad tokenizer.json fails with DIT_ERR_FORMAT
+ * (DIT_ERR_UNSUPPORTED for features this build lacks) naming the field; a folder without
+ * tokenizer.json with DIT_ERR_INVALID_ARG. */
 dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer **out);
 /* Encodes len bytes of UTF-8 text into token ids (*ids malloc'd, free() it; NULL when
  * *n == 0). No BOS/EOS are added; special tokens written in the text are recognized.

@@ -344,7 +344,9 @@ static void test_embedding(dit_backend *be) {
 static void test_conv(dit_backend *be) {
   struct { int64_t B, Ci, H, W, Co, k; int stride, pad; dit_dtype wt; } cs[] = {
       {2, 3, 9, 11, 5, 3, 1, 1, DIT_F32}, {1, 4, 10, 7, 6, 3, 2, 0, DIT_BF16}, {1, 5, 6, 6, 7, 1, 1, 0, DIT_F16},
-      {1, 40, 12, 13, 33, 3, 1, 1, DIT_BF16}, {1, 3, 8, 8, 4, 3, 2, 1, DIT_F32}};
+      {1, 40, 12, 13, 33, 3, 1, 1, DIT_BF16}, {1, 3, 8, 8, 4, 3, 2, 1, DIT_F32},
+      /* rows wider than one im2col tile */
+      {1, 300, 3, 130, 4, 3, 1, 1, DIT_BF16}, {2, 300, 5, 250, 3, 3, 2, 1, DIT_F16}};
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     int64_t B = cs[c].B, Ci = cs[c].Ci, H = cs[c].H, W = cs[c].W, Co = cs[c].Co, k = cs[c].k;
     int s = cs[c].stride, pd = cs[c].pad;

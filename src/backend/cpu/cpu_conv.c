@@ -1,46 +1,70 @@
-/* 2-D convolution on the CPU backend as im2col tiles fed to the GEMM core. For a tile of
- * whole output rows, col[k][p] (k = ci*kh*kw + ky*kw + kx, p = output pixel) is built
- * K-major, so every row of col is a shifted, zero-bordered copy of an input row; then
- * y[co][p] = sum_k w[co][k] col[k][p] lands directly in NCHW (cpu_gemm_kn). The weight
- * is upcast to fp32 once per call (one layer, never the model). */
+/* 2-D convolution on the CPU backend as im2col tiles fed to the GEMM micro-kernels. Each
+ * thread takes tiles of up to 256 pixels of one output row and builds their im2col
+ * matrix directly in the kernels' packed panel layout (per kernel tap, a zero-bordered
+ * copy of an input row segment), in L2; then y[co][pixels] = w[co][:] . col lands
+ * directly in NCHW. The weight is upcast to fp32 once per call (one layer, never the
+ * model) and shared by the threads. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_internal.h"
 
 typedef struct conv_geom {
-  int64_t Ci, H, W, kh, kw, Wo;
+  int64_t Ci, H, W, kh, kw, Ho, Wo, Co;
   int stride, pad;
 } conv_geom;
 
-/* col[k][r*Wo + ox] for output rows oy0 .. oy0+nrow of one image x [Ci, H, W]. */
-static void im2col_kn(float *col, const float *x, const conv_geom *g, int64_t oy0, int64_t nrow, int nt) {
-  int64_t K = g->Ci * g->kh * g->kw, np = nrow * g->Wo, Wo = g->Wo;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t k = 0; k < K; k++) {
-    int64_t ci = k / (g->kh * g->kw), ky = (k / g->kw) % g->kh, kx = k % g->kw;
-    float *dst = col + k * np;
-    for (int64_t r = 0; r < nrow; r++) {
-      int64_t iy = (oy0 + r) * g->stride - g->pad + ky;
-      float *d = dst + r * Wo;
+/* Fused im2col + pack for output pixels (oy, ox0 .. ox0+tw) of one image x [Ci, H, W]:
+ * panel p holds wp[p*K*nr + k*nr + j] = input under kernel tap k for pixel ox0 + p*nr + j
+ * (zero padding, zero beyond tw), i.e. the GEMM's packed right operand. */
+static void im2col_pack(float *wp, const float *x, const conv_geom *g, int64_t oy, int64_t ox0, int64_t tw,
+                        int nr) {
+  int64_t K = g->Ci * g->kh * g->kw, np = (tw + nr - 1) / nr;
+  for (int64_t p = 0; p < np; p++) {
+    int64_t pw = tw - p * nr < nr ? tw - p * nr : nr, oxa = ox0 + p * nr;
+    float *dst = wp + p * K * nr;
+    for (int64_t k = 0; k < K; k++) {
+      int64_t ci = k / (g->kh * g->kw), ky = (k / g->kw) % g->kh, kx = k % g->kw;
+      int64_t iy = oy * g->stride - g->pad + ky;
+      float *d = dst + k * nr;
       if (iy < 0 || iy >= g->H) {
-        memset(d, 0, sizeof(float) * (size_t)Wo);
+        memset(d, 0, sizeof(float) * (size_t)nr);
         continue;
       }
       const float *src = x + (ci * g->H + iy) * g->W;
       if (g->stride == 1) {
-        int64_t lo = g->pad - kx, hi = g->W + g->pad - kx; /* ox with 0 <= ox - pad + kx < W */
+        /* j with 0 <= oxa + j - pad + kx < W, clipped to [0, pw) */
+        int64_t lo = g->pad - kx - oxa, hi = g->W + g->pad - kx - oxa;
         if (lo < 0) lo = 0;
-        if (hi > Wo) hi = Wo;
+        if (hi > pw) hi = pw;
         if (hi < lo) hi = lo;
         memset(d, 0, sizeof(float) * (size_t)lo);
-        if (hi > lo) memcpy(d + lo, src + lo - g->pad + kx, sizeof(float) * (size_t)(hi - lo));
-        memset(d + hi, 0, sizeof(float) * (size_t)(Wo - hi));
+        if (hi > lo) memcpy(d + lo, src + oxa + lo - g->pad + kx, sizeof(float) * (size_t)(hi - lo));
+        memset(d + hi, 0, sizeof(float) * (size_t)(nr - hi));
       } else {
-        for (int64_t ox = 0; ox < Wo; ox++) {
-          int64_t ix = ox * g->stride - g->pad + kx;
-          d[ox] = (ix < 0 || ix >= g->W) ? 0.0f : src[ix];
+        for (int64_t j = 0; j < nr; j++) {
+          int64_t ix = (oxa + j) * g->stride - g->pad + kx;
+          d[j] = (j >= pw || ix < 0 || ix >= g->W) ? 0.0f : src[ix];
         }
+      }
+    }
+  }
+}
+
+/* y[co][oy, ox0 .. ox0+tw) = wf[co] . col for every co, K blocked by 256 (C tiles in y). */
+static void conv_tile(const cpu_gemm_path *P, const conv_geom *g, const float *wf, const float *wp, float *y,
+                      int64_t tw) {
+  int64_t K = g->Ci * g->kh * g->kw, HWo = g->Ho * g->Wo;
+  for (int64_t k0 = 0; k0 < K; k0 += 256) {
+    int64_t kc = K - k0 < 256 ? K - k0 : 256;
+    for (int64_t co = 0; co < g->Co; co += P->mr) {
+      int mr = (int)(g->Co - co < P->mr ? g->Co - co : P->mr);
+      for (int64_t j = 0; j < tw; j += P->nr) {
+        int nr = (int)(tw - j < P->nr ? tw - j : P->nr);
+        /* panel j / nr, rows k0 .. k0+kc: panels are K*nr apart, row k at k*nr */
+        P->kern(mr, nr, kc, wf + co * K + k0, K, wp + (j / P->nr) * K * P->nr + k0 * P->nr, y + co * HWo + j, HWo,
+                k0 > 0);
       }
     }
   }
@@ -78,43 +102,49 @@ static dit_status conv_check(dit_tensor *y, const dit_tensor *x, const dit_tenso
 dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, int stride, int pad, dit_error *err) {
   DIT_TRY(conv_check(y, x, w, b, stride, pad, err));
-  int64_t B = x->shape[0], Co = w->shape[0], Ho = y->shape[2];
-  conv_geom g = {x->shape[1], x->shape[2], x->shape[3], w->shape[2], w->shape[3], y->shape[3], stride, pad};
-  int64_t K = g.Ci * g.kh * g.kw, HWo = Ho * g.Wo;
   if (dit_tensor_numel(y) == 0) return DIT_OK;
-  /* tile of whole output rows: col (K x rows*Wo floats) within ~8 MiB, at least one row */
-  int64_t R = (int64_t)(2u << 20) / (K * g.Wo > 0 ? K * g.Wo : 1);
-  if (R < 1) R = 1;
-  if (R > Ho) R = Ho;
-  float *wf = malloc(sizeof(float) * (size_t)(Co * K + 1));
-  float *col = malloc(sizeof(float) * (size_t)(K * R * g.Wo + 1));
-  if (!wf || !col) {
-    free(wf);
-    free(col);
-    return dit_errorf(err, DIT_ERR_NOMEM, "conv2d: out of memory for the im2col tile");
-  }
+  int64_t B = x->shape[0];
+  conv_geom g = {x->shape[1], x->shape[2], x->shape[3], w->shape[2], w->shape[3], y->shape[2], y->shape[3],
+                 w->shape[0], stride, pad};
+  const cpu_gemm_path *P = cpu_gemm_path_for(be);
+  int64_t K = g.Ci * g.kh * g.kw, HWo = g.Ho * g.Wo;
+  /* tile: up to TP pixels of one output row, its packed im2col (K x TP floats) ~1 MiB (L2) */
+  int64_t TP = (262144 / (K > 0 ? K : 1)) / P->nr * P->nr;
+  if (TP < P->nr) TP = P->nr;
+  if (TP > 256) TP = 256;
+  int64_t tpr = (g.Wo + TP - 1) / TP, tiles = B * g.Ho * tpr;
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t co = 0; co < Co; co++) cpu_ld_row(wf + co * K, w->data, w->dtype, co * K, K);
+  if (tiles < nt) nt = (int)tiles;
+  size_t per = ((size_t)(K * (TP + P->nr)) + 15) & ~(size_t)15;
+  float *wf = malloc(sizeof(float) * (size_t)(g.Co * K + 1));
+  float *buf = aligned_alloc(64, sizeof(float) * per * (size_t)nt);
+  if (!wf || !buf) {
+    free(wf);
+    free(buf);
+    return dit_errorf(err, DIT_ERR_NOMEM, "conv2d: out of memory for the weight and im2col tiles");
+  }
   const float *xd = x->data;
   float *yd = y->data;
-  dit_status st = DIT_OK;
-  for (int64_t bi = 0; bi < B && st == DIT_OK; bi++) {
-    for (int64_t oy0 = 0; oy0 < Ho && st == DIT_OK; oy0 += R) {
-      int64_t nrow = Ho - oy0 < R ? Ho - oy0 : R, np = nrow * g.Wo;
-      im2col_kn(col, xd + bi * g.Ci * g.H * g.W, &g, oy0, nrow, nt);
-      st = cpu_gemm_kn(be, Co, np, K, wf, K, col, np, yd + bi * Co * HWo + oy0 * g.Wo, HWo, err);
-    }
-  }
-  if (st == DIT_OK && b) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < B * Co; r++) {
-      float bv = cpu_ld(b->data, b->dtype, r % Co), *yr = yd + r * HWo;
-      for (int64_t p = 0; p < HWo; p++) yr[p] += bv;
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static)
+    for (int64_t co = 0; co < g.Co; co++) cpu_ld_row(wf + co * K, w->data, w->dtype, co * K, K);
+    float *wp = buf + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t t = 0; t < tiles; t++) {
+      int64_t bi = t / (g.Ho * tpr), oy = (t / tpr) % g.Ho, ox0 = (t % tpr) * TP;
+      int64_t tw = g.Wo - ox0 < TP ? g.Wo - ox0 : TP;
+      float *yt = yd + bi * g.Co * HWo + oy * g.Wo + ox0;
+      im2col_pack(wp, xd + bi * g.Ci * g.H * g.W, &g, oy, ox0, tw, P->nr);
+      conv_tile(P, &g, wf, wp, yt, tw);
+      if (b)
+        for (int64_t co = 0; co < g.Co; co++) {
+          float bv = cpu_ld(b->data, b->dtype, co), *yr = yt + co * HWo;
+          for (int64_t j = 0; j < tw; j++) yr[j] += bv;
+        }
     }
   }
   free(wf);
-  free(col);
-  if (st != DIT_OK) dit_error_prefix(err, "conv2d");
-  return st;
+  free(buf);
+  return DIT_OK;
 }

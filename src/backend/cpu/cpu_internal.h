@@ -63,11 +63,6 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
                     const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err);
 
-/* y[m, n] = sum_k x[m, k] * w[k * ldw + n]: as cpu_gemm with an fp32 right operand stored
- * K-major (rows of k), e.g. an im2col matrix; no bias, no activation. */
-dit_status cpu_gemm_kn(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                       const float *w, int64_t ldw, float *y, int64_t ldy, dit_error *err);
-
 /* Op implementations (one family per file). */
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, dit_act act, dit_error *err);

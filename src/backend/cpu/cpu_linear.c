@@ -134,17 +134,14 @@ static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, 
 
 static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
                       int64_t K, const float *x, int64_t ldx, const void *w, dit_dtype wt, int64_t ldw,
-                      bool kmajor, float *y, int64_t ldy) {
+                      float *y, int64_t ldy) {
   if (K == 0) {
     for (int64_t i = 0; i < mc; i++) memset(y + (m0 + i) * ldy + n0, 0, (size_t)nc * sizeof(float));
     return;
   }
   for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
     int64_t kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
-    if (kmajor)
-      cpu_pack_kn(wp, (const float *)w + k0 * ldw, ldw, n0, nc, kc, P->nr);
-    else
-      P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
+    P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
     for (int64_t i = 0; i < mc; i += P->mr) {
       int mr = (int)(mc - i < P->mr ? mc - i : P->mr);
       const float *xr = x + (m0 + i) * ldx + k0;
@@ -160,9 +157,9 @@ static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc,
   }
 }
 
-static dit_status gemm_run(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                           const void *w, dit_dtype wt, int64_t ldw, bool kmajor, const void *b, dit_dtype bt,
-                           dit_act act, float *y, int64_t ldy, dit_error *err) {
+dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
   const cpu_gemm_path *P = cpu_gemm_path_for(be);
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
@@ -201,23 +198,12 @@ static dit_status gemm_run(const dit_backend *be, int64_t M, int64_t N, int64_t 
       int64_t m0 = mb * MC, n0 = nb * NC;
       int64_t mc = M - m0 < MC ? M - m0 : MC;
       int64_t nc = N - n0 < NC ? N - n0 : NC;
-      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, kmajor, y, ldy);
+      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, y, ldy);
       epilogue(y + m0 * ldy + n0, ldy, mc, n0, nc, b, bt, act);
     }
   }
   free(buf);
   return DIT_OK;
-}
-
-dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
-                    float *y, int64_t ldy, dit_error *err) {
-  return gemm_run(be, M, N, K, x, ldx, w, wt, ldw, false, b, bt, act, y, ldy, err);
-}
-
-dit_status cpu_gemm_kn(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                       const float *w, int64_t ldw, float *y, int64_t ldy, dit_error *err) {
-  return gemm_run(be, M, N, K, x, ldx, w, DIT_F32, ldw, true, NULL, DIT_F32, DIT_ACT_NONE, y, ldy, err);
 }
 
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,

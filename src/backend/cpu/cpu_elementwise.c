@@ -77,7 +77,9 @@ dit_status cpu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, con
 
 dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
                          bool tanh_gate, dit_error *err) {
-  DIT_TRY(check_unary("gated_add", x, y, err));
+  DIT_TRY(cpu_check_act("gated_add", "x", x, err));
+  DIT_TRY(cpu_check_act("gated_add", "y", y, err));
+  DIT_TRY(cpu_check_same_shape("gated_add", "y", y, "x", x, err));
   if (gate) DIT_TRY(check_bd("gated_add", "gate", x, gate, err));
   else if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gated_add: x has no dims");
   int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;

@@ -26,6 +26,7 @@ typedef struct zimage_acts {
   void *adaln_silu;          /* [n, A] */
   void *mod;                 /* [n, 4D] one block's modulation */
   void *mod4;                /* 4 x [n, D]: scale_msa, gate_msa, scale_mlp, gate_mlp */
+  void *wmod;                /* [D] a norm weight times (1 + scale) (GPU, batch of 1) */
   void *fscale;              /* [n, D] final-layer scale (before the 1 +) */
   void *patches;             /* [max n_img, P] */
   void *capn;                /* [max L, cap_feat_dim] */
@@ -96,6 +97,7 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
   TAKE(adaln_silu, n * A);
   TAKE(mod, n * 4 * D);
   TAKE(mod4, n * 4 * D);
+  TAKE(wmod, D);
   TAKE(fscale, n * D);
   TAKE(patches, max_img * P);
   TAKE(capn, max_cap * (size_t)c->cap_feat_dim);
@@ -148,6 +150,10 @@ static dit_status modulation(dit_zimage *m, const zimage_block_w *b, int64_t n, 
   const int64_t D = m->cfg.dim;
   dit_tensor ad = t2(m, a->adaln, n, m->cfg.adaln_dim), mod = t2(m, a->mod, n, 4 * D);
   DIT_TRY(dit_op_linear(be, &mod, &ad, &b->adaLN_modulation_0_w, &b->adaLN_modulation_0_b, DIT_ACT_NONE, err));
+  if (n == 1) { /* a chunk of one row is already contiguous: no copies */
+    for (int k = 0; k < 4; k++) sm[k] = t2(m, el(m, a->mod, k * D), 1, D);
+    return DIT_OK;
+  }
   for (int k = 0; k < 4; k++) {
     sm[k] = t2(m, el(m, a->mod4, k * n * D), n, D);
     dit_tensor src = view(m, m->adt, el(m, a->mod, k * D), 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
@@ -183,6 +189,26 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   return dit_op_linear(be, &q, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
 }
 
+/* hn = rms_norm(x) * w * (1 + scale) (modulated blocks) or rms_norm(x) * w. On a GPU with
+ * one item, w * (1 + scale) is formed first ([D] values) so the [S, D] stream is passed
+ * once instead of twice; the CPU keeps the reference order. */
+static dit_status norm_mod(dit_zimage *m, dit_tensor *hn, const dit_tensor *x, const dit_tensor *w,
+                           const dit_tensor *scale, int64_t n, zimage_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const float eps = m->cfg.norm_eps;
+  if (!scale) return dit_op_rms_norm(be, hn, x, w, eps, err);
+  if (n == 1 && w->dtype == m->adt && m->dev != DIT_DEV_CPU) {
+    const int64_t D = m->cfg.dim;
+    dit_tensor w3 = mk(m, w->dtype, w->data, 3, (int64_t[]){1, 1, D}), wm3 = t3(m, a->wmod, 1, 1, D);
+    w3.device = w->device;
+    DIT_TRY(dit_op_modulate(be, &wm3, &w3, scale, NULL, err));
+    dit_tensor wm = mk(m, m->adt, a->wmod, 1, (int64_t[]){D});
+    return dit_op_rms_norm(be, hn, x, &wm, eps, err);
+  }
+  DIT_TRY(dit_op_rms_norm(be, hn, x, w, eps, err));
+  return dit_op_modulate(be, hn, hn, scale, NULL, err);
+}
+
 /* One ZImageTransformerBlock on the stream, in place. Modulated blocks scale the normed
  * inputs by 1 + scale and gate the residuals by tanh(gate). */
 static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_stream *st, int64_t n, zimage_acts *a,
@@ -195,15 +221,13 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   if (b->modulation) DIT_TRY(modulation(m, b, n, a, sm, err));
   dit_tensor x = t3(m, st->x, n, S, D), hn = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
   /* attention */
-  DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->attention_norm1, eps, err));
-  if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[0], NULL, err));
+  DIT_TRY(norm_mod(m, &hn, &x, &b->attention_norm1, b->modulation ? &sm[0] : NULL, n, a, err));
   DIT_TRY(attention(m, b, st, n, a, err));
   DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->attention_norm2, eps, err));
   DIT_TRY(dit_op_gated_add(be, &x, &o, b->modulation ? &sm[1] : NULL, true, err));
   /* feed-forward: w2(silu(w1 h) * w3 h) */
   dit_tensor fa = t3(m, a->ff_a, n, S, Fd), fb = t3(m, a->ff_b, n, S, Fd);
-  DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->ffn_norm1, eps, err));
-  if (b->modulation) DIT_TRY(dit_op_modulate(be, &hn, &hn, &sm[2], NULL, err));
+  DIT_TRY(norm_mod(m, &hn, &x, &b->ffn_norm1, b->modulation ? &sm[2] : NULL, n, a, err));
   DIT_TRY(dit_op_linear(be, &fa, &hn, &b->feed_forward_w1, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &fb, &hn, &b->feed_forward_w3, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_swiglu(be, &fa, &fa, &fb, err));

@@ -38,35 +38,38 @@ void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n
   }
 }
 
+/* Portable kernel: GCC/Clang generic vectors of 4 floats (SSE on x86-64, NEON on arm64,
+ * scalar code elsewhere), 4 rows x 8 columns = 8 accumulators, which fit the 16
+ * registers of SSE2 (a float c[4][16] array was kept on the stack by GCC -O2). */
 #define C_MR 4
-#define C_NR 16
+#define C_NR 8
+
+typedef float cpu_v4 __attribute__((vector_size(16)));
+
+static inline cpu_v4 v4_ld(const float *p) {
+  cpu_v4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
 
 /* y[0..mr, 0..nr] (+)= x[0..mr, 0..kc] * panel (kc x C_NR). */
 static void kern_c(int mr, int nr, int64_t kc, const float *x, int64_t ldx, const float *wp, float *y,
                    int64_t ldy, bool acc) {
-  float c[C_MR][C_NR];
-  memset(c, 0, sizeof c);
-  if (mr == C_MR) {
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
-    for (int64_t k = 0; k < kc; k++) {
-      const float *b = wp + k * C_NR;
-      float a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k];
-      for (int j = 0; j < C_NR; j++) {
-        c[0][j] += a0 * b[j];
-        c[1][j] += a1 * b[j];
-        c[2][j] += a2 * b[j];
-        c[3][j] += a3 * b[j];
-      }
-    }
-  } else {
-    for (int64_t k = 0; k < kc; k++) {
-      const float *b = wp + k * C_NR;
-      for (int i = 0; i < mr; i++) {
-        float a = x[i * ldx + k];
-        for (int j = 0; j < C_NR; j++) c[i][j] += a * b[j];
-      }
-    }
+  /* rows beyond mr repeat row 0: computed, never stored, never read out of bounds */
+  const float *x0 = x, *x1 = x + (mr > 1 ? ldx : 0), *x2 = x + (mr > 2 ? 2 * ldx : 0),
+              *x3 = x + (mr > 3 ? 3 * ldx : 0);
+  cpu_v4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+  for (int64_t k = 0; k < kc; k++) {
+    cpu_v4 b0 = v4_ld(wp + k * C_NR), b1 = v4_ld(wp + k * C_NR + 4);
+    float a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k];
+    c00 += b0 * a0, c01 += b1 * a0;
+    c10 += b0 * a1, c11 += b1 * a1;
+    c20 += b0 * a2, c21 += b1 * a2;
+    c30 += b0 * a3, c31 += b1 * a3;
   }
+  float c[C_MR][C_NR];
+  memcpy(&c[0][0], &c00, 16), memcpy(&c[0][4], &c01, 16), memcpy(&c[1][0], &c10, 16), memcpy(&c[1][4], &c11, 16);
+  memcpy(&c[2][0], &c20, 16), memcpy(&c[2][4], &c21, 16), memcpy(&c[3][0], &c30, 16), memcpy(&c[3][4], &c31, 16);
   for (int i = 0; i < mr; i++) {
     float *yr = y + i * ldy;
     if (acc)

@@ -1,7 +1,7 @@
 /* FLUX.2 components against the diffusers float32 references of the fixture
  * (components.safetensors): the transformer call dit_* (explicit ids) and the VAE decode
  * vae_z -> vae_image, each within 1e-4 relative error; plus the bad inputs (config
- * fields, weights, shapes) ending in errors that name them.
+ * fields, weights, shapes) ending in errors that name them, and random-weight models.
  * Usage: test_flux2_fixture [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +84,8 @@ static void test_transformer(dit_backend *be) {
     memcpy(e2, k.enc, ne * sizeof *e2);
     memcpy(e2 + ne, k.enc, ne * sizeof *e2);
     float t2v[2] = {k.t[0], k.t[0]};
-    dit_tensor bx = dit_tensor_3d(DIT_F32, x2, 2, k.hs[1], k.hs[2]), be2 = dit_tensor_3d(DIT_F32, e2, 2, k.es[1], k.es[2]);
+    dit_tensor bx = dit_tensor_3d(DIT_F32, x2, 2, k.hs[1], k.hs[2]),
+               be2 = dit_tensor_3d(DIT_F32, e2, 2, k.es[1], k.es[2]);
     dit_tensor bo = dit_tensor_3d(DIT_F32, o2, 2, k.os[1], k.os[2]);
     s = dit_flux2_forward(m, &bx, &be2, t2v, NULL, k.img_ids, k.txt_ids, &bo, &err);
     CHECK_MSG(s == DIT_OK, "batched forward: %s", err.msg);
@@ -209,6 +210,46 @@ static void test_bad_config(dit_backend *be, const char *tmp) {
   }
 }
 
+/* Random weights at a small geometry (the klein config shrunk): builds, runs, finite;
+ * a config that does not add up is refused naming the field. */
+static void test_random(dit_backend *be) {
+  dit_flux2_config c;
+  dit_flux2_config_klein(&c, false);
+  CHECK(c.in_channels == 128 && c.joint_attention_dim == 7680 && c.n_layers == 5 && c.n_single_layers == 20);
+  c.n_layers = 1;
+  c.n_single_layers = 1;
+  c.n_heads = 2;
+  c.head_dim = 16;
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c.axes_dims[i] = 4;
+  c.joint_attention_dim = 24;
+  c.in_channels = 8;
+  dit_flux2 *m = NULL;
+  dit_error err = {0};
+  dit_status s = dit_flux2_create_random(be, &c, DIT_BF16, 1, &m, &err);
+  CHECK_MSG(s == DIT_OK, "create_random: %s", err.msg);
+  if (s == DIT_OK) {
+    CHECK(dit_flux2_get_config(m)->dim == 32 && dit_flux2_get_config(m)->mlp_hidden == 96);
+    CHECK(dit_flux2_weight_bytes(m) > 0);
+    enum { SI = 6, ST = 5 };
+    float x[SI * 8], txt[ST * 24], out[SI * 8], ii[SI * 4] = {0}, ti[ST * 4] = {0}, t = 0.5f;
+    dt_fill_random(x, SI * 8, 3);
+    dt_fill_random(txt, ST * 24, 4);
+    for (int r = 0; r < SI; r++) ii[4 * r + 1] = (float)(r / 3), ii[4 * r + 2] = (float)(r % 3);
+    for (int r = 0; r < ST; r++) ti[4 * r + 3] = (float)r;
+    dit_tensor tx = dit_tensor_3d(DIT_F32, x, 1, SI, 8), tt = dit_tensor_3d(DIT_F32, txt, 1, ST, 24);
+    dit_tensor to = dit_tensor_3d(DIT_F32, out, 1, SI, 8);
+    s = dit_flux2_forward(m, &tx, &tt, &t, NULL, ii, ti, &to, &err);
+    CHECK_MSG(s == DIT_OK, "random forward: %s", err.msg);
+    int finite = 1;
+    for (int i = 0; i < SI * 8; i++) finite &= isfinite(out[i]) != 0;
+    CHECK(s == DIT_OK && finite);
+  }
+  dit_flux2_free(m);
+  c.axes_dims[0] = 6;
+  s = dit_flux2_create_random(be, &c, DIT_BF16, 1, &m, &err);
+  CHECK_MSG(s != DIT_OK && m == NULL && strstr(err.msg, "axes_dims_rope"), "%s", err.msg);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -224,6 +265,7 @@ int main(int argc, char **argv) {
   test_transformer(be);
   test_vae(be);
   test_bad_config(be, a.tmp);
+  test_random(be);
   dit_backend_free(be);
   return dt_finish();
 }

@@ -68,7 +68,7 @@ static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *
 }
 
 /* Consistency of the sizes with each other and with what this implementation runs. */
-static dit_status check_config(dit_flux2_config *c, const char *what, dit_error *err) {
+dit_status flux2_check_config(dit_flux2_config *c, const char *what, dit_error *err) {
   if (c->patch_size != 1)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"patch_size\" = %d: only 1 is supported", what,
                       c->patch_size);
@@ -110,7 +110,7 @@ dit_status flux2_parse_config(const char *path, dit_flux2_config *c, dit_error *
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
   dit_status s = read_fields(j, c, path, err);
-  if (s == DIT_OK) s = check_config(c, path, err);
+  if (s == DIT_OK) s = flux2_check_config(c, path, err);
   json_decref(j);
   return s;
 }
@@ -176,23 +176,52 @@ static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
-/* Allocates the block arrays and binds every tensor; names the first problems. */
-static dit_status bind_weights(dit_flux2 *m, dit_error *err) {
+/* Allocates the block arrays and lists every tensor in t (the caller frees t). */
+static dit_status build_table(dit_flux2 *m, dit_wtable *t, dit_error *err) {
   const dit_flux2_config *c = &m->cfg;
   flux2_weights *w = &m->w;
+  dit_wtable_init(t);
   w->blocks = calloc(c->n_layers ? (size_t)c->n_layers : 1, sizeof *w->blocks);
   w->single = calloc(c->n_single_layers ? (size_t)c->n_single_layers : 1, sizeof *w->single);
   if (!w->blocks || !w->single)
     return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d + %d blocks", c->n_layers, c->n_single_layers);
+  add_top(t, c, w);
+  for (int i = 0; i < c->n_layers; i++) add_double(t, c, &w->blocks[i], i);
+  for (int i = 0; i < c->n_single_layers; i++) add_single(t, c, &w->single[i], i);
+  return DIT_OK;
+}
+
+static size_t table_bytes(const dit_wtable *t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) n += (dit_tensor_nbytes(t->entries[i].dst) + 255) / 256 * 256;
+  return n;
+}
+
+/* Binds every tensor (names the first problems); on a device backend copies them into
+ * one device allocation and closes the files. */
+static dit_status bind_weights(dit_flux2 *m, dit_error *err) {
   dit_wtable t;
-  dit_wtable_init(&t);
-  add_top(&t, c, w);
-  for (int i = 0; i < c->n_layers; i++) add_double(&t, c, &w->blocks[i], i);
-  for (int i = 0; i < c->n_single_layers; i++) add_single(&t, c, &w->single[i], i);
-  dit_status s = dit_wtable_bind(&t, m->files, "", NULL, err);
+  dit_status s = build_table(m, &t, err);
+  if (s == DIT_OK) s = dit_wtable_bind(&t, m->files, "", NULL, err);
   if (s == DIT_OK) s = check_dtypes(&t, err);
+  if (s == DIT_OK && !dit_backend_is_host(m->be)) {
+    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
+    if (s == DIT_OK) {
+      m->wbytes = table_bytes(&t);
+      dit_weights_close(m->files);
+      m->files = NULL;
+    }
+  }
   dit_wtable_free(&t);
   return s;
+}
+
+static dit_flux2 *new_model(dit_backend *be) {
+  dit_flux2 *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->be = be;
+  m->dev = dit_backend_device(be);
+  return m;
 }
 
 dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 **out, dit_error *err) {
@@ -202,9 +231,8 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
   int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
   if (n < 0 || (size_t)n >= sizeof path)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: folder path too long: %s", component_dir);
-  dit_flux2 *m = calloc(1, sizeof *m);
+  dit_flux2 *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
-  m->be = be;
   dit_status s = flux2_parse_config(path, &m->cfg, err);
   if (s == DIT_OK) {
     s = dit_weights_open(component_dir, NULL, &m->files, err);
@@ -221,9 +249,60 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
   return DIT_OK;
 }
 
+/* FLUX.2 [klein] 4B / 9B transformer configs (the published config.json values). */
+void dit_flux2_config_klein(dit_flux2_config *c, bool nine_b) {
+  memset(c, 0, sizeof *c);
+  c->patch_size = 1;
+  c->in_channels = 128;
+  c->n_layers = nine_b ? 8 : 5;
+  c->n_single_layers = nine_b ? 24 : 20;
+  c->head_dim = 128;
+  c->n_heads = nine_b ? 32 : 24;
+  c->joint_attention_dim = nine_b ? 12288 : 7680;
+  c->t_channels = 256;
+  c->mlp_ratio = 3.0;
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
+  c->rope_theta = 2000.0;
+  c->eps = 1e-6f;
+  c->guidance_embeds = false;
+}
+
+dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_flux2 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or config given");
+  dit_flux2 *m = new_model(be);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
+  m->cfg = *c;
+  dit_status s = DIT_OK;
+  if (c->in_channels < 1 || c->in_channels > MAX_CHANNELS || c->out_channels < 0 || c->out_channels > MAX_CHANNELS ||
+      c->n_layers < 0 || c->n_layers > MAX_LAYERS || c->n_single_layers < 0 || c->n_single_layers > MAX_LAYERS ||
+      c->head_dim < 2 || c->head_dim > MAX_HEAD_DIM || c->n_heads < 1 || c->n_heads > MAX_HEADS ||
+      c->joint_attention_dim < 1 || c->joint_attention_dim > MAX_DIM || c->t_channels < 2 || c->t_channels > MAX_DIM)
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 random config: a size is out of range");
+  if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux2 random config", err);
+  if (s == DIT_OK) {
+    dit_wtable t;
+    s = build_table(m, &t, err);
+    if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
+    if (s == DIT_OK) m->wbytes = table_bytes(&t);
+    dit_wtable_free(&t);
+    if (s != DIT_OK) dit_error_prefix(err, "flux2 random weights");
+  }
+  if (s != DIT_OK) {
+    dit_flux2_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
+
 void dit_flux2_free(dit_flux2 *m) {
   if (!m) return;
   if (m->act) m->be->ops->free(m->be, m->act);
+  if (m->wblock) m->be->ops->free(m->be, m->wblock);
   free(m->host);
   free(m->w.blocks);
   free(m->w.single);

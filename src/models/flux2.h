@@ -43,6 +43,18 @@ typedef struct dit_flux2 dit_flux2;
  * validated first (errors name the field); weights stay mapped in their stored dtype
  * (errors name missing, mis-shaped or unexpected tensors). On failure *out is NULL. */
 dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 **out, dit_error *err);
+/* A model with deterministic random weights of dtype wdt (F32/BF16/F16) created directly
+ * in the backend's memory (no files), for benchmarks at the real geometry. c's "read
+ * from config.json" fields must be set (dit_flux2_config_klein gives klein's); the
+ * derived ones are computed and checked like a loaded config's. */
+dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_flux2 **out, dit_error *err);
+/* FLUX.2 [klein] transformer config: 4B (hidden 3072, 24 heads, 5 double + 20 single
+ * blocks, joint_attention_dim 7680) or 9B (hidden 4096, 32 heads, 8 + 24 blocks, 12288);
+ * in_channels 128, no guidance embedder. Derived fields left for create to fill. */
+void dit_flux2_config_klein(dit_flux2_config *c, bool nine_b);
+/* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
+size_t dit_flux2_weight_bytes(const dit_flux2 *m);
 void dit_flux2_free(dit_flux2 *m);
 const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
 
@@ -58,7 +70,10 @@ const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
  *   img_ids host [Si * 4], txt_ids host [St * 4]: (t, h, w, l) positions, shared by the
  *        batch (the reference takes ids[0] too),
  *   out  [B, Si, out_channels] F32, caller-allocated.
- * Tensors are in the backend's memory (host on the CPU backend). Activations live in one
+ * Tensors are in the backend's memory (host pointers, DIT_DEV_CPU, on the CPU backend;
+ * device pointers and DIT_DEV_CUDA on the GPU, where the call only enqueues work: sync
+ * or download before reading out); t, guidance and the ids are host arrays. Activations
+ * are F32 (no BF16 activation mode yet). Activations live in one
  * buffer owned by the model, grown when a call needs more and reused otherwise (one
  * forward at a time per model). DIT_ERR_INVALID_ARG (nothing computed) for bad shapes,
  * dtypes, empty sequences or non-finite t / ids. */

@@ -52,12 +52,31 @@ typedef struct flux2_host_tables {
   float *g;             /* [B] guidance * 1000 */
 } flux2_host_tables;
 
-static dit_tensor t2(float *p, int64_t a, int64_t b) { return dit_tensor_2d(DIT_F32, p, a, b); }
-static dit_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return dit_tensor_3d(DIT_F32, p, a, b, c); }
+/* F32 activation descriptors tagged with the backend's device. */
+static dit_tensor t1(dit_device d, void *p, int64_t a) {
+  dit_tensor t = dit_tensor_1d(DIT_F32, p, a);
+  t.device = d;
+  return t;
+}
+static dit_tensor t2(dit_device d, float *p, int64_t a, int64_t b) {
+  dit_tensor t = dit_tensor_2d(DIT_F32, p, a, b);
+  t.device = d;
+  return t;
+}
+static dit_tensor t3(dit_device d, float *p, int64_t a, int64_t b, int64_t c) {
+  dit_tensor t = dit_tensor_3d(DIT_F32, p, a, b, c);
+  t.device = d;
+  return t;
+}
+static dit_tensor t4(dit_device d, void *p, int64_t a, int64_t b, int64_t c, int64_t e) {
+  dit_tensor t = dit_tensor_4d(DIT_F32, p, a, b, c, e);
+  t.device = d;
+  return t;
+}
 
 /* A strided 3-D F32 view: [a, b, c] with strides (sa, sb, 1). */
-static dit_tensor v3(float *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
-  dit_tensor t = dit_tensor_3d(DIT_F32, p, a, b, c);
+static dit_tensor v3(dit_device d, float *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
+  dit_tensor t = t3(d, p, a, b, c);
   t.stride[0] = sa;
   t.stride[1] = sb;
   t.stride[2] = 1;
@@ -153,11 +172,11 @@ static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor
                              dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor ts = t2(a->temb_silu, B, D), raw = t2(a->mod_raw, B, n * D);
+  dit_tensor ts = t2(m->dev, a->temb_silu, B, D), raw = t2(m->dev, a->mod_raw, B, n * D);
   DIT_TRY(dit_op_linear(be, &raw, &ts, w, NULL, DIT_ACT_NONE, err));
   for (int i = 0; i < n; i++) {
-    dit_tensor dst = t2(chunk(a, g, D, k0 + i), B, D);
-    dit_tensor src = t2(a->mod_raw + (size_t)i * (size_t)D, B, D);
+    dit_tensor dst = t2(m->dev, chunk(a, g, D, k0 + i), B, D);
+    dit_tensor src = t2(m->dev, a->mod_raw + (size_t)i * (size_t)D, B, D);
     src.stride[0] = n * D;
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
   }
@@ -170,7 +189,7 @@ static dit_status embed_scalar(dit_flux2 *m, const flux2_geom *g, const dit_tens
   dit_backend *be = m->be;
   const dit_flux2_config *c = &m->cfg;
   const int64_t B = g->B, D = c->dim;
-  dit_tensor tf = t2(a->t_freq, B, c->t_channels), tm = t2(a->t_mid, B, D), out = t2(y, B, D);
+  dit_tensor tf = t2(m->dev, a->t_freq, B, c->t_channels), tm = t2(m->dev, a->t_mid, B, D), out = t2(m->dev, y, B, D);
   DIT_TRY(dit_op_timestep_embedding(be, &tf, v, c->t_channels, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
   DIT_TRY(dit_op_linear(be, &tm, &tf, l1, NULL, DIT_ACT_SILU, err));
   return dit_op_linear(be, &out, &tm, l2, NULL, DIT_ACT_NONE, err);
@@ -183,10 +202,10 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
   const flux2_weights *w = &m->w;
   const int64_t B = g->B, D = m->cfg.dim;
   DIT_TRY(embed_scalar(m, g, t_dev, &w->t_linear_1, &w->t_linear_2, a->temb, a, err));
-  dit_tensor te = t2(a->temb, B, D), ts = t2(a->temb_silu, B, D);
+  dit_tensor te = t2(m->dev, a->temb, B, D), ts = t2(m->dev, a->temb_silu, B, D);
   if (g_dev) {
     DIT_TRY(embed_scalar(m, g, g_dev, &w->g_linear_1, &w->g_linear_2, a->g_emb, a, err));
-    dit_tensor ge = t2(a->g_emb, B, D);
+    dit_tensor ge = t2(m->dev, a->g_emb, B, D);
     DIT_TRY(dit_op_add(be, &te, &te, &ge, err));
   }
   DIT_TRY(dit_op_activation(be, &ts, &te, DIT_ACT_SILU, err));
@@ -200,8 +219,8 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
 static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, float *x, int64_t Ss, float *hn, const float *shift,
                            const float *scale, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(x, B, Ss, D), th = t3(hn, B, Ss, D);
-  dit_tensor sc = t2((float *)scale, B, D), sh = t2((float *)shift, B, D);
+  dit_tensor tx = t3(m->dev, x, B, Ss, D), th = t3(m->dev, hn, B, Ss, D);
+  dit_tensor sc = t2(m->dev, (float *)scale, B, D), sh = t2(m->dev, (float *)shift, B, D);
   DIT_TRY(dit_op_layer_norm(m->be, &th, &tx, NULL, NULL, m->cfg.eps, err));
   return dit_op_modulate(m->be, &th, &th, &sc, &sh, err);
 }
@@ -212,13 +231,13 @@ static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, in
                                const dit_tensor *norm, float *dst, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim, hd = m->cfg.head_dim;
-  dit_tensor hn = t3(a->hn, B, Ss, D), p = t3(a->p, B, Ss, D);
+  dit_tensor hn = t3(m->dev, a->hn, B, Ss, D), p = t3(m->dev, a->p, B, Ss, D);
   DIT_TRY(dit_op_linear(be, &p, &hn, w, NULL, DIT_ACT_NONE, err));
   if (norm) {
-    dit_tensor ph = t2(a->p, B * Ss * (D / hd), hd);
+    dit_tensor ph = t2(m->dev, a->p, B * Ss * (D / hd), hd);
     DIT_TRY(dit_op_rms_norm(be, &ph, &ph, norm, m->cfg.eps, err));
   }
-  dit_tensor d = v3(dst + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  dit_tensor d = v3(m->dev, dst + (size_t)(off * D), B, Ss, D, g->S * D, D);
   return dit_op_copy(be, &d, &p, err);
 }
 
@@ -227,8 +246,8 @@ static dit_status rope_attend(dit_flux2 *m, const flux2_geom *g, const dit_tenso
                               const dit_tensor *v4, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  dit_tensor q4 = dit_tensor_4d(DIT_F32, a->q, B, S, H, hd), k4 = dit_tensor_4d(DIT_F32, a->k, B, S, H, hd);
-  dit_tensor o4 = dit_tensor_4d(DIT_F32, a->o, B, S, H, hd);
+  dit_tensor q4 = t4(m->dev, a->q, B, S, H, hd), k4 = t4(m->dev, a->k, B, S, H, hd);
+  dit_tensor o4 = t4(m->dev, a->o, B, S, H, hd);
   DIT_TRY(dit_op_rope(be, &q4, cos, sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_rope(be, &k4, cos, sin, DIT_ROPE_INTERLEAVED, err));
   return dit_op_attention(be, &o4, &q4, &k4, v4, NULL, 1.0f / sqrtf((float)hd), false, err);
@@ -239,10 +258,10 @@ static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_i
                                flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
-  dit_tensor hn = t2(a->hn, rows, D), big = t2(a->big, rows, 2 * F), p = t2(a->p, rows, D);
-  dit_tensor ga = t2(a->ga, rows, F), gb = t2(a->gb, rows, F);
+  dit_tensor hn = t2(m->dev, a->hn, rows, D), big = t2(m->dev, a->big, rows, 2 * F), p = t2(m->dev, a->p, rows, D);
+  dit_tensor ga = t2(m->dev, a->ga, rows, F), gb = t2(m->dev, a->gb, rows, F);
   DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
-  dit_tensor sa = t2(a->big, rows, F), sb = t2(a->big + F, rows, F);
+  dit_tensor sa = t2(m->dev, a->big, rows, F), sb = t2(m->dev, a->big + F, rows, F);
   sa.stride[0] = sb.stride[0] = 2 * F;
   DIT_TRY(dit_op_copy(be, &ga, &sa, err));
   DIT_TRY(dit_op_copy(be, &gb, &sb, err));
@@ -257,15 +276,15 @@ static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, float *x, int64
                               dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(x, B, Ss, D), hn = t3(a->hn, B, Ss, D), p = t3(a->p, B, Ss, D);
-  dit_tensor os = v3(a->o + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  dit_tensor tx = t3(m->dev, x, B, Ss, D), hn = t3(m->dev, a->hn, B, Ss, D), p = t3(m->dev, a->p, B, Ss, D);
+  dit_tensor os = v3(m->dev, a->o + (size_t)(off * D), B, Ss, D, g->S * D, D);
   DIT_TRY(dit_op_copy(be, &hn, &os, err));
   DIT_TRY(dit_op_linear(be, &p, &hn, w_o, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(chunk(a, g, D, mk + 2), B, D);
+  dit_tensor gate = t2(m->dev, chunk(a, g, D, mk + 2), B, D);
   DIT_TRY(dit_op_gated_add(be, &tx, &p, &gate, false, err));
   DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(a, g, D, mk + 3), chunk(a, g, D, mk + 4), err));
   DIT_TRY(feed_forward(m, B * Ss, w_in, w_out, a, err));
-  gate = t2(chunk(a, g, D, mk + 5), B, D);
+  gate = t2(m->dev, chunk(a, g, D, mk + 5), B, D);
   return dit_op_gated_add(be, &tx, &p, &gate, false, err);
 }
 
@@ -282,7 +301,7 @@ static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux
   DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, a->q, a, err));
   DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, a->k, a, err));
   DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, a->v, a, err));
-  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
+  dit_tensor v4 = t4(m->dev, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
   DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
   DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a, err));
   return stream_tail(m, g, a->txt, St, 0, M_TXT, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out, a, err);
@@ -296,43 +315,44 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
   const int64_t B = g->B, S = g->S, R = B * S, D = m->cfg.dim, F = m->cfg.mlp_hidden, hd = m->cfg.head_dim;
   const int64_t H = m->cfg.n_heads, W = 3 * D + 2 * F;
   DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(a, g, D, M_SINGLE), chunk(a, g, D, M_SINGLE + 1), err));
-  dit_tensor hn = t2(a->hn, R, D), big = t2(a->big, R, W);
+  dit_tensor hn = t2(m->dev, a->hn, R, D), big = t2(m->dev, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
   float *dst[2] = {a->q, a->k};
   const dit_tensor *nw[2] = {&b->norm_q, &b->norm_k};
   for (int i = 0; i < 2; i++) {
-    dit_tensor d = t2(dst[i], R, D), s = t2(a->big + (size_t)(i * D), R, D);
+    dit_tensor d = t2(m->dev, dst[i], R, D), s = t2(m->dev, a->big + (size_t)(i * D), R, D);
     s.stride[0] = W;
     DIT_TRY(dit_op_copy(be, &d, &s, err));
-    dit_tensor dh = t2(dst[i], R * H, hd);
+    dit_tensor dh = t2(m->dev, dst[i], R * H, hd);
     DIT_TRY(dit_op_rms_norm(be, &dh, &dh, nw[i], m->cfg.eps, err));
   }
-  dit_tensor v4 = dit_tensor_4d(DIT_F32, a->big + (size_t)(2 * D), B, S, H, hd);
+  dit_tensor v4 = t4(m->dev, a->big + (size_t)(2 * D), B, S, H, hd);
   v4.stride[0] = S * W;
   v4.stride[1] = W;
   DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
-  dit_tensor ga = t2(a->ga, R, F), gb = t2(a->gb, R, F);
-  dit_tensor sa = t2(a->big + (size_t)(3 * D), R, F), sb = t2(a->big + (size_t)(3 * D + F), R, F);
+  dit_tensor ga = t2(m->dev, a->ga, R, F), gb = t2(m->dev, a->gb, R, F);
+  dit_tensor sa = t2(m->dev, a->big + (size_t)(3 * D), R, F), sb = t2(m->dev, a->big + (size_t)(3 * D + F), R, F);
   sa.stride[0] = sb.stride[0] = W;
   DIT_TRY(dit_op_copy(be, &ga, &sa, err));
   DIT_TRY(dit_op_copy(be, &gb, &sb, err));
   DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
-  dit_tensor ca = t2(a->cat, R, D), cb = t2(a->cat + (size_t)D, R, F), o = t2(a->o, R, D);
+  dit_tensor ca = t2(m->dev, a->cat, R, D), cb = t2(m->dev, a->cat + (size_t)D, R, F), o = t2(m->dev, a->o, R, D);
   ca.stride[0] = cb.stride[0] = D + F;
   DIT_TRY(dit_op_copy(be, &ca, &o, err));
   DIT_TRY(dit_op_copy(be, &cb, &ga, err));
-  dit_tensor cat = t2(a->cat, R, D + F), p2 = t2(a->p, R, D), p = t3(a->p, B, S, D), x = t3(a->joint, B, S, D);
+  dit_tensor cat = t2(m->dev, a->cat, R, D + F), p2 = t2(m->dev, a->p, R, D), p = t3(m->dev, a->p, B, S, D),
+             x = t3(m->dev, a->joint, B, S, D);
   DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(chunk(a, g, D, M_SINGLE + 2), B, D);
+  dit_tensor gate = t2(m->dev, chunk(a, g, D, M_SINGLE + 2), B, D);
   return dit_op_gated_add(be, &x, &p, &gate, false, err);
 }
 
 /* joint[b] = [txt[b], img[b]]. */
 static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor dt = v3(a->joint, B, g->St, D, g->S * D, D), di = v3(a->joint + (size_t)(g->St * D), B, g->Si, D,
-                                                                    g->S * D, D);
-  dit_tensor st = t3(a->txt, B, g->St, D), si = t3(a->img, B, g->Si, D);
+  dit_tensor dt = v3(m->dev, a->joint, B, g->St, D, g->S * D, D),
+             di = v3(m->dev, a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D);
+  dit_tensor st = t3(m->dev, a->txt, B, g->St, D), si = t3(m->dev, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &dt, &st, err));
   return dit_op_copy(m->be, &di, &si, err);
 }
@@ -340,10 +360,11 @@ static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a,
 /* Image rows of the joint stream -> norm_out (AdaLayerNormContinuous) -> proj_out. */
 static dit_status final_layer(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_tensor *out, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor src = v3(a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D), img = t3(a->img, B, g->Si, D);
+  dit_tensor src = v3(m->dev, a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D),
+             img = t3(m->dev, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &img, &src, err));
   DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(a, g, D, M_OUT + 1), chunk(a, g, D, M_OUT), err));
-  dit_tensor hn = t3(a->hn, B, g->Si, D);
+  dit_tensor hn = t3(m->dev, a->hn, B, g->Si, D);
   return dit_op_linear(m->be, out, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err);
 }
 
@@ -371,7 +392,8 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
   if (!is_f32_contig3(out) || !dit_tensor_has_shape(out, 3, os))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "out must be contiguous F32 %s",
                       dit_shape_str(os, 3, b1, sizeof b1));
-  if (g->B > MAX_BATCH) return dit_errorf(err, DIT_ERR_INVALID_ARG, "batch of %lld (max %d)", (long long)g->B, MAX_BATCH);
+  if (g->B > MAX_BATCH)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "batch of %lld (max %d)", (long long)g->B, MAX_BATCH);
   int64_t wide = 3 * (int64_t)c->dim + 2 * (int64_t)c->mlp_hidden;
   if ((double)g->B * (double)g->S * (double)wide > (double)MAX_ELEMS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%lld x %lld tokens are too many", (long long)g->B, (long long)g->S);
@@ -381,9 +403,11 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "guidance[%lld] is not finite", (long long)i);
   }
   for (int64_t i = 0; i < 4 * g->Si; i++)
-    if (!isfinite(img_ids[i])) return dit_errorf(err, DIT_ERR_INVALID_ARG, "img_ids[%lld] is not finite", (long long)(i / 4));
+    if (!isfinite(img_ids[i]))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "img_ids[%lld] is not finite", (long long)(i / 4));
   for (int64_t i = 0; i < 4 * g->St; i++)
-    if (!isfinite(txt_ids[i])) return dit_errorf(err, DIT_ERR_INVALID_ARG, "txt_ids[%lld] is not finite", (long long)(i / 4));
+    if (!isfinite(txt_ids[i]))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "txt_ids[%lld] is not finite", (long long)(i / 4));
   return DIT_OK;
 }
 
@@ -433,12 +457,12 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
 #define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
   const int64_t B = g->B, D = c->dim, half = c->head_dim / 2;
-  dit_tensor cos = t3(DEV(h.cos), B, g->S, half), sin = t3(DEV(h.sin), B, g->S, half);
-  dit_tensor t_dev = dit_tensor_1d(DIT_F32, DEV(h.t), B), g_dev = dit_tensor_1d(DIT_F32, DEV(h.g), B);
+  dit_tensor cos = t3(m->dev, DEV(h.cos), B, g->S, half), sin = t3(m->dev, DEV(h.sin), B, g->S, half);
+  dit_tensor t_dev = t1(m->dev, DEV(h.t), B), g_dev = t1(m->dev, DEV(h.g), B);
 #undef DEV
   const bool use_g = guidance && c->guidance_embeds;
   DIT_TRY(time_embed(m, g, &t_dev, use_g ? &g_dev : NULL, &a, err));
-  dit_tensor img = t3(a.img, B, g->Si, D), tx = t3(a.txt, B, g->St, D);
+  dit_tensor img = t3(m->dev, a.img, B, g->Si, D), tx = t3(m->dev, a.txt, B, g->St, D);
   DIT_TRY(dit_op_linear(be, &img, x, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &tx, txt, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
   for (int l = 0; l < c->n_layers; l++) {

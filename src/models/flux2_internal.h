@@ -46,6 +46,9 @@ struct dit_flux2 {
   dit_flux2_config cfg;
   dit_weights *files;
   flux2_weights w;
+  void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
+  size_t wbytes;      /* its size */
+  dit_device dev;     /* device tag of backend memory */
   void *act;          /* activation buffer (backend memory), reused across calls that fit */
   size_t act_bytes;
   void *host;         /* host scratch for the RoPE tables and timesteps */
@@ -54,5 +57,7 @@ struct dit_flux2 {
 
 /* Reads and validates config.json (flux2.c). */
 dit_status flux2_parse_config(const char *path, dit_flux2_config *c, dit_error *err);
+/* Checks a config's read fields and fills the derived ones (flux2.c). */
+dit_status flux2_check_config(dit_flux2_config *c, const char *what, dit_error *err);
 
 #endif

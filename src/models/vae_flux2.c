@@ -122,8 +122,9 @@ dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *token
   char b1[128];
   if (!tokens || tokens->dtype != DIT_F32 || tokens->ndim != 3 || !tokens->data || !dit_tensor_is_contiguous(tokens) ||
       h < 1 || w < 1 || tokens->shape[1] != (int64_t)h * w || tokens->shape[2] != P || tokens->shape[0] < 1)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae decode: tokens must be contiguous F32 [B, %d*%d, %lld], got %s",
-                      h, w, (long long)P, tokens ? dit_shape_str(tokens->shape, tokens->ndim, b1, sizeof b1) : "NULL");
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "flux2 vae decode: tokens must be contiguous F32 [B, %d*%d, %lld], got %s", h, w, (long long)P,
+                      tokens ? dit_shape_str(tokens->shape, tokens->ndim, b1, sizeof b1) : "NULL");
   const int64_t B = tokens->shape[0], H = (int64_t)h * PATCH, W = (int64_t)w * PATCH, hw = (int64_t)h * w;
   float *z = malloc((size_t)(B * P * hw) * sizeof(float));
   if (!z) return dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae decode: out of memory for the latents");

@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cudnn_sdpa.h"
 #include "core/dtype.h"
 #include "testing.h"
 
@@ -236,6 +238,13 @@ static pair mk_mask(env *e, int64_t B, int64_t Sk, int64_t pad, bool one_empty) 
   return p;
 }
 
+/* "cudnn" or "v<N>": the attention implementation the GPU op tries first. */
+static const char *attn_impl(env *e, char *buf, size_t n) {
+  if (cu_im(e->gpu)->cudnn) snprintf(buf, n, "cudnn");
+  else snprintf(buf, n, "v%d", cu_im(e->gpu)->attn_version);
+  return buf;
+}
+
 static void t_attention(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
                         dit_dtype dt, int64_t pad, bool causal, bool one_empty) {
   int64_t qs[4] = {B, Sq, Hq, D}, ks[4] = {B, Sk, Hkv, D};
@@ -246,44 +255,132 @@ static void t_attention(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, i
   float sc = 1.0f / sqrtf((float)D);
   OK(dit_op_attention(e->cpu, &o.c, &q.c, &k.c, &v.c, use_mask ? &m.c : NULL, sc, causal, E));
   OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, use_mask ? &m.g : NULL, sc, causal, E));
-  char name[160];
-  snprintf(name, sizeof name, "attention v%d B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s",
-           cu_im(e->gpu)->attn_version, (long long)B,
+  char name[160], impl[16];
+  snprintf(name, sizeof name, "attention %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s",
+           attn_impl(e, impl, sizeof impl), (long long)B,
            (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hkv, (long long)D, dn(dt),
            use_mask ? " mask" : "", causal ? " causal" : "", one_empty ? " empty-row" : "");
   compare(e, name, &o, true);
   drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
 }
 
-/* Z-Image shape: CPU checks 64 query rows at the start and at the end; timed. */
-static void t_attention_big(env *e, int64_t S, int64_t H, int64_t D, int64_t pad, dit_dtype dt) {
-  int64_t qs[4] = {1, S, H, D};
+/* Z-Image shape: B items (item b has pad * (b + 1) padded keys; use_mask false: no mask), the
+ * CPU checks 64 query rows at the start and at the end of the last item; timed. */
+static void t_attention_big(env *e, int64_t B, int64_t S, int64_t H, int64_t D, int64_t pad, bool use_mask,
+                            dit_dtype dt) {
+  int64_t qs[4] = {B, S, H, D};
   pair q = act(e, dt, 4, qs, true), k = act(e, dt, 4, qs, true), v = act(e, dt, 4, qs, true);
   pair o = act(e, dt, 4, qs, false);
-  pair m = mk_mask(e, 1, S, pad, false);
+  pair m = mk_mask(e, B, S, pad, false);
+  const dit_tensor *mg = use_mask ? &m.g : NULL;
   float sc = 1.0f / sqrtf((float)D);
-  OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &m.g, sc, false, E));
-  const int64_t R = 64;
-  int64_t offs[2] = {0, S - R};
-  char name[160];
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, mg, sc, false, E));
+  OK(e->gpu->ops->sync(e->gpu, E));
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const int64_t R = 64, b = B - 1, item = S * H * D;
+  int64_t offs[2] = {0, S - R}, is[4] = {1, S, H, D}, ms2[2] = {1, S};
+  dit_tensor kc = dit_tensor_make(DIT_F32, (float *)k.c.data + b * item, 4, is);
+  dit_tensor vc = dit_tensor_make(DIT_F32, (float *)v.c.data + b * item, 4, is);
+  dit_tensor mc = dit_tensor_make(DIT_U8, (uint8_t *)m.c.data + b * S, 2, ms2);
+  char name[160], impl[16];
+  attn_impl(e, impl, sizeof impl);
   for (int i = 0; i < 2; i++) {
     int64_t rs[4] = {1, R, H, D};
     float *oc = xmalloc((size_t)(R * H * D) * sizeof(float));
-    dit_tensor qc = dit_tensor_make(DIT_F32, (float *)q.c.data + offs[i] * H * D, 4, rs);
+    dit_tensor qc = dit_tensor_make(DIT_F32, (float *)q.c.data + b * item + offs[i] * H * D, 4, rs);
     dit_tensor ocv = dit_tensor_make(DIT_F32, oc, 4, rs);
-    OK(dit_op_attention(e->cpu, &ocv, &qc, &k.c, &v.c, &m.c, sc, false, E));
-    snprintf(name, sizeof name, "attention v%d big S%lld H%lld D%lld %s pad%lld rows@%lld",
-             cu_im(e->gpu)->attn_version, (long long)S,
-             (long long)H, (long long)D, dn(dt), (long long)pad, (long long)offs[i]);
-    compare_at(e, name, &o.g, offs[i] * H * D, oc, R * H * D, true);
+    OK(dit_op_attention(e->cpu, &ocv, &qc, &kc, &vc, use_mask ? &mc : NULL, sc, false, E));
+    snprintf(name, sizeof name, "attention %s big B%lld S%lld H%lld D%lld %s %s%lld item%lld rows@%lld", impl,
+             (long long)B, (long long)S, (long long)H, (long long)D, dn(dt), use_mask ? "pad" : "nomask",
+             use_mask ? (long long)(pad * B) : 0LL, (long long)b, (long long)offs[i]);
+    compare_at(e, name, &o.g, b * item + offs[i] * H * D, oc, R * H * D, true);
     free(oc);
   }
   float ms;
-  TIMED(e, ms, dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &m.g, sc, false, E));
-  printf("TIME attention v%d B=1 S=%lld H=%lld D=%lld %s mask: %.3f ms, %.1f TFLOP/s (4*S*S*H*D)\n",
-         cu_im(e->gpu)->attn_version, (long long)S,
-         (long long)H, (long long)D, dn(dt), ms, 4.0 * S * S * H * D / (ms * 1e-3) / 1e12);
+  TIMED(e, ms, dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, mg, sc, false, E));
+  printf("TIME attention %s B=%lld S=%lld H=%lld D=%lld %s %s: %.3f ms, %.1f TFLOP/s (4*B*S*S*H*D); first call "
+         "(incl. plan build) %.1f ms\n",
+         impl, (long long)B, (long long)S, (long long)H, (long long)D, dn(dt), use_mask ? "mask" : "no mask", ms,
+         4.0 * B * S * S * H * D / (ms * 1e-3) / 1e12,
+         (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
   drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
+}
+
+/* After a call meant for cuDNN: did cuDNN run it? must: a failure when it fell back. */
+static void cudnn_report(env *e, const char *what, long calls0, bool must) {
+  cu_sdpa_info i = cu_sdpa_get_info(cu_im(e->gpu)->sdpa);
+  bool used = i.calls > calls0;
+  printf("%-4s cudnn path %s: %s [cuDNN %ld, calls %ld, fallbacks %ld, plans %d] %s\n",
+         used || !must ? "ok" : "FAIL", what, used ? "ran on cuDNN" : "FELL BACK to our kernel", i.version,
+         i.calls, i.fallbacks, i.n_plans, i.message);
+  if (must) CHECK_MSG(used, "cuDNN was not used for %s: %s", what, i.message);
+}
+
+static long cudnn_calls(env *e) { return cu_sdpa_get_info(cu_im(e->gpu)->sdpa).calls; }
+
+/* The cuDNN path on BF16 (head dims 64 and 128 must run on cuDNN; others may fall back). */
+static void t_attention_cudnn(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                              int64_t pad, bool causal) {
+  long c0 = cudnn_calls(e);
+  t_attention(e, B, Sq, Sk, Hq, Hkv, D, DIT_BF16, pad, causal, false);
+  char what[96];
+  snprintf(what, sizeof what, "B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s", (long long)B, (long long)Sq,
+           (long long)Sk, (long long)Hq, (long long)Hkv, (long long)D, pad ? " mask" : "", causal ? " causal" : "");
+  cudnn_report(e, what, c0, (D == 64 || D == 128) && !(pad && causal));
+}
+
+/* A key mask cuDNN cannot express (a hole; an item with no valid key) must be reported by
+ * the next sync rather than pass silently. */
+static void t_attention_cudnn_guard(env *e) {
+  const int64_t B = 2, S = 64, H = 2, D = 64;
+  int64_t qs[4] = {B, S, H, D}, ms[2] = {B, S};
+  for (int variant = 0; variant < 2; variant++) {
+    pair q = act(e, DIT_BF16, 4, qs, true), k = act(e, DIT_BF16, 4, qs, true), v = act(e, DIT_BF16, 4, qs, true);
+    pair o = act(e, DIT_BF16, 4, qs, false);
+    uint8_t h[2 * 64];
+    for (int64_t i = 0; i < B * S; i++) h[i] = 1;
+    if (variant == 0) h[10] = 0; /* item 0: a hole, not a prefix */
+    else memset(h + S, 0, (size_t)S); /* item 1: no valid key */
+    void *d = NULL;
+    OK(e->gpu->ops->alloc(e->gpu, sizeof h, &d, E));
+    OK(e->gpu->ops->upload(e->gpu, d, h, sizeof h, E));
+    dit_tensor mg = dit_tensor_make(DIT_U8, d, 2, ms);
+    mg.device = DIT_DEV_CUDA;
+    long c0 = cudnn_calls(e);
+    OK(dit_op_attention(e->gpu, &o.g, &q.g, &k.g, &v.g, &mg, 0.125f, false, E));
+    dit_error se;
+    dit_status st = e->gpu->ops->sync(e->gpu, &se);
+    const char *what = variant == 0 ? "mask with a hole" : "item with no valid key";
+    if (cudnn_calls(e) == c0) {
+      printf("ok   cudnn guard %s: not run on cuDNN (sync %s)\n", what, st == DIT_OK ? "ok" : se.msg);
+    } else {
+      bool pass = st != DIT_OK && strstr(se.msg, "prefix") != NULL;
+      printf("%-4s cudnn guard %s: sync reports: %s\n", pass ? "ok" : "FAIL", what, st == DIT_OK ? "(nothing)" : se.msg);
+      CHECK_MSG(pass, "cudnn guard %s", what);
+    }
+    e->gpu->ops->free(e->gpu, d);
+    drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o);
+  }
+}
+
+static void cudnn_small_tests(env *e) {
+  bool c0 = cu_im(e->gpu)->cudnn;
+  cu_im(e->gpu)->cudnn = true;
+  printf("-- attention through cuDNN SDPA (BF16)\n");
+  t_attention_cudnn(e, 1, 77, 77, 4, 4, 64, 0, false);
+  t_attention_cudnn(e, 2, 77, 77, 4, 2, 64, 9, false);   /* GQA, lengths 68 / 59 */
+  t_attention_cudnn(e, 1, 300, 300, 2, 2, 128, 0, true); /* causal */
+  t_attention_cudnn(e, 2, 130, 61, 2, 1, 128, 5, false); /* Sq != Sk, lengths 56 / 51 */
+  t_attention_cudnn(e, 2, 257, 190, 6, 2, 64, 11, false);
+  t_attention_cudnn(e, 2, 1100, 1100, 4, 4, 128, 37, false); /* Z-Image-like prefix masks */
+  t_attention_cudnn(e, 2, 150, 150, 4, 4, 128, 0, false);    /* B2 without mask */
+  t_attention_cudnn(e, 1, 70, 70, 4, 1, 80, 0, true);       /* D80: may fall back */
+  t_attention_cudnn(e, 1, 200, 333, 2, 2, 256, 7, false);   /* D256: may fall back */
+  t_attention_cudnn(e, 2, 77, 77, 4, 2, 64, 9, true);       /* causal + mask: our kernel */
+  t_attention_cudnn_guard(e);
+  cu_im(e->gpu)->cudnn = c0;
 }
 
 /* ---------------- norms, softmax ---------------- */
@@ -572,6 +669,8 @@ static void small_tests(env *e) {
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_F32, true, DIT_ACT_NONE);
   t_linear(e, 3, 2560, 3840, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
   int ver0 = cu_im(e->gpu)->attn_version;
+  bool cudnn0 = cu_im(e->gpu)->cudnn;
+  cu_im(e->gpu)->cudnn = false; /* our kernels first; cuDNN below */
   for (int ver = 1; ver <= 3; ver++) { /* every flash kernel version (k_attention.cu) */
     cu_im(e->gpu)->attn_version = ver;
     t_attention(e, 2, 77, 77, 4, 2, 64, DIT_F32, 9, false, false);
@@ -585,6 +684,8 @@ static void small_tests(env *e) {
     t_attention(e, 2, 257, 190, 6, 2, 64, DIT_BF16, 11, false, true);
   }
   cu_im(e->gpu)->attn_version = ver0;
+  cu_im(e->gpu)->cudnn = cudnn0;
+  cudnn_small_tests(e);
   bool vec0 = cu_im(e->gpu)->vec;
   for (int vec = 0; vec < 2; vec++) { /* scalar kernels, then the 16-byte ones (k_vec.cu) */
     cu_im(e->gpu)->vec = vec;
@@ -618,12 +719,25 @@ static void big_tests(env *e) {
   t_linear_big(e, 4224, 3840, 3840, DIT_BF16, DIT_BF16);
   t_linear_big(e, 4224, 3840, 10240, DIT_BF16, DIT_BF16);
   int ver0 = cu_im(e->gpu)->attn_version;
+  bool cudnn0 = cu_im(e->gpu)->cudnn;
+  cu_im(e->gpu)->cudnn = true;
+  long c0 = cudnn_calls(e);
+  t_attention_big(e, 1, 4224, 30, 128, 0, false, DIT_BF16); /* Z-Image 1024², one image: no mask */
+  cudnn_report(e, "big B1 S4224 no mask", c0, true);
+  c0 = cudnn_calls(e);
+  t_attention_big(e, 1, 4224, 30, 128, 100, true, DIT_BF16);
+  cudnn_report(e, "big B1 S4224 mask", c0, true);
+  c0 = cudnn_calls(e);
+  t_attention_big(e, 2, 4224, 30, 128, 100, true, DIT_BF16); /* two items, 4124 / 4024 valid keys */
+  cudnn_report(e, "big B2 S4224 mask", c0, true);
+  cu_im(e->gpu)->cudnn = false;
   for (int ver = 1; ver <= 3; ver++) {
     cu_im(e->gpu)->attn_version = ver;
-    t_attention_big(e, 4224, 30, 128, 100, DIT_BF16);
-    t_attention_big(e, 4224, 30, 128, 100, DIT_F32);
+    t_attention_big(e, 1, 4224, 30, 128, 100, true, DIT_BF16);
+    t_attention_big(e, 1, 4224, 30, 128, 100, true, DIT_F32);
   }
   cu_im(e->gpu)->attn_version = ver0;
+  cu_im(e->gpu)->cudnn = cudnn0;
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
   bool vec0 = cu_im(e->gpu)->vec;

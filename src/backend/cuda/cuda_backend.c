@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cudnn_sdpa.h"
 
 #define CU_WORKSPACE_BYTES ((size_t)64 << 20)
 
@@ -73,11 +74,13 @@ static dit_status cu_download(dit_backend *be, void *dst, const void *src, size_
   cu_impl *im = cu_im(be);
   DIT_TRY(cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream), "cuda download",
                    "cudaMemcpyAsync", err));
-  return cu_check(cudaStreamSynchronize(im->stream), "cuda download", "stream sync", err);
+  DIT_TRY(cu_check(cudaStreamSynchronize(im->stream), "cuda download", "stream sync", err));
+  return cu_sdpa_check(im->sdpa, err); /* a key mask cuDNN could not express */
 }
 
 static dit_status cu_sync(dit_backend *be, dit_error *err) {
-  return cu_check(cudaStreamSynchronize(cu_im(be)->stream), "cuda sync", "stream sync", err);
+  DIT_TRY(cu_check(cudaStreamSynchronize(cu_im(be)->stream), "cuda sync", "stream sync", err));
+  return cu_sdpa_check(cu_im(be)->sdpa, err);
 }
 
 static void cu_destroy(dit_backend *be) {
@@ -85,6 +88,7 @@ static void cu_destroy(dit_backend *be) {
   if (!im) return;
   cudaSetDevice(im->device);
   if (im->stream) cudaStreamSynchronize(im->stream);
+  cu_sdpa_destroy(im->sdpa);
   for (int i = 0; i < im->n_plans; i++) {
     cu_plan *p = &im->plans[i];
     cublasLtMatmulDescDestroy(p->desc);
@@ -136,6 +140,8 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   im->attn_version = av && (strcmp(av, "2") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 1;
   const char *vv = getenv("DIT_CUDA_VEC");
   im->vec = vv && strcmp(vv, "1") == 0;
+  const char *cv = getenv("DIT_CUDA_CUDNN");
+  im->cudnn = !(cv && strcmp(cv, "0") == 0);
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
                    "cudaDeviceGetAttribute", err));
   DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));

@@ -39,6 +39,8 @@ typedef struct cu_impl {
   int max_smem; /* opt-in shared memory per block */
   int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
   bool vec; /* 16-byte elementwise kernels (k_vec.cu) where shapes allow; env DIT_CUDA_VEC=1 */
+  bool cudnn; /* BF16 attention through cuDNN's SDPA first (cudnn_sdpa.c); env DIT_CUDA_CUDNN=0 turns it off */
+  struct cu_sdpa *sdpa; /* cuDNN state, created on first use (NULL until then) */
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cudnn_sdpa.h"
 
 #define LAUNCH(op, what, call) DIT_TRY(cu_check((call), op, what, err))
 
@@ -99,6 +100,12 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: q, k, v and out must be 16-byte aligned", op);
   if (out->data == q->data || out->data == k->data || out->data == v->data)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
+  if (cu_im(be)->cudnn && q->dtype == DIT_BF16) { /* cuDNN's fused SDPA where it applies, else our kernel */
+    bool done = false;
+    DIT_TRY(cu_sdpa_attention(&cu_im(be)->sdpa, st(be), out->data, q->data, k->data, v->data, mask, B, Sq, Sk, Hq,
+                              Hkv, D, scale, causal, &done, err));
+    if (done) return DIT_OK;
+  }
   LAUNCH(op, "flash kernel", cuk_attention(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D,
                                            mask, scale, causal, cu_im(be)->attn_version, st(be)));
   return DIT_OK;

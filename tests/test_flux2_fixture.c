@@ -3,6 +3,7 @@
  * vae_z -> vae_image, each within 1e-4 relative error; plus the bad inputs (config
  * fields, weights, shapes) ending in errors that name them, and random-weight models.
  * Usage: test_flux2_fixture [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -210,6 +211,52 @@ static void test_bad_config(dit_backend *be, const char *tmp) {
   }
 }
 
+/* The fixture's VAE folder with one config field replaced (weights linked). */
+static int bad_vae(const char *tmp, const char *key, json_t *value, char *dir, size_t len) {
+  snprintf(dir, len, "%s/bad_vae", tmp);
+  mkdir(dir, 0755);
+  char path[4200], src[4200];
+  snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir);
+  snprintf(src, sizeof src, "%s/vae/diffusion_pytorch_model.safetensors", g_fix);
+  unlink(path);
+  if (symlink(src, path) != 0) return -1;
+  snprintf(src, sizeof src, "%s/vae/config.json", g_fix);
+  json_t *j = json_load_file(src, 0, NULL);
+  if (!j) return -1;
+  json_object_set_new(j, key, value);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  int rc = json_dump_file(j, path, 0);
+  json_decref(j);
+  return rc;
+}
+
+static void test_bad_vae(dit_backend *be, const char *tmp) {
+  const struct {
+    const char *key;
+    json_t *value;
+    const char *want;
+  } cases[] = {
+      {"patch_size", json_pack("[ii]", 1, 1), "patch_size"},
+      {"batch_norm_eps", json_real(-1.0), "batch_norm_eps"},
+      {"_class_name", json_string("AutoencoderKL"), "_class_name"},
+      {"latent_channels", json_integer(16), "post_quant_conv"},
+      {"decoder_block_out_channels", json_pack("[iiii]", 32, 32, 64, 128), "decoder"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[4200];
+    if (bad_vae(tmp, cases[i].key, cases[i].value, dir, sizeof dir)) {
+      CHECK_MSG(0, "cannot prepare %s", dir);
+      continue;
+    }
+    dit_vae_flux2 *v = NULL;
+    dit_error err = {0};
+    dit_status s = dit_vae_flux2_load(be, dir, &v, &err);
+    CHECK_MSG(s != DIT_OK && v == NULL && strstr(err.msg, cases[i].want), "vae case %s: status %d, message: %s",
+              cases[i].key, (int)s, err.msg);
+    dit_vae_flux2_free(v);
+  }
+}
+
 /* Random weights at a small geometry (the klein config shrunk): builds, runs, finite;
  * a config that does not add up is refused naming the field. */
 static void test_random(dit_backend *be) {
@@ -265,6 +312,7 @@ int main(int argc, char **argv) {
   test_transformer(be);
   test_vae(be);
   test_bad_config(be, a.tmp);
+  test_bad_vae(be, a.tmp);
   test_random(be);
   dit_backend_free(be);
   return dt_finish();

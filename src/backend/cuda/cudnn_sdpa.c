@@ -12,10 +12,11 @@
  *                                       S = keep ? S : -inf   (binary select)
  *   causal:                             keep = gen_index(S, 2) >= gen_index(S, 3), S = keep ? S : -inf
  *   softmax:                            M = max_k S, E = exp(S - M), Z = sum_k E, P = E / Z (bf16)
- *                                       (optionally stats = M + log Z, fp32 [B,Hq,Sq,1])
+ *                                       stats = M + log Z (fp32 [B,Hq,Sq,1]; virtual, output or absent)
  *   O  = matmul(P, V)                   V [B,Hkv,Sk,D], O [B,Hq,Sq,D] (BSHD strides)
- * with the matmuls' M/N/K overridden by the per-item lengths when masked. The inference graph
- * (no stats) is tried first, then the one with stats. A plan (heuristics mode A, then the
+ * with the matmuls' M/N/K overridden by the per-item lengths when masked. The softmax stats
+ * are tried as a virtual tensor first (cudnn-frontend's inference form), then as an output,
+ * then without the stats ops. A plan (heuristics mode A, then the
  * fallback list; the first engine config that finalizes) is cached per shape. */
 #include "backend/cuda/cudnn_sdpa.h"
 
@@ -55,6 +56,11 @@ void cu_sdpa_destroy(cu_sdpa *s) {}
 #define SDPA_MAX_OPS 32
 
 /* Tensor ids of the graph's real (non-virtual) tensors; virtual ones count up from UID_VIRT. */
+/* How the graph ends the softmax: the stats ops with a virtual output (what cudnn-frontend
+ * emits for inference), with a real output (training form), or no stats ops at all. */
+enum { STATS_VIRTUAL, STATS_OUT, STATS_NONE, STATS_MODES };
+static const char *const stats_name[STATS_MODES] = {"virtual stats", "stats output", "no stats"};
+
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_SEQ_Q, UID_SEQ_KV, UID_NEG_INF, UID_VIRT = 100 };
 
 /* The entry points we use, resolved with dlsym. */
@@ -88,7 +94,7 @@ typedef struct sdpa_plan {
   int64_t B, Sq, Sk, Hq, Hkv, D;
   bool masked, causal;
   bool ok;    /* false: cuDNN refused this shape; use our kernel */
-  bool stats; /* the graph writes softmax stats (needs the stats buffer) */
+  int stats;  /* softmax stats M + log Z: STATS_VIRTUAL, STATS_OUT (needs the stats buffer), STATS_NONE */
   int64_t ws; /* workspace bytes */
   cudnnBackendDescriptor_t plan;
   sdpa_graph g;
@@ -371,9 +377,10 @@ static dit_status g_causal(cu_sdpa *s, sdpa_graph *g, const int64_t sdims[4], cu
   const cudnnDataType_t I32 = CUDNN_DATA_INT32, BOOL = CUDNN_DATA_BOOLEAN, F32 = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t row, col, keep, y;
   VT(row, I32, sdims, "causal row index");
-  DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_GEN_INDEX, I32, 2, *S, NULL, NULL, row, "causal gen_index(2)", err));
+  /* index math in the graph's default compute type, as cudnn-frontend builds the causal mask */
+  DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_GEN_INDEX, F32, 2, *S, NULL, NULL, row, "causal gen_index(2)", err));
   VT(col, I32, sdims, "causal col index");
-  DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_GEN_INDEX, I32, 3, *S, NULL, NULL, col, "causal gen_index(3)", err));
+  DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_GEN_INDEX, F32, 3, *S, NULL, NULL, col, "causal gen_index(3)", err));
   VT(keep, BOOL, sdims, "causal row >= col");
   DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_CMP_GE, BOOL, -1, row, col, NULL, keep, "causal row >= col", err));
   VT(y, F32, sdims, "causal select");
@@ -420,11 +427,12 @@ static dit_status build_graph(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
   DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_EXP, F32, -1, E0, NULL, NULL, E, "softmax exp", err));
   DIT_TRY(g_tensor(s, g, 0, F32, rd, rs, true, false, "softmax sum", &Z, err));
   DIT_TRY(g_red(s, g, CUDNN_REDUCE_TENSOR_ADD, E, Z, "softmax sum", err));
-  if (p->stats) {
+  if (p->stats != STATS_NONE) {
     cudnnBackendDescriptor_t L, ST;
+    bool virt = p->stats == STATS_VIRTUAL;
     DIT_TRY(g_tensor(s, g, 0, F32, rd, rs, true, false, "softmax log", &L, err));
     DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_LOG, F32, -1, Z, NULL, NULL, L, "softmax log", err));
-    DIT_TRY(g_tensor(s, g, UID_STATS, F32, rd, rs, false, false, "stats", &ST, err));
+    DIT_TRY(g_tensor(s, g, virt ? 0 : UID_STATS, F32, rd, rs, virt, false, "stats", &ST, err));
     DIT_TRY(g_pw(s, g, CUDNN_POINTWISE_ADD, F32, -1, M, L, NULL, ST, "stats add", err));
   }
   VT(P, BF, sd, "softmax out");
@@ -461,7 +469,7 @@ static dit_status make_plan(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
     CK(s, s->api.GetAttr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
        "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", what);
     if (count <= 0) continue;
-    if (count > 16) count = 16;
+    if (count > 8) count = 8; /* the best few; each plan finalize may compile a kernel */
     cudnnBackendDescriptor_t cfg[16];
     for (int64_t i = 0; i < count; i++) DIT_TRY(g_new(s, g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, what, &cfg[i], err));
     int64_t got = 0;
@@ -490,13 +498,13 @@ static dit_status make_plan(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
       note(s, "cudnn sdpa: plan for B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s%s: %s config %lld, workspace %lld B",
            (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv,
            (long long)p->D, p->masked ? " padding-mask" : "", p->causal ? " causal" : "",
-           p->stats ? " stats" : "", what, (long long)i, (long long)p->ws);
+           stats_name[p->stats], what, (long long)i, (long long)p->ws);
       return DIT_OK;
     }
   }
   note(s, "cudnn sdpa: no engine for B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s%s (%d configs tried); first failure: %s",
        (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv, (long long)p->D,
-       p->masked ? " padding-mask" : "", p->causal ? " causal" : "", p->stats ? " stats" : "", tried,
+       p->masked ? " padding-mask" : "", p->causal ? " causal" : "", stats_name[p->stats], tried,
        first_fail[0] ? first_fail : "(heuristics returned no configs)");
   return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s", s->msg);
 }
@@ -507,7 +515,7 @@ static void free_graph(cu_sdpa *s, sdpa_graph *g) {
   memset(g, 0, sizeof *g);
 }
 
-/* Builds (or refuses) the plan of a shape: the inference graph first, then with stats. */
+/* Builds (or refuses) the plan of a shape, trying each stats mode in turn. */
 static sdpa_plan *get_plan(cu_sdpa *s, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
                            bool masked, bool causal) {
   for (int i = 0; i < s->n_plans; i++) {
@@ -526,23 +534,19 @@ static sdpa_plan *get_plan(cu_sdpa *s, int64_t B, int64_t Sq, int64_t Sk, int64_
     return NULL;
   }
   p->B = B, p->Sq = Sq, p->Sk = Sk, p->Hq = Hq, p->Hkv = Hkv, p->D = D, p->masked = masked, p->causal = causal;
-  char first[1024] = "";
-  for (int stats = 0; stats < 2 && !p->ok; stats++) {
+  char fails[STATS_MODES][360];
+  for (int mode = 0; mode < STATS_MODES && !p->ok; mode++) {
     dit_error e;
-    p->stats = stats;
+    p->stats = mode;
     if (build_graph(s, p, &e) == DIT_OK && make_plan(s, p, &e) == DIT_OK) {
       p->ok = true;
       break;
     }
-    if (!stats) snprintf(first, sizeof first, "%s", s->msg);
+    snprintf(fails[mode], sizeof fails[mode], "%.350s", s->msg);
     free_graph(s, &p->g);
     p->plan = NULL;
   }
-  if (!p->ok) {
-    char second[1024];
-    snprintf(second, sizeof second, "%s", s->msg);
-    note(s, "without stats: %.480s | with stats: %.480s", first, second);
-  }
+  if (!p->ok) note(s, "%s | %s | %s", fails[0], fails[1], fails[2]);
   s->plans[s->n_plans++] = p;
   return p;
 }
@@ -588,7 +592,7 @@ static dit_status execute(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, co
     ADD(UID_SEQ_KV, s->seqlen + s->seqlen_cap);
   }
   if (p->masked || p->causal) ADD(UID_NEG_INF, &neg_inf);
-  if (p->stats) ADD(UID_STATS, s->stats);
+  if (p->stats == STATS_OUT) ADD(UID_STATS, s->stats);
 #undef ADD
   cudnnBackendDescriptor_t vp = NULL;
   const char *what = "variant pack";
@@ -647,7 +651,7 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
     return DIT_OK;
   }
   DIT_TRY(grow(s, &s->ws, &s->ws_bytes, (size_t)p->ws, "workspace", err));
-  if (p->stats) {
+  if (p->stats == STATS_OUT) {
     void *b = s->stats;
     DIT_TRY(grow(s, &b, &s->stats_bytes, (size_t)(B * Hq * Sq) * sizeof(float), "stats", err));
     s->stats = b;

@@ -357,7 +357,8 @@ static void t_attention_cudnn_guard(env *e) {
       printf("ok   cudnn guard %s: not run on cuDNN (sync %s)\n", what, st == DIT_OK ? "ok" : se.msg);
     } else {
       bool pass = st != DIT_OK && strstr(se.msg, "prefix") != NULL;
-      printf("%-4s cudnn guard %s: sync reports: %s\n", pass ? "ok" : "FAIL", what, st == DIT_OK ? "(nothing)" : se.msg);
+      printf("%-4s cudnn guard %s: sync reports: %s\n", pass ? "ok" : "FAIL", what,
+             st == DIT_OK ? "(nothing)" : se.msg);
       CHECK_MSG(pass, "cudnn guard %s", what);
     }
     e->gpu->ops->free(e->gpu, d);

@@ -16,8 +16,9 @@
  *   O  = matmul(P, V)                   V [B,Hkv,Sk,D], O [B,Hq,Sq,D] (BSHD strides)
  * with the matmuls' M/N/K overridden by the per-item lengths when masked. The softmax stats
  * are tried as a virtual tensor first (cudnn-frontend's inference form), then as an output,
- * then without the stats ops. A plan (heuristics mode A, then the
- * fallback list; the first engine config that finalizes) is cached per shape. */
+ * then without the stats ops. A plan (heuristics mode A, then the fallback list; the first
+ * engine config that finalizes) is cached per shape. Fallbacks to our kernel (no library, a
+ * refused shape) print one stderr line; DIT_CUDA_CUDNN_VERBOSE=2 also prints each plan, 0 none. */
 #include "backend/cuda/cudnn_sdpa.h"
 
 #include <float.h>
@@ -106,6 +107,7 @@ struct cu_sdpa {
   cudnnHandle_t h;
   cudaStream_t stream;
   bool broken; /* not loadable: always fall back */
+  int log;     /* stderr lines: 0 none, 1 fallbacks (default), 2 also plans; env DIT_CUDA_CUDNN_VERBOSE */
   size_t version;
   void *ws;
   size_t ws_bytes;
@@ -118,6 +120,8 @@ struct cu_sdpa {
   long calls, fallbacks;
   int n_plans;
   sdpa_plan *plans[SDPA_MAX_PLANS];
+  _Alignas(16) float scale_v;   /* by-value scalars of the last execute (16-byte aligned, as declared) */
+  _Alignas(16) float neg_inf_v;
   char msg[1024];
 };
 
@@ -128,6 +132,12 @@ static void note(cu_sdpa *s, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(s->msg, sizeof s->msg, fmt, ap);
   va_end(ap);
+}
+
+/* One stderr line for events that change which kernel runs (once per shape at most). */
+static void log_msg(const cu_sdpa *s, bool fallback) {
+  if (s->log >= (fallback ? 1 : 2))
+    fprintf(stderr, "ditrun: %s%s\n", s->msg, fallback ? " (using our attention kernel)" : "");
 }
 
 /* Records "cudnn sdpa: what: call failed: <status string> (<code>); cuDNN says: <last error>"
@@ -547,6 +557,7 @@ static sdpa_plan *get_plan(cu_sdpa *s, int64_t B, int64_t Sq, int64_t Sk, int64_
     p->plan = NULL;
   }
   if (!p->ok) note(s, "%s | %s | %s", fails[0], fails[1], fails[2]);
+  log_msg(s, !p->ok);
   s->plans[s->n_plans++] = p;
   return p;
 }
@@ -577,7 +588,8 @@ static dit_status grow(cu_sdpa *s, void **buf, size_t *have, size_t need, const 
 
 static dit_status execute(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, const void *k, const void *v,
                           float scale, dit_error *err) {
-  float neg_inf = s->version < 91000 ? -FLT_MAX : -INFINITY;
+  s->scale_v = scale;
+  s->neg_inf_v = s->version < 91000 ? -FLT_MAX : -INFINITY; /* what cudnn-frontend passes per version */
   int64_t uids[9];
   void *ptrs[9];
   int n = 0;
@@ -586,12 +598,12 @@ static dit_status execute(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, co
   ADD(UID_K, k);
   ADD(UID_V, v);
   ADD(UID_O, out);
-  ADD(UID_SCALE, &scale);
+  ADD(UID_SCALE, &s->scale_v);
   if (p->masked) {
     ADD(UID_SEQ_Q, s->seqlen);
     ADD(UID_SEQ_KV, s->seqlen + s->seqlen_cap);
   }
-  if (p->masked || p->causal) ADD(UID_NEG_INF, &neg_inf);
+  if (p->masked || p->causal) ADD(UID_NEG_INF, &s->neg_inf_v);
   if (p->stats == STATS_OUT) ADD(UID_STATS, s->stats);
 #undef ADD
   cudnnBackendDescriptor_t vp = NULL;
@@ -630,7 +642,10 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
     s = calloc(1, sizeof *s);
     if (!s) return DIT_OK; /* our kernel then */
     *state = s;
+    const char *lv = getenv("DIT_CUDA_CUDNN_VERBOSE");
+    s->log = lv ? atoi(lv) : 1;
     s->broken = !open_state(s, st);
+    log_msg(s, s->broken);
   }
   if (s->broken) {
     s->fallbacks++;
@@ -672,6 +687,7 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
   dit_error e2;
   if (execute(s, p, out, q, k, v, scale, &e2) != DIT_OK) {
     p->ok = false; /* don't retry this shape */
+    log_msg(s, true);
     s->fallbacks++;
     return DIT_OK;
   }

@@ -88,6 +88,7 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
 
 void dit_backend_free(dit_backend *be) {
   if (!be) return;
+  if (be->ops->destroy) be->ops->destroy(be); /* device state: streams, handles, workspaces */
   if (be->ops == &cpu_ops) free(be->impl);
   free(be);
 }

@@ -221,6 +221,8 @@ static dit_flux2 *new_model(dit_backend *be) {
   if (!m) return NULL;
   m->be = be;
   m->dev = dit_backend_device(be);
+  m->adt = DIT_F32;
+  m->es = sizeof(float);
   return m;
 }
 
@@ -298,6 +300,24 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
 }
 
 size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
+
+dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");
+  if (dt != DIT_F32 && dt != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "flux2: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
+  if (dt != DIT_F32 && dit_backend_is_host(m->be))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "flux2: the CPU backend computes in F32 (activation dtype %s)",
+                      dit_dtype_name(dt));
+  if (dt != m->adt && m->act) {
+    /* the planned buffer's layout depends on the element size */
+    m->be->ops->free(m->be, m->act);
+    m->act = NULL;
+    m->act_bytes = 0;
+  }
+  m->adt = dt;
+  m->es = dit_dtype_size(dt);
+  return DIT_OK;
+}
 
 void dit_flux2_free(dit_flux2 *m) {
   if (!m) return;

@@ -53,6 +53,10 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
  * blocks, joint_attention_dim 7680) or 9B (hidden 4096, 32 heads, 8 + 24 blocks, 12288);
  * in_channels 128, no guidance embedder. Derived fields left for create to fill. */
 void dit_flux2_config_klein(dit_flux2_config *c, bool nine_b);
+/* Activation dtype of the forward: F32 (the default; the only one on the CPU backend) or
+ * BF16 (GPU backends: activations and GEMM inputs in bf16; RoPE tables and the inputs /
+ * outputs of dit_flux2_forward stay F32, converted through staging buffers). */
+dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err);
 /* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
 size_t dit_flux2_weight_bytes(const dit_flux2 *m);
 void dit_flux2_free(dit_flux2 *m);
@@ -73,7 +77,7 @@ const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
  * Tensors are in the backend's memory (host pointers, DIT_DEV_CPU, on the CPU backend;
  * device pointers and DIT_DEV_CUDA on the GPU, where the call only enqueues work: sync
  * or download before reading out); t, guidance and the ids are host arrays. Activations
- * are F32 (no BF16 activation mode yet). Activations live in one
+ * live in one
  * buffer owned by the model, grown when a call needs more and reused otherwise (one
  * forward at a time per model). DIT_ERR_INVALID_ARG (nothing computed) for bad shapes,
  * dtypes, empty sequences or non-finite t / ids. */

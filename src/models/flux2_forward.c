@@ -33,16 +33,18 @@ typedef struct flux2_geom {
 /* Activations of one call: one arena over the model's buffer. */
 typedef struct flux2_acts {
   void *tab;            /* device copy of the host tables */
-  float *t_freq;        /* [B, Tc] */
-  float *t_mid, *temb, *g_emb, *temb_silu; /* [B, D] */
-  float *mod_raw;       /* [B, 6D] one modulation linear's output */
-  float *chunks;        /* [M_COUNT, B, D] */
-  float *img, *txt;     /* [B, Si, D], [B, St, D] */
-  float *joint;         /* [B, S, D] */
-  float *hn, *q, *k, *v, *p, *o; /* [B*S*D] each */
-  float *big;           /* [B*S, max(2F, 3D + 2F)] */
-  float *ga, *gb;       /* [B*S, F] */
-  float *cat;           /* [B*S, D + F] */
+  /* in the activation dtype (F32, or BF16 on a GPU): */
+  void *t_freq;         /* [B, Tc] */
+  void *t_mid, *temb, *g_emb, *temb_silu; /* [B, D] */
+  void *mod_raw;        /* [B, 6D] one modulation linear's output */
+  void *chunks;         /* [M_COUNT, B, D] */
+  void *img, *txt;      /* [B, Si, D], [B, St, D] */
+  void *joint;          /* [B, S, D] */
+  void *hn, *q, *k, *v, *p, *o; /* [B*S*D] each */
+  void *big;            /* [B*S, max(2F, 3D + 2F)] */
+  void *ga, *gb;        /* [B*S, F] */
+  void *cat;            /* [B*S, D + F] */
+  void *x_in, *txt_in, *out_act; /* inputs and output in the activation dtype (only when it is not F32) */
 } flux2_acts;
 
 /* Host tables, laid out in one buffer uploaded in one piece. */
@@ -52,39 +54,34 @@ typedef struct flux2_host_tables {
   float *g;             /* [B] guidance * 1000 */
 } flux2_host_tables;
 
-/* F32 activation descriptors tagged with the backend's device. */
-static dit_tensor t1(dit_device d, void *p, int64_t a) {
-  dit_tensor t = dit_tensor_1d(DIT_F32, p, a);
-  t.device = d;
+/* Descriptors over backend memory: dtype dt, the backend's device tag. */
+static dit_tensor mk(const dit_flux2 *m, dit_dtype dt, void *p, int nd, const int64_t *shape) {
+  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
+  t.device = m->dev;
   return t;
 }
-static dit_tensor t2(dit_device d, float *p, int64_t a, int64_t b) {
-  dit_tensor t = dit_tensor_2d(DIT_F32, p, a, b);
-  t.device = d;
-  return t;
+/* Activations (the model's activation dtype). */
+static dit_tensor t2(const dit_flux2 *m, void *p, int64_t a, int64_t b) {
+  return mk(m, m->adt, p, 2, (int64_t[]){a, b});
 }
-static dit_tensor t3(dit_device d, float *p, int64_t a, int64_t b, int64_t c) {
-  dit_tensor t = dit_tensor_3d(DIT_F32, p, a, b, c);
-  t.device = d;
-  return t;
+static dit_tensor t3(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c) {
+  return mk(m, m->adt, p, 3, (int64_t[]){a, b, c});
 }
-static dit_tensor t4(dit_device d, void *p, int64_t a, int64_t b, int64_t c, int64_t e) {
-  dit_tensor t = dit_tensor_4d(DIT_F32, p, a, b, c, e);
-  t.device = d;
-  return t;
+static dit_tensor t4(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c, int64_t e) {
+  return mk(m, m->adt, p, 4, (int64_t[]){a, b, c, e});
 }
-
-/* A strided 3-D F32 view: [a, b, c] with strides (sa, sb, 1). */
-static dit_tensor v3(dit_device d, float *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
-  dit_tensor t = t3(d, p, a, b, c);
+/* A strided 3-D activation view: [a, b, c] with strides (sa, sb, 1). */
+static dit_tensor v3(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
+  dit_tensor t = t3(m, p, a, b, c);
   t.stride[0] = sa;
   t.stride[1] = sb;
-  t.stride[2] = 1;
   return t;
 }
+/* p advanced by n activation elements. */
+static void *el(const dit_flux2 *m, void *p, int64_t n) { return (char *)p + (size_t)n * m->es; }
 
-static float *chunk(const flux2_acts *a, const flux2_geom *g, int64_t D, int k) {
-  return a->chunks + (size_t)k * (size_t)(g->B * D);
+static void *chunk(const dit_flux2 *m, const flux2_acts *a, const flux2_geom *g, int k) {
+  return el(m, a->chunks, (int64_t)k * g->B * m->cfg.dim);
 }
 
 static size_t host_bytes_of(const dit_flux2_config *c, const flux2_geom *g) {
@@ -131,14 +128,14 @@ static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const floa
 
 /* Carves every activation out of a (measuring or real) arena. */
 static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geom *g, size_t host_bytes,
-                       flux2_acts *o, dit_error *err) {
+                       size_t es, bool stage, flux2_acts *o, dit_error *err) {
   const bool real = ar->base != NULL;
   const size_t B = (size_t)g->B, D = (size_t)c->dim, F = (size_t)c->mlp_hidden, R = B * (size_t)g->S;
   const size_t wide = 3 * D + 2 * F;
   memset(o, 0, sizeof *o);
 #define TAKE(field, count)                                                      \
   do {                                                                          \
-    o->field = dit_arena_floats(ar, (count), err);                              \
+    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
     if (real && !o->field) return DIT_ERR_NOMEM;                                \
   } while (0)
   o->tab = dit_arena_alloc(ar, host_bytes, err);
@@ -163,6 +160,11 @@ static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geo
   TAKE(ga, R * F);
   TAKE(gb, R * F);
   TAKE(cat, R * (D + F));
+  if (stage) {
+    TAKE(x_in, B * (size_t)g->Si * (size_t)c->in_channels);
+    TAKE(txt_in, B * (size_t)g->St * (size_t)c->joint_attention_dim);
+    TAKE(out_act, B * (size_t)g->Si * (size_t)c->out_channels);
+  }
 #undef TAKE
   return DIT_OK;
 }
@@ -172,11 +174,11 @@ static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor
                              dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor ts = t2(m->dev, a->temb_silu, B, D), raw = t2(m->dev, a->mod_raw, B, n * D);
+  dit_tensor ts = t2(m, a->temb_silu, B, D), raw = t2(m, a->mod_raw, B, n * D);
   DIT_TRY(dit_op_linear(be, &raw, &ts, w, NULL, DIT_ACT_NONE, err));
   for (int i = 0; i < n; i++) {
-    dit_tensor dst = t2(m->dev, chunk(a, g, D, k0 + i), B, D);
-    dit_tensor src = t2(m->dev, a->mod_raw + (size_t)i * (size_t)D, B, D);
+    dit_tensor dst = t2(m, chunk(m, a, g, k0 + i), B, D);
+    dit_tensor src = t2(m, el(m, a->mod_raw, i * D), B, D);
     src.stride[0] = n * D;
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
   }
@@ -185,11 +187,11 @@ static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor
 
 /* TimestepEmbedding (linear_1, SiLU, linear_2) of the sinusoid of v [B] into y [B, D]. */
 static dit_status embed_scalar(dit_flux2 *m, const flux2_geom *g, const dit_tensor *v, const dit_tensor *l1,
-                               const dit_tensor *l2, float *y, flux2_acts *a, dit_error *err) {
+                               const dit_tensor *l2, void *y, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const dit_flux2_config *c = &m->cfg;
   const int64_t B = g->B, D = c->dim;
-  dit_tensor tf = t2(m->dev, a->t_freq, B, c->t_channels), tm = t2(m->dev, a->t_mid, B, D), out = t2(m->dev, y, B, D);
+  dit_tensor tf = t2(m, a->t_freq, B, c->t_channels), tm = t2(m, a->t_mid, B, D), out = t2(m, y, B, D);
   DIT_TRY(dit_op_timestep_embedding(be, &tf, v, c->t_channels, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
   DIT_TRY(dit_op_linear(be, &tm, &tf, l1, NULL, DIT_ACT_SILU, err));
   return dit_op_linear(be, &out, &tm, l2, NULL, DIT_ACT_NONE, err);
@@ -202,10 +204,10 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
   const flux2_weights *w = &m->w;
   const int64_t B = g->B, D = m->cfg.dim;
   DIT_TRY(embed_scalar(m, g, t_dev, &w->t_linear_1, &w->t_linear_2, a->temb, a, err));
-  dit_tensor te = t2(m->dev, a->temb, B, D), ts = t2(m->dev, a->temb_silu, B, D);
+  dit_tensor te = t2(m, a->temb, B, D), ts = t2(m, a->temb_silu, B, D);
   if (g_dev) {
     DIT_TRY(embed_scalar(m, g, g_dev, &w->g_linear_1, &w->g_linear_2, a->g_emb, a, err));
-    dit_tensor ge = t2(m->dev, a->g_emb, B, D);
+    dit_tensor ge = t2(m, a->g_emb, B, D);
     DIT_TRY(dit_op_add(be, &te, &te, &ge, err));
   }
   DIT_TRY(dit_op_activation(be, &ts, &te, DIT_ACT_SILU, err));
@@ -216,11 +218,11 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
 }
 
 /* hn [B, Ss, D] = LayerNorm(x) * (1 + scale) + shift (no affine). */
-static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, float *x, int64_t Ss, float *hn, const float *shift,
-                           const float *scale, dit_error *err) {
+static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, void *hn, void *shift, void *scale,
+                           dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m->dev, x, B, Ss, D), th = t3(m->dev, hn, B, Ss, D);
-  dit_tensor sc = t2(m->dev, (float *)scale, B, D), sh = t2(m->dev, (float *)shift, B, D);
+  dit_tensor tx = t3(m, x, B, Ss, D), th = t3(m, hn, B, Ss, D);
+  dit_tensor sc = t2(m, scale, B, D), sh = t2(m, shift, B, D);
   DIT_TRY(dit_op_layer_norm(m->be, &th, &tx, NULL, NULL, m->cfg.eps, err));
   return dit_op_modulate(m->be, &th, &th, &sc, &sh, err);
 }
@@ -228,16 +230,16 @@ static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, float *x, int64_t 
 /* One stream's projection into the joint q/k/v buffers at rows [off, off + Ss):
  * p = hn @ W^T, per-head RMSNorm (norm may be NULL), copied into dst's slice. */
 static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, int64_t off, const dit_tensor *w,
-                               const dit_tensor *norm, float *dst, flux2_acts *a, dit_error *err) {
+                               const dit_tensor *norm, void *dst, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim, hd = m->cfg.head_dim;
-  dit_tensor hn = t3(m->dev, a->hn, B, Ss, D), p = t3(m->dev, a->p, B, Ss, D);
+  dit_tensor hn = t3(m, a->hn, B, Ss, D), p = t3(m, a->p, B, Ss, D);
   DIT_TRY(dit_op_linear(be, &p, &hn, w, NULL, DIT_ACT_NONE, err));
   if (norm) {
-    dit_tensor ph = t2(m->dev, a->p, B * Ss * (D / hd), hd);
+    dit_tensor ph = t2(m, a->p, B * Ss * (D / hd), hd);
     DIT_TRY(dit_op_rms_norm(be, &ph, &ph, norm, m->cfg.eps, err));
   }
-  dit_tensor d = v3(m->dev, dst + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  dit_tensor d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
   return dit_op_copy(be, &d, &p, err);
 }
 
@@ -246,8 +248,8 @@ static dit_status rope_attend(dit_flux2 *m, const flux2_geom *g, const dit_tenso
                               const dit_tensor *v4, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  dit_tensor q4 = t4(m->dev, a->q, B, S, H, hd), k4 = t4(m->dev, a->k, B, S, H, hd);
-  dit_tensor o4 = t4(m->dev, a->o, B, S, H, hd);
+  dit_tensor q4 = t4(m, a->q, B, S, H, hd), k4 = t4(m, a->k, B, S, H, hd);
+  dit_tensor o4 = t4(m, a->o, B, S, H, hd);
   DIT_TRY(dit_op_rope(be, &q4, cos, sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_rope(be, &k4, cos, sin, DIT_ROPE_INTERLEAVED, err));
   return dit_op_attention(be, &o4, &q4, &k4, v4, NULL, 1.0f / sqrtf((float)hd), false, err);
@@ -258,10 +260,10 @@ static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_i
                                flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
-  dit_tensor hn = t2(m->dev, a->hn, rows, D), big = t2(m->dev, a->big, rows, 2 * F), p = t2(m->dev, a->p, rows, D);
-  dit_tensor ga = t2(m->dev, a->ga, rows, F), gb = t2(m->dev, a->gb, rows, F);
+  dit_tensor hn = t2(m, a->hn, rows, D), big = t2(m, a->big, rows, 2 * F), p = t2(m, a->p, rows, D);
+  dit_tensor ga = t2(m, a->ga, rows, F), gb = t2(m, a->gb, rows, F);
   DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
-  dit_tensor sa = t2(m->dev, a->big, rows, F), sb = t2(m->dev, a->big + F, rows, F);
+  dit_tensor sa = t2(m, a->big, rows, F), sb = t2(m, el(m, a->big, F), rows, F);
   sa.stride[0] = sb.stride[0] = 2 * F;
   DIT_TRY(dit_op_copy(be, &ga, &sa, err));
   DIT_TRY(dit_op_copy(be, &gb, &sb, err));
@@ -271,20 +273,20 @@ static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_i
 
 /* The second half of a double block for one stream: attention output rows [off, off+Ss)
  * through its out projection and gate, then the gated feed-forward. mk = M_IMG / M_TXT. */
-static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, float *x, int64_t Ss, int64_t off, int mk,
+static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, int64_t off, int mk,
                               const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out, flux2_acts *a,
                               dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m->dev, x, B, Ss, D), hn = t3(m->dev, a->hn, B, Ss, D), p = t3(m->dev, a->p, B, Ss, D);
-  dit_tensor os = v3(m->dev, a->o + (size_t)(off * D), B, Ss, D, g->S * D, D);
+  dit_tensor tx = t3(m, x, B, Ss, D), hn = t3(m, a->hn, B, Ss, D), p = t3(m, a->p, B, Ss, D);
+  dit_tensor os = v3(m, el(m, a->o, off * D), B, Ss, D, g->S * D, D);
   DIT_TRY(dit_op_copy(be, &hn, &os, err));
   DIT_TRY(dit_op_linear(be, &p, &hn, w_o, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(m->dev, chunk(a, g, D, mk + 2), B, D);
+  dit_tensor gate = t2(m, chunk(m, a, g, mk + 2), B, D);
   DIT_TRY(dit_op_gated_add(be, &tx, &p, &gate, false, err));
-  DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(a, g, D, mk + 3), chunk(a, g, D, mk + 4), err));
+  DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(m, a, g, mk + 3), chunk(m, a, g, mk + 4), err));
   DIT_TRY(feed_forward(m, B * Ss, w_in, w_out, a, err));
-  gate = t2(m->dev, chunk(a, g, D, mk + 5), B, D);
+  gate = t2(m, chunk(m, a, g, mk + 5), B, D);
   return dit_op_gated_add(be, &tx, &p, &gate, false, err);
 }
 
@@ -292,16 +294,16 @@ static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, float *x, int64
  * [text, image] q/k/v, joint attention, then each stream's output and MLP. */
 static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux2_geom *g, const dit_tensor *cos,
                                const dit_tensor *sin, flux2_acts *a, dit_error *err) {
-  const int64_t St = g->St, Si = g->Si, D = m->cfg.dim;
-  DIT_TRY(norm_mod(m, g, a->txt, St, a->hn, chunk(a, g, D, M_TXT), chunk(a, g, D, M_TXT + 1), err));
+  const int64_t St = g->St, Si = g->Si;
+  DIT_TRY(norm_mod(m, g, a->txt, St, a->hn, chunk(m, a, g, M_TXT), chunk(m, a, g, M_TXT + 1), err));
   DIT_TRY(project_into(m, g, St, 0, &b->add_q_proj, &b->norm_added_q, a->q, a, err));
   DIT_TRY(project_into(m, g, St, 0, &b->add_k_proj, &b->norm_added_k, a->k, a, err));
   DIT_TRY(project_into(m, g, St, 0, &b->add_v_proj, NULL, a->v, a, err));
-  DIT_TRY(norm_mod(m, g, a->img, Si, a->hn, chunk(a, g, D, M_IMG), chunk(a, g, D, M_IMG + 1), err));
+  DIT_TRY(norm_mod(m, g, a->img, Si, a->hn, chunk(m, a, g, M_IMG), chunk(m, a, g, M_IMG + 1), err));
   DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, a->q, a, err));
   DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, a->k, a, err));
   DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, a->v, a, err));
-  dit_tensor v4 = t4(m->dev, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
+  dit_tensor v4 = t4(m, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
   DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
   DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a, err));
   return stream_tail(m, g, a->txt, St, 0, M_TXT, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out, a, err);
@@ -314,45 +316,45 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
   dit_backend *be = m->be;
   const int64_t B = g->B, S = g->S, R = B * S, D = m->cfg.dim, F = m->cfg.mlp_hidden, hd = m->cfg.head_dim;
   const int64_t H = m->cfg.n_heads, W = 3 * D + 2 * F;
-  DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(a, g, D, M_SINGLE), chunk(a, g, D, M_SINGLE + 1), err));
-  dit_tensor hn = t2(m->dev, a->hn, R, D), big = t2(m->dev, a->big, R, W);
+  DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
+  dit_tensor hn = t2(m, a->hn, R, D), big = t2(m, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
-  float *dst[2] = {a->q, a->k};
+  void *dst[2] = {a->q, a->k};
   const dit_tensor *nw[2] = {&b->norm_q, &b->norm_k};
   for (int i = 0; i < 2; i++) {
-    dit_tensor d = t2(m->dev, dst[i], R, D), s = t2(m->dev, a->big + (size_t)(i * D), R, D);
+    dit_tensor d = t2(m, dst[i], R, D), s = t2(m, el(m, a->big, i * D), R, D);
     s.stride[0] = W;
     DIT_TRY(dit_op_copy(be, &d, &s, err));
-    dit_tensor dh = t2(m->dev, dst[i], R * H, hd);
+    dit_tensor dh = t2(m, dst[i], R * H, hd);
     DIT_TRY(dit_op_rms_norm(be, &dh, &dh, nw[i], m->cfg.eps, err));
   }
-  dit_tensor v4 = t4(m->dev, a->big + (size_t)(2 * D), B, S, H, hd);
+  dit_tensor v4 = t4(m, el(m, a->big, 2 * D), B, S, H, hd);
   v4.stride[0] = S * W;
   v4.stride[1] = W;
   DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
-  dit_tensor ga = t2(m->dev, a->ga, R, F), gb = t2(m->dev, a->gb, R, F);
-  dit_tensor sa = t2(m->dev, a->big + (size_t)(3 * D), R, F), sb = t2(m->dev, a->big + (size_t)(3 * D + F), R, F);
+  dit_tensor ga = t2(m, a->ga, R, F), gb = t2(m, a->gb, R, F);
+  dit_tensor sa = t2(m, el(m, a->big, 3 * D), R, F), sb = t2(m, el(m, a->big, 3 * D + F), R, F);
   sa.stride[0] = sb.stride[0] = W;
   DIT_TRY(dit_op_copy(be, &ga, &sa, err));
   DIT_TRY(dit_op_copy(be, &gb, &sb, err));
   DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
-  dit_tensor ca = t2(m->dev, a->cat, R, D), cb = t2(m->dev, a->cat + (size_t)D, R, F), o = t2(m->dev, a->o, R, D);
+  dit_tensor ca = t2(m, a->cat, R, D), cb = t2(m, el(m, a->cat, D), R, F), o = t2(m, a->o, R, D);
   ca.stride[0] = cb.stride[0] = D + F;
   DIT_TRY(dit_op_copy(be, &ca, &o, err));
   DIT_TRY(dit_op_copy(be, &cb, &ga, err));
-  dit_tensor cat = t2(m->dev, a->cat, R, D + F), p2 = t2(m->dev, a->p, R, D), p = t3(m->dev, a->p, B, S, D),
-             x = t3(m->dev, a->joint, B, S, D);
+  dit_tensor cat = t2(m, a->cat, R, D + F), p2 = t2(m, a->p, R, D), p = t3(m, a->p, B, S, D),
+             x = t3(m, a->joint, B, S, D);
   DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(m->dev, chunk(a, g, D, M_SINGLE + 2), B, D);
+  dit_tensor gate = t2(m, chunk(m, a, g, M_SINGLE + 2), B, D);
   return dit_op_gated_add(be, &x, &p, &gate, false, err);
 }
 
 /* joint[b] = [txt[b], img[b]]. */
 static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor dt = v3(m->dev, a->joint, B, g->St, D, g->S * D, D),
-             di = v3(m->dev, a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D);
-  dit_tensor st = t3(m->dev, a->txt, B, g->St, D), si = t3(m->dev, a->img, B, g->Si, D);
+  dit_tensor dt = v3(m, a->joint, B, g->St, D, g->S * D, D),
+             di = v3(m, el(m, a->joint, g->St * D), B, g->Si, D, g->S * D, D);
+  dit_tensor st = t3(m, a->txt, B, g->St, D), si = t3(m, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &dt, &st, err));
   return dit_op_copy(m->be, &di, &si, err);
 }
@@ -360,12 +362,15 @@ static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a,
 /* Image rows of the joint stream -> norm_out (AdaLayerNormContinuous) -> proj_out. */
 static dit_status final_layer(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_tensor *out, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor src = v3(m->dev, a->joint + (size_t)(g->St * D), B, g->Si, D, g->S * D, D),
-             img = t3(m->dev, a->img, B, g->Si, D);
+  dit_tensor src = v3(m, el(m, a->joint, g->St * D), B, g->Si, D, g->S * D, D),
+             img = t3(m, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &img, &src, err));
-  DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(a, g, D, M_OUT + 1), chunk(a, g, D, M_OUT), err));
-  dit_tensor hn = t3(m->dev, a->hn, B, g->Si, D);
-  return dit_op_linear(m->be, out, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err);
+  DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(m, a, g, M_OUT + 1), chunk(m, a, g, M_OUT), err));
+  dit_tensor hn = t3(m, a->hn, B, g->Si, D);
+  if (!a->out_act) return dit_op_linear(m->be, out, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err);
+  dit_tensor o = t3(m, a->out_act, B, g->Si, m->cfg.out_channels);
+  DIT_TRY(dit_op_linear(m->be, &o, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err));
+  return dit_op_copy(m->be, out, &o, err);
 }
 
 static bool is_f32_contig3(const dit_tensor *t) {
@@ -437,15 +442,16 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   const dit_flux2_config *c = &m->cfg;
   dit_backend *be = m->be;
   const size_t host_bytes = host_bytes_of(c, g);
+  const bool stage = m->adt != DIT_F32; /* inputs/outputs are F32: convert through staging buffers */
   dit_arena ar;
   flux2_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, &a, err));
   DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
   memset(&ar, 0, sizeof ar);
   ar.base = m->act;
   ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, &a, err));
   flux2_host_tables h;
   table_layout(c, g, m->host, &h);
   fill_rope(c, g, img_ids, txt_ids, &h);
@@ -457,14 +463,22 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
 #define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
   const int64_t B = g->B, D = c->dim, half = c->head_dim / 2;
-  dit_tensor cos = t3(m->dev, DEV(h.cos), B, g->S, half), sin = t3(m->dev, DEV(h.sin), B, g->S, half);
-  dit_tensor t_dev = t1(m->dev, DEV(h.t), B), g_dev = t1(m->dev, DEV(h.g), B);
+  dit_tensor cos = mk(m, DIT_F32, DEV(h.cos), 3, (int64_t[]){B, g->S, half});
+  dit_tensor sin = mk(m, DIT_F32, DEV(h.sin), 3, (int64_t[]){B, g->S, half});
+  dit_tensor t_dev = mk(m, DIT_F32, DEV(h.t), 1, (int64_t[]){B}), g_dev = mk(m, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
 #undef DEV
   const bool use_g = guidance && c->guidance_embeds;
   DIT_TRY(time_embed(m, g, &t_dev, use_g ? &g_dev : NULL, &a, err));
-  dit_tensor img = t3(m->dev, a.img, B, g->Si, D), tx = t3(m->dev, a.txt, B, g->St, D);
-  DIT_TRY(dit_op_linear(be, &img, x, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_linear(be, &tx, txt, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
+  dit_tensor img = t3(m, a.img, B, g->Si, D), tx = t3(m, a.txt, B, g->St, D);
+  dit_tensor xs = *x, ts = *txt;
+  if (stage) {
+    xs = t3(m, a.x_in, B, g->Si, c->in_channels);
+    ts = t3(m, a.txt_in, B, g->St, c->joint_attention_dim);
+    DIT_TRY(dit_op_copy(be, &xs, x, err));
+    DIT_TRY(dit_op_copy(be, &ts, txt, err));
+  }
+  DIT_TRY(dit_op_linear(be, &img, &xs, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &tx, &ts, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
   for (int l = 0; l < c->n_layers; l++) {
     dit_status s = double_block(m, &m->w.blocks[l], g, &cos, &sin, &a, err);
     if (s != DIT_OK) {

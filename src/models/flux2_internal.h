@@ -49,6 +49,8 @@ struct dit_flux2 {
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
   dit_device dev;     /* device tag of backend memory */
+  dit_dtype adt;      /* activation dtype: F32, or BF16 on GPU backends */
+  size_t es;          /* its element size */
   void *act;          /* activation buffer (backend memory), reused across calls that fit */
   size_t act_bytes;
   void *host;         /* host scratch for the RoPE tables and timesteps */

@@ -132,41 +132,6 @@ static dit_status resnet_fwd(vae_run *r, const vae_resnet *rn, int groups, vact 
   return DIT_OK;
 }
 
-/* Single-head attention over s tokens of c channels (c = 512 for the Flux VAE), as
- * GEMMs through the linear op: for each chunk of query rows, scores = (q / sqrt(c)) k^T,
- * softmax over the keys, out = P v (v transposed once so it is the op's [N, K] weight).
- * Why not the attention op: at head dim 512 the CPU SDPA ran at 1.8 GFLOP/s (half the
- * 512x512 decode time) and the CUDA SDPA supports head dims <= 256 only. Scratch (after
- * q, k, v in ATTN_BUF): v^T [c, s] and one chunk of scores [qc, s], qc = 2^24 / s rows
- * (64 MiB) clamped to [64, s]. out: [s, c] floats, not overlapping q, k, v. */
-static dit_status sdpa_one_head(vae_run *r, dit_tensor *q, const dit_tensor *k, const dit_tensor *v, float *out,
-                                dit_error *err) {
-  int64_t s = q->shape[0], c = q->shape[1];
-  size_t n = (size_t)(s * c);
-  int64_t qc = ((int64_t)1 << 24) / s;
-  if (qc < 64) qc = 64;
-  if (qc > s) qc = s;
-  dit_tensor vt, sc;
-  DIT_TRY(view_at(r, &vt, ATTN_BUF, 3 * n, 1, c, s, err));
-  DIT_TRY(view_at(r, &sc, ATTN_BUF, 4 * n, 1, qc, s, err));
-  if (!r->plan) DIT_TRY(dit_op_scale(r->be, q, q, (float)(1.0 / sqrt((double)c)), err));
-  dit_tensor vt2 = dit_tensor_2d(DIT_F32, vt.data, c, s), vsrc = dit_tensor_2d(DIT_F32, v->data, c, s);
-  vsrc.stride[0] = 1;
-  vsrc.stride[1] = c;
-  DIT_TRY(copy(r, &vt2, &vsrc, err));
-  for (int64_t q0 = 0; q0 < s; q0 += qc) {
-    int64_t m = q0 + qc <= s ? qc : s - q0;
-    const float *qd = q->data;
-    dit_tensor qb = dit_tensor_2d(DIT_F32, qd ? (void *)(qd + q0 * c) : NULL, m, c);
-    dit_tensor sb = dit_tensor_2d(DIT_F32, sc.data, m, s);
-    dit_tensor ob = dit_tensor_2d(DIT_F32, out ? (void *)(out + q0 * c) : NULL, m, c);
-    DIT_TRY(linear(r, &sb, &qb, k, NULL, err));
-    if (!r->plan) DIT_TRY(dit_op_softmax(r->be, &sb, &sb, err));
-    DIT_TRY(linear(r, &ob, &sb, &vt2, NULL, err));
-  }
-  return DIT_OK;
-}
-
 /* The mid block's Attention: x + to_out(SDPA(to_q(n), to_k(n), to_v(n))) with
  * n = group_norm(x) seen as h*w tokens of c channels (one head of dim c). */
 static dit_status attn_fwd(vae_run *r, const vae_attn *at, int groups, vact *x, dit_error *err) {
@@ -192,8 +157,14 @@ static dit_status attn_fwd(vae_run *r, const vae_attn *at, int groups, vact *x, 
   STAGE(linear(r, &q2, &tok, &at->q_w, &at->q_b, err), "to_q");
   STAGE(linear(r, &k2, &tok, &at->k_w, &at->k_b, err), "to_k");
   STAGE(linear(r, &v2, &tok, &at->v_w, &at->v_b, err), "to_v");
-  /* softmax(q k^T / sqrt(c)) v into a (the normalised map is consumed) */
-  STAGE(sdpa_one_head(r, &q2, &k2, &v2, tn.data, err), "attention");
+  /* SDPA over [1, s, 1, c] (one head of dim c): the output goes to a (the normalised
+   * map is consumed) */
+  dit_tensor q4 = dit_tensor_4d(DIT_F32, q.data, 1, s, 1, c), k4 = dit_tensor_4d(DIT_F32, k.data, 1, s, 1, c),
+             v4 = dit_tensor_4d(DIT_F32, v.data, 1, s, 1, c), o4 = dit_tensor_4d(DIT_F32, tn.data, 1, s, 1, c);
+  r->flops += 4.0 * (double)s * (double)s * (double)c;
+  if (!r->plan)
+    STAGE(dit_op_attention(r->be, &o4, &q4, &k4, &v4, NULL, (float)(1.0 / sqrt((double)c)), false, err),
+          "attention");
   dit_tensor o2 = dit_tensor_2d(DIT_F32, tn.data, s, c);
   STAGE(linear(r, &tok, &o2, &at->o_w, &at->o_b, err), "to_out.0");
   /* back to [c, h, w] in a, plus the residual */

@@ -17,8 +17,10 @@
  * with the matmuls' M/N/K overridden by the per-item lengths when masked. The softmax stats
  * are tried as a virtual tensor first (cudnn-frontend's inference form), then as an output,
  * then without the stats ops. A plan (heuristics mode A, then the fallback list; the first
- * engine config that finalizes) is cached per shape. Fallbacks to our kernel (no library, a
- * refused shape) print one stderr line; DIT_CUDA_CUDNN_VERBOSE=2 also prints each plan, 0 none. */
+ * engine config that finalizes) is cached per shape. Each plan's first output is checked
+ * against our own kernel (one sync per shape; DIT_CUDA_CUDNN_VERIFY=0 skips it) and a plan that
+ * disagrees is dropped. Fallbacks to our kernel (no library, a refused or dropped shape) print
+ * one stderr line; DIT_CUDA_CUDNN_VERBOSE=2 also prints each plan, 0 nothing. */
 #include "backend/cuda/cudnn_sdpa.h"
 
 #include <float.h>
@@ -51,6 +53,8 @@ void cu_sdpa_destroy(cu_sdpa *s) {}
 #include <dlfcn.h>
 
 #include <cudnn_graph.h>
+
+#include "backend/cuda/cuda_internal.h" /* cuk_attention: our kernel, the first call's reference */
 
 #define SDPA_MAX_PLANS 64
 #define SDPA_MAX_DESC 200
@@ -95,6 +99,7 @@ typedef struct sdpa_plan {
   int64_t B, Sq, Sk, Hq, Hkv, D;
   bool masked, causal;
   bool ok;    /* false: cuDNN refused this shape; use our kernel */
+  bool verified; /* the first output was checked against our kernel */
   int stats;  /* softmax stats M + log Z: STATS_VIRTUAL, STATS_OUT (needs the stats buffer), STATS_NONE */
   int64_t ws; /* workspace bytes */
   cudnnBackendDescriptor_t plan;
@@ -107,6 +112,7 @@ struct cu_sdpa {
   cudnnHandle_t h;
   cudaStream_t stream;
   bool broken; /* not loadable: always fall back */
+  bool verify; /* check each plan's first output against our kernel; env DIT_CUDA_CUDNN_VERIFY=0 skips */
   int log;     /* stderr lines: 0 none, 1 fallbacks (default), 2 also plans; env DIT_CUDA_CUDNN_VERBOSE */
   size_t version;
   void *ws;
@@ -633,6 +639,60 @@ static dit_status execute(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, co
   return DIT_OK;
 }
 
+/* The first output of a new plan is compared with our kernel (v1) on the same inputs: a plan
+ * whose output differs (NMSE >= 1e-3 or non-finite values) is dropped and out gets our
+ * kernel's result. Costs one run of our kernel and a sync, once per shape; skipped while the
+ * stream is being captured. Returns false when the plan was dropped. */
+static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, const void *k, const void *v,
+                         const uint8_t *mask, float scale, bool causal) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return true; /* check a later call */
+  }
+  p->verified = true;
+  const int64_t n = p->B * p->Sq * p->Hq * p->D;
+  const size_t bytes = ((size_t)n * 2 + 255) & ~(size_t)255;
+  void *ref = NULL;
+  double h[3] = {0, 0, 0};
+  cudaError_t e = cudaMalloc(&ref, bytes + 3 * sizeof(double));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    note(s, "cudnn sdpa: first-output check skipped (no memory for the reference)");
+    return true;
+  }
+  double *acc = (double *)((char *)ref + bytes);
+  e = cudaMemsetAsync(acc, 0, 3 * sizeof(double), s->stream);
+  if (e == cudaSuccess)
+    e = cuk_attention(ref, q, k, v, DIT_BF16, p->B, p->Sq, p->Sk, p->Hq, p->Hkv, p->D, mask, scale, causal, 1,
+                      s->stream);
+  if (e == cudaSuccess) e = cuk_bf16_diff(out, ref, n, acc, s->stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(h, acc, sizeof h, cudaMemcpyDeviceToHost, s->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+  double nmse = h[1] > 0 ? h[0] / h[1] : h[0];
+  bool good = e == cudaSuccess && h[2] == 0 && nmse < 1e-3;
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    note(s, "cudnn sdpa: first-output check failed: CUDA error %s; dropping the plan", cudaGetErrorString(e));
+  } else if (!good) {
+    note(s, "cudnn sdpa: plan for B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s gives a different result than our "
+            "kernel (nmse %.3e, %.0f non-finite values); dropping it",
+         (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv, (long long)p->D,
+         p->masked ? " padding-mask" : "", p->causal ? " causal" : "", nmse, h[2]);
+    if (cudaMemcpyAsync(out, ref, (size_t)n * 2, cudaMemcpyDeviceToDevice, s->stream) != cudaSuccess ||
+        cudaStreamSynchronize(s->stream) != cudaSuccess)
+      cudaGetLastError();
+  } else {
+    note(s, "cudnn sdpa: plan for B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s (%s) checked: nmse %.2e vs our kernel",
+         (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv, (long long)p->D,
+         p->masked ? " padding-mask" : "", p->causal ? " causal" : "", stats_name[p->stats], nmse);
+  }
+  cudaFree(ref);
+  if (!good) p->ok = false;
+  log_msg(s, !good);
+  return good;
+}
+
 dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
                              int64_t Hkv, int64_t D, float scale, bool causal, bool *done, dit_error *err) {
@@ -644,6 +704,8 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
     *state = s;
     const char *lv = getenv("DIT_CUDA_CUDNN_VERBOSE");
     s->log = lv ? atoi(lv) : 1;
+    const char *vv = getenv("DIT_CUDA_CUDNN_VERIFY");
+    s->verify = !(vv && strcmp(vv, "0") == 0);
     s->broken = !open_state(s, st);
     log_msg(s, s->broken);
   }
@@ -689,6 +751,11 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
     p->ok = false; /* don't retry this shape */
     log_msg(s, true);
     s->fallbacks++;
+    return DIT_OK;
+  }
+  if (s->verify && !p->verified && !verify_first(s, p, out, q, k, v, mask, scale, causal)) {
+    s->fallbacks++; /* out holds our kernel's result */
+    *done = true;
     return DIT_OK;
   }
   s->calls++;

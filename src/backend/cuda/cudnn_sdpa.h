@@ -3,7 +3,9 @@
  * mask whose valid keys are a prefix of every batch item (cuDNN's padding mask with per-item
  * key lengths), optionally causal without a mask. cuDNN is loaded at run time (dlopen of
  * libcudnn.so.9), so a machine without it, or a graph cuDNN refuses, falls back to our own
- * kernel. Plans are built once per shape (heuristics, first engine that finalizes) and cached. */
+ * kernel. Plans are built once per shape (heuristics, first engine that finalizes), checked on
+ * their first call against our kernel (dropped if they disagree), and cached.
+ * Env: DIT_CUDA_CUDNN=0 (off), DIT_CUDA_CUDNN_VERIFY=0, DIT_CUDA_CUDNN_VERBOSE=0|1|2. */
 #ifndef DIT_CUDNN_SDPA_H
 #define DIT_CUDNN_SDPA_H
 
@@ -50,6 +52,9 @@ void cu_sdpa_destroy(cu_sdpa *s);
  * (at least 1), seq_q[b] = Sq; *bad |= 1 when the mask is not such a prefix or is empty. */
 cudaError_t cuk_mask_seqlen(const uint8_t *mask, int64_t B, int64_t Sk, int64_t Sq, int32_t *seq_q,
                             int32_t *seq_kv, int *bad, cudaStream_t s);
+/* k_seqlen.cu: acc[0] += sum (a - b)^2, acc[1] += sum b^2, acc[2] += count of non-finite a
+ * (a, b: n BF16 values; acc: 3 device doubles). */
+cudaError_t cuk_bf16_diff(const void *a, const void *b, int64_t n, double *acc, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -115,6 +115,36 @@ static void gpu_forward(dit_backend *be, dit_zimage *m, fx_case *d, int first, i
   }
 }
 
+/* Host tensors into a GPU model (the staged path a CPU pipeline uses): the batched
+ * fixture case again, same tolerance as the device-tensor call. */
+static void test_staged(dit_zimage *m, fx_case *d) {
+  dit_tensor x[2], cap[2], out[2];
+  float *o[2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
+    cap[i] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    size_t nx = (size_t)dit_tensor_numel(&x[i]);
+    o[i] = malloc(nx * sizeof(float));
+    for (size_t k = 0; o[i] && k < nx; k++) o[i][k] = NAN;
+    out[i] = dit_tensor_make(DIT_F32, o[i], 4, d->xs[i]);
+  }
+  dit_error err = {0};
+  dit_status s = o[0] && o[1] ? dit_zimage_forward(m, 2, x, cap, d->t, out, &err) : DIT_ERR_NOMEM;
+  CHECK_MSG(s == DIT_OK, "staged forward: %s", err.msg);
+  for (int i = 0; i < 2 && s == DIT_OK; i++) {
+    long bad = 0;
+    double e = nmse(o[i], d->ref[i], (size_t)dit_tensor_numel(&x[i]), &bad);
+    printf("gpu zimage staged (host tensors) bf16-act dit_out%d: nmse %.3g, non-finite %ld\n", i, e, bad);
+    CHECK_MSG(bad == 0 && e <= NMSE_BF16_ACT, "staged dit_out%d: nmse %g", i, e);
+  }
+  /* mixed host and GPU tensors are refused */
+  dit_tensor xm = x[1];
+  xm.device = DIT_DEV_CUDA;
+  dit_tensor xs2[2] = {x[0], xm};
+  CHECK(dit_zimage_forward(m, 2, xs2, cap, d->t, out, &err) == DIT_ERR_INVALID_ARG);
+  free(o[0]), free(o[1]);
+}
+
 static void test_fixture(dit_backend *be, const dt_args *a) {
   char fixture[4096], tdir[4096], comp[4096];
   if (a->fixture) snprintf(fixture, sizeof fixture, "%s", a->fixture);
@@ -141,6 +171,7 @@ static void test_fixture(dit_backend *be, const dt_args *a) {
     gpu_forward(be, m, &d, 0, 2, NMSE_BF16_ACT, "bf16-act");
     gpu_forward(be, m, &d, 1, 1, NMSE_BF16_ACT, "bf16-act");
     gpu_forward(be, m, &d, 0, 2, NMSE_BF16_ACT, "bf16-act"); /* cached tables, reused buffer */
+    test_staged(m, &d);
   }
   dit_zimage_free(m);
   for (int i = 0; i < 2; i++) free(d.x[i]), free(d.cap[i]), free(d.ref[i]);

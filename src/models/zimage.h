@@ -73,7 +73,9 @@ const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
  * model's raw output, before the pipeline's negation). Tensors are in the backend's
  * memory (host pointers and device DIT_DEV_CPU on the CPU backend, device pointers and
  * DIT_DEV_CUDA on the GPU); t is a host array. On a GPU backend the call only enqueues
- * work: sync (or download) before reading out.
+ * work: sync (or download) before reading out. A GPU model also takes host tensors (all
+ * of x, cap and out with device DIT_DEV_CPU): they are staged through the model's device
+ * buffer and the call returns with out written (for CPU pipelines around a GPU DiT).
  * Activations live in one buffer owned by the model, sized for the call's geometry and
  * reused by later calls that fit (so a model runs one forward at a time).
  * Returns DIT_ERR_INVALID_ARG (nothing written) for bad shapes, dtypes, H/W not

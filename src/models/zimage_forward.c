@@ -19,6 +19,7 @@
 /* Activations of one call: one arena over the model's buffer. */
 typedef struct zimage_acts {
   void *tab;                 /* device copy of the host tables */
+  void *stage;               /* device copies of host inputs and outputs (staged calls) */
   /* in the activation dtype (F32, or BF16 on a GPU): */
   void *t_freq;              /* [n, t_freq_dim] */
   void *t_mid;               /* [n, t_mid_dim] */
@@ -74,7 +75,7 @@ static dit_tensor view(const dit_zimage *m, dit_dtype dt, void *p, int nd, const
 
 /* Carves every activation out of a (measuring or real) arena. */
 static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_geom *g, size_t host_bytes,
-                       size_t es, zimage_acts *o, dit_error *err) {
+                       size_t stage_bytes, size_t es, zimage_acts *o, dit_error *err) {
   const bool real = ar->base != NULL;
   const size_t n = (size_t)g->n, D = (size_t)c->dim, A = (size_t)c->adaln_dim, P = (size_t)c->patch_dim;
   const size_t R = n * (size_t)g->S_max;
@@ -91,6 +92,10 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
   } while (0)
   o->tab = dit_arena_alloc(ar, host_bytes, err);
   if (real && !o->tab) return DIT_ERR_NOMEM;
+  if (stage_bytes) {
+    o->stage = dit_arena_alloc(ar, stage_bytes, err);
+    if (real && !o->stage) return DIT_ERR_NOMEM;
+  }
   TAKE(t_freq, n * (size_t)c->t_freq_dim);
   TAKE(t_mid, n * (size_t)c->t_mid_dim);
   TAKE(adaln, n * A);
@@ -336,8 +341,8 @@ static dit_status check_item(const dit_zimage_config *c, int i, const dit_tensor
                              const dit_tensor *out, float t, dit_device dev, zimage_item *it, dit_error *err) {
   char b1[128], b2[128];
   if (x->device != dev || cap->device != dev || out->device != dev)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d], cap[%d] and out[%d] must be in the %s "
-                      "backend's memory", i, i, i, dev == DIT_DEV_CPU ? "CPU" : "GPU");
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d], cap[%d] and out[%d] must all be in %s memory "
+                      "(like x[0])", i, i, i, dev == DIT_DEV_CPU ? "host" : "GPU");
   if (!is_f32_contig(x, 4) || x->shape[0] != c->in_channels)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: x[%d] must be contiguous F32 [%d, F, H, W], got %s %s",
                       i, c->in_channels, dit_dtype_name(x->dtype), dit_shape_str(x->shape, x->ndim, b1, sizeof b1));
@@ -477,19 +482,67 @@ static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_
 #undef DEV
 }
 
+/* Device-side views for a staged call: item i's x, cap and out at 256-byte aligned
+ * places of a->stage (stage == NULL: only the total is computed). */
+static size_t stage_layout(const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap, void *stage,
+                           dit_device dev, dit_tensor *xd, dit_tensor *cd, dit_tensor *od) {
+  size_t off = 0;
+  for (int i = 0; i < g->n; i++) {
+    const dit_tensor *src[3] = {&x[i], &cap[i], &x[i]};
+    dit_tensor *dst[3] = {xd ? &xd[i] : NULL, cd ? &cd[i] : NULL, od ? &od[i] : NULL};
+    for (int k = 0; k < 3; k++) {
+      if (stage) {
+        *dst[k] = dit_tensor_make(DIT_F32, (char *)stage + off, src[k]->ndim, src[k]->shape);
+        dst[k]->device = dev;
+      }
+      off += (dit_tensor_nbytes(src[k]) + 255) / 256 * 256;
+    }
+  }
+  return off;
+}
+
+static dit_status layers(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap,
+                         const float *t, zimage_acts *a, size_t host_bytes, dit_tensor *out, dit_error *err);
+
+/* Plans the call's buffers; a staged call (host tensors, device model) first uploads x and
+ * cap into the model's buffer and finally downloads the outputs (waiting for the GPU). */
 static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap, const float *t,
-                      dit_tensor *out, dit_error *err) {
+                      dit_tensor *out, bool staged, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
   size_t host_bytes = zimage_host_bytes(c, g);
+  size_t stage_bytes = staged ? stage_layout(g, x, cap, NULL, m->dev, NULL, NULL, NULL) : 0;
   dit_arena ar;
   zimage_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->es, &a, err));
   DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
   memset(&ar, 0, sizeof ar);
   ar.base = m->act;
   ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->es, &a, err));
+  if (!staged) return layers(m, g, x, cap, t, &a, host_bytes, out, err);
+  dit_tensor *xd = calloc((size_t)g->n * 3, sizeof *xd);
+  if (!xd) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_tensor *cd = xd + g->n, *od = cd + g->n;
+  stage_layout(g, x, cap, a.stage, m->dev, xd, cd, od);
+  dit_backend *be = m->be;
+  dit_status s = DIT_OK;
+  for (int i = 0; i < g->n && s == DIT_OK; i++) {
+    s = be->ops->upload(be, xd[i].data, x[i].data, dit_tensor_nbytes(&x[i]), err);
+    if (s == DIT_OK) s = be->ops->upload(be, cd[i].data, cap[i].data, dit_tensor_nbytes(&cap[i]), err);
+  }
+  if (s == DIT_OK) s = layers(m, g, xd, cd, t, &a, host_bytes, od, err);
+  for (int i = 0; i < g->n && s == DIT_OK; i++)
+    s = be->ops->download(be, out[i].data, od[i].data, dit_tensor_nbytes(&out[i]), err);
+  free(xd);
+  return s;
+}
+
+/* The forward proper, on tensors in backend memory. */
+static dit_status layers(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap,
+                         const float *t, zimage_acts *a_, size_t host_bytes, dit_tensor *out, dit_error *err) {
+  const dit_zimage_config *c = &m->cfg;
+  zimage_acts a = *a_;
   zimage_host_tables h;
   DIT_TRY(upload_tables(m, g, t, &a, host_bytes, &h, err));
   zimage_stream st[3];
@@ -510,9 +563,11 @@ dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const d
                               dit_tensor *out, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: no model");
   zimage_geom g;
-  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, m->dev, &g, err);
+  /* host tensors with a GPU model: staged through the model's buffer */
+  const bool staged = m->dev != DIT_DEV_CPU && n >= 1 && x && x[0].device == DIT_DEV_CPU;
+  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, staged ? DIT_DEV_CPU : m->dev, &g, err);
   if (s == DIT_OK) {
-    s = run(m, &g, x, cap, t, out, err);
+    s = run(m, &g, x, cap, t, out, staged, err);
     if (s != DIT_OK) dit_error_prefix(err, "zimage forward");
   }
   free(g.items);

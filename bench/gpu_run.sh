@@ -16,7 +16,9 @@
 #     bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048), logs
 #     and JSON into $OUT, and prints a final table.
 # Environment (run): ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
-# optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (420).
+# optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (no new
+# compile after the torch script has run this long; default: its time left - 150 s),
+# TOTAL_S (585: the whole run ends inside the run tool's 600 s; torch gets what is left).
 set -u
 
 cmd=${1:-}
@@ -94,8 +96,14 @@ run() {
     done
   fi
   if ! skip torch; then
-    timeout 540 python3 bench/torch_ref.py --res "${sizes[@]}" --text-len "$tl" --iters "$iters" --warmup "$warm" \
-      --modes "${TORCH_MODES:-eager,compile}" --compile-budget-s "${COMPILE_BUDGET_S:-420}" \
+    # the whole command must end inside the run tool's 600 s: torch gets what is left
+    local left=$(( ${TOTAL_S:-585} - SECONDS ))
+    [ "$left" -lt 30 ] && left=30
+    local cb=${COMPILE_BUDGET_S:-$(( left - 150 ))}
+    [ "$cb" -lt 0 ] && cb=0
+    echo "torch_ref: ${left} s left, compile budget ${cb} s"
+    timeout "$left" python3 bench/torch_ref.py --res "${sizes[@]}" --text-len "$tl" --iters "$iters" --warmup "$warm" \
+      --modes "${TORCH_MODES:-eager,compile}" --compile-budget-s "$cb" \
       --out "$OUT/torch_ref.json" >"$OUT/torch_ref.log" 2>&1
     echo "torch_ref: rc=$?"
     tail -n 12 "$OUT/torch_ref.log"

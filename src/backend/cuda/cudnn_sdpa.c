@@ -468,7 +468,7 @@ static dit_status make_plan(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
   const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
   char first_fail[512] = "";
   int tried = 0;
-  for (int mi = 0; mi < 2; mi++) {
+  for (int mi = 0; mi < 2 && !(mi == 1 && tried > 0); mi++) { /* the fallback list only if A gave nothing */
     const char *what = mi ? "heuristics (fallback mode)" : "heuristics (mode A)";
     cudnnBackendDescriptor_t heur;
     DIT_TRY(g_new(s, g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what, &heur, err));
@@ -485,7 +485,7 @@ static dit_status make_plan(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
     CK(s, s->api.GetAttr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
        "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", what);
     if (count <= 0) continue;
-    if (count > 8) count = 8; /* the best few; each plan finalize may compile a kernel */
+    if (count > 6) count = 6; /* the best few; each plan finalize may compile a kernel */
     cudnnBackendDescriptor_t cfg[16];
     for (int64_t i = 0; i < count; i++) DIT_TRY(g_new(s, g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, what, &cfg[i], err));
     int64_t got = 0;

@@ -49,10 +49,11 @@ pack() {
   echo "device call: run(command='bash bench/gpu_run.sh run', carry=['.devbin','.devlibs','.fixtures','.ref'])"
 }
 
-# Adds the folders holding libcudart.so.13 and libcublasLt.so.13 on this machine.
+# Adds the folders holding libcudart.so.13, libcublasLt.so.13 and libcudnn.so.9 (dlopen'd
+# by the CUDA backend's SDPA, if there) on this machine.
 cuda_libs() {
   local p="" d
-  for so in libcudart.so.13 libcublasLt.so.13; do
+  for so in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9; do
     d=$(find /usr/local/cuda/ /usr/local/cuda*/ /opt /usr/lib -name "$so" 2>/dev/null | head -1)
     [ -n "$d" ] && p="$p:$(dirname "$d")"
   done

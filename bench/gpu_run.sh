@@ -138,6 +138,9 @@ for s in sizes:
     row += f" {c['median_ms'] / b['ms_median']:>6.2f}" if (b and c) else f" {'-':>6}"
     print(row)
 print("x eager / x comp: PyTorch time over ditrun time (> 1: ditrun faster). Peak: 760 TFLOP/s bf16 GEMM.")
+print("mem: ditrun's device memory in use at its peak (cudaMemGetInfo: weights, activations, workspaces and the")
+print("CUDA context); torch's max_memory_allocated per run:",
+      ", ".join(f"{r['res']} {r['mode']} {r['peak_mem_bytes'] / 2**30:.2f} GiB" for r in tm.values()))
 EOF
 }
 

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
           "      --threads N        CPU threads (default: all cores)\n"
           "      --device cpu|cuda  where to run (default cpu)\n"
+          "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
           "      --progress         show progress even when stderr is not a terminal\n"
           "  -q, --quiet            print only errors\n");
 }
@@ -66,6 +67,13 @@ static bool check_output(const char *path, bool overwrite) {
   struct stat st;
   if (!*path) {
     fprintf(stderr, "ditrun generate: --output: empty path\n");
+    return false;
+  }
+  /* a dangling symlink is a name that exists too (the writer would refuse it only after
+   * the whole run) */
+  if (stat(path, &st) != 0 && lstat(path, &st) == 0 && !overwrite) {
+    fprintf(stderr, "ditrun generate: --output: %s exists (a dangling symlink; use --overwrite to replace it)\n",
+            path);
     return false;
   }
   if (stat(path, &st) == 0) {
@@ -137,11 +145,16 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       else if (!bad && !strcmp(v, "cuda")) o->p.device = DIT_DEVICE_CUDA;
       else if (!bad) { fprintf(stderr, "ditrun generate: --device: '%s' is not cpu or cuda\n", v); return 2; }
     }
+    else if (OPT(NULL, "--cpu-precision")) {
+      if (!bad && !strcmp(v, "fp32")) o->p.cpu_precision = DIT_CPU_PRECISION_FP32;
+      else if (!bad && !strcmp(v, "bf16")) o->p.cpu_precision = DIT_CPU_PRECISION_BF16;
+      else if (!bad) { fprintf(stderr, "ditrun generate: --cpu-precision: '%s' is not fp32 or bf16\n", v); return 2; }
+    }
     else { fprintf(stderr, "ditrun generate: unknown option '%s' (see ditrun generate --help)\n", a); return 2; }
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
   }
-  if (!o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is required\n"); return 2; }
+  if (!o->p.model_dir || !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (and not empty)\n"); return 2; }
   if (!o->p.prompt) { fprintf(stderr, "ditrun generate: -p PROMPT is required\n"); return 2; }
   return 0;
 }

@@ -35,7 +35,8 @@ int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
       path = argv[i];
     }
   }
-  if (!path) {
+  if (!path || !*path) {
+    if (path) fprintf(stderr, "ditrun info: PATH is empty\n");
     info_usage(stderr);
     return 2;
   }

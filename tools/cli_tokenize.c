@@ -52,8 +52,8 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
       text = a;
     }
   }
-  if (!model) {
-    fprintf(stderr, "ditrun tokenize: missing -m MODEL_DIR\n");
+  if (!model || !*model) {
+    fprintf(stderr, "ditrun tokenize: missing -m MODEL_DIR (or it is empty)\n");
     tokenize_usage(stderr);
     return 2;
   }

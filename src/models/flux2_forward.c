@@ -45,6 +45,7 @@ typedef struct flux2_acts {
   void *ga, *gb;        /* [B*S, F] */
   void *cat;            /* [B*S, D + F] */
   void *x_in, *txt_in, *out_act; /* inputs and output in the activation dtype (only when it is not F32) */
+  float *x_f32, *txt_f32, *out_f32; /* device copies of host inputs / output (staged calls: host tensors, GPU model) */
 } flux2_acts;
 
 /* Host tables, laid out in one buffer uploaded in one piece. */
@@ -128,7 +129,7 @@ static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const floa
 
 /* Carves every activation out of a (measuring or real) arena. */
 static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geom *g, size_t host_bytes,
-                       size_t es, bool stage, flux2_acts *o, dit_error *err) {
+                       size_t es, bool stage, bool staged, flux2_acts *o, dit_error *err) {
   const bool real = ar->base != NULL;
   const size_t B = (size_t)g->B, D = (size_t)c->dim, F = (size_t)c->mlp_hidden, R = B * (size_t)g->S;
   const size_t wide = 3 * D + 2 * F;
@@ -160,10 +161,18 @@ static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geo
   TAKE(ga, R * F);
   TAKE(gb, R * F);
   TAKE(cat, R * (D + F));
+  const size_t nx = B * (size_t)g->Si * (size_t)c->in_channels, nt = B * (size_t)g->St * (size_t)c->joint_attention_dim;
+  const size_t no = B * (size_t)g->Si * (size_t)c->out_channels;
   if (stage) {
-    TAKE(x_in, B * (size_t)g->Si * (size_t)c->in_channels);
-    TAKE(txt_in, B * (size_t)g->St * (size_t)c->joint_attention_dim);
-    TAKE(out_act, B * (size_t)g->Si * (size_t)c->out_channels);
+    TAKE(x_in, nx);
+    TAKE(txt_in, nt);
+    TAKE(out_act, no);
+  }
+  if (staged) {
+    es = sizeof(float);
+    TAKE(x_f32, nx);
+    TAKE(txt_f32, nt);
+    TAKE(out_f32, no);
   }
 #undef TAKE
   return DIT_OK;
@@ -243,7 +252,7 @@ static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, in
   return dit_op_copy(be, &d, &p, err);
 }
 
-/* RoPE on q and k [B, S, H, hd], then attention into o. v may be a strided view. */
+/* RoPE on q and k [B, S, H, hd], then attention into o. */
 static dit_status rope_attend(dit_flux2 *m, const flux2_geom *g, const dit_tensor *cos, const dit_tensor *sin,
                               const dit_tensor *v4, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
@@ -319,18 +328,19 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
   DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
   dit_tensor hn = t2(m, a->hn, R, D), big = t2(m, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
-  void *dst[2] = {a->q, a->k};
+  /* q, k, v out of the fused projection into contiguous buffers (the GPU attention
+   * takes contiguous operands); per-head RMSNorm on q and k */
+  void *dst[3] = {a->q, a->k, a->v};
   const dit_tensor *nw[2] = {&b->norm_q, &b->norm_k};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     dit_tensor d = t2(m, dst[i], R, D), s = t2(m, el(m, a->big, i * D), R, D);
     s.stride[0] = W;
     DIT_TRY(dit_op_copy(be, &d, &s, err));
+    if (i == 2) break;
     dit_tensor dh = t2(m, dst[i], R * H, hd);
     DIT_TRY(dit_op_rms_norm(be, &dh, &dh, nw[i], m->cfg.eps, err));
   }
-  dit_tensor v4 = t4(m, el(m, a->big, 2 * D), B, S, H, hd);
-  v4.stride[0] = S * W;
-  v4.stride[1] = W;
+  dit_tensor v4 = t4(m, a->v, B, S, H, hd);
   DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
   dit_tensor ga = t2(m, a->ga, R, F), gb = t2(m, a->gb, R, F);
   dit_tensor sa = t2(m, el(m, a->big, 3 * D), R, F), sb = t2(m, el(m, a->big, 3 * D + F), R, F);
@@ -397,6 +407,8 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
   if (!is_f32_contig3(out) || !dit_tensor_has_shape(out, 3, os))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "out must be contiguous F32 %s",
                       dit_shape_str(os, 3, b1, sizeof b1));
+  if (x->device != txt->device || x->device != out->device)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "x, txt and out must be on the same device");
   if (g->B > MAX_BATCH)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "batch of %lld (max %d)", (long long)g->B, MAX_BATCH);
   int64_t wide = 3 * (int64_t)c->dim + 2 * (int64_t)c->mlp_hidden;
@@ -443,15 +455,16 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   dit_backend *be = m->be;
   const size_t host_bytes = host_bytes_of(c, g);
   const bool stage = m->adt != DIT_F32; /* inputs/outputs are F32: convert through staging buffers */
+  const bool staged = x->device != m->dev; /* host tensors with a GPU model: upload / download */
   dit_arena ar;
   flux2_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, staged, &a, err));
   DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
   memset(&ar, 0, sizeof ar);
   ar.base = m->act;
   ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, staged, &a, err));
   flux2_host_tables h;
   table_layout(c, g, m->host, &h);
   fill_rope(c, g, img_ids, txt_ids, &h);
@@ -470,6 +483,16 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   const bool use_g = guidance && c->guidance_embeds;
   DIT_TRY(time_embed(m, g, &t_dev, use_g ? &g_dev : NULL, &a, err));
   dit_tensor img = t3(m, a.img, B, g->Si, D), tx = t3(m, a.txt, B, g->St, D);
+  dit_tensor xd = *x, td = *txt, od = *out;
+  if (staged) {
+    xd = mk(m, DIT_F32, a.x_f32, 3, x->shape);
+    td = mk(m, DIT_F32, a.txt_f32, 3, txt->shape);
+    od = mk(m, DIT_F32, a.out_f32, 3, out->shape);
+    DIT_TRY(be->ops->upload(be, a.x_f32, x->data, dit_tensor_nbytes(x), err));
+    DIT_TRY(be->ops->upload(be, a.txt_f32, txt->data, dit_tensor_nbytes(txt), err));
+  }
+  x = &xd;
+  txt = &td;
   dit_tensor xs = *x, ts = *txt;
   if (stage) {
     xs = t3(m, a.x_in, B, g->Si, c->in_channels);
@@ -494,7 +517,9 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
       return s;
     }
   }
-  return final_layer(m, g, &a, out, err);
+  DIT_TRY(final_layer(m, g, &a, &od, err));
+  if (staged) DIT_TRY(be->ops->download(be, out->data, a.out_f32, dit_tensor_nbytes(out), err));
+  return DIT_OK;
 }
 
 dit_status dit_flux2_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *t,

@@ -2,7 +2,9 @@
  * the same shapes (weights converted to fp32 up front for OpenBLAS, which cannot read
  * bf16), and against a measured fp32 FMA peak of this machine. Prints GFLOP/s, the best
  * and median of several runs. Usage:
- *   bench_linear [--reps N] [--threads T] [--portable] [--no-blas] [--shape M,K,N]... */
+ *   bench_linear [--reps N] [--threads T] [--portable] [--bf16] [--no-blas] [--shape M,K,N]...
+ * --bf16: the bf16-compute precision (% of peak then relative to twice the fp32 FMA peak,
+ * the vdpbf16ps rate). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,18 +89,19 @@ static void report(const char *what, double flop, double *t, double *c, int reps
 }
 
 int main(int argc, char **argv) {
-  int reps = 5, threads = 0, portable = 0, blas = 1, nshapes = 0;
+  int reps = 5, threads = 0, portable = 0, blas = 1, nshapes = 0, bf16 = 0;
   long shapes[16][3];
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--portable")) portable = 1;
+    else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
     else if (!strcmp(argv[i], "--no-blas")) blas = 0;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc && nshapes < 16) {
       if (sscanf(argv[++i], "%ld,%ld,%ld", &shapes[nshapes][0], &shapes[nshapes][1], &shapes[nshapes][2]) == 3)
         nshapes++;
     } else {
-      fprintf(stderr, "usage: %s [--reps N] [--threads T] [--portable] [--no-blas] [--shape M,K,N]...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--reps N] [--threads T] [--portable] [--bf16] [--no-blas] [--shape M,K,N]...\n", argv[0]);
       return 2;
     }
   }
@@ -118,6 +121,11 @@ int main(int argc, char **argv) {
   double peak = fma_peak(be->n_threads);
   printf("threads %d, kernel path %s, measured fp32 FMA peak %.1f GFLOP/s\n", be->n_threads,
          simd ? "AVX-512" : "portable C", peak);
+  if (bf16) {
+    if (dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_BF16, &err) != DIT_OK) return 1;
+    peak *= 2;
+    printf("bf16 compute: %% of peak below relative to 2x that (%.1f GFLOP/s)\n", peak);
+  }
 #ifdef DIT_HAVE_OPENBLAS
   openblas_set_num_threads(be->n_threads);
 #endif

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
           "  --peak TFLOPS      the peak to compare against (default: the device's, printed)\n"
           "  --seed N           random weights and inputs (default 42)\n"
           "  --threads N        CPU threads (default: all cores)\n"
+          "  --cpu-precision P  CPU linear layers: fp32 (default) or bf16 (bf16 x bf16 products, fp32 sums)\n"
           "  --json             print one JSON object instead of the table\n"
           "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
           "                     shrink the geometry (for tests; default: the real model)\n"
@@ -63,6 +64,16 @@ static bool parse_dtype(const char *v, dit_bench_params *p) {
   return true;
 }
 
+static bool parse_cpu_precision(const char *v, dit_bench_params *p) {
+  if (!strcmp(v, "fp32")) p->cpu_precision = DIT_CPU_PRECISION_FP32;
+  else if (!strcmp(v, "bf16")) p->cpu_precision = DIT_CPU_PRECISION_BF16;
+  else {
+    fprintf(stderr, "ditrun bench: --cpu-precision: '%s' is not fp32 or bf16\n", v);
+    return false;
+  }
+  return true;
+}
+
 /* Returns 0 ok, 1 help printed, 2 bad usage. */
 static int parse(int argc, char **argv, bench_opts *o) {
   memset(o, 0, sizeof *o);
@@ -84,6 +95,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     else if (OPT("--device")) { if (!bad && !parse_device(v, p)) return 2; }
     else if (OPT("--dtype")) { if (!bad && !parse_dtype(v, p)) return 2; }
+    else if (OPT("--cpu-precision")) { if (!bad && !parse_cpu_precision(v, p)) return 2; }
     else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
     else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
     else INT("--res", 16, 8192, &p->res)

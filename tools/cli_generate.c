@@ -36,6 +36,7 @@ static void usage(FILE *f) {
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
           "      --threads N        CPU threads (default: all cores)\n"
           "      --device cpu|cuda  where to run (default cpu)\n"
+          "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
           "      --progress         show progress even when stderr is not a terminal\n"
           "  -q, --quiet            print only errors\n");
 }
@@ -143,6 +144,11 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       if (!bad && !strcmp(v, "cpu")) o->p.device = DIT_DEVICE_CPU;
       else if (!bad && !strcmp(v, "cuda")) o->p.device = DIT_DEVICE_CUDA;
       else if (!bad) { fprintf(stderr, "ditrun generate: --device: '%s' is not cpu or cuda\n", v); return 2; }
+    }
+    else if (OPT(NULL, "--cpu-precision")) {
+      if (!bad && !strcmp(v, "fp32")) o->p.cpu_precision = DIT_CPU_PRECISION_FP32;
+      else if (!bad && !strcmp(v, "bf16")) o->p.cpu_precision = DIT_CPU_PRECISION_BF16;
+      else if (!bad) { fprintf(stderr, "ditrun generate: --cpu-precision: '%s' is not fp32 or bf16\n", v); return 2; }
     }
     else { fprintf(stderr, "ditrun generate: unknown option '%s' (see ditrun generate --help)\n", a); return 2; }
 #undef OPT

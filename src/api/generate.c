@@ -89,6 +89,7 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   DIT_TRY(open_family(p->model_dir, &dir, &fam, err));
   dit_backend *be = NULL;
   dit_status s = dit_backend_cpu_create(ctx->params.n_threads, &be, err);
+  if (s == DIT_OK) s = dit_backend_cpu_set_precision(be, p->cpu_precision, err);
   if (s == DIT_OK && fam == FAMILY_FLUX2_KLEIN) s = dit_flux2_klein_generate(ctx, be, dir, p, out, stats, err);
   else if (s == DIT_OK) s = dit_zimage_generate(ctx, be, dir, p, out, stats, err);
   dit_backend_free(be);

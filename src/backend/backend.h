@@ -111,6 +111,10 @@ struct dit_backend {
 /* CPU backend (always available). n_threads <= 0: all online cores. */
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
 void dit_backend_free(dit_backend *be);
+/* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the
+ * default: fp32 products; DIT_CPU_PRECISION_BF16: activations and weights rounded to bf16,
+ * products accumulated in fp32, with vdpbf16ps where the CPU has AVX512-BF16). */
+dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, dit_error *err);
 
 #ifdef DIT_HAVE_CUDA
 /* CUDA backend on device `device`: one owned stream, cuBLASLt GEMMs, fused kernels. Ops take

@@ -99,6 +99,15 @@ bool dit_cpu_set_simd(dit_backend *be, bool on) {
   return im->have_avx512 && on;
 }
 
+dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, dit_error *err) {
+  if (!be || be->ops != &cpu_ops)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "cpu precision: not a CPU backend");
+  if (p != DIT_CPU_PRECISION_FP32 && p != DIT_CPU_PRECISION_BF16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "cpu precision: unknown value %d (fp32 or bf16)", (int)p);
+  ((cpu_impl *)be->impl)->precision = p;
+  return DIT_OK;
+}
+
 void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n) {
   if (t == DIT_F32) {
     memcpy(dst, (const float *)p + off, (size_t)n * sizeof(float));

@@ -40,8 +40,29 @@ float cpu_exp_sum_c(float *s, int64_t n, float m);
 void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
                   int64_t kc, int nr);
 
+/* The bf16-compute and small-M kernels (AVX512-BF16 only; see cpu_gemm_avx512bf16.c):
+ * round_rows: fp32 rows to bf16 (nearest even), an odd row padded with one zero;
+ * pack: a W block into bf16 k-pair panels of nr columns (kp = (kc+1)/2 pairs: panel p
+ * holds wp[p*kp*2*nr + q*2*nr + 2*j + e] = w[n0+p*nr+j][k0+2q+e]); kern: mr (<= mr) rows
+ * of bf16 x times one panel, kp pairs; stream_f32 / stream_bf16: y[i][j] (+)= x row i
+ * . w row j over kc for i < mr <= st_mr, j < nr <= st_nr, w read in place (x fp32, or
+ * bf16 rows rounded by round_rows). */
+typedef struct cpu_gemm_bf16_path {
+  int mr, nr, st_mr, st_nr;
+  void (*round_rows)(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t n);
+  void (*pack)(uint16_t *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc, int64_t k0,
+               int64_t kc);
+  void (*kern)(int mr, int nr, int64_t kp, const uint16_t *x, int64_t ldx, const uint16_t *wp, float *y,
+               int64_t ldy, bool acc);
+  void (*stream_f32)(int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w, dit_dtype wt,
+                     int64_t ldw, float *y, int64_t ldy, bool acc);
+  void (*stream_bf16)(int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w, dit_dtype wt,
+                      int64_t ldw, float *y, int64_t ldy, bool acc);
+} cpu_gemm_bf16_path;
+
 #if defined(DIT_CPU_X86)
 extern const cpu_gemm_path cpu_gemm_path_avx512;
+extern const cpu_gemm_bf16_path cpu_gemm_bf16_avx512;
 #endif
 
 #endif

@@ -13,6 +13,7 @@
 typedef struct cpu_impl {
   bool have_avx512; /* the CPU supports avx512f/bw/vl/bf16 (detected at create) */
   bool use_simd;    /* use the AVX-512 kernels when available (tests switch it off) */
+  dit_cpu_precision precision; /* linear layers: fp32 products (default) or bf16 x bf16 */
 } cpu_impl;
 
 /* Internal switch (tests, benchmarks): use the AVX-512 kernels (when the CPU has them)
@@ -21,6 +22,10 @@ bool dit_cpu_set_simd(dit_backend *be, bool on);
 static inline bool cpu_simd(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;
   return im->have_avx512 && im->use_simd;
+}
+
+static inline dit_cpu_precision cpu_precision(const dit_backend *be) {
+  return ((const cpu_impl *)be->impl)->precision;
 }
 
 /* Element i of p, stored as F32, BF16 or F16 (callers check the dtype first). */

@@ -119,9 +119,12 @@ const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
 
 /* Blocking: a KC x NC block of W, packed to fp32 per thread (384 KiB, stays in L2), is
  * multiplied by MC rows of x; MC is as large as the thread count allows so each W block
- * is converted and packed as few times as possible. */
+ * is converted and packed as few times as possible. The bf16 path packs KC_BF = 512 k
+ * (same bytes). Up to STREAM_MAX_M rows, W is read in place without packing. */
 #define GEMM_KC 256
+#define GEMM_KC_BF 512
 #define GEMM_NC 384
+#define STREAM_MAX_M 64
 
 static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, const void *b, dit_dtype bt,
                      dit_act act) {
@@ -135,16 +138,34 @@ static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, 
   }
 }
 
-static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
-                      int64_t K, const float *x, int64_t ldx, const void *w, dit_dtype wt, int64_t ldw,
-                      float *y, int64_t ldy) {
+static inline float round_bf16(float v) { return dit_bf16_to_f32(dit_f32_to_bf16(v)); }
+
+/* One GEMM call's operands and its work split into (M block, N block) items. */
+typedef struct gemm_job {
+  int64_t M, N, K, ldx, ldw, ldy;
+  const float *x;
+  const void *w, *b;
+  dit_dtype wt, bt;
+  dit_act act;
+  float *y;
+  int64_t MC, NC, nmb, nnb;
+  bool round_w; /* portable bf16 precision: round the packed W to bf16 values */
+} gemm_job;
+
+static void gemm_item(const cpu_gemm_path *P, float *wp, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
+                      int64_t nc) {
+  const float *x = J->x;
+  int64_t K = J->K, ldx = J->ldx, ldy = J->ldy;
+  float *y = J->y;
   if (K == 0) {
     for (int64_t i = 0; i < mc; i++) memset(y + (m0 + i) * ldy + n0, 0, (size_t)nc * sizeof(float));
     return;
   }
   for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
     int64_t kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
-    P->pack(wp, w, wt, ldw, n0, nc, k0, kc, P->nr);
+    P->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc, P->nr);
+    if (J->round_w)
+      for (int64_t e = 0, ne = (nc + P->nr - 1) / P->nr * P->nr * kc; e < ne; e++) wp[e] = round_bf16(wp[e]);
     for (int64_t i = 0; i < mc; i += P->mr) {
       int mr = (int)(mc - i < P->mr ? mc - i : P->mr);
       const float *xr = x + (m0 + i) * ldx + k0;
@@ -160,19 +181,16 @@ static void gemm_item(const cpu_gemm_path *P, float *wp, int64_t m0, int64_t mc,
   }
 }
 
-dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
-                    float *y, int64_t ldy, dit_error *err) {
-  if (M <= 0 || N <= 0) return DIT_OK;
-  const cpu_gemm_path *P = cpu_gemm_path_for(be);
-  int nt = be->n_threads < 1 ? 1 : be->n_threads;
-  /* About 8 items per thread (dynamic balance): narrow the N blocks first (costs nothing),
-   * then split M (each M block converts and packs W again). */
+/* Splits J into about 8 items per thread (dynamic balance): N blocks are narrowed first
+ * (costs nothing), then M is split (each M block converts and packs W again). Returns the
+ * thread count to use. */
+static int gemm_plan(gemm_job *J, int mr, int nr, int nt) {
+  int64_t M = J->M, N = J->N;
   int64_t target = 8 * nt, NC = GEMM_NC;
   if ((N + NC - 1) / NC < target) {
     NC = (N + target - 1) / target;
-    NC = (NC + P->nr - 1) / P->nr * P->nr;
-    if (NC < 2 * P->nr) NC = 2 * P->nr;
+    NC = (NC + nr - 1) / nr * nr;
+    if (NC < 2 * nr) NC = 2 * nr;
     if (NC > GEMM_NC) NC = GEMM_NC;
   }
   int64_t nnb = (N + NC - 1) / NC;
@@ -181,32 +199,176 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
   int64_t nmb = (target + nnb - 1) / nnb;
   if (nmb > (M + 191) / 192) nmb = (M + 191) / 192;
   if (nmb * nnb < nt) nmb = (nt + nnb - 1) / nnb;
-  if (nmb > (M + P->mr - 1) / P->mr) nmb = (M + P->mr - 1) / P->mr;
+  if (nmb > (M + mr - 1) / mr) nmb = (M + mr - 1) / mr;
   if (nmb < 1) nmb = 1;
   int64_t MC = (M + nmb - 1) / nmb;
-  MC = (MC + P->mr - 1) / P->mr * P->mr;
+  MC = (MC + mr - 1) / mr * mr;
   nmb = (M + MC - 1) / MC;
-  int64_t items = nmb * nnb;
-  if (items < nt) nt = (int)items;
+  J->MC = MC, J->NC = NC, J->nmb = nmb, J->nnb = nnb;
+  return nmb * nnb < nt ? (int)(nmb * nnb) : nt;
+}
+
+/* fp32 packed GEMM (and, with round_w and an x already rounded, the portable bf16 one). */
+static dit_status gemm_f32(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
+  nt = gemm_plan(J, P->mr, P->nr, nt);
   size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64);
   float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
   if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for packing buffers");
+  int64_t items = J->nmb * J->nnb;
 #pragma omp parallel num_threads(nt)
   {
     float *wp = buf + per * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) {
       /* N-major order: consecutive items share the same W block in L3. */
-      int64_t nb = it / nmb, mb = it % nmb;
-      int64_t m0 = mb * MC, n0 = nb * NC;
-      int64_t mc = M - m0 < MC ? M - m0 : MC;
-      int64_t nc = N - n0 < NC ? N - n0 : NC;
-      gemm_item(P, wp, m0, mc, n0, nc, K, x, ldx, w, wt, ldw, y, ldy);
-      epilogue(y + m0 * ldy + n0, ldy, mc, n0, nc, b, bt, act);
+      int64_t nb = it / J->nmb, mb = it % J->nmb;
+      int64_t m0 = mb * J->MC, n0 = nb * J->NC;
+      int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
+      int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
+      gemm_item(P, wp, J, m0, mc, n0, nc);
+      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
     }
   }
   free(buf);
   return DIT_OK;
+}
+
+/* Portable bf16 precision: x rounded to bf16 values (an fp32 copy), W rounded per packed
+ * block, then the fp32 kernel: the same products as vdpbf16ps, fp32 sums. */
+static dit_status gemm_bf16_portable(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
+  float *xr = malloc(sizeof(float) * (size_t)(J->M * J->K + 1));
+  if (!xr) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations");
+  for (int64_t i = 0; i < J->M; i++)
+    for (int64_t k = 0; k < J->K; k++) xr[i * J->K + k] = round_bf16(J->x[i * J->ldx + k]);
+  gemm_job R = *J;
+  R.x = xr, R.ldx = J->K, R.round_w = true;
+  dit_status s = gemm_f32(P, nt, &R, err);
+  free(xr);
+  return s;
+}
+
+#if defined(DIT_CPU_X86)
+/* x rounded to bf16 rows of Kp = K rounded up to even (zero-padded), over the threads. */
+static uint16_t *round_x(const cpu_gemm_bf16_path *B, int nt, const gemm_job *J, int64_t *kp_out) {
+  int64_t Kp = (J->K + 1) & ~(int64_t)1;
+  uint16_t *xb = aligned_alloc(64, ((size_t)(J->M * Kp) * 2 + 63) & ~(size_t)63);
+  if (!xb) return NULL;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < J->M; i += 16) {
+    int64_t r = J->M - i < 16 ? J->M - i : 16;
+    B->round_rows(xb + i * Kp, Kp, J->x + i * J->ldx, J->ldx, r, J->K);
+  }
+  *kp_out = Kp;
+  return xb;
+}
+
+static void gemm_item_bf16(const cpu_gemm_bf16_path *B, uint16_t *wp, const gemm_job *J, const uint16_t *xb,
+                           int64_t ldxb, int64_t m0, int64_t mc, int64_t n0, int64_t nc) {
+  for (int64_t k0 = 0; k0 < J->K; k0 += GEMM_KC_BF) {
+    int64_t kc = J->K - k0 < GEMM_KC_BF ? J->K - k0 : GEMM_KC_BF, kp = (kc + 1) / 2;
+    B->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc);
+    for (int64_t i = 0; i < mc; i += B->mr) {
+      int mr = (int)(mc - i < B->mr ? mc - i : B->mr);
+      const uint16_t *xr = xb + (m0 + i) * ldxb + k0;
+      for (int64_t j = 0; j < nc; j += B->nr) {
+        int nr = (int)(nc - j < B->nr ? nc - j : B->nr);
+        B->kern(mr, nr, kp, xr, ldxb, wp + (j / B->nr) * kp * 2 * B->nr, J->y + (m0 + i) * J->ldy + n0 + j, J->ldy,
+                k0 > 0);
+      }
+    }
+  }
+}
+
+/* bf16 packed GEMM with vdpbf16ps. */
+static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, dit_error *err) {
+  nt = gemm_plan(J, B->mr, B->nr, nt);
+  int64_t ldxb;
+  uint16_t *xb = round_x(B, nt, J, &ldxb);
+  size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64);
+  uint16_t *buf = aligned_alloc(64, per * 2 * (size_t)nt);
+  if (!xb || !buf) {
+    free(xb);
+    free(buf);
+    return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations and packing buffers");
+  }
+  int64_t items = J->nmb * J->nnb;
+#pragma omp parallel num_threads(nt)
+  {
+    uint16_t *wp = buf + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t nb = it / J->nmb, mb = it % J->nmb;
+      int64_t m0 = mb * J->MC, n0 = nb * J->NC;
+      int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
+      int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
+      gemm_item_bf16(B, wp, J, xb, ldxb, m0, mc, n0, nc);
+      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
+    }
+  }
+  free(buf);
+  free(xb);
+  return DIT_OK;
+}
+
+/* Small M: every thread takes blocks of 16 W rows (output columns) and streams them in
+ * place against all of x (fp32, or rounded to bf16), k blocked so x's block stays in L2. */
+static dit_status gemm_stream(const cpu_gemm_bf16_path *B, int nt, bool bf, gemm_job *J, dit_error *err) {
+  const void *xs = J->x;
+  int64_t ldxs = J->ldx;
+  uint16_t *xb = NULL;
+  if (bf) {
+    xb = round_x(B, nt, J, &ldxs);
+    if (!xb) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations");
+    xs = xb;
+  }
+  size_t xsz = bf ? 2 : 4, wsz = dit_dtype_size(J->wt);
+  int64_t M = J->M, K = J->K, N = J->N, NB = 16;
+  int64_t kc = 262144 / (M * (int64_t)xsz) / 32 * 32;
+  if (kc < 256) kc = 256;
+  if (kc > K) kc = K;
+  int64_t items = (N + NB - 1) / NB;
+  if (items < nt) nt = (int)items;
+  void (*st)(int, int, int64_t, const void *, int64_t, const void *, dit_dtype, int64_t, float *, int64_t, bool) =
+      bf ? B->stream_bf16 : B->stream_f32;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t n0 = it * NB, nc = N - n0 < NB ? N - n0 : NB;
+    if (K == 0)
+      for (int64_t i = 0; i < M; i++) memset(J->y + i * J->ldy + n0, 0, (size_t)nc * sizeof(float));
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+      int64_t kk = K - k0 < kc ? K - k0 : kc;
+      for (int64_t i = 0; i < M; i += B->st_mr) {
+        int mr = (int)(M - i < B->st_mr ? M - i : B->st_mr);
+        const char *xr = (const char *)xs + (size_t)(i * ldxs + k0) * xsz;
+        for (int64_t j = 0; j < nc; j += B->st_nr) {
+          int nr = (int)(nc - j < B->st_nr ? nc - j : B->st_nr);
+          const char *wr = (const char *)J->w + (size_t)((n0 + j) * J->ldw + k0) * wsz;
+          st(mr, nr, kk, xr, ldxs, wr, J->wt, J->ldw, J->y + i * J->ldy + n0 + j, J->ldy, k0 > 0);
+        }
+      }
+    }
+    epilogue(J->y + n0, J->ldy, M, n0, nc, J->b, J->bt, J->act);
+  }
+  free(xb);
+  return DIT_OK;
+}
+#endif
+
+dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    float *y, int64_t ldy, dit_error *err) {
+  if (M <= 0 || N <= 0) return DIT_OK;
+  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false};
+  int nt = be->n_threads < 1 ? 1 : be->n_threads;
+  bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
+#if defined(DIT_CPU_X86)
+  if (cpu_simd(be)) {
+    if (M <= STREAM_MAX_M) return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
+    if (bf) return gemm_bf16(&cpu_gemm_bf16_avx512, nt, &J, err);
+  }
+#endif
+  if (bf) return gemm_bf16_portable(cpu_gemm_path_for(be), nt, &J, err);
+  return gemm_f32(cpu_gemm_path_for(be), nt, &J, err);
 }
 
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,

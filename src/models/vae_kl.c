@@ -247,6 +247,18 @@ static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
+/* On a device backend, copies every weight into one backend allocation and drops the
+ * host copies (mapped files or the random blob); nothing to do on the CPU. */
+static dit_status to_device(dit_vae_kl *m, const dit_wtable *t, dit_error *err) {
+  if (dit_backend_is_host(m->be)) return DIT_OK;
+  DIT_TRY(dit_backend_upload_wtable(m->be, t, &m->wblock, err));
+  if (m->weights) dit_weights_close(m->weights);
+  m->weights = NULL;
+  free(m->owned);
+  m->owned = NULL;
+  return DIT_OK;
+}
+
 dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err) {
   return vae_kl_load_class(be, component_dir, "AutoencoderKL", NULL, out, err);
 }
@@ -278,6 +290,7 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
     if (s != DIT_OK) dit_error_prefix(err, "%s", component_dir);
   }
   if (s == DIT_OK) s = check_dtypes(&t, err);
+  if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
   if (s != DIT_OK) {
     dit_error_prefix(err, "vae load");
@@ -349,6 +362,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
     fill_random(p, e, &state);
     p += dit_tensor_numel(e->dst);
   }
+  if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
   if (s != DIT_OK) {
     dit_vae_kl_free(m);
@@ -361,6 +375,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
 void dit_vae_kl_free(dit_vae_kl *m) {
   if (!m) return;
   if (m->weights) dit_weights_close(m->weights);
+  if (m->wblock) m->be->ops->free(m->be, m->wblock);
   free(m->owned);
   free(m->resnet_pool);
   free(m);

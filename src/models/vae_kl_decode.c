@@ -20,6 +20,7 @@
 
 typedef struct vae_run {
   dit_backend *be;
+  dit_device dev;      /* tag of the backend's memory */
   bool plan;           /* measuring pass: record sizes and FLOPs, call no op */
   float *buf[NBUF];
   size_t cap[NBUF];    /* floats */
@@ -30,6 +31,19 @@ typedef struct vae_run {
 typedef struct vact {
   int buf, c, h, w;
 } vact;
+
+/* F32 descriptors over backend memory. */
+static dit_tensor act2(const vae_run *r, void *p, int64_t d0, int64_t d1) {
+  dit_tensor t = dit_tensor_2d(DIT_F32, p, d0, d1);
+  t.device = r->dev;
+  return t;
+}
+
+static dit_tensor act4(const vae_run *r, void *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  dit_tensor t = dit_tensor_4d(DIT_F32, p, d0, d1, d2, d3);
+  t.device = r->dev;
+  return t;
+}
 
 /* The k-th (0 or 1) ping-pong buffer other than `used`. */
 static int other(int used, int k) {
@@ -52,7 +66,7 @@ static dit_status view_at(vae_run *r, dit_tensor *t, int i, size_t off, int64_t 
     return dit_errorf(err, DIT_ERR_INTERNAL, "vae: activation buffer %d holds %zu floats, %zu needed", i, r->cap[i],
                       need);
   }
-  *t = dit_tensor_4d(DIT_F32, r->buf[i] ? r->buf[i] + off : NULL, 1, c, h, w);
+  *t = act4(r, r->buf[i] ? r->buf[i] + off : NULL, 1, c, h, w);
   return DIT_OK;
 }
 
@@ -144,34 +158,34 @@ static dit_status attn_fwd(vae_run *r, const vae_attn *at, int groups, vact *x, 
   STAGE(gnorm(r, &tn, &tx, groups, &at->gn_w, &at->gn_b, false, err), "group_norm");
   /* tokens [s, c] in b: a transposed view of the [c, s] normalised map */
   DIT_TRY(view(r, &tb, b, c, x->h, x->w, err));
-  dit_tensor tok = dit_tensor_2d(DIT_F32, tb.data, s, c);
-  dit_tensor src = dit_tensor_2d(DIT_F32, tn.data, s, c);
+  dit_tensor tok = act2(r, tb.data, s, c);
+  dit_tensor src = act2(r, tn.data, s, c);
   src.stride[0] = 1;
   src.stride[1] = s;
   STAGE(copy(r, &tok, &src, err), "to tokens");
   DIT_TRY(view_at(r, &q, ATTN_BUF, 0, 1, s, c, err));
   DIT_TRY(view_at(r, &k, ATTN_BUF, n, 1, s, c, err));
   DIT_TRY(view_at(r, &v, ATTN_BUF, 2 * n, 1, s, c, err));
-  dit_tensor q2 = dit_tensor_2d(DIT_F32, q.data, s, c), k2 = dit_tensor_2d(DIT_F32, k.data, s, c),
-             v2 = dit_tensor_2d(DIT_F32, v.data, s, c);
+  dit_tensor q2 = act2(r, q.data, s, c), k2 = act2(r, k.data, s, c),
+             v2 = act2(r, v.data, s, c);
   STAGE(linear(r, &q2, &tok, &at->q_w, &at->q_b, err), "to_q");
   STAGE(linear(r, &k2, &tok, &at->k_w, &at->k_b, err), "to_k");
   STAGE(linear(r, &v2, &tok, &at->v_w, &at->v_b, err), "to_v");
   /* SDPA over [1, s, 1, c] (one head of dim c): the output goes to a (the normalised
    * map is consumed) */
-  dit_tensor q4 = dit_tensor_4d(DIT_F32, q.data, 1, s, 1, c), k4 = dit_tensor_4d(DIT_F32, k.data, 1, s, 1, c),
-             v4 = dit_tensor_4d(DIT_F32, v.data, 1, s, 1, c), o4 = dit_tensor_4d(DIT_F32, tn.data, 1, s, 1, c);
+  dit_tensor q4 = act4(r, q.data, 1, s, 1, c), k4 = act4(r, k.data, 1, s, 1, c),
+             v4 = act4(r, v.data, 1, s, 1, c), o4 = act4(r, tn.data, 1, s, 1, c);
   r->flops += 4.0 * (double)s * (double)s * (double)c;
   if (!r->plan)
     STAGE(dit_op_attention(r->be, &o4, &q4, &k4, &v4, NULL, (float)(1.0 / sqrt((double)c)), false, err),
           "attention");
-  dit_tensor o2 = dit_tensor_2d(DIT_F32, tn.data, s, c);
+  dit_tensor o2 = act2(r, tn.data, s, c);
   STAGE(linear(r, &tok, &o2, &at->o_w, &at->o_b, err), "to_out.0");
   /* back to [c, h, w] in a, plus the residual */
-  dit_tensor back = dit_tensor_2d(DIT_F32, tb.data, c, s);
+  dit_tensor back = act2(r, tb.data, c, s);
   back.stride[0] = 1;
   back.stride[1] = c;
-  dit_tensor dst = dit_tensor_2d(DIT_F32, tn.data, c, s);
+  dit_tensor dst = act2(r, tn.data, c, s);
   STAGE(copy(r, &dst, &back, err), "from tokens");
   STAGE(add(r, &tn, &tn, &tx, err), "residual");
   x->buf = a;
@@ -209,22 +223,22 @@ static dit_status upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_
     int64_t i1 = i0 + n < h ? i0 + n : h;
     int64_t lo = i0 > 0 ? i0 - 1 : 0, hi = i1 < h ? i1 + 1 : h, rows = hi - lo;
     const float *xd = tx.data;
-    dit_tensor src = dit_tensor_4d(DIT_F32, xd ? (void *)(xd + lo * w) : NULL, 1, c, rows, w);
+    dit_tensor src = act4(r, xd ? (void *)(xd + lo * w) : NULL, 1, c, rows, w);
     src.stride[0] = c * h * w;
     src.stride[1] = h * w;
-    dit_tensor bin = dit_tensor_4d(DIT_F32, xin.data, 1, c, rows, w);
-    dit_tensor bup = dit_tensor_4d(DIT_F32, up.data, 1, c, 2 * rows, 2 * w);
-    dit_tensor bcv = dit_tensor_4d(DIT_F32, cv.data, 1, ub->cout, 2 * rows, 2 * w);
+    dit_tensor bin = act4(r, xin.data, 1, c, rows, w);
+    dit_tensor bup = act4(r, up.data, 1, c, 2 * rows, 2 * w);
+    dit_tensor bcv = act4(r, cv.data, 1, ub->cout, 2 * rows, 2 * w);
     STAGE(copy(r, &bin, &src, err), "band rows %lld..%lld", (long long)lo, (long long)hi);
     if (!r->plan) STAGE(dit_op_upsample2x(r->be, &bup, &bin, err), "upsample2x");
     STAGE(conv(r, &bcv, &bup, &ub->up_w, &ub->up_b, 1, err), "conv");
     /* keep output rows [2 i0, 2 i1): band rows from 2 (i0 - lo) */
     float *cd = bcv.data, *yd = ty.data;
-    dit_tensor keep = dit_tensor_4d(DIT_F32, cd ? (void *)(cd + 2 * (i0 - lo) * 2 * w) : NULL, 1, ub->cout,
+    dit_tensor keep = act4(r, cd ? (void *)(cd + 2 * (i0 - lo) * 2 * w) : NULL, 1, ub->cout,
                                     2 * (i1 - i0), 2 * w);
     keep.stride[0] = ub->cout * 2 * rows * 2 * w;
     keep.stride[1] = 2 * rows * 2 * w;
-    dit_tensor dst = dit_tensor_4d(DIT_F32, yd ? (void *)(yd + 2 * i0 * 2 * w) : NULL, 1, ub->cout, 2 * (i1 - i0),
+    dit_tensor dst = act4(r, yd ? (void *)(yd + 2 * i0 * 2 * w) : NULL, 1, ub->cout, 2 * (i1 - i0),
                                    2 * w);
     dst.stride[0] = ub->cout * 4 * h * w;
     dst.stride[1] = 4 * h * w;
@@ -289,6 +303,7 @@ static void run_free(vae_run *r) {
 static dit_status run_init(vae_run *r, const dit_vae_kl *m, int h, int w, dit_error *err) {
   memset(r, 0, sizeof *r);
   r->be = m->be;
+  r->dev = dit_backend_device(m->be);
   r->plan = true;
   DIT_TRY(decoder_fwd(r, m, NULL, NULL, h, w, err));
   r->plan = false;
@@ -318,6 +333,7 @@ dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, dit_vae_kl_cost
   vae_run r;
   memset(&r, 0, sizeof r);
   r.be = m->be;
+  r.dev = dit_backend_device(m->be);
   r.plan = true;
   DIT_TRY(decoder_fwd(&r, m, NULL, NULL, h, w, err));
   out->flops = r.flops;

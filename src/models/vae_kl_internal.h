@@ -44,6 +44,7 @@ struct dit_vae_kl {
   dit_vae_kl_config cfg;
   dit_weights *weights;  /* the mapped checkpoint (load) or NULL */
   void *owned;           /* the random-weights blob (create_random) or NULL */
+  void *wblock;          /* device copy of every weight (non-host backends) or NULL */
   dit_tensor pq_w, pq_b; /* post_quant_conv [L, L, 1, 1], [L]; data NULL when unused */
   dit_tensor conv_in_w, conv_in_b; /* [C_top, L, 3, 3], [C_top] */
   vae_resnet mid_res[2];           /* mid_block.resnets.{0,1}, C_top -> C_top */

@@ -41,8 +41,11 @@ fuzz:
 	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
-fuzz-ci: fuzz
+# then replays (a sample of) the grown corpora through the release CLI: no signal exits
+fuzz-ci: fuzz build
 	sh fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(SHARED)
+	DIT_FUZZ_CORPUS=$(abspath $(FUZZ_BUILD))/corpus DIT_FUZZ_CORPUS_MAX=40 $(BUILD)/tests/test_fuzz_corpus \
+	  --shared $(SHARED) --tmp $(abspath $(BUILD))/testtmp/fuzz_corpus_replay --src $(CURDIR) --bin $(abspath $(BUILD))
 
 setup:
 	sh scripts/setup.sh

@@ -1,0 +1,279 @@
+/* Replays the fuzz corpora (fuzz/corpus/<target>/, and $DIT_FUZZ_CORPUS/<target>/ when
+ * set: `make fuzz-ci` points it at the corpora the fuzzers grew) through the RELEASE
+ * CLI, so no abort/assert/crash is reachable from those inputs in a build without
+ * sanitizers: every run must exit 0, 1 or 2, never by a signal.
+ *   safetensors     `ditrun info FILE.safetensors --tensors`
+ *   config          byte 0 picks the file (as fuzz/fuzz_config.c); model_index.json and
+ *                   index.json via `ditrun info`, component configs via `ditrun generate`
+ *                   (64x64, 1 step) on a symlinked zimage-tiny copy with a small tokenizer
+ *   tokenizer_json  `ditrun tokenize -m DIR TEXT` (and --chat)
+ *   tokenize        `ditrun tokenize -m zimage-tiny -- BYTES` (up to the first NUL)
+ *   cli             `ditrun SUBCOMMAND ARGS...` (NUL-separated), in a scratch folder
+ * At most DIT_FUZZ_CORPUS_MAX files (default 120) per extra corpus folder, spread evenly. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testing.h"
+#include "text/tok_internal.h"
+
+static char g_cli[4096], g_fix[4096], g_tmp[4096], g_model[4200], g_log[4200];
+static int g_runs, g_by_exit[3];
+
+static int run_argv(char **argv, const char *cwd) {
+  pid_t pid = fork();
+  if (pid < 0) return -1000;
+  if (pid == 0) {
+    int fd = open(g_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (cwd && chdir(cwd) != 0) _exit(126);
+    alarm(120);
+    argv[0] = g_cli;
+    execv(g_cli, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFSIGNALED(st) ? -WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+static void check_run(const char *what, const char *file, char **argv, const char *cwd) {
+  int rc = run_argv(argv, cwd);
+  g_runs++;
+  if (rc >= 0 && rc <= 2) g_by_exit[rc]++;
+  char msg[2048] = "";
+  if (rc < 0 || rc > 2) dt_read_file(g_log, msg, sizeof msg);
+  CHECK_MSG(rc >= 0 && rc <= 2, "%s %s: exit %d (signal %d): %s", what, file, rc, rc < 0 ? -rc : 0, msg);
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *p = malloc((size_t)(len > 0 ? len : 0) + 1);
+  if (p && len > 0 && fread(p, 1, (size_t)len, f) != (size_t)len) len = 0;
+  fclose(f);
+  if (p) p[len > 0 ? len : 0] = 0;
+  *n = len > 0 ? (size_t)len : 0;
+  return p;
+}
+
+static void write_file(const char *path, const void *p, size_t n) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    if (n) fwrite(p, 1, n, f);
+    fclose(f);
+  }
+}
+
+static bool make_model(void) {
+  char cmd[20000];
+  snprintf(g_model, sizeof g_model, "%s/model", g_tmp);
+  snprintf(cmd, sizeof cmd,
+           "rm -rf '%s' && mkdir -p '%s/tokenizer' && ln -s '%s/model_index.json' '%s/' && "
+           "for c in scheduler text_encoder transformer vae; do mkdir '%s'/$c && "
+           "for f in '%s'/$c/*; do ln -s \"$f\" '%s'/$c/ || exit 1; done; done",
+           g_model, g_model, g_fix, g_model, g_model, g_fix, g_model);
+  if (dt_run(cmd, NULL) != 0) return false;
+  json_t *vocab = json_object();
+  for (int i = 0; i < 256; i++) {
+    uint32_t cp = tok_byte_to_cp((uint8_t)i);
+    char k[4] = {0};
+    if (cp < 0x80) k[0] = (char)cp;
+    else k[0] = (char)(0xc0 | (cp >> 6)), k[1] = (char)(0x80 | (cp & 0x3f));
+    json_object_set_new(vocab, k, json_integer(i));
+  }
+  json_t *added = json_array();
+  static const char *const sp[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
+  for (int i = 0; i < 5; i++)
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b}", "id", 256 + i, "content", sp[i], "special", 1,
+                                           "normalized", 0));
+  json_t *root = json_pack("{s:s,s:o,s:n,s:{s:s,s:b,s:b},s:{s:s,s:o,s:[]}}", "version", "1.0", "added_tokens", added,
+                           "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1,
+                           "model", "type", "BPE", "vocab", vocab, "merges");
+  char path[4400];
+  snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", g_model);
+  int r = root ? json_dump_file(root, path, 0) : -1;
+  json_decref(root);
+  return r == 0;
+}
+
+/* ---- one input per target ---------------------------------------------------------- */
+
+static void one_safetensors(const char *file, const unsigned char *d, size_t n) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/x.safetensors", g_tmp);
+  write_file(path, d, n);
+  char *argv[] = {"ditrun", "info", "--tensors", path, NULL};
+  check_run("safetensors", file, argv, g_tmp);
+}
+
+static void one_config(const char *file, const unsigned char *d, size_t n) {
+  if (n < 1) return;
+  unsigned which = d[0] % 7;
+  static const char *const comp[] = {NULL, "transformer", "text_encoder", "vae", "scheduler"};
+  static const char *const name[] = {NULL, "config.json", "config.json", "config.json", "scheduler_config.json"};
+  char path[4400], src[4400], dir[4400];
+  if (which >= 1 && which <= 4) {
+    snprintf(path, sizeof path, "%s/%s/%s", g_model, comp[which], name[which]);
+    write_file(path, d + 1, n - 1);
+    char out[4400];
+    snprintf(out, sizeof out, "%s/out.png", g_tmp);
+    unlink(out);
+    char *argv[] = {"ditrun", "generate", "-m", g_model, "-p", "a fox", "-W", "64", "-H", "64", "--steps", "1",
+                    "-q", "--overwrite", "-o", out, NULL};
+    check_run("config", file, argv, g_tmp);
+    snprintf(src, sizeof src, "%s/%s/%s", g_fix, comp[which], name[which]);
+    unlink(path);
+    CHECK(symlink(src, path) == 0);
+    return;
+  }
+  snprintf(dir, sizeof dir, "%s/cfg", g_tmp);
+  mkdir(dir, 0755);
+  if (which == 0) {
+    snprintf(path, sizeof path, "%s/model_index.json", dir);
+  } else {
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    static const char hdr[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    unsigned char shard[8 + sizeof hdr - 1 + 8] = {(unsigned char)(sizeof hdr - 1)};
+    memcpy(shard + 8, hdr, sizeof hdr - 1);
+    snprintf(src, sizeof src, "%s/a.safetensors", dir);
+    write_file(src, shard, sizeof shard);
+  }
+  write_file(path, d + 1, n - 1);
+  char *argv[] = {"ditrun", "info", which == 0 ? dir : path, NULL};
+  check_run("config", file, argv, g_tmp);
+  unlink(path);
+}
+
+static void one_tokenizer_json(const char *file, const unsigned char *d, size_t n) {
+  char dir[4400], path[4600];
+  snprintf(dir, sizeof dir, "%s/tok", g_tmp);
+  mkdir(dir, 0755);
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  write_file(path, d, n);
+  char *argv[] = {"ditrun", "tokenize", "-m", dir, "Hello world <|x|> \xc3\xa9 12", NULL};
+  check_run("tokenizer_json", file, argv, g_tmp);
+}
+
+static void one_tokenize(const char *file, const unsigned char *d, size_t n) {
+  (void)n;
+  char *argv[] = {"ditrun", "tokenize", "-m", g_fix, "--", (char *)d, NULL};
+  check_run("tokenize", file, argv, g_tmp);
+  char *argv2[] = {"ditrun", "tokenize", "-m", g_fix, "--chat", "--", (char *)d, NULL};
+  check_run("tokenize --chat", file, argv2, g_tmp);
+}
+
+static void one_cli(const char *file, const unsigned char *d, size_t n) {
+  if (n < 1) return;
+  static const char *const names[] = {"generate", "tokenize", "info"};
+  char *buf = malloc(n + 1);
+  if (!buf) return;
+  memcpy(buf, d + 1, n - 1);
+  buf[n - 1] = 0;
+  char *argv[70];
+  int argc = 0;
+  argv[argc++] = "ditrun";
+  argv[argc++] = (char *)names[d[0] % 3];
+  for (size_t i = 0; i < n - 1 && argc < 66;) {
+    argv[argc++] = buf + i;
+    i += strlen(buf + i) + 1;
+  }
+  argv[argc] = NULL;
+  char cwd[4400];
+  snprintf(cwd, sizeof cwd, "%s/cli", g_tmp);
+  mkdir(cwd, 0755);
+  check_run("cli", file, argv, cwd);
+  free(buf);
+}
+
+typedef void (*one_fn)(const char *, const unsigned char *, size_t);
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Replays up to max files of dir (all when max == 0). Returns the number replayed. */
+static int replay(const char *dir, one_fn fn, int max) {
+  DIR *dp = opendir(dir);
+  if (!dp) return 0;
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(dp))) {
+    if (e->d_name[0] == '.') continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **nn = realloc(names, cap * sizeof *names);
+      if (!nn) break;
+      names = nn;
+    }
+    names[n++] = strdup(e->d_name);
+  }
+  closedir(dp);
+  if (n) qsort(names, n, sizeof *names, cmp_str);
+  int done = 0;
+  size_t step = max > 0 && n > (size_t)max ? (n + (size_t)max - 1) / (size_t)max : 1;
+  for (size_t i = 0; i < n; i++) {
+    if (i % step == 0) {
+      char path[4600];
+      snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+      size_t len = 0;
+      unsigned char *d = read_all(path, &len);
+      if (d) {
+        fn(path, d, len);
+        done++;
+      }
+      free(d);
+    }
+    free(names[i]);
+  }
+  free(names);
+  return done;
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
+  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.shared);
+  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  snprintf(g_log, sizeof g_log, "%s/run.log", g_tmp);
+  CHECK_MSG(make_model(), "cannot make the model folder copy");
+  static const struct { const char *name; one_fn fn; } targets[] = {
+      {"safetensors", one_safetensors}, {"config", one_config}, {"tokenizer_json", one_tokenizer_json},
+      {"tokenize", one_tokenize},       {"cli", one_cli},
+  };
+  const char *extra = getenv("DIT_FUZZ_CORPUS");
+  const char *max_s = getenv("DIT_FUZZ_CORPUS_MAX");
+  int max = max_s ? atoi(max_s) : 120;
+  for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/fuzz/corpus/%s", a.src, targets[t].name);
+    int before = g_runs;
+    int files = replay(dir, targets[t].fn, 0);
+    CHECK_MSG(files > 0, "no committed corpus in %s", dir);
+    if (extra) {
+      snprintf(dir, sizeof dir, "%s/%s", extra, targets[t].name);
+      files += replay(dir, targets[t].fn, max);
+    }
+    printf("%-15s %4d inputs, %4d runs\n", targets[t].name, files, g_runs - before);
+  }
+  printf("%d runs: exit 0 x%d, 1 x%d, 2 x%d, none by a signal\n", g_runs, g_by_exit[0], g_by_exit[1], g_by_exit[2]);
+  return dt_finish();
+}

@@ -73,8 +73,8 @@ static dit_status check_params(const dit_gen_params *p, dit_error *err) {
   if (p->max_sequence_length < 0 || p->max_sequence_length > 32768)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "max sequence length %d is outside 1..32768", p->max_sequence_length);
   if (p->rng != DIT_RNG_TORCH_CPU) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "unknown random number generator");
-  if (p->device != DIT_DEVICE_CPU)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %d is not available in this build", (int)p->device);
+  if (p->device != DIT_DEVICE_CPU && p->device != DIT_DEVICE_CUDA)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown device %d", (int)p->device);
   return DIT_OK;
 }
 

@@ -16,6 +16,7 @@
 #include "models/flux2.h"
 #include "models/qwen3.h"
 #include "models/vae_flux2.h"
+#include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
@@ -36,13 +37,6 @@ void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d) {
   d->steps = distilled ? 4 : 50;
   d->guidance = distilled ? 1.0 : 4.0;
   d->size_multiple = 16;
-}
-
-static dit_status check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(x[i]))
-      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: non-finite value (%g) at element %zu", stage, (double)x[i], i);
-  return DIT_OK;
 }
 
 typedef struct f2_state {
@@ -84,7 +78,7 @@ static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, cons
     if (s == DIT_OK) {
       memcpy(L->txt, pe, one * sizeof(float));
       if (L->cfg) memcpy(L->txt + one, ne, one * sizeof(float));
-      s = check_finite(L->txt, (L->cfg ? 2 : 1) * one, "prompt features", err);
+      s = dit_check_finite(L->txt, (L->cfg ? 2 : 1) * one, "prompt features", err);
     }
   }
   free(pe);
@@ -181,7 +175,7 @@ static dit_status denoise_step(f2_state *L, double guidance, const float *sigmas
     }
   }
   dit_flow_euler_step(L->latents, pred, L->n, sigmas[i], sigmas[i + 1]);
-  return check_finite(L->latents, L->n, "latents", err);
+  return dit_check_finite(L->latents, L->n, "latents", err);
 }
 
 static dit_status run_loop(dit_ctx *ctx, f2_state *L, const dit_gen_params *p, double guidance, int steps,
@@ -214,36 +208,16 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
   }
   const int f = dit_vae_flux2_upscale(vae);
   const int H = L->lh * 2 * f, W = L->lw * 2 * f;
-  const size_t npix = (size_t)H * W;
-  float *img = malloc(3 * npix * sizeof(float));
-  float *hwc = malloc(3 * npix * sizeof(float));
-  uint8_t *rgb = malloc(3 * npix);
+  float *img = malloc(3 * (size_t)H * W * sizeof(float));
   dit_status s = DIT_OK;
-  if (!img || !hwc || !rgb) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image");
+  if (!img) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image");
   if (s == DIT_OK) {
     dit_tensor tk = dit_tensor_3d(DIT_F32, L->latents, 1, L->Si, L->C);
     dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
     s = dit_vae_flux2_decode_packed(vae, &tk, L->lh, L->lw, &it, vae_tile, err);
   }
-  if (s == DIT_OK) s = check_finite(img, 3 * npix, "decoded image", err);
-  if (s == DIT_OK) {
-    /* postprocess: (x / 2 + 0.5).clamp(0, 1), CHW -> HWC */
-    for (int c = 0; c < 3; c++)
-      for (size_t k = 0; k < npix; k++) {
-        float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
-        hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-      }
-    s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
-  }
-  if (s == DIT_OK) {
-    out->width = W;
-    out->height = H;
-    out->rgb = rgb;
-    rgb = NULL;
-  }
+  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
   free(img);
-  free(hwc);
-  free(rgb);
   dit_vae_flux2_free(vae);
   return s;
 }
@@ -307,8 +281,11 @@ dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_mod
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
   double t_enc = dit_time_now();
+  dit_backend *dit_be = NULL; /* the transformer's backend: p->device */
+  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
   if (s == DIT_OK) {
-    s = load_transformer(be, dir, &L, err);
+    s = load_transformer(dit_be, dir, &L, err);
+    if (s == DIT_OK && dit_be != be) s = dit_flux2_set_act_dtype(L.dit, DIT_BF16, err);
     if (s != DIT_OK) dit_error_prefix(err, "transformer");
   }
   if (s == DIT_OK) {
@@ -320,6 +297,7 @@ dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_mod
   if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
   dit_flux2_free(L.dit);
   L.dit = NULL;
+  if (dit_be != be) dit_backend_free(dit_be);
   double t_loop = dit_time_now();
   if (s == DIT_OK) {
     s = decode_latents(be, dir, &L, p->vae_tile, out, err);

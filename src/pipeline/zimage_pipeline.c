@@ -14,6 +14,7 @@
 #include "models/qwen3.h"
 #include "models/vae_kl.h"
 #include "models/zimage.h"
+#include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
@@ -28,13 +29,6 @@ void dit_zimage_defaults(dit_gen_defaults *d) {
   d->steps = 8;
   d->guidance = 0.0;
   d->size_multiple = 16;
-}
-
-static dit_status check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(x[i]))
-      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: non-finite value (%g) at element %zu", stage, (double)x[i], i);
-  return DIT_OK;
 }
 
 /* Caption features of one prompt: [n_tokens, hidden] malloc'd. */
@@ -62,9 +56,9 @@ static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, cons
                                  &neg->n_tokens, err);
   if (s == DIT_OK) {
     size_t hidden = dit_qwen3_get_config(te)->hidden_size;
-    s = check_finite(pos->embeds, (size_t)pos->n_tokens * hidden, "text encoder (prompt)", err);
+    s = dit_check_finite(pos->embeds, (size_t)pos->n_tokens * hidden, "text encoder (prompt)", err);
     if (s == DIT_OK && cfg)
-      s = check_finite(neg->embeds, (size_t)neg->n_tokens * hidden, "text encoder (negative prompt)", err);
+      s = dit_check_finite(neg->embeds, (size_t)neg->n_tokens * hidden, "text encoder (negative prompt)", err);
   }
   dit_qwen3_free(te);
   dit_tok_free(tok);
@@ -121,7 +115,7 @@ static dit_status denoise_step(loop_state *L, const dit_gen_params *p, double gu
   dit_flow_euler_step(L->latents, L->pred, L->n, sigmas[i], sigmas[i + 1]);
   char stage[64];
   snprintf(stage, sizeof stage, "denoising step %d", i + 1);
-  return check_finite(L->latents, L->n, stage, err);
+  return dit_check_finite(L->latents, L->n, stage, err);
 }
 
 dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w, float *sigmas, float *timesteps,
@@ -151,13 +145,10 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
   DIT_TRY(dit_vae_kl_load(be, path, &vae, err));
   const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
   const int H = L->h * 8, W = L->w * 8;
-  const size_t npix = (size_t)H * W;
   float *z = malloc(L->n * sizeof(float));
-  float *img = malloc(3 * npix * sizeof(float));
-  float *hwc = malloc(3 * npix * sizeof(float));
-  uint8_t *rgb = malloc(3 * npix);
+  float *img = malloc(3 * (size_t)H * W * sizeof(float));
   dit_status s = DIT_OK;
-  if (!z || !img || !hwc || !rgb) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
+  if (!z || !img) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
   if (s == DIT_OK) {
     const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
     for (size_t k = 0; k < L->n; k++) z[k] = L->latents[k] / sf + sh;
@@ -165,26 +156,9 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
     dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
     s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
   }
-  if (s == DIT_OK) s = check_finite(img, 3 * npix, "VAE decode", err);
-  if (s == DIT_OK) {
-    /* postprocess: (x / 2 + 0.5).clamp(0, 1), CHW -> HWC */
-    for (int c = 0; c < 3; c++)
-      for (size_t k = 0; k < npix; k++) {
-        float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
-        hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-      }
-    s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
-  }
-  if (s == DIT_OK) {
-    out->width = W;
-    out->height = H;
-    out->rgb = rgb;
-    rgb = NULL;
-  }
+  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
   free(z);
   free(img);
-  free(hwc);
-  free(rgb);
   dit_vae_kl_free(vae);
   return s;
 }
@@ -228,7 +202,10 @@ dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_di
 
   char path[4096];
   if (s == DIT_OK) s = dit_model_dir_component_path(dir, "transformer", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_zimage_load(be, path, &L.dit, err);
+  dit_backend *dit_be = NULL; /* the transformer's backend: p->device */
+  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
+  if (s == DIT_OK) s = dit_zimage_load(dit_be, path, &L.dit, err);
+  if (s == DIT_OK && dit_be != be) s = dit_zimage_set_act_dtype(L.dit, DIT_BF16, err);
   if (s == DIT_OK) {
     L.C = (int)dit_zimage_get_config(L.dit)->in_channels;
     L.h = 2 * (H / 16);
@@ -249,6 +226,7 @@ dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_di
   if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
   dit_zimage_free(L.dit);
   L.dit = NULL;
+  if (dit_be != be) dit_backend_free(dit_be);
   double t_loop = dit_time_now();
   if (s == DIT_OK) s = decode_latents(be, dir, &L, p->vae_tile, out, err);
   double t_end = dit_time_now();

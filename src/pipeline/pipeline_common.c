@@ -1,0 +1,56 @@
+/* Shared pipeline pieces (see pipeline_common.h). */
+#include "pipeline/pipeline_common.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "io/png.h"
+
+dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return dit_errorf(err, DIT_ERR_NUMERIC, "%s: non-finite value (%g) at element %zu", stage, (double)x[i], i);
+  return DIT_OK;
+}
+
+dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err) {
+  const size_t npix = (size_t)H * W;
+  DIT_TRY(dit_check_finite(img, 3 * npix, "VAE decode", err));
+  float *hwc = malloc(3 * npix * sizeof(float));
+  uint8_t *rgb = malloc(3 * npix);
+  if (!hwc || !rgb) {
+    free(hwc);
+    free(rgb);
+    return dit_errorf(err, DIT_ERR_NOMEM, "image postprocessing: out of memory");
+  }
+  for (int c = 0; c < 3; c++)
+    for (size_t k = 0; k < npix; k++) {
+      float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
+      hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+    }
+  dit_status s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
+  free(hwc);
+  if (s != DIT_OK) {
+    free(rgb);
+    return s;
+  }
+  out->width = W;
+  out->height = H;
+  out->rgb = rgb;
+  return DIT_OK;
+}
+
+dit_status dit_pipeline_device_backend(dit_ctx *ctx, dit_backend *cpu_be, dit_device_kind device,
+                                       dit_backend **out, dit_error *err) {
+  (void)ctx;
+  *out = NULL;
+  if (device == DIT_DEVICE_CPU) {
+    *out = cpu_be;
+    return DIT_OK;
+  }
+#ifdef DIT_HAVE_CUDA
+  if (device == DIT_DEVICE_CUDA) return dit_backend_cuda_create(0, out, err);
+#endif
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build (built without CUDA)",
+                    device == DIT_DEVICE_CUDA ? "cuda" : "?");
+}

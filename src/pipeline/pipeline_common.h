@@ -1,0 +1,26 @@
+/* Pieces every pipeline shares: the NaN/Inf guard that names the stage, the decoder
+ * output's postprocessing to 8-bit RGB (as diffusers' VaeImageProcessor does), and the
+ * backend the transformer runs on. */
+#ifndef DIT_PIPELINE_COMMON_H
+#define DIT_PIPELINE_COMMON_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "core/ctx.h"
+
+/* DIT_ERR_NUMERIC naming `stage` and the first non-finite element, or DIT_OK. */
+dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_error *err);
+
+/* img [3, H, W] decoder output in model space -> out (malloc'd 8-bit RGB, H x W):
+ * (x / 2 + 0.5).clamp(0, 1), then round(x * 255) half to even. NaN/Inf is an error
+ * naming the VAE stage. On failure out is untouched. */
+dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err);
+
+/* The backend the transformer runs on: cpu_be itself for DIT_DEVICE_CPU, else a new
+ * backend for the device (free it with dit_backend_free when it is not cpu_be).
+ * DIT_ERR_UNSUPPORTED when this build has no such device. */
+dit_status dit_pipeline_device_backend(dit_ctx *ctx, dit_backend *cpu_be, dit_device_kind device,
+                                       dit_backend **out, dit_error *err);
+
+#endif

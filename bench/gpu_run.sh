@@ -37,7 +37,8 @@ pack() {
     cp -L "$lib" .devlibs/
   done
   local shared=${DIT_SHARED:-../shared}
-  cp "$shared/models/zimage-tiny/components.safetensors" .fixtures/zimage-tiny/
+  cp "$shared/models/zimage-tiny/components.safetensors" "$shared/models/zimage-tiny/reference.safetensors" \
+    "$shared/models/zimage-tiny/reference.json" .fixtures/zimage-tiny/
   local mirror=${DIFFUSERS_GIT:-/work/.mirror/huggingface+diffusers/repo}
   rm -rf .ref/py/diffusers
   git --git-dir="$mirror" archive HEAD src/diffusers | tar -x -C .ref/py --strip-components=1 \
@@ -88,6 +89,25 @@ run() {
       --fixture .fixtures/zimage-tiny >"$OUT/gpu_fixture.log" 2>&1
     fx_rc=$?
     cat "$OUT/gpu_fixture.log"
+  fi
+  if ! skip generate; then
+    # the pipeline with the transformer on the GPU (bf16), against the float reference image
+    local prompt
+    prompt=$(python3 -c 'import json;print(json.load(open(".fixtures/zimage-tiny/reference.json"))["prompt"])')
+    timeout 120 .devbin/ditrun generate -m models/zimage-tiny -p "$prompt" -W 96 -H 128 --steps 4 --guidance 0 \
+      --seed 42 --device cuda -o "$OUT/gpu_turbo.png" --overwrite >"$OUT/gpu_generate.log" 2>&1
+    echo "generate --device cuda: rc=$?"
+    python3 - "$OUT/gpu_turbo.png" .fixtures/zimage-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate.log"
+import sys, numpy as np
+from PIL import Image
+from safetensors.numpy import load_file
+img = np.asarray(Image.open(sys.argv[1]).convert("RGB"), dtype=np.float64) / 255.0
+ref = load_file(sys.argv[2])["turbo_image"].astype(np.float64)
+mse = float(np.mean((img - ref) ** 2))
+psnr = 10 * np.log10(1.0 / mse) if mse > 0 else float("inf")
+print(f"GPU pipeline image vs diffusers float32 reference: PSNR {psnr:.2f} dB (bar: 35), "
+      f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
+PYEOF
   fi
   if ! skip bench; then
     for s in "${sizes[@]}"; do

@@ -461,6 +461,125 @@ static void test_copy(dit_backend *be) {
   free(x), free(y), free(ref), free(h);
 }
 
+/* Fused ops (rms_norm_rope, rms_norm_mod, residual_norm) against double-precision references
+ * of their unfused sequences, and against the unfused sequence run through the same backend
+ * (the CPU backend's fused ops must reproduce it to ~1e-6). */
+static double rms_inv(const float *x, int64_t D, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < D; i++) ss += (double)x[i] * x[i];
+  return 1.0 / sqrt(ss / (double)D + eps);
+}
+
+static void test_fused_norm_rope(dit_backend *be) {
+  const int64_t B = 2, S = 5, H = 3, D = 16, h2 = D / 2, n = B * S * H * D;
+  const float eps = 1e-5f;
+  float *x = rnd((size_t)n, 91), *ang = rnd((size_t)(B * S * h2), 92), *wf = rnd((size_t)D, 93);
+  for (int64_t i = 0; i < n; i++) x[i] *= 3;
+  for (int64_t i = 0; i < D; i++) wf[i] = 1 + 0.3f * wf[i];
+  void *w = as_dtype(wf, (size_t)D, DIT_BF16);
+  float *c = malloc(sizeof(float) * (size_t)(B * S * h2)), *s = malloc(sizeof(float) * (size_t)(B * S * h2));
+  for (int64_t i = 0; i < B * S * h2; i++) c[i] = cosf(ang[i] * 3), s[i] = sinf(ang[i] * 3);
+  float *ref = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+  float *y2 = malloc(sizeof(float) * (size_t)n);
+  for (int64_t row = 0; row < B * S * H; row++) {
+    const float *xr = x + row * D;
+    int64_t t = (row / H) % S, b = row / (H * S);
+    double r = rms_inv(xr, D, eps), nv[16];
+    for (int64_t i = 0; i < D; i++) nv[i] = xr[i] * r * wf[i];
+    for (int64_t i = 0; i < h2; i++) {
+      double cc = c[(b * S + t) * h2 + i], ss = s[(b * S + t) * h2 + i];
+      ref[row * D + 2 * i] = (float)(nv[2 * i] * cc - nv[2 * i + 1] * ss);
+      ref[row * D + 2 * i + 1] = (float)(nv[2 * i + 1] * cc + nv[2 * i] * ss);
+    }
+  }
+  dit_tensor tw = dit_tensor_1d(DIT_BF16, w, D);
+  dit_tensor tc = dit_tensor_3d(DIT_F32, c, B, S, h2), ts = dit_tensor_3d(DIT_F32, s, B, S, h2);
+  dit_error err = {0};
+  memcpy(y, x, sizeof(float) * (size_t)n);
+  dit_tensor ty = dit_tensor_4d(DIT_F32, y, B, S, H, D);
+  CHECK(be->ops->rms_norm_rope != NULL);
+  dit_status st = dit_op_rms_norm_rope(be, &ty, &tw, eps, &tc, &ts, DIT_ROPE_INTERLEAVED, &err);
+  CHECK_MSG(st == DIT_OK && dt_rel_err(y, ref, (size_t)n) < TOL, "rms_norm_rope: %s %g", err.msg,
+            dt_rel_err(y, ref, (size_t)n));
+  /* the unfused sequence, op by op */
+  memcpy(y2, x, sizeof(float) * (size_t)n);
+  dit_tensor rows = dit_tensor_2d(DIT_F32, y2, B * S * H, D), t4 = dit_tensor_4d(DIT_F32, y2, B, S, H, D);
+  CHECK(dit_op_rms_norm(be, &rows, &rows, &tw, eps, &err) == DIT_OK);
+  CHECK(dit_op_rope(be, &t4, &tc, &ts, DIT_ROPE_INTERLEAVED, &err) == DIT_OK);
+  CHECK_MSG(dt_rel_err(y, y2, (size_t)n) < 1e-6, "rms_norm_rope vs unfused: %g", dt_rel_err(y, y2, (size_t)n));
+  dit_tensor bad = dit_tensor_3d(DIT_F32, c, B, S - 1, h2);
+  CHECK(dit_op_rms_norm_rope(be, &ty, &tw, eps, &bad, &ts, DIT_ROPE_INTERLEAVED, &err) == DIT_ERR_INVALID_ARG);
+  free(x), free(ang), free(wf), free(w), free(c), free(s), free(ref), free(y), free(y2);
+}
+
+static void test_fused_residual(dit_backend *be) {
+  const int64_t B = 2, S = 3, D = 40, n = B * S * D;
+  const float eps = 1e-6f;
+  float *x = rnd((size_t)n, 101), *r = rnd((size_t)n, 102), *g = rnd((size_t)(B * D), 103);
+  float *sc = rnd((size_t)(B * D), 104), *wr = rnd((size_t)D, 105), *wh = rnd((size_t)D, 106);
+  for (int64_t i = 0; i < n; i++) r[i] *= 4;
+  for (int64_t i = 0; i < D; i++) wr[i] = 1 + 0.2f * wr[i], wh[i] = 1 + 0.2f * wh[i];
+  float *xa = malloc(sizeof(float) * (size_t)n), *ra = malloc(sizeof(float) * (size_t)n);
+  float *h = malloc(sizeof(float) * (size_t)n), *xb = malloc(sizeof(float) * (size_t)n);
+  float *rb = malloc(sizeof(float) * (size_t)n), *hb = malloc(sizeof(float) * (size_t)n);
+  float *xref = malloc(sizeof(float) * (size_t)n), *href = malloc(sizeof(float) * (size_t)n);
+  dit_tensor twr = dit_tensor_1d(DIT_F32, wr, D), twh = dit_tensor_1d(DIT_F32, wh, D);
+  dit_tensor tg = dit_tensor_2d(DIT_F32, g, B, D), tsc = dit_tensor_2d(DIT_F32, sc, B, D);
+  dit_error err = {0};
+  /* rms_norm_mod: h = rms_norm(x) * wh * (1 + scale), with and without scale */
+  for (int mod = 0; mod < 2; mod++) {
+    for (int64_t row = 0; row < B * S; row++) {
+      double ri = rms_inv(x + row * D, D, eps);
+      for (int64_t i = 0; i < D; i++)
+        href[row * D + i] = (float)(x[row * D + i] * ri * wh[i] * (mod ? 1.0 + sc[(row / S) * D + i] : 1.0));
+    }
+    dit_tensor tx = dit_tensor_3d(DIT_F32, x, B, S, D), th = dit_tensor_3d(DIT_F32, h, B, S, D);
+    CHECK(be->ops->rms_norm_mod != NULL);
+    CHECK_MSG(dit_op_rms_norm_mod(be, &th, &tx, &twh, mod ? &tsc : NULL, eps, &err) == DIT_OK &&
+                  dt_rel_err(h, href, (size_t)n) < TOL, "rms_norm_mod %d: %g", mod, dt_rel_err(h, href, (size_t)n));
+  }
+  /* residual_norm: gate none / plain / tanh, with and without the output norm */
+  for (int gm = 0; gm < 3; gm++) {
+    for (int out = 0; out < 2; out++) {
+      for (int64_t row = 0; row < B * S; row++) {
+        double ri = rms_inv(r + row * D, D, eps);
+        for (int64_t i = 0; i < D; i++) {
+          double gv = gm == 0 ? 1 : gm == 1 ? g[(row / S) * D + i] : tanh(g[(row / S) * D + i]);
+          xref[row * D + i] = (float)(x[row * D + i] + gv * (r[row * D + i] * ri * wr[i]));
+        }
+        double xi = rms_inv(xref + row * D, D, eps);
+        for (int64_t i = 0; i < D; i++)
+          href[row * D + i] = (float)(xref[row * D + i] * xi * wh[i] * (1.0 + sc[(row / S) * D + i]));
+      }
+      memcpy(xa, x, sizeof(float) * (size_t)n), memcpy(ra, r, sizeof(float) * (size_t)n);
+      memcpy(xb, x, sizeof(float) * (size_t)n), memcpy(rb, r, sizeof(float) * (size_t)n);
+      dit_tensor tx = dit_tensor_3d(DIT_F32, xa, B, S, D), tr = dit_tensor_3d(DIT_F32, ra, B, S, D);
+      dit_tensor th = dit_tensor_3d(DIT_F32, h, B, S, D);
+      CHECK(be->ops->residual_norm != NULL);
+      dit_status st = dit_op_residual_norm(be, &tx, &tr, &twr, gm ? &tg : NULL, gm == 2, out ? &th : NULL, &twh,
+                                           &tsc, eps, &err);
+      CHECK_MSG(st == DIT_OK && dt_rel_err(xa, xref, (size_t)n) < TOL && (!out || dt_rel_err(h, href, (size_t)n) < TOL),
+                "residual_norm gate %d out %d: %s x %g h %g", gm, out, err.msg, dt_rel_err(xa, xref, (size_t)n),
+                dt_rel_err(h, href, (size_t)n));
+      /* the unfused sequence op by op */
+      dit_tensor ux = dit_tensor_3d(DIT_F32, xb, B, S, D), ur = dit_tensor_3d(DIT_F32, rb, B, S, D);
+      dit_tensor uh = dit_tensor_3d(DIT_F32, hb, B, S, D);
+      CHECK(dit_op_rms_norm(be, &ur, &ur, &twr, eps, &err) == DIT_OK);
+      CHECK(dit_op_gated_add(be, &ux, &ur, gm ? &tg : NULL, gm == 2, &err) == DIT_OK);
+      CHECK(dit_op_rms_norm(be, &uh, &ux, &twh, eps, &err) == DIT_OK);
+      CHECK(dit_op_modulate(be, &uh, &uh, &tsc, NULL, &err) == DIT_OK);
+      CHECK_MSG(dt_rel_err(xa, xb, (size_t)n) < 1e-6 && (!out || dt_rel_err(h, hb, (size_t)n) < 1e-6),
+                "residual_norm vs unfused gate %d out %d", gm, out);
+    }
+  }
+  dit_tensor tx = dit_tensor_3d(DIT_F32, xa, B, S, D), tr = dit_tensor_3d(DIT_F32, ra, B, S, D);
+  CHECK(dit_op_residual_norm(be, &tx, &tr, &twr, &tg, true, &tx, &twh, &tsc, eps, &err) == DIT_ERR_INVALID_ARG);
+  dit_tensor small = dit_tensor_3d(DIT_F32, ra, B, S, D - 1);
+  CHECK(dit_op_residual_norm(be, &tx, &small, &twr, &tg, true, NULL, NULL, NULL, eps, &err) == DIT_ERR_INVALID_ARG);
+  free(x), free(r), free(g), free(sc), free(wr), free(wh), free(xa), free(ra), free(h), free(xb), free(rb);
+  free(hb), free(xref), free(href);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -483,6 +602,8 @@ int main(int argc, char **argv) {
     test_conv(be);
     test_timestep(be);
     test_copy(be);
+    test_fused_norm_rope(be);
+    test_fused_residual(be);
   }
   dit_backend_free(be);
   return dt_finish();

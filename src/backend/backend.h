@@ -97,6 +97,21 @@ typedef struct dit_backend_ops {
   /* dst = src element by element, any strides (views: permute, slice, concat into a
    * slice), same shape; converts dtype when they differ (float types). */
   dit_status (*copy)(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+  /* ---- fused ops (optional: NULL where a backend lacks one). Call them through the
+   * dit_op_* helpers below, which run the unfused sequence when the op is NULL. Each one's
+   * result is that of its unfused sequence (intermediates may stay in fp32 on a GPU). ---- */
+  /* x [B,S,H,D] in place: x = rope(rms_norm(x) * w) (per head row of D; w [D] or NULL). */
+  dit_status (*rms_norm_rope)(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
+                              const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
+  /* x [B,S,D]: y = rms_norm(x) * w * (1 + scale[B,D]) (scale NULL: plain rms_norm). y may alias x. */
+  dit_status (*rms_norm_mod)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                             const dit_tensor *scale, float eps, dit_error *err);
+  /* Gated residual between norms, x and r [B,S,D]: x += g * rms_norm(r) * wr (g as gated_add);
+   * then, when h is not NULL, h = rms_norm(x) * wh * (1 + scale) (as rms_norm_mod). r is
+   * scratch: its contents afterwards are unspecified. h must not alias x or r. */
+  dit_status (*residual_norm)(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                              const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                              const dit_tensor *scale, float eps, dit_error *err);
   /* Optional (NULL on the CPU): releases the backend's private state (streams, handles,
    * workspaces); dit_backend_free calls it before freeing be. */
   void (*destroy)(dit_backend *be);
@@ -148,7 +163,7 @@ dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t
  * allocated through it (live and peak). The profiler does not own inner; free it with
  * dit_backend_profiler_free (not dit_backend_free). */
 typedef enum dit_op_class { DIT_OPC_GEMM = 0, DIT_OPC_ATTENTION, DIT_OPC_ELEMENTWISE, DIT_OPC_COUNT } dit_op_class;
-#define DIT_PROF_OPS 20
+#define DIT_PROF_OPS 24
 typedef struct dit_prof_stats {
   double ms[DIT_PROF_OPS];    /* per op (names: dit_prof_op_name) */
   long calls[DIT_PROF_OPS];
@@ -183,5 +198,23 @@ void dit_backend_profiler_free(dit_backend *prof);
 #define dit_op_upsample2x(be, ...) ((be)->ops->upsample2x((be), __VA_ARGS__))
 #define dit_op_timestep_embedding(be, ...) ((be)->ops->timestep_embedding((be), __VA_ARGS__))
 #define dit_op_copy(be, ...) ((be)->ops->copy((be), __VA_ARGS__))
+
+/* Fused ops (backend_fused.c): the backend's op when it has one, else the unfused sequence
+ * through its other ops (the reference semantics; also what the CPU backend runs). */
+dit_status dit_op_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
+dit_status dit_op_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                               const dit_tensor *scale, float eps, dit_error *err);
+dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                                const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                                const dit_tensor *scale, float eps, dit_error *err);
+dit_status dit_unfused_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                     const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                                     dit_error *err);
+dit_status dit_unfused_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                                    const dit_tensor *scale, float eps, dit_error *err);
+dit_status dit_unfused_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                                     const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                                     const dit_tensor *scale, float eps, dit_error *err);
 
 #endif

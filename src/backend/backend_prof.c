@@ -11,13 +11,14 @@
 enum {
   OP_LINEAR = 0, OP_RMS_NORM, OP_LAYER_NORM, OP_GROUP_NORM, OP_ATTENTION, OP_ROPE, OP_ACTIVATION, OP_SWIGLU,
   OP_MODULATE, OP_GATED_ADD, OP_ADD, OP_MUL, OP_SCALE, OP_SOFTMAX, OP_EMBEDDING, OP_CONV2D, OP_UPSAMPLE2X,
-  OP_TIMESTEP, OP_COPY, OP_COUNT
+  OP_TIMESTEP, OP_COPY, OP_RMS_NORM_ROPE, OP_RMS_NORM_MOD, OP_RESIDUAL_NORM, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
     "linear", "rms_norm", "layer_norm", "group_norm", "attention", "rope", "activation",
     "swiglu", "modulate", "gated_add", "add", "mul", "scale", "softmax",
-    "embedding", "conv2d", "upsample2x", "timestep_embedding", "copy"};
+    "embedding", "conv2d", "upsample2x", "timestep_embedding", "copy",
+    "rms_norm_rope", "rms_norm_mod", "residual_norm"};
 
 typedef struct prof_alloc {
   void *p;
@@ -164,6 +165,18 @@ static dit_status w_copy(dit_backend *be, T *dst, CT *src, dit_error *err) {
   FORWARD(OP_COPY, in->ops->copy(in, dst, src, err));
 }
 
+static dit_status w_rms_norm_rope(dit_backend *be, T *x, CT *w, float eps, CT *c, CT *s, dit_rope_mode mode,
+                                  dit_error *err) {
+  FORWARD(OP_RMS_NORM_ROPE, in->ops->rms_norm_rope(in, x, w, eps, c, s, mode, err));
+}
+static dit_status w_rms_norm_mod(dit_backend *be, T *y, CT *x, CT *w, CT *sc, float eps, dit_error *err) {
+  FORWARD(OP_RMS_NORM_MOD, in->ops->rms_norm_mod(in, y, x, w, sc, eps, err));
+}
+static dit_status w_residual_norm(dit_backend *be, T *x, T *r, CT *wr, CT *g, bool th, T *h, CT *wh, CT *sc,
+                                  float eps, dit_error *err) {
+  FORWARD(OP_RESIDUAL_NORM, in->ops->residual_norm(in, x, r, wr, g, th, h, wh, sc, eps, err));
+}
+
 dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, dit_error *err) {
   *out = NULL;
   if (!inner) return dit_errorf(err, DIT_ERR_INVALID_ARG, "profiler: no inner backend");
@@ -195,6 +208,9 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
   SET(upsample2x, w_upsample2x);
   SET(timestep_embedding, w_timestep);
   SET(copy, w_copy);
+  SET(rms_norm_rope, w_rms_norm_rope);
+  SET(rms_norm_mod, w_rms_norm_mod);
+  SET(residual_norm, w_residual_norm);
 #undef SET
   p->be.ops = &p->ops;
   p->be.n_threads = inner->n_threads;

@@ -27,7 +27,6 @@ typedef struct zimage_acts {
   void *adaln_silu;          /* [n, A] */
   void *mod;                 /* [n, 4D] one block's modulation */
   void *mod4;                /* 4 x [n, D]: scale_msa, gate_msa, scale_mlp, gate_mlp */
-  void *wmod;                /* [D] a norm weight times (1 + scale) (GPU, batch of 1) */
   void *fscale;              /* [n, D] final-layer scale (before the 1 +) */
   void *patches;             /* [max n_img, P] */
   void *capn;                /* [max L, cap_feat_dim] */
@@ -102,7 +101,6 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
   TAKE(adaln_silu, n * A);
   TAKE(mod, n * 4 * D);
   TAKE(mod4, n * 4 * D);
-  TAKE(wmod, D);
   TAKE(fscale, n * D);
   TAKE(patches, max_img * P);
   TAKE(capn, max_cap * (size_t)c->cap_feat_dim);
@@ -179,43 +177,27 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
-  if (c->qk_norm) {
-    dit_tensor qh = t2(m, a->q, n * S * H, hd), kh = t2(m, a->k, n * S * H, hd);
-    DIT_TRY(dit_op_rms_norm(be, &qh, &qh, &b->attention_norm_q, QK_NORM_EPS, err));
-    DIT_TRY(dit_op_rms_norm(be, &kh, &kh, &b->attention_norm_k, QK_NORM_EPS, err));
-  }
   dit_tensor q4 = t4(m, a->q, n, S, H, hd), k4 = t4(m, a->k, n, S, H, hd);
   dit_tensor v4 = t4(m, a->v, n, S, H, hd), o4 = t4(m, a->hn, n, S, H, hd);
-  DIT_TRY(dit_op_rope(be, &q4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
-  DIT_TRY(dit_op_rope(be, &k4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
+  if (c->qk_norm) { /* per-head RMSNorm then RoPE, one pass over q and one over k where fused */
+    DIT_TRY(dit_op_rms_norm_rope(be, &q4, &b->attention_norm_q, QK_NORM_EPS, &st->cos, &st->sin,
+                                 DIT_ROPE_INTERLEAVED, err));
+    DIT_TRY(dit_op_rms_norm_rope(be, &k4, &b->attention_norm_k, QK_NORM_EPS, &st->cos, &st->sin,
+                                 DIT_ROPE_INTERLEAVED, err));
+  } else {
+    DIT_TRY(dit_op_rope(be, &q4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
+    DIT_TRY(dit_op_rope(be, &k4, &st->cos, &st->sin, DIT_ROPE_INTERLEAVED, err));
+  }
   DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, st->masked ? &st->mask : NULL, 1.0f / sqrtf((float)hd), false,
                            err));
   dit_tensor att = t3(m, a->hn, n, S, D);
   return dit_op_linear(be, &q, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
 }
 
-/* hn = rms_norm(x) * w * (1 + scale) (modulated blocks) or rms_norm(x) * w. On a GPU with
- * one item, w * (1 + scale) is formed first ([D] values) so the [S, D] stream is passed
- * once instead of twice; the CPU keeps the reference order. */
-static dit_status norm_mod(dit_zimage *m, dit_tensor *hn, const dit_tensor *x, const dit_tensor *w,
-                           const dit_tensor *scale, int64_t n, zimage_acts *a, dit_error *err) {
-  dit_backend *be = m->be;
-  const float eps = m->cfg.norm_eps;
-  if (!scale) return dit_op_rms_norm(be, hn, x, w, eps, err);
-  if (n == 1 && w->dtype == m->adt && m->dev != DIT_DEV_CPU) {
-    const int64_t D = m->cfg.dim;
-    dit_tensor w3 = mk(m, w->dtype, w->data, 3, (int64_t[]){1, 1, D}), wm3 = t3(m, a->wmod, 1, 1, D);
-    w3.device = w->device;
-    DIT_TRY(dit_op_modulate(be, &wm3, &w3, scale, NULL, err));
-    dit_tensor wm = mk(m, m->adt, a->wmod, 1, (int64_t[]){D});
-    return dit_op_rms_norm(be, hn, x, &wm, eps, err);
-  }
-  DIT_TRY(dit_op_rms_norm(be, hn, x, w, eps, err));
-  return dit_op_modulate(be, hn, hn, scale, NULL, err);
-}
-
 /* One ZImageTransformerBlock on the stream, in place. Modulated blocks scale the normed
- * inputs by 1 + scale and gate the residuals by tanh(gate). */
+ * inputs by 1 + scale and gate the residuals by tanh(gate). The norms around each residual
+ * go through the fused ops (rms_norm_mod, residual_norm: on the CPU exactly the unfused
+ * reference sequence; on a GPU one pass each). */
 static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_stream *st, int64_t n, zimage_acts *a,
                         dit_error *err) {
   dit_backend *be = m->be;
@@ -223,22 +205,22 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   const int64_t S = st->S, D = c->dim, Fd = c->ffn_dim;
   const float eps = c->norm_eps;
   dit_tensor sm[4];
-  if (b->modulation) DIT_TRY(modulation(m, b, n, a, sm, err));
+  const bool md = b->modulation;
+  if (md) DIT_TRY(modulation(m, b, n, a, sm, err));
   dit_tensor x = t3(m, st->x, n, S, D), hn = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
-  /* attention */
-  DIT_TRY(norm_mod(m, &hn, &x, &b->attention_norm1, b->modulation ? &sm[0] : NULL, n, a, err));
+  /* attention: hn = norm1(x) * (1 + scale_msa); x += tanh(gate_msa) * norm2(attn(hn)) */
+  DIT_TRY(dit_op_rms_norm_mod(be, &hn, &x, &b->attention_norm1, md ? &sm[0] : NULL, eps, err));
   DIT_TRY(attention(m, b, st, n, a, err));
-  DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->attention_norm2, eps, err));
-  DIT_TRY(dit_op_gated_add(be, &x, &o, b->modulation ? &sm[1] : NULL, true, err));
-  /* feed-forward: w2(silu(w1 h) * w3 h) */
+  /* ... and, same pass, the feed-forward input hn = ffn_norm1(x) * (1 + scale_mlp) */
+  DIT_TRY(dit_op_residual_norm(be, &x, &o, &b->attention_norm2, md ? &sm[1] : NULL, true, &hn, &b->ffn_norm1,
+                               md ? &sm[2] : NULL, eps, err));
+  /* feed-forward: w2(silu(w1 h) * w3 h); x += tanh(gate_mlp) * ffn_norm2(ff) */
   dit_tensor fa = t3(m, a->ff_a, n, S, Fd), fb = t3(m, a->ff_b, n, S, Fd);
-  DIT_TRY(norm_mod(m, &hn, &x, &b->ffn_norm1, b->modulation ? &sm[2] : NULL, n, a, err));
   DIT_TRY(dit_op_linear(be, &fa, &hn, &b->feed_forward_w1, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &fb, &hn, &b->feed_forward_w3, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_swiglu(be, &fa, &fa, &fb, err));
   DIT_TRY(dit_op_linear(be, &o, &fa, &b->feed_forward_w2, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_rms_norm(be, &o, &o, &b->ffn_norm2, eps, err));
-  return dit_op_gated_add(be, &x, &o, b->modulation ? &sm[3] : NULL, true, err);
+  return dit_op_residual_norm(be, &x, &o, &b->ffn_norm2, md ? &sm[3] : NULL, true, NULL, NULL, NULL, eps, err);
 }
 
 /* Patchify + x_embedder into xs; image pad rows get x_pad_token, batch padding zeros. */

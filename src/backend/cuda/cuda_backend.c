@@ -119,6 +119,7 @@ static dit_backend_ops cu_ops_table(void) {
   o.conv2d = cu_conv2d;
   o.attention = cu_attention;
   cu_register_ops(&o);
+  cu_register_fused_ops(&o);
   return o;
 }
 
@@ -139,7 +140,9 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   const char *av = getenv("DIT_CUDA_ATTN");
   im->attn_version = av && (strcmp(av, "2") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 1;
   const char *vv = getenv("DIT_CUDA_VEC");
-  im->vec = vv && strcmp(vv, "1") == 0;
+  im->vec = !(vv && strcmp(vv, "0") == 0); /* default on since the op test covers them; DIT_CUDA_VEC=0: scalar */
+  const char *fv = getenv("DIT_CUDA_FUSED");
+  im->fused = !(fv && strcmp(fv, "0") == 0);
   const char *cv = getenv("DIT_CUDA_CUDNN");
   im->cudnn = !(cv && strcmp(cv, "0") == 0);
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,

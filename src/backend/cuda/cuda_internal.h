@@ -39,6 +39,7 @@ typedef struct cu_impl {
   int max_smem; /* opt-in shared memory per block */
   int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
   bool vec; /* 16-byte elementwise kernels (k_vec.cu) where shapes allow; env DIT_CUDA_VEC=1 */
+  bool fused; /* fused norm kernels (k_fused.cu) for the fused ops; env DIT_CUDA_FUSED=0: unfused sequences */
   bool cudnn; /* BF16 attention through cuDNN's SDPA first (cudnn_sdpa.c); env DIT_CUDA_CUDNN=0 turns it off */
   struct cu_sdpa *sdpa; /* cuDNN state, created on first use (NULL until then) */
   int n_plans;
@@ -76,6 +77,23 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                         const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
                         dit_error *err);
 void cu_register_ops(dit_backend_ops *ops); /* fills the elementwise/norm ops (cuda_ops.c) */
+void cu_register_fused_ops(dit_backend_ops *ops); /* the fused ops (cuda_fused.c) */
+/* x [B,S,D] (or [S,D] as B = 1) and an optional per-batch vector [B,D] (or [D], broadcast):
+ * B, S, D and the vector's batch stride *vbs (D, or 0 when broadcast). */
+dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
+                        int64_t *S, int64_t *D, int64_t *vbs, dit_error *err);
+
+/* Arguments of the fused row kernels (k_fused.cu); dtypes are dit_dtype values, pointers
+ * 16-byte aligned, vectors [B, D] with batch stride vbs (0: broadcast). NULL: absent. */
+typedef struct cu_rowargs {
+  const void *wr; int wrdt;    /* residual_norm: weight of the norm of r */
+  const void *gate; int gdt;   /* residual_norm: gate (NULL: 1) */
+  int tanh_gate;
+  const void *wh; int whdt;    /* weight of the output norm */
+  const void *scale; int sdt;  /* output modulation: * (1 + scale) */
+  int64_t vbs;
+  float eps;
+} cu_rowargs;
 
 #ifdef __cplusplus
 extern "C" {
@@ -135,10 +153,16 @@ cudaError_t cuk_v8_modulate(void *y, const void *x, int dt, int64_t B, int64_t S
                             const void *shift, int sdt, int64_t sbs, cudaStream_t s);
 cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D, const void *gate,
                              int gdt, int64_t gbs, int tanh_gate, cudaStream_t s);
-cudaError_t cuk_v8_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w, int wdt,
-                            float eps, cudaStream_t s);
 cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
                         const float *sin, int64_t csb, cudaStream_t s);
+/* Fused row kernels (k_fused.cu): D % 8 == 0, 16-byte aligned pointers. Rows [B*S, D]:
+ * r == NULL: h = rms_norm(x) * wh * (1 + scale[b]) (h may alias x);
+ * r != NULL: x += g[b] * rms_norm(r) * wr, then h (when not NULL) as above from the new x. */
+cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
+                       const cu_rowargs *a, cudaStream_t s);
+/* x [B,S,H,D] in place: rms_norm(x) * w, then interleaved RoPE (cos/sin as cuk_rope). D / 8 <= 32. */
+cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const void *w, int wdt,
+                            float eps, const float *cos, const float *sin, int64_t csb, cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

@@ -29,9 +29,10 @@ static dit_status rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
   int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
   DIT_TRY(opt_w(op, "w", w, D, err));
-  if (v8(be, D, x->data, y->data, NULL, NULL)) {
-    LAUNCH(op, "kernel", cuk_v8_rms_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0,
-                                         eps, st(be)));
+  if (v8(be, D, x->data, y->data, w ? w->data : NULL, NULL)) { /* row-parallel 16-byte kernels, k_fused.cu */
+    cu_rowargs ra = {0};
+    ra.wh = w ? w->data : NULL, ra.whdt = w ? (int)w->dtype : 0, ra.eps = eps;
+    LAUNCH(op, "kernel", cuk_f_norm(y->data, x->data, NULL, x->dtype, rows, 1, D, &ra, st(be)));
     return DIT_OK;
   }
   LAUNCH(op, "kernel", cuk_rms_norm(y->data, x->data, x->dtype, rows, D, w ? w->data : NULL, w ? w->dtype : 0, eps,
@@ -188,8 +189,8 @@ static dit_status scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, flo
 }
 
 /* x [B,S,D] (or [S,D] as B = 1); a per-batch vector [B,D] (or [D], broadcast): batch stride. */
-static dit_status bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
-                      int64_t *S, int64_t *D, int64_t *vbs, dit_error *err) {
+dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
+                           int64_t *S, int64_t *D, int64_t *vbs, dit_error *err) {
   if (x->ndim != 3 && x->ndim != 2)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, D]", op);
   *B = x->ndim == 3 ? x->shape[0] : 1;
@@ -213,8 +214,8 @@ static dit_status modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
   if (!scale_) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: scale is NULL", op);
   int64_t B, S, D, sbs = 0, hbs = 0;
-  DIT_TRY(bsd(op, x, "scale", scale_, &B, &S, &D, &sbs, err));
-  DIT_TRY(bsd(op, x, "shift", shift, &B, &S, &D, &hbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "scale", scale_, &B, &S, &D, &sbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "shift", shift, &B, &S, &D, &hbs, err));
   if (shift && (shift->dtype != scale_->dtype || hbs != sbs))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: shift must match scale's dtype and shape", op);
   if (v8(be, D, x->data, y->data, NULL, NULL)) {
@@ -234,7 +235,7 @@ static dit_status gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y,
   DIT_TRY(cu_check_act(op, "y", y, err));
   DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
   int64_t B, S, D, gbs = 0;
-  DIT_TRY(bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
   if (v8(be, D, x->data, y->data, NULL, NULL)) {
     LAUNCH(op, "kernel", cuk_v8_gated_add(x->data, y->data, x->dtype, B, S, D, gate ? gate->data : NULL,
                                           gate ? gate->dtype : 0, gbs, tanh_gate, st(be)));

@@ -1,49 +1,13 @@
 /* 16-byte vectorized variants of the hot elementwise kernels (8 elements per thread:
- * add/mul/swiglu/scale/activation, modulate, gated_add, RMSNorm, interleaved RoPE). Used
- * when the backend's `vec` switch is on (env DIT_CUDA_VEC=1), the element count (or row
+ * add/mul/swiglu/scale/activation, modulate, gated_add, interleaved RoPE; RMSNorm is in
+ * k_fused.cu). Used when the backend's `vec` switch is on (default; env DIT_CUDA_VEC=0 off), the element count (or row
  * length) is a multiple of 8 and the pointers are 16-byte aligned. Math in fp32. */
 #include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_vec.cuh"
 #include "backend/cuda/cuda_internal.h"
 
 #define GS_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
                            i += (int64_t)gridDim.x * blockDim.x)
-
-__device__ __forceinline__ void ld8(const float *p, float *v) {
-  float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void st8(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
-}
-__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float *v) {
-  uint4 u = *reinterpret_cast<const uint4 *>(p);
-  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-  for (int k = 0; k < 4; k++) {
-    float2 f = __bfloat1622float2(h[k]);
-    v[2 * k] = f.x, v[2 * k + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float *v) {
-  uint4 u;
-  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-  for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-  *reinterpret_cast<uint4 *>(p) = u;
-}
-__device__ __forceinline__ void ld8(const __half *p, float *v) {
-  uint4 u = *reinterpret_cast<const uint4 *>(p);
-  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-  for (int k = 0; k < 4; k++) {
-    float2 f = __half22float2(h[k]);
-    v[2 * k] = f.x, v[2 * k + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void st8(__half *p, const float *v) {
-  uint4 u;
-  __half2 *h = reinterpret_cast<__half2 *>(&u);
-  for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-  *reinterpret_cast<uint4 *>(p) = u;
-}
 
 /* op: 0 add, 1 mul, 2 swiglu, 3 scale (by sc), 4 activation act (b unused for 3, 4). */
 template <typename T>
@@ -122,37 +86,6 @@ extern "C" cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t 
   if (n8 <= 0) return cudaSuccess;
   CU_DISPATCH(dt, T, k8_mod<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)x, (const T *)x, (const T *)y, S, D, n8,
                                                                    gate, NULL, gdt, gbs, 1, tanh_gate));
-  return cudaGetLastError();
-}
-
-template <typename T>
-__global__ void k8_rms_norm(T *y, const T *x, int64_t D, const void *w, int wdt, float eps) {
-  __shared__ float sh[32];
-  const T *xr = x + blockIdx.x * D;
-  T *yr = y + blockIdx.x * D;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x * 8; c < D; c += blockDim.x * 8) {
-    float u[8];
-    ld8(xr + c, u);
-#pragma unroll
-    for (int k = 0; k < 8; k++) ss += u[k] * u[k];
-  }
-  float r = rsqrtf(cu_block_sum(ss, sh) / (float)D + eps);
-  for (int64_t c = threadIdx.x * 8; c < D; c += blockDim.x * 8) {
-    float u[8];
-    ld8(xr + c, u);
-#pragma unroll
-    for (int k = 0; k < 8; k++) u[k] = u[k] * r * (w ? cu_ldw(w, wdt, c + k) : 1.0f);
-    st8(yr + c, u);
-  }
-}
-
-extern "C" cudaError_t cuk_v8_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w,
-                                       int wdt, float eps, cudaStream_t s) {
-  if (rows <= 0 || D <= 0) return cudaSuccess;
-  int t = 32;
-  while (t < 512 && t * 8 < D) t *= 2;
-  CU_DISPATCH(dt, T, k8_rms_norm<T><<<(unsigned)rows, t, 0, s>>>((T *)y, (const T *)x, D, w, wdt, eps));
   return cudaGetLastError();
 }
 

@@ -1,0 +1,59 @@
+/* The fused ops' reference semantics: each dit_op_* helper calls the backend's fused op
+ * when it has one, else runs the unfused sequence of plain ops. The unfused sequences are
+ * exported too (the CPU backend's fused ops are exactly these, so CPU results do not
+ * change, and tests compare a backend's fused op against them). */
+#include "backend/backend.h"
+
+/* x viewed as rows of its last dim (same data, device and dtype). */
+static dit_status as_rows(const char *op, const dit_tensor *x, dit_tensor *v, dit_error *err) {
+  if (!x || x->ndim < 1 || !dit_tensor_is_contiguous(x))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be a contiguous tensor", op);
+  int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
+  *v = dit_tensor_make(x->dtype, x->data, 2, (int64_t[]){rows, D});
+  v->device = x->device;
+  return DIT_OK;
+}
+
+dit_status dit_unfused_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                     const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                                     dit_error *err) {
+  dit_tensor rows;
+  DIT_TRY(as_rows("rms_norm_rope", x, &rows, err));
+  DIT_TRY(be->ops->rms_norm(be, &rows, &rows, w, eps, err));
+  return be->ops->rope(be, x, cos, sin, mode, err);
+}
+
+dit_status dit_unfused_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                                    const dit_tensor *scale, float eps, dit_error *err) {
+  DIT_TRY(be->ops->rms_norm(be, y, x, w, eps, err));
+  return scale ? be->ops->modulate(be, y, y, scale, NULL, err) : DIT_OK;
+}
+
+dit_status dit_unfused_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                                     const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                                     const dit_tensor *scale, float eps, dit_error *err) {
+  if (h && x && r && (h->data == x->data || h->data == r->data))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "residual_norm: h aliases x or r");
+  DIT_TRY(be->ops->rms_norm(be, r, r, wr, eps, err));
+  DIT_TRY(be->ops->gated_add(be, x, r, gate, tanh_gate, err));
+  return h ? dit_unfused_rms_norm_mod(be, h, x, wh, scale, eps, err) : DIT_OK;
+}
+
+dit_status dit_op_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
+  if (be->ops->rms_norm_rope) return be->ops->rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
+  return dit_unfused_rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
+}
+
+dit_status dit_op_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                               const dit_tensor *scale, float eps, dit_error *err) {
+  if (be->ops->rms_norm_mod) return be->ops->rms_norm_mod(be, y, x, w, scale, eps, err);
+  return dit_unfused_rms_norm_mod(be, y, x, w, scale, eps, err);
+}
+
+dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                                const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                                const dit_tensor *scale, float eps, dit_error *err) {
+  if (be->ops->residual_norm) return be->ops->residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
+  return dit_unfused_residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
+}

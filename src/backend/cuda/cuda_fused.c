@@ -1,0 +1,98 @@
+/* Host side of the CUDA fused ops (rms_norm_rope, rms_norm_mod, residual_norm): argument
+ * checks, then the row kernels of k_fused.cu where shapes and alignment allow (D % 8 == 0,
+ * 16-byte aligned operands) and the backend's `fused` switch is on (env DIT_CUDA_FUSED=0
+ * turns it off); otherwise the unfused sequence of plain ops (backend_fused.c). */
+#include <stdint.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define LAUNCH(op, what, call) DIT_TRY(cu_check((call), op, what, err))
+#define MAX_ROW_D 65536 /* longest row the row kernels take (8 chunks of 8 per thread, 1024 threads) */
+
+static bool al16(const dit_tensor *t) { return !t || ((uintptr_t)t->data & 15) == 0; }
+
+static dit_status rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
+  const char *op = "cuda rms_norm_rope";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  if (x->ndim != 4 || x->shape[3] % 2 != 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
+  const int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
+  if (w) DIT_TRY(cu_check_w(op, "w", w, D, err));
+  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
+  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
+  const int64_t n = dit_tensor_numel(cos);
+  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != n ||
+      (n != B * S * (D / 2) && n != S * (D / 2)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
+  const bool fast = cu_im(be)->fused && mode == DIT_ROPE_INTERLEAVED && D % 8 == 0 && D / 8 <= 32 && al16(x) &&
+                    al16(w) && al16(cos) && al16(sin);
+  if (!fast) return dit_unfused_rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
+  const int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
+  LAUNCH(op, "kernel", cuk_f_norm_rope(x->data, x->dtype, B, S, H, D, w ? w->data : NULL, w ? (int)w->dtype : 0,
+                                       eps, (const float *)cos->data, (const float *)sin->data, csb,
+                                       cu_im(be)->stream));
+  return DIT_OK;
+}
+
+static dit_status rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                               const dit_tensor *scale, float eps, dit_error *err) {
+  const char *op = "cuda rms_norm_mod";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  int64_t D = x->ndim ? x->shape[x->ndim - 1] : 1, B = D ? dit_tensor_numel(x) / D : 0, S = 1, vbs = 0;
+  if (w) DIT_TRY(cu_check_w(op, "w", w, D, err));
+  if (scale) DIT_TRY(cu_check_bsd(op, x, "scale", scale, &B, &S, &D, &vbs, err));
+  const bool fast = cu_im(be)->fused && D % 8 == 0 && D <= MAX_ROW_D && al16(x) && al16(y) && al16(w) &&
+                    al16(scale);
+  if (!fast) return dit_unfused_rms_norm_mod(be, y, x, w, scale, eps, err);
+  cu_rowargs a = {0};
+  a.wh = w ? w->data : NULL, a.whdt = w ? (int)w->dtype : 0;
+  a.scale = scale ? scale->data : NULL, a.sdt = scale ? (int)scale->dtype : 0;
+  a.vbs = vbs, a.eps = eps;
+  LAUNCH(op, "kernel", cuk_f_norm(y->data, x->data, NULL, x->dtype, B, S, D, &a, cu_im(be)->stream));
+  return DIT_OK;
+}
+
+static dit_status residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                                const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                                const dit_tensor *scale, float eps, dit_error *err) {
+  const char *op = "cuda residual_norm";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "r", r, err));
+  DIT_TRY(cu_check_same_shape(op, "x", x, "r", r, err));
+  if (h) {
+    DIT_TRY(cu_check_act(op, "h", h, err));
+    DIT_TRY(cu_check_same_shape(op, "x", x, "h", h, err));
+    if (h->data == x->data || h->data == r->data)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: h aliases x or r", op);
+  }
+  if (x->data == r->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: r aliases x", op);
+  int64_t B, S, D, gbs = 0, sbs = 0;
+  DIT_TRY(cu_check_bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "scale", h ? scale : NULL, &B, &S, &D, &sbs, err));
+  if (wr) DIT_TRY(cu_check_w(op, "wr", wr, D, err));
+  if (h && wh) DIT_TRY(cu_check_w(op, "wh", wh, D, err));
+  const bool one_vbs = !gate || !scale || !h || gbs == sbs; /* the kernel takes one batch stride */
+  const bool fast = cu_im(be)->fused && one_vbs && D % 8 == 0 && D <= MAX_ROW_D && al16(x) && al16(r) &&
+                    al16(h) && al16(wr) && al16(gate) && (!h || (al16(wh) && al16(scale)));
+  if (!fast) return dit_unfused_residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
+  cu_rowargs a = {0};
+  a.wr = wr ? wr->data : NULL, a.wrdt = wr ? (int)wr->dtype : 0;
+  a.gate = gate ? gate->data : NULL, a.gdt = gate ? (int)gate->dtype : 0, a.tanh_gate = tanh_gate;
+  if (h) {
+    a.wh = wh ? wh->data : NULL, a.whdt = wh ? (int)wh->dtype : 0;
+    a.scale = scale ? scale->data : NULL, a.sdt = scale ? (int)scale->dtype : 0;
+  }
+  a.vbs = gate ? gbs : sbs, a.eps = eps;
+  LAUNCH(op, "kernel", cuk_f_norm(h ? h->data : NULL, x->data, r->data, x->dtype, B, S, D, &a,
+                                  cu_im(be)->stream));
+  return DIT_OK;
+}
+
+void cu_register_fused_ops(dit_backend_ops *o) {
+  o->rms_norm_rope = rms_norm_rope;
+  o->rms_norm_mod = rms_norm_mod;
+  o->residual_norm = residual_norm;
+}

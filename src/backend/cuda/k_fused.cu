@@ -1,0 +1,192 @@
+/* Row-parallel normalization kernels with 16-byte accesses, and the fused ops built on
+ * them: RMSNorm (+ modulate), gated residual + RMSNorm, RMSNorm + interleaved RoPE. Long
+ * rows (D/8 > 32 chunks of 8) take one block per row and keep the row in registers (each
+ * input read once); short rows (attention heads) take a team of L <= 32 lanes of a warp,
+ * 32/L rows per warp. Math in fp32; the residual stream is rounded to its storage type
+ * before its norm is taken, as the unfused sequence (store, reload) does. */
+#include "backend/cuda/cu_vec.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+/* u = u * rr * wh * (1 + scale[b]) for the 8 elements from column c8. */
+__device__ __forceinline__ void out_mod(float *u, float rr, const cu_rowargs &a, int64_t b, int64_t c8) {
+  float w[8], sc[8];
+  if (a.wh) ld8w(a.wh, a.whdt, c8, w);
+  else
+    for (int k = 0; k < 8; k++) w[k] = 1.0f;
+  if (a.scale) ld8w(a.scale, a.sdt, b * a.vbs + c8, sc);
+  else
+    for (int k = 0; k < 8; k++) sc[k] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; k++) u[k] = u[k] * rr * w[k] * (1.0f + sc[k]);
+}
+
+/* One block per row; thread t owns chunks t + j * blockDim.x (j < NC) of 8 elements. */
+template <typename T, int NC>
+__global__ void __launch_bounds__(1024) kf_row(T *h, T *x, const T *r, int64_t S, int64_t D, cu_rowargs a) {
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x, b = row / S, D8 = D / 8;
+  T *xr = x + row * D;
+  float u[NC][8];
+  float ss = 0.0f;
+  if (r) {
+    const T *rrow = r + row * D;
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+      int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+      if (c < D8) {
+        ld8(rrow + c * 8, u[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
+      }
+    }
+    const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps);
+    ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+      int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+      if (c < D8) {
+        float w[8], g[8], xv[8];
+        if (a.wr) ld8w(a.wr, a.wrdt, c * 8, w);
+        else
+          for (int k = 0; k < 8; k++) w[k] = 1.0f;
+        if (a.gate) {
+          ld8w(a.gate, a.gdt, b * a.vbs + c * 8, g);
+          if (a.tanh_gate)
+            for (int k = 0; k < 8; k++) g[k] = tanhf(g[k]);
+        } else {
+          for (int k = 0; k < 8; k++) g[k] = 1.0f;
+        }
+        ld8(xr + c * 8, xv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          float v = cu_rnd(xv[k] + g[k] * (u[j][k] * rr * w[k]), xr);
+          u[j][k] = v;
+          ss += v * v;
+        }
+        st8(xr + c * 8, u[j]);
+      }
+    }
+    if (!h) return; /* uniform over the block */
+  } else {
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+      int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+      if (c < D8) {
+        ld8(xr + c * 8, u[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
+      }
+    }
+  }
+  const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps);
+  T *hr = h + row * D;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      out_mod(u[j], rr, a, b, c * 8);
+      st8(hr + c * 8, u[j]);
+    }
+  }
+}
+
+/* A team of L lanes (L divides 32) per row of D <= 8 L: h = rms_norm(x) * wh * (1 + scale[row / S]),
+ * or, with cos, x [B,S,H,D] rows normed and rotated in place (interleaved pairs). */
+template <typename T, int L>
+__global__ void kf_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, int64_t D, cu_rowargs a,
+                        const float *cos, const float *sin, int64_t csb) {
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t row = t / L;
+  const int lane = (int)(t % L);
+  const bool ok = row < rows && lane < D / 8;
+  float u[8];
+  float ss = 0.0f;
+  if (ok) {
+    ld8(x + row * D + lane * 8, u);
+#pragma unroll
+    for (int k = 0; k < 8; k++) ss += u[k] * u[k];
+  }
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o); /* every lane takes part */
+  if (!ok) return;
+  const float rr = rsqrtf(ss / (float)D + a.eps);
+  const int64_t c8 = (int64_t)lane * 8;
+  if (!cos) {
+    out_mod(u, rr, a, row / S, c8);
+    st8(h + row * D + c8, u);
+    return;
+  }
+  float w[8];
+  if (a.wh) ld8w(a.wh, a.whdt, c8, w);
+  else
+    for (int k = 0; k < 8; k++) w[k] = 1.0f;
+  const int64_t s = (row / H) % S, b = row / (H * S);
+  const int64_t ci = b * csb + s * (D / 2) + (int64_t)lane * 4;
+  const float4 c = *reinterpret_cast<const float4 *>(cos + ci), sn = *reinterpret_cast<const float4 *>(sin + ci);
+  const float cc[4] = {c.x, c.y, c.z, c.w}, sv[4] = {sn.x, sn.y, sn.z, sn.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    float x0 = u[2 * k] * rr * w[2 * k], x1 = u[2 * k + 1] * rr * w[2 * k + 1];
+    u[2 * k] = x0 * cc[k] - x1 * sv[k];
+    u[2 * k + 1] = x0 * sv[k] + x1 * cc[k];
+  }
+  st8(h + row * D + c8, u);
+}
+
+template <typename T>
+static cudaError_t launch_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, int64_t D,
+                               const cu_rowargs &a, const float *cos, const float *sin, int64_t csb,
+                               cudaStream_t s) {
+  int64_t D8 = D / 8;
+  int L = 1;
+  while (L < D8) L *= 2;
+  int64_t blocks = (rows * L + 255) / 256;
+  if (L > 32 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  switch (L) {
+#define TEAM(n) \
+  case n: kf_team<T, n><<<(unsigned)blocks, 256, 0, s>>>(h, x, rows, S, H, D, a, cos, sin, csb); break;
+    TEAM(1) TEAM(2) TEAM(4) TEAM(8) TEAM(16) TEAM(32)
+#undef TEAM
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t launch_row(T *h, T *x, const T *r, int64_t rows, int64_t S, int64_t D, const cu_rowargs &a,
+                              cudaStream_t s) {
+  int64_t D8 = D / 8;
+  int nc = D8 <= 256 ? 1 : D8 <= 512 ? 2 : D8 <= 1024 ? 4 : 8;
+  int64_t threads = ((D8 + nc - 1) / nc + 31) / 32 * 32;
+  if (threads > 1024 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  switch (nc) {
+#define ROW(n) \
+  case n: kf_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a); break;
+    ROW(1) ROW(2) ROW(4) ROW(8)
+#undef ROW
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
+                                  const cu_rowargs *a, cudaStream_t s) {
+  int64_t rows = B * S;
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  if (D % 8 || S <= 0) return cudaErrorInvalidValue;
+  if (!r && D / 8 <= 32) {
+    CU_DISPATCH(dt, T, return launch_team<T>((T *)h, (const T *)x, rows, S, 1, D, *a, NULL, NULL, 0, s));
+  }
+  CU_DISPATCH(dt, T, return launch_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
+  return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const void *w,
+                                       int wdt, float eps, const float *cos, const float *sin, int64_t csb,
+                                       cudaStream_t s) {
+  int64_t rows = B * S * H;
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  if (D % 8 || D / 8 > 32 || !cos || !sin) return cudaErrorInvalidValue;
+  cu_rowargs a = {};
+  a.wh = w, a.whdt = wdt, a.eps = eps;
+  CU_DISPATCH(dt, T, return launch_team<T>((T *)x, (const T *)x, rows, S, H, D, a, cos, sin, csb, s));
+  return cudaErrorInvalidValue;
+}

@@ -1,6 +1,8 @@
 /* Elementwise ops of the CPU backend: activations, SwiGLU, adaLN modulate, gated
  * residual add, add, mul and scale. All are F32, contiguous, fp32 math, and allow the
  * output to alias an input (each element is read before it is written). */
+#include <stdlib.h>
+
 #include "backend/cpu/cpu_internal.h"
 
 static dit_status check_unary(const char *op, dit_tensor *y, const dit_tensor *x, dit_error *err) {
@@ -84,17 +86,25 @@ dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, co
   else if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gated_add: x has no dims");
   int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
   int64_t S = gate ? x->shape[1] : 1;
-  float *xd = x->data;
+  float *xd = x->data, *tg = NULL;
   const float *yd = y->data, *gd = gate ? gate->data : NULL;
+  if (gd && tanh_gate) { /* tanh of the [B, D] gate once, not once per row */
+    int64_t ng = dit_tensor_numel(gate);
+    tg = malloc(sizeof(float) * (size_t)(ng ? ng : 1));
+    if (!tg) return dit_errorf(err, DIT_ERR_NOMEM, "gated_add: out of memory for the tanh gate");
+    for (int64_t i = 0; i < ng; i++) tg[i] = tanhf(gd[i]);
+    gd = tg;
+  }
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     float *xr = xd + r * D;
     const float *yr = yd + r * D, *g = gd ? gd + (r / S) * D : NULL;
-    for (int64_t i = 0; i < D; i++) {
-      float gv = g ? (tanh_gate ? tanhf(g[i]) : g[i]) : 1.0f;
-      xr[i] += gv * yr[i];
-    }
+    if (g)
+      for (int64_t i = 0; i < D; i++) xr[i] += g[i] * yr[i];
+    else
+      for (int64_t i = 0; i < D; i++) xr[i] += yr[i];
   }
+  free(tg);
   return DIT_OK;
 }
 

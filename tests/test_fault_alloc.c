@@ -233,13 +233,38 @@ static long one(dit_ctx *ctx, long lib_n, long json_n) {
   return calls;
 }
 
+/* The whole loop for the model folder g_fix. */
+static void loop_fixture(dit_ctx *ctx) {
+  g_leak_runs = g_bad_runs = g_ok_runs = 0;
+  CHECK_MSG(make_small_model(), "cannot make the test model folder");
+  /* warm-up: libc/OpenMP one-time allocations happen here, outside the counted runs */
+  fa_disarm();
+  CHECK_MSG(run_generate(ctx) == DIT_OK, "%s: %s", g_fix, dit_ctx_last_error(ctx));
+  long live0 = atomic_load(&fa_live);
+  fa_arm(0, 0);
+  CHECK_MSG(run_generate(ctx) == DIT_OK, "%s: %s", g_fix, dit_ctx_last_error(ctx));
+  long total = atomic_load(&fa_calls), total_json = atomic_load(&fj_calls);
+  fa_disarm();
+  CHECK_MSG(!leaked(live0), "%s: a successful run leaked", g_fix);
+  printf("%s: a whole run makes %ld allocations (+ %ld by jansson)\n", g_fix, total, total_json);
+  const char *every = getenv("DIT_FAULT_STRIDE");
+  long stride = every ? atol(every) : 1;
+  if (stride < 1) stride = 1;
+  long runs = 0;
+  for (long n = 1; n <= total; n += stride, runs++) {
+    if (getenv("DIT_FAULT_VERBOSE")) fprintf(stderr, "N=%ld\n", n);
+    one(ctx, n, 0);
+  }
+  printf("  %ld runs failing allocation N = 1..%ld (stride %ld): %d leaked, %d gave no message, %d succeeded "
+         "anyway\n", runs, total, stride, g_leak_runs, g_bad_runs, g_ok_runs);
+  CHECK_MSG(g_leak_runs == 0, "%s: %d runs leaked", g_fix, g_leak_runs);
+  CHECK_MSG(g_bad_runs == 0, "%s: %d runs failed without a message", g_fix, g_bad_runs);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.shared);
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
-  CHECK_MSG(make_small_model(), "cannot make the test model folder");
   dl_iterate_phdr(fa_find_gomp, NULL);
   json_set_alloc_funcs(fj_malloc, fj_free);
   dit_ctx_params cp;
@@ -249,28 +274,16 @@ int main(int argc, char **argv) {
   dit_ctx *ctx = NULL;
   CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
   if (!ctx) return dt_finish();
-  /* warm-up: libc/OpenMP one-time allocations happen here, outside the counted runs */
-  fa_disarm();
-  CHECK_MSG(run_generate(ctx) == DIT_OK, "%s", dit_ctx_last_error(ctx));
-  long live0 = atomic_load(&fa_live);
-  fa_arm(0, 0);
-  CHECK_MSG(run_generate(ctx) == DIT_OK, "%s", dit_ctx_last_error(ctx));
-  long total = atomic_load(&fa_calls), total_json = atomic_load(&fj_calls);
-  fa_disarm();
-  CHECK_MSG(!leaked(live0), "a successful run leaked");
-  printf("a whole run: %ld allocations (+ %ld by jansson)\n", total, total_json);
-  const char *every = getenv("DIT_FAULT_STRIDE");
-  long stride = every ? atol(every) : 1;
-  if (stride < 1) stride = 1;
-  long runs = 0;
-  for (long n = 1; n <= total; n += stride, runs++) {
-    if (getenv("DIT_FAULT_VERBOSE")) fprintf(stderr, "N=%ld\n", n);
-    one(ctx, n, 0);
+  if (a.fixture) {
+    snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
+    loop_fixture(ctx);
+  } else {
+    static const char *const fixtures[] = {"zimage-tiny", "flux2-klein-tiny"};
+    for (int i = 0; i < 2; i++) {
+      snprintf(g_fix, sizeof g_fix, "%s/models/%s", a.shared, fixtures[i]);
+      loop_fixture(ctx);
+    }
   }
-  printf("%ld runs failing allocation N = 1..%ld (stride %ld): %d leaked, %d gave no message, %d succeeded "
-         "anyway\n", runs, total, stride, g_leak_runs, g_bad_runs, g_ok_runs);
-  CHECK_MSG(g_leak_runs == 0, "%d runs leaked", g_leak_runs);
-  CHECK_MSG(g_bad_runs == 0, "%d runs failed without a message", g_bad_runs);
   dit_ctx_free(ctx);
   return dt_finish();
 }

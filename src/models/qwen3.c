@@ -32,6 +32,7 @@ struct dit_qwen3 {
   dit_backend *be;
   dit_qwen3_config cfg;
   dit_weights *weights;
+  void *wblock;            /* random weights (dit_qwen3_create_random): one backend allocation */
   dit_tensor embed_tokens; /* [V, H] */
   dit_tensor norm;         /* [H] */
   qwen3_layer *layers;     /* [L] */
@@ -254,8 +255,39 @@ dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 
   return DIT_OK;
 }
 
+dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_qwen3 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3 random: NULL backend or config");
+  if (c->hidden_size < 1 || c->num_layers < 1 || c->num_layers > 1024 || c->num_heads < 1 || c->num_kv_heads < 1 ||
+      c->num_heads % c->num_kv_heads || c->head_dim < 2 || c->head_dim % 2 || c->intermediate_size < 1 ||
+      c->vocab_size < 1 || c->max_position_embeddings < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3 random: a size of the config is out of range");
+  dit_qwen3 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "qwen3: out of memory");
+  m->be = be;
+  m->cfg = *c;
+  m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
+  dit_status s = m->layers ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "qwen3: out of memory for the layers");
+  if (s == DIT_OK) {
+    dit_wtable t;
+    dit_wtable_init(&t);
+    build_table(m, &t);
+    s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
+    dit_wtable_free(&t);
+    if (s != DIT_OK) dit_error_prefix(err, "qwen3 random weights");
+  }
+  if (s != DIT_OK) {
+    dit_qwen3_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
 void dit_qwen3_free(dit_qwen3 *m) {
   if (!m) return;
+  if (m->wblock) m->be->ops->free(m->be, m->wblock);
   if (m->weights) dit_weights_close(m->weights);
   free(m->layers);
   free(m);

@@ -39,6 +39,11 @@ typedef struct dit_qwen3 dit_qwen3;
  * or tensor that was wrong. */
 dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err);
 void dit_qwen3_free(dit_qwen3 *m);
+/* A model of config c (rope_freq_dtype as given) with deterministic random weights of
+ * dtype wdt in one backend allocation (dit_backend_random_wtable): for benchmarks at the
+ * real geometry without checkpoint files. */
+dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_qwen3 **out, dit_error *err);
 const dit_qwen3_config *dit_qwen3_get_config(const dit_qwen3 *m);
 /* The backend the model runs on (out buffers of encode live in its memory). */
 dit_backend *dit_qwen3_backend(const dit_qwen3 *m);

@@ -120,11 +120,12 @@ const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
 /* Blocking: a KC x NC block of W, packed to fp32 per thread (384 KiB, stays in L2), is
  * multiplied by MC rows of x; MC is as large as the thread count allows so each W block
  * is converted and packed as few times as possible. The bf16 path packs KC_BF = 512 k
- * (same bytes). Up to STREAM_MAX_M rows, W is read in place without packing. */
+ * (same bytes). Up to STREAM_MAX_M(_BF) rows, W is read in place without packing. */
 #define GEMM_KC 256
 #define GEMM_KC_BF 512
 #define GEMM_NC 384
-#define STREAM_MAX_M 64
+#define STREAM_MAX_M 64     /* measured: at M=100 the packed fp32 path is ~10% faster */
+#define STREAM_MAX_M_BF 128 /* measured: at M=100 the bf16 stream is 0-35% faster than packing */
 
 static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, const void *b, dit_dtype bt,
                      dit_act act) {
@@ -363,7 +364,7 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
   bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) {
-    if (M <= STREAM_MAX_M) return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
+    if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M)) return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
     if (bf) return gemm_bf16(&cpu_gemm_bf16_avx512, nt, &J, err);
   }
 #endif

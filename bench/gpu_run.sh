@@ -15,7 +15,8 @@
 #     runs the CUDA op tests, the Z-Image fixture check on the GPU, ditrun bench on cuda and
 #     bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048), logs
 #     and JSON into $OUT, and prints a final table.
-# Environment (run): ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
+# Environment (run): UNFUSED_SIZES (1024: sizes benched again with DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0;
+# empty: none), ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
 # optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (no new
 # compile after the torch script has run this long; default: its time left - 150 s),
 # TOTAL_S (585: the whole run ends inside the run tool's 600 s; torch gets what is left).
@@ -114,6 +115,14 @@ PYEOF
       timeout 300 .devbin/ditrun bench --arch zimage --device cuda --res "$s" --text-len "$tl" --iters "$iters" \
         --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
       echo "ditrun bench $s: rc=$? $(head -c 300 "$OUT/bench_$s.err")"
+    done
+    # the same forward without the 16-byte and fused kernels, for the before/after in PERF.md
+    for s in ${UNFUSED_SIZES-1024}; do
+      DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0 timeout 300 .devbin/ditrun bench --arch zimage --device cuda --res "$s" \
+        --text-len "$tl" --iters "$iters" --warmup "$warm" --json >"$OUT/bench_${s}_unfused.json" \
+        2>"$OUT/bench_${s}_unfused.err"
+      echo "ditrun bench $s unfused (DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0): rc=$? median $(python3 -c \
+        'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_unfused.json" 2>&1 | tail -1) ms"
     done
   fi
   if ! skip torch; then

@@ -656,6 +656,125 @@ static void time_bw(env *e) {
   }
 }
 
+/* ---------------- fused ops (k_fused.cu; fallbacks to the unfused sequence) ---------------- */
+
+/* rms_norm_mod and residual_norm on [B,S,D]; the CPU side runs the unfused sequence.
+ * bcast_gate: gate broadcast as [D] while scale is [B,D] (the CUDA op falls back then). */
+static void t_fused_rows(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt, dit_dtype wdt, bool bcast_gate) {
+  bool bt = dt != DIT_F32;
+  int64_t xs[3] = {B, S, D}, vs[2] = {B, D}, ds[1] = {D};
+  pair x = act(e, dt, 3, xs, true), h = act(e, dt, 3, xs, false);
+  pair sc = act(e, dt, 2, vs, true), g = act(e, dt, 2, vs, true);
+  if (bcast_gate) { /* the GPU gets row 0 as [D]; the CPU (which wants [B, D]) row 0 repeated */
+    for (int64_t b = 1; b < B; b++)
+      memcpy((float *)g.c.data + b * D, g.c.data, (size_t)D * sizeof(float));
+    g.g = dit_tensor_make(g.g.dtype, g.g.data, 1, ds);
+    g.g.device = DIT_DEV_CUDA;
+  }
+  pair wr = wgt(e, wdt, 1, ds, 1.0f), wh = wgt(e, wdt, 1, ds, 1.0f);
+  char name[200];
+  for (int k = 0; k < 3; k++) { /* scale, no scale, in place with scale */
+    pair xi = act(e, dt, 3, xs, true);
+    pair *in = k == 2 ? &xi : &x, *y = k == 2 ? &xi : &h;
+    poison(e, &h);
+    OK(dit_op_rms_norm_mod(e->cpu, &y->c, &in->c, &wh.c, k == 1 ? NULL : &sc.c, 1e-6f, E));
+    OK(dit_op_rms_norm_mod(e->gpu, &y->g, &in->g, &wh.g, k == 1 ? NULL : &sc.g, 1e-6f, E));
+    snprintf(name, sizeof name, "rms_norm_mod [%lld,%lld,%lld] %s w%s %s", (long long)B, (long long)S, (long long)D,
+             dn(dt), dn(wdt), k == 0 ? "scale" : k == 1 ? "no scale" : "in place");
+    compare(e, name, y, bt);
+    drop(e, &xi);
+  }
+  for (int gm = 0; gm < 3; gm++) {   /* gate none / plain / tanh */
+    for (int out = 0; out < 2; out++) { /* without / with the output norm */
+      pair xx = act(e, dt, 3, xs, true), r = act(e, dt, 3, xs, true);
+      poison(e, &h);
+      OK(dit_op_residual_norm(e->cpu, &xx.c, &r.c, &wr.c, gm ? &g.c : NULL, gm == 2, out ? &h.c : NULL, &wh.c, &sc.c,
+                              1e-6f, E));
+      OK(dit_op_residual_norm(e->gpu, &xx.g, &r.g, &wr.g, gm ? &g.g : NULL, gm == 2, out ? &h.g : NULL, &wh.g, &sc.g,
+                              1e-6f, E));
+      snprintf(name, sizeof name, "residual_norm [%lld,%lld,%lld] %s w%s %s%s: x", (long long)B, (long long)S,
+               (long long)D, dn(dt), dn(wdt), gm == 0 ? "no gate" : gm == 1 ? "gate" : "tanh gate",
+               bcast_gate ? " [D]" : "");
+      compare(e, name, &xx, bt);
+      if (out) {
+        snprintf(name, sizeof name, "residual_norm [%lld,%lld,%lld] %s w%s %s%s: h", (long long)B, (long long)S,
+                 (long long)D, dn(dt), dn(wdt), gm == 0 ? "no gate" : gm == 1 ? "gate" : "tanh gate",
+                 bcast_gate ? " [D]" : "");
+        compare(e, name, &h, bt);
+      }
+      drop(e, &xx), drop(e, &r);
+    }
+  }
+  drop(e, &x), drop(e, &h), drop(e, &sc), drop(e, &g), drop(e, &wr), drop(e, &wh);
+}
+
+static void t_fused_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit_dtype dt, dit_dtype wdt,
+                         bool shared) {
+  int64_t xs[4] = {B, S, H, D}, cs3[3] = {B, S, D / 2}, cs2[2] = {S, D / 2}, ds[1] = {D};
+  for (int mode = 0; mode < 2; mode++) {
+    pair x = act(e, dt, 4, xs, true), w = wgt(e, wdt, 1, ds, 1.0f);
+    pair c = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
+    pair s = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
+    OK(dit_op_rms_norm_rope(e->cpu, &x.c, &w.c, 1e-5f, &c.c, &s.c, (dit_rope_mode)mode, E));
+    OK(dit_op_rms_norm_rope(e->gpu, &x.g, &w.g, 1e-5f, &c.g, &s.g, (dit_rope_mode)mode, E));
+    char name[200];
+    snprintf(name, sizeof name, "rms_norm_rope %s [%lld,%lld,%lld,%lld] %s w%s%s", mode ? "half" : "interleaved",
+             (long long)B, (long long)S, (long long)H, (long long)D, dn(dt), dn(wdt), shared ? " shared-table" : "");
+    compare(e, name, &x, dt != DIT_F32);
+    drop(e, &x), drop(e, &w), drop(e, &c), drop(e, &s);
+  }
+}
+
+static void fused_tests(env *e) {
+  bool f0 = cu_im(e->gpu)->fused;
+  for (int f = 1; f >= 0; f--) { /* fused kernels, then the unfused fallbacks */
+    cu_im(e->gpu)->fused = f;
+    printf("-- fused ops: %s\n", f ? "fused kernels (k_fused.cu)" : "unfused sequences");
+    t_fused_rows(e, 2, 33, 3840, DIT_BF16, DIT_BF16, false); /* row kernel, 2 chunks per thread */
+    t_fused_rows(e, 1, 40, 3840, DIT_F32, DIT_BF16, false);
+    t_fused_rows(e, 2, 7, 1000, DIT_F32, DIT_F32, false);    /* 125 chunks: partly idle block */
+    t_fused_rows(e, 2, 9, 40, DIT_F32, DIT_F32, false);      /* short rows: team kernel (norm_mod) */
+    t_fused_rows(e, 3, 5, 96, DIT_BF16, DIT_F32, true);      /* [D] gate, [B,D] scale: fallback */
+    t_fused_rows(e, 1, 6, 6000, DIT_F32, DIT_F32, false);    /* 4 chunks per thread */
+    t_fused_rows(e, 1, 3, 20000, DIT_BF16, DIT_BF16, false); /* 8 chunks per thread */
+    t_fused_rows(e, 2, 5, 37, DIT_F32, DIT_F32, false);      /* D % 8 != 0: fallback */
+    t_fused_rope(e, 2, 13, 3, 128, DIT_BF16, DIT_BF16, false);
+    t_fused_rope(e, 1, 29, 5, 128, DIT_F32, DIT_BF16, true);
+    t_fused_rope(e, 2, 11, 30, 128, DIT_F32, DIT_F32, false);
+    t_fused_rope(e, 1, 17, 3, 64, DIT_F32, DIT_F32, false);   /* 8 lanes per row */
+    t_fused_rope(e, 1, 9, 2, 256, DIT_BF16, DIT_BF16, false); /* 32 lanes per row */
+    t_fused_rope(e, 2, 7, 3, 24, DIT_F32, DIT_F32, true);     /* 3 chunks: 4-lane teams, one lane idle */
+    t_fused_rope(e, 1, 5, 2, 10, DIT_F32, DIT_F32, false);    /* D % 8 != 0: fallback */
+  }
+  cu_im(e->gpu)->fused = f0;
+}
+
+static void time_fused(env *e) {
+  int64_t S = 4224, D = 3840;
+  int64_t xs[3] = {1, S, D}, vs[2] = {1, D}, ds[1] = {D}, hs[1] = {128}, rs[4] = {1, S, 30, 128}, cs[2] = {S, 64};
+  dit_dtype dt = DIT_BF16;
+  double es = 2, nx = (double)S * D;
+  pair x = act(e, dt, 3, xs, true), r = act(e, dt, 3, xs, true), h = act(e, dt, 3, xs, false);
+  pair sc = act(e, dt, 2, vs, true), g = act(e, dt, 2, vs, true), w = wgt(e, DIT_BF16, 1, ds, 1.0f);
+  pair hw = wgt(e, DIT_BF16, 1, hs, 1.0f), c = wgt(e, DIT_F32, 2, cs, 1.0f);
+  dit_tensor q = dit_tensor_make(dt, r.g.data, 4, rs);
+  q.device = DIT_DEV_CUDA;
+  float ms;
+  TIMED(e, ms, dit_op_rms_norm_mod(e->gpu, &h.g, &x.g, &w.g, &sc.g, 1e-6f, E));
+  printf("TIME rms_norm_mod [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, ms,
+         2 * nx * es / (ms * 1e-3) / 1e9);
+  TIMED(e, ms, dit_op_residual_norm(e->gpu, &x.g, &r.g, &w.g, &g.g, true, &h.g, &w.g, &sc.g, 1e-6f, E));
+  printf("TIME residual_norm +h [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, ms,
+         4 * nx * es / (ms * 1e-3) / 1e9);
+  TIMED(e, ms, dit_op_residual_norm(e->gpu, &x.g, &r.g, &w.g, &g.g, true, NULL, NULL, NULL, 1e-6f, E));
+  printf("TIME residual_norm [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, ms,
+         3 * nx * es / (ms * 1e-3) / 1e9);
+  TIMED(e, ms, dit_op_rms_norm_rope(e->gpu, &q, &hw.g, 1e-5f, &c.g, &c.g, DIT_ROPE_INTERLEAVED, E));
+  printf("TIME rms_norm_rope [1,%lld,30,128] bf16: %.3f ms, %.0f GB/s\n", (long long)S, ms,
+         2 * nx * es / (ms * 1e-3) / 1e9);
+  drop(e, &x), drop(e, &r), drop(e, &h), drop(e, &sc), drop(e, &g), drop(e, &w), drop(e, &hw), drop(e, &c);
+}
+
 static void small_tests(env *e) {
   t_linear(e, 37, 70, 53, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
   /* fp32 GEMM, so 1e-5 resolves tanh-vs-erf GELU (up to ~5e-4 apart): the cuBLASLt epilogue */
@@ -701,8 +820,13 @@ static void small_tests(env *e) {
     t_rope(e, 2, 13, 3, 64, DIT_F32, false);
     t_rope(e, 1, 29, 5, 128, DIT_F32, true);
     t_rope(e, 2, 13, 3, 32, DIT_BF16, false);
+    t_norms(e, 77, 128, DIT_BF16, DIT_BF16); /* short rows: team kernel (16 lanes per row) */
+    t_norms(e, 50, 40, DIT_F32, DIT_F32);    /* 5 chunks: 8-lane teams */
+    t_norms(e, 20, 256, DIT_F32, DIT_BF16);  /* 32 lanes per row */
+    t_norms(e, 3, 16384, DIT_BF16, DIT_F32); /* row kernel, 4 chunks per thread */
   }
   cu_im(e->gpu)->vec = vec0;
+  fused_tests(e);
   t_group_norm(e, 2, 64, 9, 9, 32, DIT_BF16, true);
   t_group_norm(e, 1, 96, 13, 7, 32, DIT_F32, false);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
@@ -750,6 +874,7 @@ static void big_tests(env *e) {
     time_bw(e);
   }
   cu_im(e->gpu)->vec = vec0;
+  time_fused(e);
 }
 
 int main(int argc, char **argv) {

@@ -3,7 +3,7 @@
  * products vdpbf16ps forms are exact in fp32; only fp32 summation error remains), on the
  * AVX512-BF16 path (packed and small-M streaming kernels) and the portable path, for
  * bf16/f32/f16 weights, odd K, ragged M and N, bias and activation; the fp32 mode
- * against the unrounded reference; (2) whole fixture pipelines (zimage-tiny turbo case,
+ * against the unrounded reference; conv2d likewise (im2col tiles as bf16 k-pair panels); (2) whole fixture pipelines (zimage-tiny turbo case,
  * flux2-klein-tiny) generated in fp32 and in bf16 precision: the bf16 image within
  * 1e-2 mean absolute error (in [0,1] units) of the fp32 one.
  * Usage: test_cpu_precision (fixtures under <shared>/models). */
@@ -72,6 +72,55 @@ static void test_linear(dit_backend *be) {
   CHECK(dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_FP32, &err) == DIT_OK);
 }
 
+/* conv2d in the backend's precision against a double reference (operands rounded to
+ * bf16 in bf16 mode): x [1, Ci, H, W], w [Co, Ci, 3, 3] bf16, bias. */
+static void conv_case(dit_backend *be, bool bf, int64_t Ci, int64_t H, int64_t W, int64_t Co, int stride) {
+  int64_t K = Ci * 9, Ho = (H + 2 - 3) / stride + 1, Wo = (W + 2 - 3) / stride + 1;
+  float *x = malloc(sizeof(float) * (size_t)(Ci * H * W)), *wf = malloc(sizeof(float) * (size_t)(Co * K));
+  float *y = malloc(sizeof(float) * (size_t)(Co * Ho * Wo)), *bias = malloc(sizeof(float) * (size_t)Co);
+  uint16_t *w = malloc(2 * (size_t)(Co * K));
+  dt_fill_random(x, (size_t)(Ci * H * W), 3);
+  dt_fill_random(wf, (size_t)(Co * K), 4);
+  dt_fill_random(bias, (size_t)Co, 6);
+  for (int64_t i = 0; i < Co * K; i++) w[i] = dit_f32_to_bf16(wf[i]), wf[i] = dit_bf16_to_f32(w[i]);
+  dit_tensor tx = dit_tensor_4d(DIT_F32, x, 1, Ci, H, W), tw = dit_tensor_4d(DIT_BF16, w, Co, Ci, 3, 3);
+  dit_tensor ty = dit_tensor_4d(DIT_F32, y, 1, Co, Ho, Wo), tb = dit_tensor_1d(DIT_F32, bias, Co);
+  dit_error err = {0};
+  dit_status s = dit_op_conv2d(be, &ty, &tx, &tw, &tb, stride, 1, &err);
+  CHECK_MSG(s == DIT_OK, "conv2d: %s", err.msg);
+  double md = 0, mref = 0;
+  for (int64_t co = 0; s == DIT_OK && co < Co; co++)
+    for (int64_t oy = 0; oy < Ho; oy++)
+      for (int64_t ox = 0; ox < Wo; ox++) {
+        double acc = bias[co];
+        for (int64_t ci = 0; ci < Ci; ci++)
+          for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+              int64_t iy = oy * stride - 1 + ky, ix = ox * stride - 1 + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              float xv = x[(ci * H + iy) * W + ix];
+              acc += (double)(bf ? rb(xv) : xv) * wf[co * K + ci * 9 + ky * 3 + kx];
+            }
+        md = fmax(md, fabs(acc - y[(co * Ho + oy) * Wo + ox]));
+        mref = fmax(mref, fabs(acc));
+      }
+  double rel = mref > 0 ? md / mref : md;
+  CHECK_MSG(rel <= 2e-6, "conv2d %s Ci=%lld %lldx%lld Co=%lld stride %d: rel err %.3g", bf ? "bf16" : "fp32",
+            (long long)Ci, (long long)H, (long long)W, (long long)Co, stride, rel);
+  free(x), free(wf), free(y), free(bias), free(w);
+}
+
+static void test_conv(dit_backend *be) {
+  dit_error err = {0};
+  for (int p = 0; p < 2; p++) {
+    CHECK(dit_backend_cpu_set_precision(be, p ? DIT_CPU_PRECISION_BF16 : DIT_CPU_PRECISION_FP32, &err) == DIT_OK);
+    conv_case(be, p == 1, 5, 7, 40, 13, 1);   /* K = 45 (odd), Co not a multiple of 12 */
+    conv_case(be, p == 1, 64, 6, 300, 20, 1); /* K = 576 > one 512 block, rows wider than a tile */
+    conv_case(be, p == 1, 3, 9, 33, 7, 2);
+  }
+  CHECK(dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_FP32, &err) == DIT_OK);
+}
+
 /* Generates the fixture's image in fp32 and in bf16 precision; returns 0 on success. */
 static int gen(dit_ctx *ctx, const char *dir, json_t *rj, dit_cpu_precision prec, dit_image *img) {
   dit_gen_params p;
@@ -133,6 +182,7 @@ int main(int argc, char **argv) {
     printf("path: %s\n", on ? "AVX-512 (vdpbf16ps, streaming small M)" : "portable C");
     if (simd == 1 && !on) continue;
     test_linear(be);
+    test_conv(be);
   }
   dit_backend_free(be);
   CHECK(dit_backend_cpu_set_precision(NULL, DIT_CPU_PRECISION_BF16, &err) == DIT_ERR_INVALID_ARG);

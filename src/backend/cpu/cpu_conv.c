@@ -70,6 +70,27 @@ static void conv_tile(const cpu_gemm_path *P, const conv_geom *g, const float *w
   }
 }
 
+#if defined(DIT_CPU_X86)
+/* bf16 precision: the tile's fp32 panels (wp) become bf16 k-pair panels (bp, Kp/2 pairs
+ * each), multiplied by the weight rounded to bf16 rows of Kp with vdpbf16ps. */
+static void conv_tile_bf16(const cpu_gemm_bf16_path *B, const conv_geom *g, const uint16_t *wb, const float *wp,
+                           uint16_t *bp, float *y, int64_t tw) {
+  int64_t K = g->Ci * g->kh * g->kw, Kp = (K + 1) & ~(int64_t)1, HWo = g->Ho * g->Wo, np = (tw + B->nr - 1) / B->nr;
+  for (int64_t p = 0; p < np; p++) B->interleave_panel(bp + p * Kp * B->nr, wp + p * K * B->nr, K);
+  for (int64_t k0 = 0; k0 < K; k0 += 512) {
+    int64_t kc = K - k0 < 512 ? K - k0 : 512;
+    for (int64_t co = 0; co < g->Co; co += B->mr) {
+      int mr = (int)(g->Co - co < B->mr ? g->Co - co : B->mr);
+      for (int64_t j = 0; j < tw; j += B->nr) {
+        int nr = (int)(tw - j < B->nr ? tw - j : B->nr);
+        B->kern(mr, nr, (kc + 1) / 2, wb + co * Kp + k0, Kp, bp + (j / B->nr) * Kp * B->nr + k0 * B->nr,
+                y + co * HWo + j, HWo, k0 > 0);
+      }
+    }
+  }
+}
+#endif
+
 static dit_status conv_check(dit_tensor *y, const dit_tensor *x, const dit_tensor *w, const dit_tensor *b,
                              int stride, int pad, dit_error *err) {
   DIT_TRY(cpu_check_act("conv2d", "x", x, err));
@@ -118,9 +139,25 @@ dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   size_t per = ((size_t)(K * (TP + P->nr)) + 15) & ~(size_t)15;
   float *wf = malloc(sizeof(float) * (size_t)(g.Co * K + 1));
   float *buf = aligned_alloc(64, sizeof(float) * per * (size_t)nt);
-  if (!wf || !buf) {
+  /* bf16 precision (AVX512-BF16 only): weight rows and per-thread panels in bf16 */
+  const cpu_gemm_bf16_path *BP = NULL;
+  int64_t Kp = (K + 1) & ~(int64_t)1;
+  size_t bper = ((size_t)((TP + P->nr) * Kp) + 31) & ~(size_t)31;
+  uint16_t *wb = NULL, *bbuf = NULL;
+#if defined(DIT_CPU_X86)
+  if (cpu_simd(be) && cpu_precision(be) == DIT_CPU_PRECISION_BF16 && P->nr == cpu_gemm_bf16_avx512.nr) {
+    BP = &cpu_gemm_bf16_avx512;
+    wb = malloc(2 * (size_t)(g.Co * Kp + 1));
+    bbuf = aligned_alloc(64, 2 * bper * (size_t)nt);
+  }
+#endif
+  /* portable bf16 precision: operands rounded to bf16 values, then the fp32 kernel */
+  bool rnd = !BP && cpu_precision(be) == DIT_CPU_PRECISION_BF16;
+  if (!wf || !buf || (BP && (!wb || !bbuf))) {
     free(wf);
     free(buf);
+    free(wb);
+    free(bbuf);
     return dit_errorf(err, DIT_ERR_NOMEM, "conv2d: out of memory for the weight and im2col tiles");
   }
   const float *xd = x->data;
@@ -128,15 +165,28 @@ dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
 #pragma omp parallel num_threads(nt)
   {
 #pragma omp for schedule(static)
-    for (int64_t co = 0; co < g.Co; co++) cpu_ld_row(wf + co * K, w->data, w->dtype, co * K, K);
+    for (int64_t co = 0; co < g.Co; co++) {
+      cpu_ld_row(wf + co * K, w->data, w->dtype, co * K, K);
+      if (BP) BP->round_rows(wb + co * Kp, Kp, wf + co * K, K, 1, K);
+      else if (rnd)
+        for (int64_t k = 0; k < K; k++) wf[co * K + k] = dit_bf16_to_f32(dit_f32_to_bf16(wf[co * K + k]));
+    }
     float *wp = buf + per * (size_t)omp_get_thread_num();
+    uint16_t *bp = BP ? bbuf + bper * (size_t)omp_get_thread_num() : NULL;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t bi = t / (g.Ho * tpr), oy = (t / tpr) % g.Ho, ox0 = (t % tpr) * TP;
       int64_t tw = g.Wo - ox0 < TP ? g.Wo - ox0 : TP;
       float *yt = yd + bi * g.Co * HWo + oy * g.Wo + ox0;
       im2col_pack(wp, xd + bi * g.Ci * g.H * g.W, &g, oy, ox0, tw, P->nr);
-      conv_tile(P, &g, wf, wp, yt, tw);
+      if (rnd)
+        for (int64_t e = 0, ne = (tw + P->nr - 1) / P->nr * P->nr * K; e < ne; e++)
+          wp[e] = dit_bf16_to_f32(dit_f32_to_bf16(wp[e]));
+#if defined(DIT_CPU_X86)
+      if (BP) conv_tile_bf16(BP, &g, wb, wp, bp, yt, tw);
+      else
+#endif
+        conv_tile(P, &g, wf, wp, yt, tw);
       if (b)
         for (int64_t co = 0; co < g.Co; co++) {
           float bv = cpu_ld(b->data, b->dtype, co), *yr = yt + co * HWo;
@@ -146,5 +196,7 @@ dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   }
   free(wf);
   free(buf);
+  free(wb);
+  free(bbuf);
   return DIT_OK;
 }

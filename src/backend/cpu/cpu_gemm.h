@@ -58,6 +58,8 @@ typedef struct cpu_gemm_bf16_path {
                      int64_t ldw, float *y, int64_t ldy, bool acc);
   void (*stream_bf16)(int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w, dit_dtype wt,
                       int64_t ldw, float *y, int64_t ldy, bool acc);
+  /* a k-major fp32 panel of nr (= 32) columns, kc rows, as a bf16 k-pair panel (conv2d) */
+  void (*interleave_panel)(uint16_t *dst, const float *src, int64_t kc);
 } cpu_gemm_bf16_path;
 
 #if defined(DIT_CPU_X86)

@@ -105,6 +105,24 @@ TGT static void pack_bf16(uint16_t *wp, const void *w, dit_dtype wt, int64_t ldw
   }
 }
 
+/* A k-major fp32 panel of 32 columns (src[k*32 + j], kc rows) as a bf16 k-pair panel
+ * (dst[q*64 + 2j + e] = src[(2q+e)*32 + j], zero row past kc). */
+TGT static void interleave_panel(uint16_t *dst, const float *src, int64_t kc) {
+  __m512i lo, hi;
+  uint16_t il[64];
+  for (int t = 0; t < 64; t++) il[t] = (uint16_t)((t & 1 ? 32 : 0) + t / 2);
+  lo = _mm512_loadu_si512(il);
+  hi = _mm512_loadu_si512(il + 32);
+  for (int64_t q = 0; q < (kc + 1) / 2; q++) {
+    const float *a = src + 2 * q * 32, *b = a + 32;
+    __m512i ra = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + 16), _mm512_loadu_ps(a));
+    __m512i rb = 2 * q + 1 < kc ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(b + 16), _mm512_loadu_ps(b))
+                                : _mm512_setzero_si512();
+    _mm512_store_si512(dst + q * 64, _mm512_permutex2var_epi16(ra, lo, rb));
+    _mm512_store_si512(dst + q * 64 + 32, _mm512_permutex2var_epi16(ra, hi, rb));
+  }
+}
+
 /* y[0..MR, 0..nr] (+)= x (bf16 rows, kp pairs) times one packed panel. */
 INL void kern_rows(const int MR, int nr, int64_t kp, const uint16_t *x, int64_t ldx, const uint16_t *wp, float *y,
                    int64_t ldy, bool acc) {
@@ -245,7 +263,7 @@ TGT static void stream_bf16(int mr, int nr, int64_t kc, const void *x, int64_t l
   }
 }
 
-const cpu_gemm_bf16_path cpu_gemm_bf16_avx512 = {BF_MR, BF_NR, ST_MR, ST_NR, round_rows, pack_bf16, kern_bf16,
-                                                 stream_f32, stream_bf16};
+const cpu_gemm_bf16_path cpu_gemm_bf16_avx512 = {BF_MR,      BF_NR,      ST_MR,      ST_NR,           round_rows,
+                                                 pack_bf16, kern_bf16, stream_f32, stream_bf16, interleave_panel};
 
 #endif

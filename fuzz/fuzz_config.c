@@ -5,6 +5,7 @@
  *   3 vae/config.json (AutoencoderKL load)        4 scheduler_config.json (+ timesteps)
  *   5 a .safetensors.index.json next to one valid 8-byte-tensor shard (dit_weights_open)
  *   6 raw JSON (dit_json_parse + the typed getters)
+ *   7 transformer/config.json (FLUX.2 config)      8 vae/config.json (FLUX.2 VAE load)
  * Every outcome must be DIT_OK or an error with a message; the weights are absent for
  * 2 and 3, so a config that parses ends in an I/O/format error naming the folder. */
 #include <stdlib.h>
@@ -16,7 +17,9 @@
 #include "io/json.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "models/flux2.h"
 #include "models/qwen3.h"
+#include "models/vae_flux2.h"
 #include "models/vae_kl.h"
 #include "models/zimage.h"
 #include "models/zimage_internal.h"
@@ -128,7 +131,7 @@ static void run_index(const char *dir, const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const char *dir = fz_dir();
-  unsigned which = data[0] % 7;
+  unsigned which = data[0] % 9;
   data++;
   size--;
   char path[512];
@@ -169,10 +172,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 4:
     run_scheduler(data, size);
     break;
+  case 7: {
+    fz_write("flux2/config.json", data, size);
+    snprintf(path, sizeof path, "%s/flux2", dir);
+    dit_flux2 *m = NULL;
+    s = dit_flux2_load(cfg_backend(), path, &m, &err);
+    must_explain(s, &err);
+    if (m) dit_flux2_free(m);
+    break;
+  }
+  case 8: {
+    fz_write("vae2/config.json", data, size);
+    snprintf(path, sizeof path, "%s/vae2", dir);
+    dit_vae_flux2 *m = NULL;
+    s = dit_vae_flux2_load(cfg_backend(), path, &m, &err);
+    must_explain(s, &err);
+    if (m) dit_vae_flux2_free(m);
+    break;
+  }
   case 5:
     run_index(dir, data, size);
     break;
-  default:
+  case 6:
     run_raw_json(data, size);
     break;
   }

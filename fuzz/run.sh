@@ -27,6 +27,10 @@ for fam in zimage-tiny flux2-klein-tiny; do
   seed config "$fam-scheduler" 4 "$M/$fam/scheduler/scheduler_config.json"
   seed config "$fam-tokconfig" 6 "$M/$fam/tokenizer/tokenizer_config.json"
 done
+for fam in flux2-klein-tiny; do
+  seed config "$fam-flux2" 7 "$M/$fam/transformer/config.json"
+  seed config "$fam-vae2" 8 "$M/$fam/vae/config.json"
+done
 [ -f "$M/zimage-tiny/reference.json" ] && seed tokenize prompt "" "$M/zimage-tiny/reference.json"
 export DIT_FUZZ_TOKENIZER="$M/zimage-tiny/tokenizer/tokenizer.json"
 for t in safetensors config tokenizer_json tokenize cli; do

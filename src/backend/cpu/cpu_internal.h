@@ -68,6 +68,10 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
                     const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err);
 
+/* 1 / sqrt(mean(x^2) + eps) of one row of D floats, as cpu_rms_norm computes it (the
+ * fused ops use it so they stay bit-identical to their unfused sequences). */
+float cpu_rms_inv(const float *xr, int64_t D, float eps);
+
 /* Op implementations (one family per file). */
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, dit_act act, dit_error *err);
@@ -101,5 +105,10 @@ dit_status cpu_timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tens
                                   float max_period, float shift, float scale, bool flip_sin_to_cos,
                                   dit_error *err);
 dit_status cpu_copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+dit_status cpu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                            const dit_tensor *scale, float eps, dit_error *err);
+dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+                             const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
+                             const dit_tensor *scale, float eps, dit_error *err);
 
 #endif

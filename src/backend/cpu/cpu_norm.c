@@ -16,6 +16,17 @@ static dit_status check_rowwise(const char *op, dit_tensor *y, const dit_tensor 
   return DIT_OK;
 }
 
+float cpu_rms_inv(const float *xr, int64_t D, float eps) {
+  /* four partial sums in double: independent chains (the loop was add-latency bound) */
+  double s4[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= D; i += 4)
+    for (int j = 0; j < 4; j++) s4[j] += (double)xr[i + j] * xr[i + j];
+  for (; i < D; i++) s4[0] += (double)xr[i] * xr[i];
+  double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+  return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+}
+
 dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
                         dit_error *err) {
   int64_t rows, D;
@@ -35,14 +46,8 @@ dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, con
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = xs + r * D;
     float *yr = ys + r * D;
-    /* four partial sums in double: independent chains (the loop was add-latency bound) */
-    double s4[4] = {0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 4 <= D; i += 4)
-      for (int j = 0; j < 4; j++) s4[j] += (double)xr[i + j] * xr[i + j];
-    for (; i < D; i++) s4[0] += (double)xr[i] * xr[i];
-    double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
-    float inv = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    float inv = cpu_rms_inv(xr, D, eps);
+    int64_t i;
     if (wf)
       for (i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
     else

@@ -21,8 +21,10 @@ __device__ __forceinline__ void out_mod(float *u, float rr, const cu_rowargs &a,
 }
 
 /* One block per row; thread t owns chunks t + j * blockDim.x (j < NC) of 8 elements. */
+/* Register budget: NC <= 2 (rows up to 4096) 64 registers, 4 blocks of 256 per SM; NC = 4 128; NC = 8 (rows
+ * over 8192, 1024 threads) 64 and spills (no model here has such rows). */
 template <typename T, int NC>
-__global__ void __launch_bounds__(1024) kf_row(T *h, T *x, const T *r, int64_t S, int64_t D, cu_rowargs a) {
+__global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 2 : 4) kf_row(T *h, T *x, const T *r, int64_t S, int64_t D, cu_rowargs a) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x, b = row / S, D8 = D / 8;
   T *xr = x + row * D;
@@ -30,11 +32,13 @@ __global__ void __launch_bounds__(1024) kf_row(T *h, T *x, const T *r, int64_t S
   float ss = 0.0f;
   if (r) {
     const T *rrow = r + row * D;
+    float xv[NC][8]; /* x loaded with r, before the reduction: both streams in flight at once */
 #pragma unroll
     for (int j = 0; j < NC; j++) {
       int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
       if (c < D8) {
         ld8(rrow + c * 8, u[j]);
+        ld8(xr + c * 8, xv[j]);
 #pragma unroll
         for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
       }
@@ -45,7 +49,7 @@ __global__ void __launch_bounds__(1024) kf_row(T *h, T *x, const T *r, int64_t S
     for (int j = 0; j < NC; j++) {
       int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
       if (c < D8) {
-        float w[8], g[8], xv[8];
+        float w[8], g[8];
         if (a.wr) ld8w(a.wr, a.wrdt, c * 8, w);
         else
           for (int k = 0; k < 8; k++) w[k] = 1.0f;
@@ -56,10 +60,9 @@ __global__ void __launch_bounds__(1024) kf_row(T *h, T *x, const T *r, int64_t S
         } else {
           for (int k = 0; k < 8; k++) g[k] = 1.0f;
         }
-        ld8(xr + c * 8, xv);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-          float v = cu_rnd(xv[k] + g[k] * (u[j][k] * rr * w[k]), xr);
+          float v = cu_rnd(xv[j][k] + g[k] * (u[j][k] * rr * w[k]), xr);
           u[j][k] = v;
           ss += v * v;
         }

@@ -122,7 +122,8 @@ PYEOF
         --text-len "$tl" --iters "$iters" --warmup "$warm" --json >"$OUT/bench_${s}_unfused.json" \
         2>"$OUT/bench_${s}_unfused.err"
       echo "ditrun bench $s unfused (DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0): rc=$? median $(python3 -c \
-        'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_unfused.json" 2>&1 | tail -1) ms"
+        'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_unfused.json" 2>/dev/null ||
+        echo '-') ms $(head -c 300 "$OUT/bench_${s}_unfused.err")"
     done
   fi
   if ! skip torch; then

@@ -5,7 +5,8 @@
  * thread (what the code achieves while it holds a core: the machine may be shared),
  * planned activation bytes and the process peak RSS.
  *
- *   bench_vae [--threads N] [--tile T] [--reps R] [SIZE ...]   (SIZE in pixels, default 512 1024) */
+ *   bench_vae [--threads N] [--tile T] [--reps R] [--bf16] [SIZE ...]   (SIZE in pixels, default 512 1024)
+ * --bf16: the CPU backend's bf16-compute precision (convolutions and linears). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-  int threads = 0, tile = 0, reps = 1, sizes[16], n_sizes = 0;
+  int threads = 0, tile = 0, reps = 1, sizes[16], n_sizes = 0, bf16 = 0;
   for (int i = 1; i < argc; i++) {
     int bad = 0;
     if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -40,12 +41,14 @@ int main(int argc, char **argv) {
       bad = parse_int(argv[++i], 0, 4096, &tile);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
       bad = parse_int(argv[++i], 1, 100, &reps);
+    else if (!strcmp(argv[i], "--bf16"))
+      bf16 = 1;
     else if (n_sizes < 16)
       bad = parse_int(argv[i], 8, 8192, &sizes[n_sizes++]) || sizes[n_sizes - 1] % 8;
     else
       bad = 1;
     if (bad) {
-      fprintf(stderr, "usage: bench_vae [--threads N] [--tile T] [--reps R] [SIZE ...] (SIZE: pixels, multiple of 8)\n");
+      fprintf(stderr, "usage: bench_vae [--threads N] [--tile T] [--reps R] [--bf16] [SIZE ...] (SIZE: pixels, multiple of 8)\n");
       return 2;
     }
   }
@@ -68,12 +71,14 @@ int main(int argc, char **argv) {
   dit_backend *be = NULL;
   dit_vae_kl *m = NULL;
   if (dit_backend_cpu_create(threads, &be, &err) != DIT_OK ||
+      (bf16 && dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_BF16, &err) != DIT_OK) ||
       dit_vae_kl_create_random(be, &cfg, 42, &m, &err) != DIT_OK) {
     fprintf(stderr, "bench_vae: %s\n", err.msg);
     dit_backend_free(be);
     return 1;
   }
-  printf("vae decode (AutoencoderKL, Flux geometry, random bf16 weights), %d threads, tile %d\n", be->n_threads, tile);
+  printf("vae decode (AutoencoderKL, Flux geometry, random bf16 weights), %d threads, tile %d, %s compute\n", be->n_threads, tile,
+         bf16 ? "bf16" : "fp32");
   printf("%-10s %9s %9s %9s %10s %9s %12s %12s\n", "image", "wall s", "cpu s", "GFLOP", "GFLOP/s", "cpu GF/s",
          "act MiB", "peak RSS MiB");
   int rc = 0;

@@ -215,8 +215,8 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
   return DIT_OK;
 }
 
-dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
-                    dit_rope_mode mode, dit_error *err) {
+dit_status cpu_rope_check(const dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                          bool *shared_out, dit_error *err) {
   DIT_TRY(cpu_check_act("rope", "x", x, err));
   DIT_TRY(cpu_check_act("rope", "cos", cos, err));
   DIT_TRY(cpu_check_act("rope", "sin", sin, err));
@@ -225,7 +225,7 @@ dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "rope: x must be [B, S, H, D] with even D");
   if (mode != DIT_ROPE_INTERLEAVED && mode != DIT_ROPE_HALF)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "rope: unknown mode %d", (int)mode);
-  int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3], h2 = D / 2;
+  int64_t B = x->shape[0], S = x->shape[1], h2 = x->shape[3] / 2;
   /* cos/sin: [B, S, D/2], or [1, S, D/2] / [S, D/2] shared over the batch. */
   bool ok = cos->shape[cos->ndim - 1] == h2 && cos->ndim >= 2 && cos->shape[cos->ndim - 2] == S &&
             (cos->ndim == 2 || (cos->ndim == 3 && (cos->shape[0] == B || cos->shape[0] == 1)));
@@ -235,29 +235,22 @@ dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const
                       dit_shape_str(cos->shape, cos->ndim, s1, sizeof s1), (long long)B, (long long)S,
                       (long long)h2);
   }
-  bool shared = cos->ndim == 2 || cos->shape[0] == 1;
+  *shared_out = cos->ndim == 2 || cos->shape[0] == 1;
+  return DIT_OK;
+}
+
+dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                    dit_rope_mode mode, dit_error *err) {
+  bool shared;
+  DIT_TRY(cpu_rope_check(x, cos, sin, mode, &shared, err));
+  int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3], h2 = D / 2;
   float *xd = x->data;
   const float *cd = cos->data, *sd = sin->data;
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
   for (int64_t bs = 0; bs < B * S; bs++) {
     int64_t crow = shared ? bs % S : bs;
     const float *c = cd + crow * h2, *s = sd + crow * h2;
-    for (int64_t h = 0; h < H; h++) {
-      float *xr = xd + (bs * H + h) * D;
-      if (mode == DIT_ROPE_INTERLEAVED) {
-        for (int64_t i = 0; i < h2; i++) {
-          float a = xr[2 * i], bb = xr[2 * i + 1];
-          xr[2 * i] = a * c[i] - bb * s[i];
-          xr[2 * i + 1] = a * s[i] + bb * c[i];
-        }
-      } else {
-        for (int64_t i = 0; i < h2; i++) {
-          float a = xr[i], bb = xr[i + h2];
-          xr[i] = a * c[i] - bb * s[i];
-          xr[i + h2] = bb * c[i] + a * s[i];
-        }
-      }
-    }
+    for (int64_t h = 0; h < H; h++) cpu_rope_row(xd + (bs * H + h) * D, c, s, h2, mode);
   }
   return DIT_OK;
 }

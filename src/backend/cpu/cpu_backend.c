@@ -53,8 +53,8 @@ static const dit_backend_ops cpu_ops = {
     .timestep_embedding = cpu_timestep_embedding,
     .copy = cpu_copy,
     /* fused ops: bit-identical to their unfused sequences (backend_fused.c), so CPU numbers
-     * stay put; rms_norm_mod and residual_norm as one pass per row (cpu_fused.c) */
-    .rms_norm_rope = dit_unfused_rms_norm_rope,
+     * stay put; one pass per row (cpu_fused.c) */
+    .rms_norm_rope = cpu_rms_norm_rope,
     .rms_norm_mod = cpu_rms_norm_mod,
     .residual_norm = cpu_residual_norm,
 };

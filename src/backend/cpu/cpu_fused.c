@@ -1,6 +1,6 @@
-/* Fused row passes of the CPU backend (issue 9): rms_norm_mod and residual_norm do per
- * row, with the row in L1, what their unfused sequences (backend_fused.c) do in 2 and 4
- * passes over the whole [B, S, D] stream, with the same fp32 operations in the same
+/* Fused row passes of the CPU backend (issue 9): rms_norm_rope, rms_norm_mod and
+ * residual_norm do per row, with the row in L1, what their unfused sequences
+ * (backend_fused.c) do in 2, 2 and 4 passes over the whole [B, S, D] stream, with the same fp32 operations in the same
  * order, so results are bit-identical to the unfused ops. */
 #include <stdlib.h>
 
@@ -39,6 +39,30 @@ static inline void norm_mod_row(float *y, const float *x, const float *w, const 
     for (int64_t i = 0; i < D; i++) y[i] = x[i] * inv;
   if (s)
     for (int64_t i = 0; i < D; i++) y[i] = y[i] * (1.0f + s[i]) + 0.0f;
+}
+
+dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
+                             const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
+  bool shared;
+  DIT_TRY(cpu_rope_check(x, cos, sin, mode, &shared, err));
+  int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3], h2 = D / 2;
+  if (w) DIT_TRY(cpu_check_w("rms_norm", "w", w, D, err));
+  bool bad = false;
+  float *wf = weight_f32(w, D, &bad);
+  if (bad) return dit_errorf(err, DIT_ERR_NOMEM, "rms_norm_rope: out of memory for the weight");
+  float *xd = x->data;
+  const float *cd = cos->data, *sd = sin->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t bs = 0; bs < B * S; bs++) {
+    int64_t crow = shared ? bs % S : bs;
+    for (int64_t h = 0; h < H; h++) {
+      float *xr = xd + (bs * H + h) * D;
+      norm_mod_row(xr, xr, wf, NULL, D, eps);
+      cpu_rope_row(xr, cd + crow * h2, sd + crow * h2, h2, mode);
+    }
+  }
+  free(wf);
+  return DIT_OK;
 }
 
 dit_status cpu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,

@@ -72,6 +72,27 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
  * fused ops use it so they stay bit-identical to their unfused sequences). */
 float cpu_rms_inv(const float *xr, int64_t D, float eps);
 
+/* Rotates one head row x[0..2*h2) by cos/sin c, s [h2] (pairs (2i, 2i+1) or (i, i+h2)). */
+static inline void cpu_rope_row(float *xr, const float *c, const float *s, int64_t h2, dit_rope_mode mode) {
+  if (mode == DIT_ROPE_INTERLEAVED) {
+    for (int64_t i = 0; i < h2; i++) {
+      float a = xr[2 * i], bb = xr[2 * i + 1];
+      xr[2 * i] = a * c[i] - bb * s[i];
+      xr[2 * i + 1] = a * s[i] + bb * c[i];
+    }
+  } else {
+    for (int64_t i = 0; i < h2; i++) {
+      float a = xr[i], bb = xr[i + h2];
+      xr[i] = a * c[i] - bb * s[i];
+      xr[i + h2] = bb * c[i] + a * s[i];
+    }
+  }
+}
+/* Checks rope's arguments (x [B, S, H, D], cos/sin [B or 1, S, D/2] or [S, D/2]); *shared:
+ * cos/sin shared over the batch. */
+dit_status cpu_rope_check(const dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                          bool *shared, dit_error *err);
+
 /* Op implementations (one family per file). */
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, dit_act act, dit_error *err);
@@ -105,6 +126,8 @@ dit_status cpu_timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tens
                                   float max_period, float shift, float scale, bool flip_sin_to_cos,
                                   dit_error *err);
 dit_status cpu_copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
+dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
+                             const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
 dit_status cpu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                             const dit_tensor *scale, float eps, dit_error *err);
 dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,

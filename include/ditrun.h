@@ -140,7 +140,8 @@ dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_def
 dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
 void dit_image_free(dit_image *img);
 /* Writes img as PNG with UTF-8 text chunks (iTXt), atomically (temp file + rename); an
- * existing file is kept and DIT_ERR_INVALID_ARG returned unless overwrite is nonzero. */
+ * existing file is kept and DIT_ERR_IO returned unless overwrite is nonzero (the CLI
+ * checks this before generating and exits 2). */
 dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *path, const char *const *keys,
                               const char *const *values, int n_text, int overwrite);
 

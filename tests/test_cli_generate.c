@@ -121,6 +121,7 @@ static void test_bad_options(void) {
       {"--seed 18446744073709551616", "--seed"}, {"--guidance nan", "--guidance"},
       {"--guidance inf", "--guidance"}, {"--guidance 1e999", "--guidance"}, {"--guidance 3x", "--guidance"},
       {"--rng philox", "--rng"},      {"--device gpu", "--device"},  {"--frobnicate", "unknown option"},
+      {"-W 16384 -H 16384", "too large"},
       {"--threads 0", "--threads"},   {"--vae-tile abc", "--vae-tile"}, {"--steps", "needs a value"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

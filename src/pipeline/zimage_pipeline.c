@@ -18,6 +18,7 @@
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
+#include "io/json.h"
 #include "io/png.h"
 #include "text/tokenizer.h"
 
@@ -178,6 +179,23 @@ static dit_status run_loop(dit_ctx *ctx, loop_state *L, const dit_gen_params *p,
   return DIT_OK;
 }
 
+/* The image token grid must fit the transformer's RoPE tables (axes_lens[1], [2]): checked
+ * from config.json before any model runs, so a too-large size fails at once. */
+static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *err) {
+  json_t *cfg = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "transformer", &cfg, err));
+  int64_t lens[3] = {0, 0, 0};
+  size_t n = 0;
+  dit_status s = dit_json_int_array(cfg, "axes_lens", 1, 1 << 20, lens, 3, &n, "transformer/config.json", err);
+  json_decref(cfg);
+  if (s != DIT_OK) return s;
+  if (n == 3 && (H / 16 > lens[1] || W / 16 > lens[2]))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "%dx%d is too large for this transformer: at most %lldx%lld pixels (axes_lens %lld, %lld)", W,
+                      H, (long long)lens[2] * 16, (long long)lens[1] * 16, (long long)lens[1], (long long)lens[2]);
+  return DIT_OK;
+}
+
 dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
                                dit_image *out, dit_gen_stats *st, dit_error *err) {
   dit_gen_defaults d;
@@ -188,6 +206,7 @@ dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_di
   if (W % d.size_multiple || H % d.size_multiple)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for Z-Image (got %dx%d)",
                       d.size_multiple, W, H);
+  DIT_TRY(check_grid(dir, H, W, err));
   const bool cfg = guidance > 0;
   double t_start = dit_time_now();
   loop_state L;

@@ -15,6 +15,9 @@
 #     runs the CUDA op tests, the Z-Image fixture check on the GPU, ditrun bench on cuda and
 #     bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048), logs
 #     and JSON into $OUT, and prints a final table.
+# ARCH (zimage): flux2-klein-4b or flux2-klein-9b skips the op tests, the fixture check and the
+# generate stage and runs ditrun bench + torch_ref for that arch only (default sizes: 1024,
+# TEXT_LEN 512, UNFUSED_SIZES empty), printing the same final table.
 # Environment (run): UNFUSED_SIZES (1024: sizes benched again with DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0;
 # empty: none), ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
 # optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (no new
@@ -65,16 +68,24 @@ cuda_libs() {
 skip() { case ",${SKIP:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
 run() {
-  local sizes=("$@")
+  local sizes=("$@") arch=${ARCH:-zimage}
+  local tl=${TEXT_LEN:-128} unfused=${UNFUSED_SIZES-1024}
+  if [ "$arch" != zimage ]; then
+    [ ${#sizes[@]} -eq 0 ] && sizes=(1024)
+    SKIP="${SKIP:-},optest,fixture,generate"
+    tl=${TEXT_LEN:-512}
+    unfused=${UNFUSED_SIZES-}
+  fi
   [ ${#sizes[@]} -eq 0 ] && sizes=(512 1024 2048)
   OUT=${OUT:-out/gpu_run}
   mkdir -p "$OUT"
   export LD_LIBRARY_PATH="$PWD/.devlibs$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PYTHONUNBUFFERED=1
-  local iters=${ITERS:-10} warm=${WARMUP:-3} tl=${TEXT_LEN:-128}
+  local iters=${ITERS:-10} warm=${WARMUP:-3}
   {
     date -u
     nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+    echo "ARCH=$arch TEXT_LEN=$tl sizes: ${sizes[*]}"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     ldd .devbin/ditrun | grep -E 'not found|cuda|cublas' || true
     cat .ref/py/DIFFUSERS_VERSION 2>/dev/null
@@ -112,13 +123,13 @@ PYEOF
   fi
   if ! skip bench; then
     for s in "${sizes[@]}"; do
-      timeout 300 .devbin/ditrun bench --arch zimage --device cuda --res "$s" --text-len "$tl" --iters "$iters" \
+      timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" --text-len "$tl" --iters "$iters" \
         --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
       echo "ditrun bench $s: rc=$? $(head -c 300 "$OUT/bench_$s.err")"
     done
     # the same forward without the 16-byte and fused kernels, for the before/after in PERF.md
-    for s in ${UNFUSED_SIZES-1024}; do
-      DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0 timeout 300 .devbin/ditrun bench --arch zimage --device cuda --res "$s" \
+    for s in $unfused; do
+      DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0 timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" \
         --text-len "$tl" --iters "$iters" --warmup "$warm" --json >"$OUT/bench_${s}_unfused.json" \
         2>"$OUT/bench_${s}_unfused.err"
       echo "ditrun bench $s unfused (DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0): rc=$? median $(python3 -c \
@@ -133,22 +144,22 @@ PYEOF
     local cb=${COMPILE_BUDGET_S:-$(( left - 150 ))}
     [ "$cb" -lt 0 ] && cb=0
     echo "torch_ref: ${left} s left, compile budget ${cb} s"
-    timeout "$left" python3 bench/torch_ref.py --res "${sizes[@]}" --text-len "$tl" --iters "$iters" --warmup "$warm" \
+    timeout "$left" python3 bench/torch_ref.py --arch "$arch" --res "${sizes[@]}" --text-len "$tl" --iters "$iters" --warmup "$warm" \
       --modes "${TORCH_MODES:-eager,compile}" --compile-budget-s "$cb" \
       --out "$OUT/torch_ref.json" >"$OUT/torch_ref.log" 2>&1
     echo "torch_ref: rc=$?"
     tail -n 12 "$OUT/torch_ref.log"
   fi
-  python3 - "$OUT" "$op_rc" "$fx_rc" "${sizes[@]}" <<'EOF'
+  python3 - "$OUT" "$op_rc" "$fx_rc" "$arch" "$tl" "${sizes[@]}" <<'EOF'
 import json, os, sys
-out, op_rc, fx_rc, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+out, op_rc, fx_rc, arch, tl, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 def load(p):
     try:
         with open(p) as f: return json.load(f)
     except Exception: return None
 tr = load(os.path.join(out, "torch_ref.json")) or {"runs": []}
 tm = {(r["res"], r["mode"]): r for r in tr["runs"] if "median_ms" in r}
-print(f"\nop tests rc={op_rc}  GPU fixture check rc={fx_rc}  (0 = pass)")
+print(f"\nop tests rc={op_rc}  GPU fixture check rc={fx_rc}  (0 = pass, - = skipped)  arch {arch}, {tl} text tokens")
 print(f"{'res':>5} {'ditrun ms':>9} {'TFLOP/s':>7} {'%peak':>6} {'gemm/attn/elem ms (profiled)':>30} {'mem GiB':>7}"
       f" {'eager ms':>8} {'compile ms':>10} {'x eager':>7} {'x comp':>6}")
 for s in sizes:

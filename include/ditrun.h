@@ -174,7 +174,7 @@ void dit_tokenizer_free(dit_tokenizer *tok);
  * pass split per op (GEMM, attention, elementwise), FLOPs, TFLOP/s and peak memory. */
 #define DIT_BENCH_MAX_OPS 24
 typedef struct dit_bench_params {
-  const char *arch;             /* "zimage" */
+  const char *arch;             /* "zimage", "flux2-klein-4b" or "flux2-klein-9b" */
   int res;                      /* square image side in pixels (multiple of 16); default 1024 */
   int text_len;                 /* caption tokens; default 128 */
   dit_device_kind device;
@@ -184,7 +184,8 @@ typedef struct dit_bench_params {
   int profile;                  /* nonzero (default): one extra profiled run split per op */
   uint64_t seed;
   double peak_tflops;           /* 0: the default peak of the device (see dit_bench_result) */
-  /* geometry overrides for tests (0 = the real model's): */
+  /* geometry overrides for tests (0 = the real model's); FLUX.2: dim = inner dim, n_layers =
+   * double blocks, n_refiner_layers = single blocks, cap_feat_dim = joint_attention_dim: */
   int dim, n_layers, n_refiner_layers, n_heads, cap_feat_dim;
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
 } dit_bench_params;
@@ -192,7 +193,7 @@ typedef struct dit_bench_params {
 typedef struct dit_bench_result {
   char arch[16], device[16], weight_dtype[8], act_dtype[8];
   int res, text_len, threads;
-  long long img_tokens, cap_tokens; /* padded to the model's multiple of 32 */
+  long long img_tokens, cap_tokens; /* as computed: Z-Image pads to a multiple of 32, FLUX.2 does not */
   long long params;             /* weight elements */
   double flops;                 /* per forward: see dit_bench_print's formula line */
   double ms_median, ms_min, ms_max;

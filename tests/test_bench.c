@@ -1,4 +1,4 @@
-/* ditrun bench at a tiny geometry on the CPU: the public API's result (FLOPs from the
+/* ditrun bench at a tiny geometry on the CPU (Z-Image and FLUX.2 klein): the public API's result (FLOPs from the
  * formula, op counts of the profiled run, finite output), the CLI's JSON and its strict
  * usage errors, and the pieces under it: random-weight models are deterministic, and the
  * profiling backend changes no result bit. */
@@ -65,6 +65,39 @@ static void test_api(void) {
   dit_ctx_free(ctx);
 }
 
+/* FLUX.2 klein at a tiny geometry: inner dim 64 (2 heads of 32), 1 double + 1 single
+ * block, joint_attention_dim 32, in_channels 128 as klein's. */
+#define FLUX_GEOM "--arch flux2-klein-4b --res 64 --dim 64 --heads 2 --layers 1 --refiners 1 --cap-dim 32"
+
+static void test_flux2_api(void) {
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  p.arch = "flux2-klein-4b";
+  p.text_len = 12;
+  p.dim = 64, p.n_heads = 2, p.n_layers = 1, p.n_refiner_layers = 1, p.cap_feat_dim = 32;
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    /* 64 px -> (64/16)^2 = 16 image tokens, 12 text tokens, no padding */
+    CHECK(r.img_tokens == 16 && r.cap_tokens == 12 && !strcmp(r.arch, "flux2-klein-4b"));
+    const double D = 64, M = 192, S = 28, blocks = 2;
+    double want = blocks * (2 * (4 * D * D + 3 * D * M) * S + 4 * D * S * S);
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "flops %g, want %g", r.flops, want);
+    CHECK(r.output_finite && r.ms_median > 0 && r.tflops > 0 && r.profiled);
+    long att = 0;
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
+    CHECK_MSG(att == 2, "attention calls %ld (one per block)", att);
+    CHECK(r.weight_bytes > 0 && r.alloc_peak_bytes > r.weight_bytes);
+  }
+  p.n_heads = 3; /* 64 / 3 is not a whole head */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  dit_ctx_free(ctx);
+}
+
 static void test_cli(const dt_args *a) {
   char cmd[8192], out[4096], buf[65536];
   dt_path(out, sizeof out, a->tmp, "bench.json");
@@ -81,6 +114,19 @@ static void test_cli(const dt_args *a) {
     CHECK(json_is_object(json_object_get(j, "phase_ms")));
     CHECK(json_is_true(json_object_get(j, "output_finite")));
     CHECK(json_integer_value(json_object_get(j, "res")) == 64);
+    json_decref(j);
+  }
+  /* FLUX.2: the text length defaults to 512 for the klein archs */
+  snprintf(cmd, sizeof cmd, "%s/ditrun bench " FLUX_GEOM " --iters 1 --warmup 0 --no-profile --json", a->bin);
+  CHECK(dt_run(cmd, out) == 0);
+  n = dt_read_file(out, buf, sizeof buf);
+  j = n > 0 ? json_loads(buf, 0, &je) : NULL;
+  CHECK_MSG(j != NULL, "flux2 bench --json output is not JSON: %s", n > 0 ? buf : "");
+  if (j) {
+    CHECK(!strcmp(json_string_value(json_object_get(j, "arch")), "flux2-klein-4b"));
+    CHECK(json_integer_value(json_object_get(j, "cap_tokens")) == 512);
+    CHECK(json_integer_value(json_object_get(j, "img_tokens")) == 16);
+    CHECK(json_is_true(json_object_get(j, "output_finite")));
     json_decref(j);
   }
   const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp8", "--arch flux", "--iters 0",
@@ -147,6 +193,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   test_random_and_profiler();
   test_api();
+  test_flux2_api();
   test_cli(&a);
   return dt_finish();
 }

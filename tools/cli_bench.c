@@ -1,4 +1,4 @@
-/* `ditrun bench --arch zimage [--res 1024] [--text-len 128] [--device cpu|cuda] ...`: one
+/* `ditrun bench --arch zimage|flux2-klein-4b|flux2-klein-9b [--res 1024] [--text-len 128] [--device cpu|cuda] ...`: one
  * DiT forward at the real geometry with random weights made in memory; prints the time,
  * a GEMM / attention / elementwise split, FLOPs, TFLOP/s against a stated peak and peak
  * memory (--json: one JSON object). Strict parsing: bad usage exits 2 before any work. */
@@ -12,10 +12,11 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ditrun bench [--arch zimage] [options]\n"
-          "  --arch NAME        model architecture (zimage: Z-Image-Turbo's transformer)\n"
+          "usage: ditrun bench [--arch zimage|flux2-klein-4b|flux2-klein-9b] [options]\n"
+          "  --arch NAME        model architecture: zimage (Z-Image-Turbo's transformer, default),\n"
+          "                     flux2-klein-4b or flux2-klein-9b (FLUX.2 [klein]'s transformer)\n"
           "  --res PX           square image side in pixels, multiple of 16 (default 1024)\n"
-          "  --text-len N       caption tokens (default 128)\n"
+          "  --text-len N       caption tokens (default 128; 512 for flux2-klein-*)\n"
           "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
           "  --dtype T          weights (and GPU activations): bf16 (default) or f32\n"
           "  --iters N          timed forwards, the median is reported (default 5)\n"
@@ -27,7 +28,9 @@ static void usage(FILE *f) {
           "  --cpu-precision P  CPU linear layers: fp32 (default) or bf16 (bf16 x bf16 products, fp32 sums)\n"
           "  --json             print one JSON object instead of the table\n"
           "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
-          "                     shrink the geometry (for tests; default: the real model)\n"
+          "                     shrink the geometry (for tests; default: the real model); for\n"
+          "                     flux2-klein-*: --layers = double blocks, --refiners = single blocks,\n"
+          "                     --cap-dim = joint_attention_dim\n"
           "Weights are random (deterministic), created in memory: no files are read.\n");
 }
 
@@ -78,6 +81,7 @@ static bool parse_cpu_precision(const char *v, dit_bench_params *p) {
 static int parse(int argc, char **argv, bench_opts *o) {
   memset(o, 0, sizeof *o);
   dit_bench_params_default(&o->p);
+  o->p.text_len = 0; /* set by --text-len, else by the arch after parsing */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     bool m = false, bad = false;
@@ -88,10 +92,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (!strcmp(a, "--json")) o->json = true;
     else if (!strcmp(a, "--no-profile")) p->profile = 0;
     else if (OPT("--arch")) {
-      if (!bad && strcmp(v, "zimage")) {
-        fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported: zimage)\n", v);
+      if (!bad && strcmp(v, "zimage") && strcmp(v, "flux2-klein-4b") && strcmp(v, "flux2-klein-9b")) {
+        fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported: zimage, flux2-klein-4b, "
+                        "flux2-klein-9b)\n", v);
         return 2;
       }
+      if (!bad) p->arch = v; /* argv outlives the run */
     }
     else if (OPT("--device")) { if (!bad && !parse_device(v, p)) return 2; }
     else if (OPT("--dtype")) { if (!bad && !parse_dtype(v, p)) return 2; }
@@ -113,6 +119,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun bench: %s needs a value\n", a); return 2; }
   }
+  if (!o->p.text_len) o->p.text_len = strcmp(o->p.arch, "zimage") ? 512 : 128; /* 512: klein's max_sequence_length */
   if (o->p.res % 16) {
     fprintf(stderr, "ditrun bench: --res %d is not a multiple of 16\n", o->p.res);
     return 2;

@@ -1,4 +1,4 @@
-/* Public benchmark API (ditrun bench): one DiT forward at the real geometry with random
+/* Public benchmark API (ditrun bench): one DiT forward (Z-Image or FLUX.2 [klein]) at the real geometry with random
  * weights made in memory, timed un-profiled (warmup, then the median of iters) and once
  * through the profiling backend (sync after every op) for a GEMM / attention /
  * elementwise split; FLOPs from the geometry, TFLOP/s against a stated peak, and peak
@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "core/timer.h"
+#include "models/flux2.h"
 #include "models/zimage.h"
 
 #define MAX_RES 8192
@@ -40,9 +41,19 @@ void dit_bench_params_default(dit_bench_params *p) {
   p->seed = 42;
 }
 
+/* 0 zimage, 1 flux2-klein-4b, 2 flux2-klein-9b, -1 unknown. */
+static int arch_id(const char *a) {
+  if (!a) return -1;
+  if (!strcmp(a, "zimage")) return 0;
+  if (!strcmp(a, "flux2-klein-4b")) return 1;
+  if (!strcmp(a, "flux2-klein-9b")) return 2;
+  return -1;
+}
+
 static dit_status check_params(const dit_bench_params *p, dit_error *err) {
-  if (!p->arch || strcmp(p->arch, "zimage") != 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: arch \"%s\" is not supported (supported: zimage)",
+  if (arch_id(p->arch) < 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                      "bench: arch \"%s\" is not supported (supported: zimage, flux2-klein-4b, flux2-klein-9b)",
                       p->arch ? p->arch : "(null)");
   if (p->res < 16 || p->res > MAX_RES || p->res % 16 != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: resolution %d must be a multiple of 16 in 16..%d", p->res,
@@ -101,6 +112,19 @@ static double zimage_flops(const dit_zimage_config *c, double n_img, double n_ca
   return per_tok * (L * n + R * n_img + R * n_cap) + 4.0 * D * (L * n * n + R * n_img * n_img + R * n_cap * n_cap);
 }
 
+/* FLUX.2 per forward (S = St + Si text + image tokens, D = dim, M = mlp_hidden): a
+ * double block does, for each stream's tokens, qkv (3 D^2 MACs), out (D^2) and the SwiGLU
+ * MLP in (D -> 2M) and out (M -> D): 4 D^2 + 3 D M MACs per token; a single block's fused
+ * qkv+MLP-in (D -> 3D + 2M) and fused out (D + M -> D) are the same 4 D^2 + 3 D M. Both
+ * attend over the joint sequence: QK^T and PV are 2 S^2 D MACs. So
+ *   flops = (n_double + n_single) * (2 (4 D^2 + 3 D M) S + 4 D S^2).
+ * Embedders (x, context, time), modulations and the final layer are not counted (< 0.1%
+ * at klein's 1024^2 geometry). */
+static double flux2_flops(const dit_flux2_config *c, double n_img, double n_txt) {
+  const double D = c->dim, M = c->mlp_hidden, S = n_img + n_txt;
+  return (double)(c->n_layers + c->n_single_layers) * (2.0 * (4.0 * D * D + 3.0 * D * M) * S + 4.0 * D * S * S);
+}
+
 static uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -118,13 +142,18 @@ typedef struct bench_io {
   void *px, *pc, *po;
   float *host_out;
   size_t nx, nc;
+  float *img_ids, *txt_ids; /* FLUX.2: host (t, h, w, l) positions */
 } bench_io;
 
-static dit_status make_inputs(dit_backend *be, const dit_zimage_config *c, const dit_bench_params *p,
-                              bench_io *io, dit_error *err) {
-  const int64_t lat = p->res / 8, C = c->in_channels;
-  io->nx = (size_t)(C * lat * lat);
-  io->nc = (size_t)p->text_len * (size_t)c->cap_feat_dim;
+/* The model under test: one of the two is set. */
+typedef struct bench_model {
+  dit_zimage *z;
+  dit_flux2 *f;
+} bench_model;
+
+/* Allocates and fills x (nx floats), the text features (nc) and out (nx) in the backend;
+ * the caller sets the tensor descriptors. */
+static dit_status make_inputs(dit_backend *be, const dit_bench_params *p, bench_io *io, dit_error *err) {
   float *h = malloc((io->nx > io->nc ? io->nx : io->nc) * sizeof(float));
   io->host_out = malloc(io->nx * sizeof(float));
   if (!h || !io->host_out) {
@@ -145,12 +174,43 @@ static dit_status make_inputs(dit_backend *be, const dit_zimage_config *c, const
   }
   if (s == DIT_OK) s = be->ops->sync(be, err);
   free(h);
-  const dit_device dev = dit_backend_device(be);
+  return s;
+}
+
+static dit_status make_zimage_inputs(dit_backend *be, const dit_zimage_config *c, const dit_bench_params *p,
+                                     bench_io *io, dit_error *err) {
+  const int64_t lat = p->res / 8, C = c->in_channels;
+  io->nx = (size_t)(C * lat * lat);
+  io->nc = (size_t)p->text_len * (size_t)c->cap_feat_dim;
+  DIT_TRY(make_inputs(be, p, io, err));
   io->x = dit_tensor_4d(DIT_F32, io->px, C, 1, lat, lat);
   io->out = dit_tensor_4d(DIT_F32, io->po, C, 1, lat, lat);
   io->cap = dit_tensor_2d(DIT_F32, io->pc, p->text_len, c->cap_feat_dim);
-  io->x.device = io->out.device = io->cap.device = dev;
-  return s;
+  io->x.device = io->out.device = io->cap.device = dit_backend_device(be);
+  return DIT_OK;
+}
+
+/* FLUX.2 inputs as the klein pipeline builds them: (res/16)^2 packed image tokens with
+ * ids (0, h, w, 0), text tokens with ids (0, 0, 0, l). */
+static dit_status make_flux2_inputs(dit_backend *be, const dit_flux2_config *c, const dit_bench_params *p,
+                                    bench_io *io, dit_error *err) {
+  const int64_t g = p->res / 16, si = g * g, st = p->text_len;
+  io->nx = (size_t)(si * c->in_channels);
+  io->nc = (size_t)st * (size_t)c->joint_attention_dim;
+  io->img_ids = calloc((size_t)si * 4, sizeof(float));
+  io->txt_ids = calloc((size_t)st * 4, sizeof(float));
+  if (!io->img_ids || !io->txt_ids) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory for ids");
+  for (int64_t i = 0; i < si; i++) {
+    io->img_ids[i * 4 + 1] = (float)(i / g);
+    io->img_ids[i * 4 + 2] = (float)(i % g);
+  }
+  for (int64_t l = 0; l < st; l++) io->txt_ids[l * 4 + 3] = (float)l;
+  DIT_TRY(make_inputs(be, p, io, err));
+  io->x = dit_tensor_3d(DIT_F32, io->px, 1, si, c->in_channels);
+  io->out = dit_tensor_3d(DIT_F32, io->po, 1, si, c->in_channels);
+  io->cap = dit_tensor_3d(DIT_F32, io->pc, 1, st, c->joint_attention_dim);
+  io->x.device = io->out.device = io->cap.device = dit_backend_device(be);
+  return DIT_OK;
 }
 
 static void free_inputs(dit_backend *be, bench_io *io) {
@@ -158,6 +218,8 @@ static void free_inputs(dit_backend *be, bench_io *io) {
   if (io->pc) be->ops->free(be, io->pc);
   if (io->po) be->ops->free(be, io->po);
   free(io->host_out);
+  free(io->img_ids);
+  free(io->txt_ids);
 }
 
 /* Process CPU time (all threads), ms: on a shared machine the rate per CPU-second is what
@@ -173,17 +235,18 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static dit_status forward_once(dit_zimage *m, dit_backend *be, bench_io *io, double *ms, dit_error *err) {
+static dit_status forward_once(bench_model *m, dit_backend *be, bench_io *io, double *ms, dit_error *err) {
   const float t = 0.5f;
   double t0 = dit_time_now();
-  DIT_TRY(dit_zimage_forward(m, 1, &io->x, &io->cap, &t, &io->out, err));
+  if (m->f) DIT_TRY(dit_flux2_forward(m->f, &io->x, &io->cap, &t, NULL, io->img_ids, io->txt_ids, &io->out, err));
+  else DIT_TRY(dit_zimage_forward(m->z, 1, &io->x, &io->cap, &t, &io->out, err));
   DIT_TRY(be->ops->sync(be, err));
   *ms = (dit_time_now() - t0) * 1e3;
   return DIT_OK;
 }
 
 /* Warmup, timed runs, then the profiled run; fills the timing fields of r. */
-static dit_status measure(const dit_bench_params *p, dit_zimage *m, dit_backend *prof, bench_io *io,
+static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend *prof, bench_io *io,
                           dit_bench_result *r, dit_error *err) {
   double ms, *ts = malloc((size_t)p->iters * sizeof *ts);
   if (!ts) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory");
@@ -232,8 +295,7 @@ static dit_status check_output(dit_backend *be, bench_io *io, dit_bench_result *
   return DIT_OK;
 }
 
-static void fill_header(const dit_bench_params *p, const dit_zimage_config *c, dit_backend *be, dit_dtype adt,
-                        dit_bench_result *r) {
+static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype adt, dit_bench_result *r) {
   snprintf(r->arch, sizeof r->arch, "%s", p->arch);
   snprintf(r->device, sizeof r->device, "%s", be->ops->name);
   snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(p->dtype));
@@ -241,10 +303,6 @@ static void fill_header(const dit_bench_params *p, const dit_zimage_config *c, d
   r->res = p->res;
   r->text_len = p->text_len;
   r->threads = be->n_threads;
-  const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c->patch_size;
-  r->img_tokens = (side * side + q - 1) / q * q;
-  r->cap_tokens = ((int64_t)p->text_len + q - 1) / q * q;
-  r->flops = zimage_flops(c, (double)r->img_tokens, (double)r->cap_tokens);
   if (p->peak_tflops > 0) {
     r->peak_tflops = p->peak_tflops;
     snprintf(r->peak_what, sizeof r->peak_what, "given with --peak");
@@ -278,9 +336,76 @@ static dit_status bench_config(const dit_bench_params *p, dit_zimage_config *c) 
   return DIT_OK;
 }
 
+/* Shared tail of a bench: inputs made, timed, profiled and checked. */
+static dit_status time_model(const dit_bench_params *p, bench_model *m, dit_backend *prof, bench_io *io,
+                             dit_bench_result *r, dit_error *err) {
+  dit_status s = measure(p, m, prof, io, r, err);
+  if (s == DIT_OK) s = check_output(prof, io, r, err);
+  if (s == DIT_OK) {
+    r->tflops = r->flops / (r->ms_median * 1e-3) / 1e12;
+    r->pct_peak = r->peak_tflops > 0 ? 100.0 * r->tflops / r->peak_tflops : 0;
+    r->alloc_peak_bytes = dit_backend_profiler_stats(prof)->peak_bytes;
+    if (p->device == DIT_DEVICE_CPU) r->peak_mem_bytes = dit_peak_rss_bytes();
+  }
+  return s;
+}
+
+/* klein 4B / 9B with the test overrides: --dim is the inner dim (head_dim = dim / heads,
+ * RoPE split in 4 equal even axes), --layers the double blocks, --refiners the single
+ * blocks, --cap-dim joint_attention_dim. */
+static dit_status flux2_bench_config(const dit_bench_params *p, dit_flux2_config *c, dit_error *err) {
+  dit_flux2_config_klein(c, arch_id(p->arch) == 2);
+  if (p->n_heads) c->n_heads = p->n_heads;
+  if (p->dim || p->n_heads) {
+    const int dim = p->dim ? p->dim : c->n_heads * c->head_dim;
+    if (dim % c->n_heads || (dim / c->n_heads) % 8)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: dim %d / heads %d must be a multiple of 8", dim, c->n_heads);
+    c->head_dim = dim / c->n_heads;
+    for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = c->head_dim / 4;
+  }
+  if (p->n_layers) c->n_layers = p->n_layers;
+  if (p->n_refiner_layers) c->n_single_layers = p->n_refiner_layers;
+  if (p->cap_feat_dim) c->joint_attention_dim = p->cap_feat_dim;
+  return DIT_OK;
+}
+
+static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err) {
+  dit_backend *prof = NULL;
+  bench_model m = {0};
+  bench_io io;
+  memset(&io, 0, sizeof io);
+  dit_flux2_config c;
+  double t0 = dit_time_now();
+  dit_status s = flux2_bench_config(p, &c, err);
+  if (s == DIT_OK) s = dit_backend_profiler_create(be, &prof, err);
+  if (s == DIT_OK) s = dit_flux2_create_random(prof, &c, p->dtype, p->seed, &m.f, err);
+  dit_dtype adt = DIT_F32;
+  if (s == DIT_OK && p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16) adt = DIT_BF16;
+  if (s == DIT_OK) s = dit_flux2_set_act_dtype(m.f, adt, err);
+  if (s == DIT_OK) {
+    c = *dit_flux2_get_config(m.f);
+    fill_header(p, be, adt, r);
+    r->img_tokens = (int64_t)(p->res / 16) * (p->res / 16); /* no padding in FLUX.2 */
+    r->cap_tokens = p->text_len;
+    r->flops = flux2_flops(&c, (double)r->img_tokens, (double)r->cap_tokens);
+    r->weight_bytes = dit_flux2_weight_bytes(m.f);
+    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype));
+    s = make_flux2_inputs(prof, &c, p, &io, err);
+  }
+  r->setup_s = dit_time_now() - t0;
+  if (s == DIT_OK) s = time_model(p, &m, prof, &io, r, err);
+  if (prof) free_inputs(prof, &io);
+  dit_flux2_free(m.f);
+  dit_backend_profiler_free(prof);
+  return s;
+}
+
 static dit_status run_bench(dit_ctx *ctx, const dit_bench_params *p, dit_backend *be, dit_bench_result *r,
                             dit_error *err) {
+  (void)ctx;
+  if (arch_id(p->arch) != 0) return run_bench_flux2(p, be, r, err);
   dit_backend *prof = NULL;
+  bench_model bm = {0};
   dit_zimage *m = NULL;
   bench_io io;
   memset(&io, 0, sizeof io);
@@ -294,24 +419,21 @@ static dit_status run_bench(dit_ctx *ctx, const dit_bench_params *p, dit_backend
   if (s == DIT_OK) s = dit_zimage_set_act_dtype(m, adt, err);
   if (s == DIT_OK) {
     c = *dit_zimage_get_config(m);
-    fill_header(p, &c, be, adt, r);
+    fill_header(p, be, adt, r);
+    const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c.patch_size;
+    r->img_tokens = (side * side + q - 1) / q * q;
+    r->cap_tokens = ((int64_t)p->text_len + q - 1) / q * q;
+    r->flops = zimage_flops(&c, (double)r->img_tokens, (double)r->cap_tokens);
     r->weight_bytes = dit_zimage_weight_bytes(m);
     r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype)); /* pieces are 256-byte aligned: ~exact */
-    s = make_inputs(prof, &c, p, &io, err);
+    s = make_zimage_inputs(prof, &c, p, &io, err);
   }
   r->setup_s = dit_time_now() - t0;
-  if (s == DIT_OK) s = measure(p, m, prof, &io, r, err);
-  if (s == DIT_OK) s = check_output(prof, &io, r, err);
-  if (s == DIT_OK) {
-    r->tflops = r->flops / (r->ms_median * 1e-3) / 1e12;
-    r->pct_peak = r->peak_tflops > 0 ? 100.0 * r->tflops / r->peak_tflops : 0;
-    r->alloc_peak_bytes = dit_backend_profiler_stats(prof)->peak_bytes;
-    if (p->device == DIT_DEVICE_CPU) r->peak_mem_bytes = dit_peak_rss_bytes();
-  }
+  bm.z = m;
+  if (s == DIT_OK) s = time_model(p, &bm, prof, &io, r, err);
   if (prof) free_inputs(prof, &io);
   dit_zimage_free(m);
   dit_backend_profiler_free(prof);
-  (void)ctx;
   return s;
 }
 
@@ -366,13 +488,17 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
     print_json(r, f);
     return;
   }
-  fprintf(f, "%s forward, %dx%d, %d caption tokens: %lld image + %lld caption tokens (padded), %s weights, %s "
+  fprintf(f, "%s forward, %dx%d, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
              "activations, device %s (%d thread%s)\n",
           r->arch, r->res, r->res, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype, r->device,
           r->threads, r->threads == 1 ? "" : "s");
   fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
-  fprintf(f, "  FLOP per forward %.4g (2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block)\n",
-          r->flops);
+  if (!strncmp(r->arch, "flux2", 5))
+    fprintf(f, "  FLOP per forward %.4g ((double + single blocks) x (2*(4D^2 + 3D*M)*S + 4*D*S^2), S = text + "
+               "image tokens)\n", r->flops);
+  else
+    fprintf(f, "  FLOP per forward %.4g (2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block)\n",
+            r->flops);
   fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);
   fprintf(f, "  achieved %.3f TFLOP/s = %.1f%% of %.1f TFLOP/s (%s)\n", r->tflops, r->pct_peak, r->peak_tflops,
           r->peak_what);

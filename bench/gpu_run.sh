@@ -52,6 +52,7 @@ pack() {
   git --git-dir="$mirror" log -1 --format='diffusers %H %cd' >.ref/py/DIFFUSERS_VERSION
   du -sh .devbin .devlibs .fixtures .ref
   echo "device call: run(command='bash bench/gpu_run.sh run', carry=['.devbin','.devlibs','.fixtures','.ref'])"
+  echo "  FLUX.2 klein: run(command='ARCH=flux2-klein-4b bash bench/gpu_run.sh run 1024', carry=[same])"
 }
 
 # Adds the folders holding libcudart.so.13, libcublasLt.so.13 and libcudnn.so.9 (dlopen'd

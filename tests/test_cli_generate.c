@@ -3,7 +3,6 @@
  * same command and for 1 vs 2 threads, and every bad option / output path giving exit
  * 2 with a message and no output file. Usage: test_cli_generate [--fixture DIR]. */
 #include <jansson.h>
-#include <png.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,29 +13,6 @@
 
 static char g_cli[4096], g_fix[4096], g_tmp[4096], g_prompt[1024], g_neg[1024];
 
-static unsigned char *read_png(const char *path, int *w, int *h) {
-  png_image im;
-  memset(&im, 0, sizeof im);
-  im.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&im, path)) return NULL;
-  im.format = PNG_FORMAT_RGB;
-  unsigned char *buf = malloc(PNG_IMAGE_SIZE(im));
-  if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
-    free(buf);
-    png_image_free(&im);
-    return NULL;
-  }
-  *w = (int)im.width;
-  *h = (int)im.height;
-  return buf;
-}
-
-static int files_equal(const char *a, const char *b) {
-  static char ba[1 << 20], bb[1 << 20];
-  long na = dt_read_file(a, ba, sizeof ba), nb = dt_read_file(b, bb, sizeof bb);
-  return na > 0 && na == nb && memcmp(ba, bb, (size_t)na) == 0;
-}
-
 static int gen(const char *extra, const char *out, const char *log) {
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 -o '%s' %s", g_cli, g_fix,
@@ -46,7 +22,7 @@ static int gen(const char *extra, const char *out, const char *log) {
 
 static void check_image(const char *png, const char *ref_name) {
   int w = 0, h = 0;
-  unsigned char *px = read_png(png, &w, &h);
+  unsigned char *px = dt_read_png_rgb(png, &w, &h);
   CHECK_MSG(px != NULL, "cannot read %s", png);
   char ref_file[4096];
   snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g_fix);
@@ -79,13 +55,13 @@ static void test_reference_images(void) {
   snprintf(out2, sizeof out2, "%s/turbo2.png", g_tmp);
   unlink(out2);
   CHECK(gen("--steps 4 --guidance 0", out2, NULL) == 0);
-  CHECK_MSG(files_equal(out, out2), "same command gave different files");
+  CHECK_MSG(dt_files_equal(out, out2), "same command gave different files");
   /* 1 and 2 threads: identical */
   for (int t = 1; t <= 2; t++) {
     snprintf(out2, sizeof out2, "%s/turbo_t%d.png", g_tmp, t);
     snprintf(cmd, sizeof cmd, "--steps 4 --guidance 0 --threads %d --overwrite", t);
     CHECK(gen(cmd, out2, NULL) == 0);
-    CHECK_MSG(files_equal(out, out2), "--threads %d gave a different file", t);
+    CHECK_MSG(dt_files_equal(out, out2), "--threads %d gave a different file", t);
   }
   snprintf(out, sizeof out, "%s/cfg.png", g_tmp);
   unlink(out);

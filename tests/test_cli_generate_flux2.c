@@ -4,7 +4,6 @@
  * output with one thread and with all cores, the family's size rule.
  * Usage: test_cli_generate_flux2 [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
 #include <jansson.h>
-#include <png.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,29 +13,6 @@
 #include "testing.h"
 
 static char g_cli[4096], g_fix[4096], g_tmp[4096], g_prompt[1024];
-
-static unsigned char *read_png(const char *path, int *w, int *h) {
-  png_image im;
-  memset(&im, 0, sizeof im);
-  im.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&im, path)) return NULL;
-  im.format = PNG_FORMAT_RGB;
-  unsigned char *buf = malloc(PNG_IMAGE_SIZE(im));
-  if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
-    free(buf);
-    png_image_free(&im);
-    return NULL;
-  }
-  *w = (int)im.width;
-  *h = (int)im.height;
-  return buf;
-}
-
-static int files_equal(const char *a, const char *b) {
-  static char ba[1 << 20], bb[1 << 20];
-  long na = dt_read_file(a, ba, sizeof ba), nb = dt_read_file(b, bb, sizeof bb);
-  return na > 0 && na == nb && memcmp(ba, bb, (size_t)na) == 0;
-}
 
 /* The acceptance command: -W 96 -H 128 --steps 4 --seed 42, plus extra options. */
 static int gen(const char *extra, const char *out, const char *log) {
@@ -48,7 +24,7 @@ static int gen(const char *extra, const char *out, const char *log) {
 
 static void check_image(const char *png) {
   int w = 0, h = 0;
-  unsigned char *px = read_png(png, &w, &h);
+  unsigned char *px = dt_read_png_rgb(png, &w, &h);
   CHECK_MSG(px != NULL, "cannot read %s", png);
   char ref_file[4200];
   snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g_fix);
@@ -88,7 +64,7 @@ static void test_acceptance(void) {
   snprintf(out2, sizeof out2, "%s/k_t1.png", g_tmp);
   unlink(out2);
   CHECK(gen("--threads 1", out2, NULL) == 0);
-  CHECK_MSG(files_equal(out, out2), "--threads 1 gave a different file");
+  CHECK_MSG(dt_files_equal(out, out2), "--threads 1 gave a different file");
 }
 
 static void test_bad_size(void) {

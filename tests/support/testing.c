@@ -2,6 +2,7 @@
 #include "testing.h"
 
 #include <errno.h>
+#include <png.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -90,4 +91,34 @@ long dt_read_file(const char *path, char *buf, size_t len) {
   fclose(f);
   buf[n] = 0;
   return (long)n;
+}
+
+unsigned char *dt_read_png_rgb(const char *path, int *w, int *h) {
+  png_image im;
+  memset(&im, 0, sizeof im);
+  im.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&im, path)) return NULL;
+  im.format = PNG_FORMAT_RGB;
+  unsigned char *buf = malloc(PNG_IMAGE_SIZE(im));
+  if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
+    free(buf);
+    png_image_free(&im);
+    return NULL;
+  }
+  *w = (int)im.width;
+  *h = (int)im.height;
+  return buf;
+}
+
+int dt_files_equal(const char *a, const char *b) {
+  enum { CAP = 1 << 20 };
+  char *ba = malloc(CAP), *bb = malloc(CAP);
+  int eq = 0;
+  if (ba && bb) {
+    long na = dt_read_file(a, ba, CAP), nb = dt_read_file(b, bb, CAP);
+    eq = na > 0 && na == nb && memcmp(ba, bb, (size_t)na) == 0;
+  }
+  free(ba);
+  free(bb);
+  return eq;
 }

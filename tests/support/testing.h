@@ -55,6 +55,10 @@ double dt_rel_err(const float *a, const float *b, size_t n);
 void dt_fill_random(float *x, size_t n, uint64_t seed);
 /* Runs a shell command, returns its exit status (or -1); stdout+stderr to out_file if set. */
 int dt_run(const char *cmd, const char *out_file);
+/* Reads a PNG as 8-bit RGB (malloc'd, w*h*3 bytes) or returns NULL. */
+unsigned char *dt_read_png_rgb(const char *path, int *w, int *h);
+/* 1 when both files exist, are non-empty, at most 1 MiB and byte-identical. */
+int dt_files_equal(const char *a, const char *b);
 /* Reads a whole small text file into buf (NUL-terminated); returns bytes or -1. */
 long dt_read_file(const char *path, char *buf, size_t len);
 

@@ -1,0 +1,118 @@
+/* The model shipped in the repository (models/shapes-128, what `make run` uses) against
+ * diffusers' ZImagePipeline run on the same folder (models/shapes-128/reference, written by
+ * tools/train/diffusers_ref.py on the GPU machine, float32): for every case the tokenizer's
+ * ids of the chat-templated prompt are diffusers' ids, and the 128x128 image from 8 steps
+ * with the case's seed is within one 8-bit level of diffusers' image.
+ * Usage: test_default_model [--fixture MODEL_DIR] (default <src>/models/shapes-128). */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ditrun.h"
+#include "fixture.h"
+#include "testing.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+static void check_ids(const char *model, const char *ref_file, int i, const char *prompt) {
+  char path[4096], name[64];
+  dit_error err = {0};
+  dit_tokenizer *tok = NULL;
+  char *text = NULL;
+  int32_t *ids = NULL, *ref = NULL;
+  size_t n = 0;
+  int64_t shape[8];
+  int nd = 0;
+  snprintf(path, sizeof path, "%s/tokenizer", model);
+  dit_status s = dit_tok_load(path, &tok, &err);
+  if (s == DIT_OK) s = dit_chat_render(DIT_CHAT_QWEN3_THINKING, prompt, &text, &err);
+  if (s == DIT_OK) s = dit_tok_encode(tok, text, strlen(text), &ids, &n, &err);
+  CHECK_MSG(s == DIT_OK, "case %d: tokenize: %s", i, err.msg);
+  snprintf(name, sizeof name, "ids_%d", i);
+  if (s == DIT_OK && dt_load_i32(ref_file, name, &ref, shape, &nd) == 0) {
+    int same = nd == 1 && (size_t)shape[0] == n && memcmp(ids, ref, n * sizeof *ids) == 0;
+    CHECK_MSG(same, "case %d: %zu ids differ from diffusers' tokenizer (%lld ids)", i, n, (long long)shape[0]);
+    free(ref);
+  } else {
+    CHECK_MSG(0, "case %d: no %s in %s", i, name, ref_file);
+  }
+  free(ids);
+  free(text);
+  dit_tok_free(tok);
+}
+
+static void check_image(dit_ctx *ctx, const char *model, const char *ref_file, int i, const char *prompt,
+                        uint64_t seed, int W, int H, int steps) {
+  dit_gen_params p;
+  dit_gen_params_default(&p);
+  p.model_dir = model;
+  p.prompt = prompt;
+  p.width = W;
+  p.height = H;
+  p.steps = steps;
+  p.seed = seed;
+  p.guidance = 0.0;
+  p.guidance_set = 1;
+  dit_image img = {0};
+  dit_gen_stats st;
+  dit_status s = dit_generate(ctx, &p, &img, &st);
+  CHECK_MSG(s == DIT_OK, "case %d: generate: %s", i, dit_ctx_last_error(ctx));
+  char name[64];
+  snprintf(name, sizeof name, "image_%d", i);
+  float *ref = NULL;
+  int64_t sh[8];
+  int nd = 0;
+  if (s == DIT_OK && dt_load_f32(ref_file, name, &ref, sh, &nd) == 0) {
+    const size_t n = (size_t)W * (size_t)H * 3;
+    int ok = nd == 3 && sh[0] == H && sh[1] == W && sh[2] == 3 && img.width == W && img.height == H;
+    CHECK_MSG(ok, "case %d: image shape differs from the reference", i);
+    int maxd = 0;
+    size_t off = 0;
+    for (size_t k = 0; ok && k < n; k++) {
+      int d = abs((int)lrintf(ref[k] * 255.0f) - (int)img.rgb[k]);
+      if (d > maxd) maxd = d;
+      if (d > 1) off++;
+    }
+    printf("case %d (\"%s\", seed %llu): max difference %d levels, %zu values off by more than one\n", i, prompt,
+           (unsigned long long)seed, maxd, off);
+    CHECK_MSG(ok && maxd <= 1, "case %d: image differs from diffusers' by %d 8-bit levels", i, maxd);
+    free(ref);
+  } else if (s == DIT_OK) {
+    CHECK_MSG(0, "case %d: no %s in %s", i, name, ref_file);
+  }
+  dit_image_free(&img);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  char model[4096], ref_file[4096], ref_json[4096];
+  if (a.fixture) snprintf(model, sizeof model, "%s", a.fixture);
+  else snprintf(model, sizeof model, "%s/models/shapes-128", a.src);
+  snprintf(ref_file, sizeof ref_file, "%s/reference/reference.safetensors", model);
+  snprintf(ref_json, sizeof ref_json, "%s/reference/reference.json", model);
+  json_error_t je;
+  json_t *rj = json_load_file(ref_json, 0, &je);
+  CHECK_MSG(rj != NULL, "cannot read %s: %s", ref_json, je.text);
+  if (!rj) return dt_finish();
+  const int W = (int)json_integer_value(json_object_get(rj, "width"));
+  const int H = (int)json_integer_value(json_object_get(rj, "height"));
+  const int steps = (int)json_integer_value(json_object_get(rj, "steps"));
+  json_t *cases = json_object_get(rj, "cases");
+  CHECK_MSG(json_array_size(cases) > 0 && W > 0 && H > 0 && steps > 0, "reference.json: no cases or no size");
+  dit_ctx *ctx = NULL;
+  dit_ctx_create(NULL, &ctx);
+  for (size_t i = 0; ctx && i < json_array_size(cases); i++) {
+    json_t *c = json_array_get(cases, i);
+    const char *prompt = json_string_value(json_object_get(c, "prompt"));
+    const uint64_t seed = (uint64_t)json_integer_value(json_object_get(c, "seed"));
+    CHECK_MSG(prompt != NULL, "case %zu has no prompt", i);
+    if (!prompt) continue;
+    check_ids(model, ref_file, (int)i, prompt);
+    check_image(ctx, model, ref_file, (int)i, prompt, seed, W, H, steps);
+  }
+  dit_ctx_free(ctx);
+  json_decref(rj);
+  return dt_finish();
+}

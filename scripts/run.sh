@@ -1,12 +1,17 @@
 #!/bin/sh
-# `make run`: generate an image with the model shipped in the repository and say where
-# it is. The shipped model (models/zimage-tiny) has RANDOM weights: the picture is
-# structured noise, not the prompt. It shows the whole pipeline working end to end.
+# `make run`: generate an image with the model shipped in the repository and say where it
+# is. The shipped model (models/shapes-128) is a small trained model of the Z-Image family
+# (Qwen3-architecture text encoder, Z-Image transformer, AutoencoderKL) that draws scenes of
+# colored circles, squares and triangles from captions such as the default prompt below;
+# see models/shapes-128/README.md for what it can draw and how it was trained.
 set -e
 BUILD=${1:-build}
-MODEL=${MODEL:-models/zimage-tiny}
-PROMPT=${PROMPT:-"a red fox in the snow, 35mm photo"}
+MODEL=${MODEL:-models/shapes-128}
+PROMPT=${PROMPT:-"a blue square above a white circle on a purple background"}
+SEED=${SEED:-42}
 mkdir -p out
-OUT=out/zimage-tiny.png
-"$BUILD/ditrun" generate -m "$MODEL" -p "$PROMPT" -W 256 -H 256 --steps 8 --seed 42 -o "$OUT" --overwrite --progress
-echo "image written to $OUT (model $MODEL has random weights: expect noise-like structure, not the prompt)"
+OUT=${OUT:-out/shapes-128.png}
+"$BUILD/ditrun" generate -m "$MODEL" -p "$PROMPT" -W 128 -H 128 --steps 8 --seed "$SEED" -o "$OUT" --overwrite \
+  --progress
+echo "image written to $OUT"
+echo "  prompt: \"$PROMPT\" (seed $SEED; try PROMPT=\"three green triangles on a black background\" make run)"

@@ -4,6 +4,11 @@
  *
  * Conventions (all ops):
  * - Activations are contiguous row-major F32 tensors unless an op says otherwise.
+ *   "Row views" (ops that say so): any tensor dit_tensor_rowview accepts — unit stride on
+ *   the last dim, leading dims merging into at most two strided groups (a column slice of a
+ *   wider buffer, a per-batch row range of a longer sequence). "Strided [B,S,H,D]": 4-D,
+ *   unit last stride, any non-negative strides on B, S and H. The CUDA backend also needs
+ *   16-byte aligned rows (strides multiples of 8 elements) for these.
  *   Weights (w, b, norm scales, tables) may be F32, BF16 or F16 and are read in their
  *   stored dtype (never copied to F32 as a whole).
  * - Shapes are checked; a mismatch returns DIT_ERR_INVALID_ARG naming the op.
@@ -40,7 +45,8 @@ typedef struct dit_backend_ops {
   dit_status (*sync)(dit_backend *be, dit_error *err);
 
   /* y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]). x may be [..., K] (leading dims flattened).
-   * b may be NULL. y must not alias x. */
+   * x and y may be row views (e.g. y a column slice of a wider buffer: ldc != N). b may be
+   * NULL. y must not alias x. */
   dit_status (*linear)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                        const dit_tensor *b, dit_act act, dit_error *err);
   /* Row-wise over the last dim D: y = x / sqrt(mean(x^2) + eps) * w (w [D] or NULL). y may alias x. */
@@ -53,17 +59,18 @@ typedef struct dit_backend_ops {
   dit_status (*group_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
                            const dit_tensor *b, float eps, bool silu, dit_error *err);
   /* Scaled dot-product attention. q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (Hq % Hkv == 0, GQA),
-   * out [B,Sq,Hq,D]. key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks
-   * key j > query i. A query row with no visible key yields zeros. */
+   * out [B,Sq,Hq,D]; each of q, k, v, out may be strided [B,S,H,D] (e.g. column slices of a
+   * fused QKV projection). key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks
+   * key j > query i. A query row with no visible key yields zeros. out must not overlap q, k, v. */
   dit_status (*attention)(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
                           const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
                           dit_error *err);
-  /* In place: x [B,S,H,D] rotated by angles with cos, sin [B,S,D/2] (F32). */
+  /* In place: x [B,S,H,D] (strided on the CPU) rotated by angles with cos, sin [B,S,D/2] or [S,D/2] (F32). */
   dit_status (*rope)(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
                      dit_rope_mode mode, dit_error *err);
   /* y = act(x), elementwise. y may alias x. */
   dit_status (*activation)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err);
-  /* y = silu(a) * b, elementwise, same shapes. y may alias a or b. */
+  /* y = silu(a) * b, elementwise, same shapes; y, a, b may be row views. y may alias a or b. */
   dit_status (*swiglu)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
   /* x [B,S,D]: y = x * (1 + scale[B,D]) + shift[B,D]; shift may be NULL. y may alias x. */
   dit_status (*modulate)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
@@ -100,7 +107,8 @@ typedef struct dit_backend_ops {
   /* ---- fused ops (optional: NULL where a backend lacks one). Call them through the
    * dit_op_* helpers below, which run the unfused sequence when the op is NULL. Each one's
    * result is that of its unfused sequence (intermediates may stay in fp32 on a GPU). ---- */
-  /* x [B,S,H,D] in place: x = rope(rms_norm(x) * w) (per head row of D; w [D] or NULL). */
+  /* x [B,S,H,D] in place (may be strided): x = rope(rms_norm(x) * w) (per head row of D; w [D]
+   * or NULL). The unfused sequence runs a strided x through a temporary contiguous copy. */
   dit_status (*rms_norm_rope)(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
                               const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
   /* x [B,S,D]: y = rms_norm(x) * w * (1 + scale[B,D]) (scale NULL: plain rms_norm). y may alias x. */

@@ -14,9 +14,28 @@ static dit_status as_rows(const char *op, const dit_tensor *x, dit_tensor *v, di
   return DIT_OK;
 }
 
+/* A strided x goes through a contiguous temporary (allocated and freed here, after a sync):
+ * the fallback of backends without the fused op for such views, not a fast path. */
+static dit_status unfused_norm_rope_strided(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                            const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                                            dit_error *err) {
+  void *tmp = NULL;
+  DIT_TRY(be->ops->alloc(be, dit_tensor_nbytes(x), &tmp, err));
+  dit_tensor c = dit_tensor_make(x->dtype, tmp, x->ndim, x->shape);
+  c.device = x->device;
+  dit_status s = be->ops->copy(be, &c, x, err);
+  if (s == DIT_OK) s = dit_unfused_rms_norm_rope(be, &c, w, eps, cos, sin, mode, err);
+  if (s == DIT_OK) s = be->ops->copy(be, x, &c, err);
+  if (s == DIT_OK) s = be->ops->sync(be, err);
+  be->ops->free(be, tmp);
+  return s;
+}
+
 dit_status dit_unfused_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
                                      const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
                                      dit_error *err) {
+  if (x && x->ndim >= 1 && x->data && !dit_tensor_is_contiguous(x))
+    return unfused_norm_rope_strided(be, x, w, eps, cos, sin, mode, err);
   dit_tensor rows;
   DIT_TRY(as_rows("rms_norm_rope", x, &rows, err));
   DIT_TRY(be->ops->rms_norm(be, &rows, &rows, w, eps, err));

@@ -56,6 +56,41 @@ bool dit_tensor_is_contiguous(const dit_tensor *t) {
   return true;
 }
 
+bool dit_tensor_rowview(const dit_tensor *t, dit_rowview *v) {
+  v->P = 1, v->M = 1, v->C = 1, v->ps = 1, v->rs = 1;
+  if (t->ndim < 1) return true;
+  const int last = t->ndim - 1;
+  v->C = t->shape[last];
+  if (v->C != 1 && t->stride[last] != 1) return false;
+  v->rs = v->ps = v->C;
+  int64_t gn[2] = {1, 1}, gs[2] = {0, 0}; /* groups from the innermost: size, stride */
+  int ng = 0;
+  for (int i = last - 1; i >= 0; i--) {
+    const int64_t n = t->shape[i], s = t->stride[i];
+    if (n == 1) continue;
+    if (s < 0) return false;
+    if (ng > 0 && s == gs[ng - 1] * gn[ng - 1]) {
+      gn[ng - 1] *= n;
+      continue;
+    }
+    if (ng == 2) return false;
+    gn[ng] = n, gs[ng] = s;
+    ng++;
+  }
+  if (ng >= 1) v->M = gn[0], v->rs = gs[0], v->ps = gn[0] * gs[0];
+  if (ng == 2) v->P = gn[1], v->ps = gs[1];
+  return true;
+}
+
+bool dit_rowview_split(dit_rowview *v, int64_t P) {
+  if (v->P == P) return true;
+  if (v->P != 1 || P <= 0 || v->M % P != 0) return false;
+  v->M /= P;
+  v->P = P;
+  v->ps = v->M * v->rs;
+  return true;
+}
+
 char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len) {
   size_t o = 0;
   if (len == 0) return buf;

@@ -34,6 +34,18 @@ dit_tensor dit_tensor_4d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, in
 int64_t dit_tensor_numel(const dit_tensor *t);
 size_t dit_tensor_nbytes(const dit_tensor *t);
 bool dit_tensor_is_contiguous(const dit_tensor *t);
+/* A tensor seen as P blocks of M rows of its last dim C: row (p, m) starts at element
+ * p * ps + m * rs; the last dim has unit stride. Strided views (column slices of a wider
+ * buffer, row ranges of a longer sequence per batch item) have this form. */
+typedef struct dit_rowview {
+  int64_t P, M, C, ps, rs;
+} dit_rowview;
+/* Merges t's leading dims where their strides allow. Returns false (v unspecified) when the
+ * last dim's stride is not 1, a stride is negative, or more than two irregular groups of
+ * leading dims remain. A contiguous tensor gives P = 1, M = rows, rs = C. */
+bool dit_tensor_rowview(const dit_tensor *t, dit_rowview *v);
+/* Re-splits v into P blocks (v->P == P already, or v->P == 1 and M % P == 0). */
+bool dit_rowview_split(dit_rowview *v, int64_t P);
 /* Writes "[a, b, c]" into buf. Returns buf. */
 char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
 /* True if t has exactly this shape. */

@@ -4,7 +4,13 @@
  * x_embedder / context_embedder -> double-stream blocks over the separate streams with
  * joint attention over [text, image] -> single-stream blocks over the joint sequence ->
  * image rows -> AdaLayerNormContinuous -> proj_out. RoPE tables are built on the host
- * in float64 from the (t, h, w, l) ids and rounded to float32, as diffusers does. */
+ * in float64 from the (t, h, w, l) ids and rounded to float32, as diffusers does.
+ * No q/k/v copies: the double blocks write each stream's projections straight into its row
+ * range of the joint [text, image] q/k/v buffers (strided GEMM outputs) and read the
+ * attention output back through row views; the single blocks take q/k/v as column slices of
+ * the fused projection, normalise and rotate them in place (fused QK-norm + RoPE), and
+ * write the attention output and the SwiGLU activation into the two column ranges of the
+ * fused out-projection's input. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,21 +42,22 @@ typedef struct flux2_acts {
   /* in the activation dtype (F32, or BF16 on a GPU): */
   void *t_freq;         /* [B, Tc] */
   void *t_mid, *temb, *g_emb, *temb_silu; /* [B, D] */
-  void *mod_raw;        /* [B, 6D] one modulation linear's output */
-  void *chunks;         /* [M_COUNT, B, D] */
+  void *mod_raw;        /* [B, 6D] one modulation linear's output (B > 1: split into chunks by copies) */
+  void *chunks;         /* [M_COUNT, B, D] (B = 1: the modulation linears write here directly) */
   void *img, *txt;      /* [B, Si, D], [B, St, D] */
   void *joint;          /* [B, S, D] */
-  void *hn, *q, *k, *v, *p, *o; /* [B*S*D] each */
-  void *big;            /* [B*S, max(2F, 3D + 2F)] */
-  void *ga, *gb;        /* [B*S, F] */
-  void *cat;            /* [B*S, D + F] */
+  void *hn, *p;         /* [B*S*D] block scratch: normed input, projection output */
+  void *q, *k, *v, *o;  /* [B, S, D] joint q/k/v and attention output of the double blocks */
+  void *big;            /* [B*S, max(2F, 3D + 2F)] fused projection (single) / MLP input (double) */
+  void *ga;             /* [B*S, F] SwiGLU output of the double blocks */
+  void *cat;            /* [B*S, D + F] single blocks: [attention output, SwiGLU] */
   void *x_in, *txt_in, *out_act; /* inputs and output in the activation dtype (only when it is not F32) */
   float *x_f32, *txt_f32, *out_f32; /* device copies of host inputs / output (staged calls: host tensors, GPU model) */
 } flux2_acts;
 
 /* Host tables, laid out in one buffer uploaded in one piece. */
 typedef struct flux2_host_tables {
-  float *cos, *sin;     /* [B, S, hd/2] */
+  float *cos, *sin;     /* [S, hd/2], shared by the batch */
   float *t;             /* [B] t * 1000 */
   float *g;             /* [B] guidance * 1000 */
 } flux2_host_tables;
@@ -86,12 +93,12 @@ static void *chunk(const dit_flux2 *m, const flux2_acts *a, const flux2_geom *g,
 }
 
 static size_t host_bytes_of(const dit_flux2_config *c, const flux2_geom *g) {
-  size_t tab = (size_t)(g->B * g->S * (c->head_dim / 2));
+  size_t tab = (size_t)(g->S * (c->head_dim / 2));
   return (2 * tab + 2 * (size_t)g->B) * sizeof(float);
 }
 
 static void table_layout(const dit_flux2_config *c, const flux2_geom *g, void *buf, flux2_host_tables *h) {
-  size_t tab = (size_t)(g->B * g->S * (c->head_dim / 2));
+  size_t tab = (size_t)(g->S * (c->head_dim / 2));
   h->cos = buf;
   h->sin = h->cos + tab;
   h->t = h->sin + tab;
@@ -100,7 +107,7 @@ static void table_layout(const dit_flux2_config *c, const flux2_geom *g, void *b
 
 /* Flux2PosEmbed: per axis i with dim d, freq_j = 1 / theta^(2j/d) (float64), angle =
  * float32(id) * freq_j in float64, cos/sin rounded to float32; axes concatenated. Rows
- * are [text, image] as the model concatenates them, repeated for every batch item. */
+ * are [text, image] as the model concatenates them (one table for every batch item). */
 static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const float *img_ids, const float *txt_ids,
                       const flux2_host_tables *h) {
   const int64_t half = c->head_dim / 2;
@@ -119,11 +126,6 @@ static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const floa
       }
       off += d / 2;
     }
-  }
-  size_t row = (size_t)(g->S * half);
-  for (int64_t b = 1; b < g->B; b++) {
-    memcpy(h->cos + b * row, h->cos, row * sizeof(float));
-    memcpy(h->sin + b * row, h->sin, row * sizeof(float));
   }
 }
 
@@ -159,7 +161,6 @@ static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geo
   TAKE(o, R * D);
   TAKE(big, R * wide);
   TAKE(ga, R * F);
-  TAKE(gb, R * F);
   TAKE(cat, R * (D + F));
   const size_t nx = B * (size_t)g->Si * (size_t)c->in_channels, nt = B * (size_t)g->St * (size_t)c->joint_attention_dim;
   const size_t no = B * (size_t)g->Si * (size_t)c->out_channels;
@@ -184,6 +185,10 @@ static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
   dit_tensor ts = t2(m, a->temb_silu, B, D), raw = t2(m, a->mod_raw, B, n * D);
+  if (B == 1) { /* [1, nD] is chunks k0 .. k0 + n - 1 laid end to end: no split needed */
+    dit_tensor dst = t2(m, chunk(m, a, g, k0), 1, n * D);
+    return dit_op_linear(be, &dst, &ts, w, NULL, DIT_ACT_NONE, err);
+  }
   DIT_TRY(dit_op_linear(be, &raw, &ts, w, NULL, DIT_ACT_NONE, err));
   for (int i = 0; i < n; i++) {
     dit_tensor dst = t2(m, chunk(m, a, g, k0 + i), B, D);
@@ -236,61 +241,59 @@ static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, void *x, int64_t S
   return dit_op_modulate(m->be, &th, &th, &sc, &sh, err);
 }
 
-/* One stream's projection into the joint q/k/v buffers at rows [off, off + Ss):
- * p = hn @ W^T, per-head RMSNorm (norm may be NULL), copied into dst's slice. */
+/* A strided [B, Ss, H, hd] view of rows [off, off + Ss) of a [B, S, ld] buffer at p. */
+static dit_tensor heads(const dit_flux2 *m, void *p, const flux2_geom *g, int64_t Ss, int64_t off, int64_t ld) {
+  const int64_t H = m->cfg.n_heads, hd = m->cfg.head_dim;
+  dit_tensor t = t4(m, el(m, p, off * ld), g->B, Ss, H, hd);
+  t.stride[0] = g->S * ld, t.stride[1] = ld, t.stride[2] = hd;
+  return t;
+}
+
+/* RoPE table rows [off, off + Ss) ([Ss, hd/2], shared by the batch). */
+static dit_tensor rope_rows(const dit_flux2 *m, const dit_tensor *tab, int64_t Ss, int64_t off) {
+  const int64_t half = m->cfg.head_dim / 2;
+  return mk(m, DIT_F32, (float *)tab->data + off * half, 2, (int64_t[]){Ss, half});
+}
+
+/* One stream's projection written straight into rows [off, off + Ss) of the joint buffer
+ * dst [B, S, D]: dst rows = hn @ W^T, then (norm not NULL) per-head RMSNorm and RoPE in place. */
 static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, int64_t off, const dit_tensor *w,
-                               const dit_tensor *norm, void *dst, flux2_acts *a, dit_error *err) {
-  dit_backend *be = m->be;
-  const int64_t B = g->B, D = m->cfg.dim, hd = m->cfg.head_dim;
-  dit_tensor hn = t3(m, a->hn, B, Ss, D), p = t3(m, a->p, B, Ss, D);
-  DIT_TRY(dit_op_linear(be, &p, &hn, w, NULL, DIT_ACT_NONE, err));
-  if (norm) {
-    dit_tensor ph = t2(m, a->p, B * Ss * (D / hd), hd);
-    DIT_TRY(dit_op_rms_norm(be, &ph, &ph, norm, m->cfg.eps, err));
-  }
-  dit_tensor d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
-  return dit_op_copy(be, &d, &p, err);
+                               const dit_tensor *norm, const dit_tensor *cos, const dit_tensor *sin, void *dst,
+                               flux2_acts *a, dit_error *err) {
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor hn = t3(m, a->hn, B, Ss, D), d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
+  DIT_TRY(dit_op_linear(m->be, &d, &hn, w, NULL, DIT_ACT_NONE, err));
+  if (!norm) return DIT_OK;
+  dit_tensor d4 = heads(m, dst, g, Ss, off, D), c = rope_rows(m, cos, Ss, off), sn = rope_rows(m, sin, Ss, off);
+  return dit_op_rms_norm_rope(m->be, &d4, norm, m->cfg.eps, &c, &sn, DIT_ROPE_INTERLEAVED, err);
 }
 
-/* RoPE on q and k [B, S, H, hd], then attention into o. */
-static dit_status rope_attend(dit_flux2 *m, const flux2_geom *g, const dit_tensor *cos, const dit_tensor *sin,
-                              const dit_tensor *v4, flux2_acts *a, dit_error *err) {
-  dit_backend *be = m->be;
-  const int64_t B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  dit_tensor q4 = t4(m, a->q, B, S, H, hd), k4 = t4(m, a->k, B, S, H, hd);
-  dit_tensor o4 = t4(m, a->o, B, S, H, hd);
-  DIT_TRY(dit_op_rope(be, &q4, cos, sin, DIT_ROPE_INTERLEAVED, err));
-  DIT_TRY(dit_op_rope(be, &k4, cos, sin, DIT_ROPE_INTERLEAVED, err));
-  return dit_op_attention(be, &o4, &q4, &k4, v4, NULL, 1.0f / sqrtf((float)hd), false, err);
-}
-
-/* Flux2FeedForward on hn [rows, D] -> p [rows, D]: linear_in, SwiGLU over its halves, linear_out. */
+/* Flux2FeedForward on hn [rows, D] -> p [rows, D]: linear_in, SwiGLU over its two halves
+ * (read in place as column slices), linear_out. */
 static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_in, const dit_tensor *w_out,
                                flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
   dit_tensor hn = t2(m, a->hn, rows, D), big = t2(m, a->big, rows, 2 * F), p = t2(m, a->p, rows, D);
-  dit_tensor ga = t2(m, a->ga, rows, F), gb = t2(m, a->gb, rows, F);
+  dit_tensor ga = t2(m, a->ga, rows, F);
   DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
   dit_tensor sa = t2(m, a->big, rows, F), sb = t2(m, el(m, a->big, F), rows, F);
   sa.stride[0] = sb.stride[0] = 2 * F;
-  DIT_TRY(dit_op_copy(be, &ga, &sa, err));
-  DIT_TRY(dit_op_copy(be, &gb, &sb, err));
-  DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
+  DIT_TRY(dit_op_swiglu(be, &ga, &sa, &sb, err));
   return dit_op_linear(be, &p, &ga, w_out, NULL, DIT_ACT_NONE, err);
 }
 
 /* The second half of a double block for one stream: attention output rows [off, off+Ss)
- * through its out projection and gate, then the gated feed-forward. mk = M_IMG / M_TXT. */
+ * (a row view of o) through its out projection and gate, then the gated feed-forward.
+ * mk = M_IMG / M_TXT. */
 static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, int64_t off, int mk,
                               const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out, flux2_acts *a,
                               dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m, x, B, Ss, D), hn = t3(m, a->hn, B, Ss, D), p = t3(m, a->p, B, Ss, D);
+  dit_tensor tx = t3(m, x, B, Ss, D), p = t3(m, a->p, B, Ss, D);
   dit_tensor os = v3(m, el(m, a->o, off * D), B, Ss, D, g->S * D, D);
-  DIT_TRY(dit_op_copy(be, &hn, &os, err));
-  DIT_TRY(dit_op_linear(be, &p, &hn, w_o, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &p, &os, w_o, NULL, DIT_ACT_NONE, err));
   dit_tensor gate = t2(m, chunk(m, a, g, mk + 2), B, D);
   DIT_TRY(dit_op_gated_add(be, &tx, &p, &gate, false, err));
   DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(m, a, g, mk + 3), chunk(m, a, g, mk + 4), err));
@@ -300,59 +303,49 @@ static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_
 }
 
 /* Flux2TransformerBlock: both streams normed and modulated, projected into the joint
- * [text, image] q/k/v, joint attention, then each stream's output and MLP. */
+ * [text, image] q/k/v (q and k normed and rotated per stream), joint attention, then each
+ * stream's output and MLP. */
 static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux2_geom *g, const dit_tensor *cos,
                                const dit_tensor *sin, flux2_acts *a, dit_error *err) {
-  const int64_t St = g->St, Si = g->Si;
+  const int64_t St = g->St, Si = g->Si, B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
   DIT_TRY(norm_mod(m, g, a->txt, St, a->hn, chunk(m, a, g, M_TXT), chunk(m, a, g, M_TXT + 1), err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_q_proj, &b->norm_added_q, a->q, a, err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_k_proj, &b->norm_added_k, a->k, a, err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_v_proj, NULL, a->v, a, err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_q_proj, &b->norm_added_q, cos, sin, a->q, a, err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_k_proj, &b->norm_added_k, cos, sin, a->k, a, err));
+  DIT_TRY(project_into(m, g, St, 0, &b->add_v_proj, NULL, cos, sin, a->v, a, err));
   DIT_TRY(norm_mod(m, g, a->img, Si, a->hn, chunk(m, a, g, M_IMG), chunk(m, a, g, M_IMG + 1), err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, a->q, a, err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, a->k, a, err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, a->v, a, err));
-  dit_tensor v4 = t4(m, a->v, g->B, g->S, m->cfg.n_heads, m->cfg.head_dim);
-  DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, cos, sin, a->q, a, err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, cos, sin, a->k, a, err));
+  DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, cos, sin, a->v, a, err));
+  dit_tensor q4 = t4(m, a->q, B, S, H, hd), k4 = t4(m, a->k, B, S, H, hd), v4 = t4(m, a->v, B, S, H, hd);
+  dit_tensor o4 = t4(m, a->o, B, S, H, hd);
+  DIT_TRY(dit_op_attention(m->be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
   DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a, err));
   return stream_tail(m, g, a->txt, St, 0, M_TXT, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out, a, err);
 }
 
 /* Flux2SingleTransformerBlock on the joint stream: one fused projection to q, k, v and
- * the MLP input, attention and SwiGLU in parallel, one fused output projection. */
+ * the MLP input (q, k, v used in place as column slices), attention and SwiGLU in parallel
+ * written into the two column ranges of cat, one fused output projection. */
 static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux2_geom *g, const dit_tensor *cos,
                                const dit_tensor *sin, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, S = g->S, R = B * S, D = m->cfg.dim, F = m->cfg.mlp_hidden, hd = m->cfg.head_dim;
-  const int64_t H = m->cfg.n_heads, W = 3 * D + 2 * F;
+  const int64_t W = 3 * D + 2 * F, C = D + F;
+  const float eps = m->cfg.eps;
   DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
   dit_tensor hn = t2(m, a->hn, R, D), big = t2(m, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
-  /* q, k, v out of the fused projection into contiguous buffers (the GPU attention
-   * takes contiguous operands); per-head RMSNorm on q and k */
-  void *dst[3] = {a->q, a->k, a->v};
-  const dit_tensor *nw[2] = {&b->norm_q, &b->norm_k};
-  for (int i = 0; i < 3; i++) {
-    dit_tensor d = t2(m, dst[i], R, D), s = t2(m, el(m, a->big, i * D), R, D);
-    s.stride[0] = W;
-    DIT_TRY(dit_op_copy(be, &d, &s, err));
-    if (i == 2) break;
-    dit_tensor dh = t2(m, dst[i], R * H, hd);
-    DIT_TRY(dit_op_rms_norm(be, &dh, &dh, nw[i], m->cfg.eps, err));
-  }
-  dit_tensor v4 = t4(m, a->v, B, S, H, hd);
-  DIT_TRY(rope_attend(m, g, cos, sin, &v4, a, err));
-  dit_tensor ga = t2(m, a->ga, R, F), gb = t2(m, a->gb, R, F);
-  dit_tensor sa = t2(m, el(m, a->big, 3 * D), R, F), sb = t2(m, el(m, a->big, 3 * D + F), R, F);
-  sa.stride[0] = sb.stride[0] = W;
-  DIT_TRY(dit_op_copy(be, &ga, &sa, err));
-  DIT_TRY(dit_op_copy(be, &gb, &sb, err));
-  DIT_TRY(dit_op_swiglu(be, &ga, &ga, &gb, err));
-  dit_tensor ca = t2(m, a->cat, R, D), cb = t2(m, el(m, a->cat, D), R, F), o = t2(m, a->o, R, D);
-  ca.stride[0] = cb.stride[0] = D + F;
-  DIT_TRY(dit_op_copy(be, &ca, &o, err));
-  DIT_TRY(dit_op_copy(be, &cb, &ga, err));
-  dit_tensor cat = t2(m, a->cat, R, D + F), p2 = t2(m, a->p, R, D), p = t3(m, a->p, B, S, D),
+  dit_tensor q4 = heads(m, a->big, g, S, 0, W), k4 = heads(m, el(m, a->big, D), g, S, 0, W);
+  dit_tensor v4 = heads(m, el(m, a->big, 2 * D), g, S, 0, W), o4 = heads(m, a->cat, g, S, 0, C);
+  DIT_TRY(dit_op_rms_norm_rope(be, &q4, &b->norm_q, eps, cos, sin, DIT_ROPE_INTERLEAVED, err));
+  DIT_TRY(dit_op_rms_norm_rope(be, &k4, &b->norm_k, eps, cos, sin, DIT_ROPE_INTERLEAVED, err));
+  DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
+  dit_tensor ma = t2(m, el(m, a->big, 3 * D), R, F), mb = t2(m, el(m, a->big, 3 * D + F), R, F);
+  dit_tensor mo = t2(m, el(m, a->cat, D), R, F);
+  ma.stride[0] = mb.stride[0] = W;
+  mo.stride[0] = C;
+  DIT_TRY(dit_op_swiglu(be, &mo, &ma, &mb, err));
+  dit_tensor cat = t2(m, a->cat, R, C), p2 = t2(m, a->p, R, D), p = t3(m, a->p, B, S, D),
              x = t3(m, a->joint, B, S, D);
   DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
   dit_tensor gate = t2(m, chunk(m, a, g, M_SINGLE + 2), B, D);
@@ -476,8 +469,8 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
 #define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
   const int64_t B = g->B, D = c->dim, half = c->head_dim / 2;
-  dit_tensor cos = mk(m, DIT_F32, DEV(h.cos), 3, (int64_t[]){B, g->S, half});
-  dit_tensor sin = mk(m, DIT_F32, DEV(h.sin), 3, (int64_t[]){B, g->S, half});
+  dit_tensor cos = mk(m, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
+  dit_tensor sin = mk(m, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
   dit_tensor t_dev = mk(m, DIT_F32, DEV(h.t), 1, (int64_t[]){B}), g_dev = mk(m, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
 #undef DEV
   const bool use_g = guidance && c->guidance_embeds;

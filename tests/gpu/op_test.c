@@ -125,6 +125,17 @@ static void drop(env *e, pair *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* Makes the GPU copy equal to the CPU copy (rounded to the GPU dtype), so that a check that
+ * follows another on the same buffer starts both sides from the same values. */
+static void resync(env *e, const pair *p) {
+  size_t n = (size_t)p->n, es = dit_dtype_size(p->g.dtype);
+  void *raw = xmalloc(n * es);
+  if (p->g.dtype == DIT_F32) memcpy(raw, p->c.data, n * es);
+  else dit_convert_from_f32(raw, p->c.data, p->g.dtype, n);
+  OK(e->gpu->ops->upload(e->gpu, p->g.data, raw, n * es, E));
+  free(raw);
+}
+
 /* Downloads g as floats (n elements starting at element off). */
 static float *fetch(env *e, const dit_tensor *g, int64_t off, int64_t n) {
   size_t es = dit_dtype_size(g->dtype);
@@ -749,6 +760,142 @@ static void fused_tests(env *e) {
   cu_im(e->gpu)->fused = f0;
 }
 
+/* ---------------- strided views (FLUX.2: fused projections, joint [text, image] buffers) ---------------- */
+
+/* The same view of both sides of p: nd dims, shape and strides in elements, from element off. */
+static void pview(const pair *p, int64_t off, int nd, const int64_t *shape, const int64_t *stride, dit_tensor *c,
+                  dit_tensor *g) {
+  *c = p->c, *g = p->g;
+  c->data = (char *)p->c.data + (size_t)off * dit_dtype_size(p->c.dtype);
+  g->data = (char *)p->g.data + (size_t)off * dit_dtype_size(p->g.dtype);
+  c->ndim = g->ndim = nd;
+  for (int i = 0; i < nd; i++) c->shape[i] = g->shape[i] = shape[i], c->stride[i] = g->stride[i] = stride[i];
+}
+
+/* A single block's buffers: big [B*S, W = 3D + 2F] (q | k | v | mlp a | mlp b), cat [B*S, C = D + F]
+ * (attention out | swiglu out), both filled on both sides (so writes outside the views show
+ * up as differences); every op reads and writes column slices of them, as flux2_forward.c. */
+static void t_strided_single(env *e, int64_t B, int64_t S, int64_t H, int64_t hd, dit_dtype dt) {
+  const int64_t D = H * hd, F = 2 * D, W = 3 * D + 2 * F, C = D + F, R = B * S;
+  const bool bt = dt != DIT_F32;
+  char name[200];
+  int64_t bs[2] = {R, W}, cs[2] = {R, C}, ws[2] = {D, F}, nb[1] = {D}, hs[1] = {hd}, ts[2] = {S, hd / 2};
+  pair big = act(e, dt, 2, bs, true), cat = act(e, dt, 2, cs, true);
+  pair w = wgt(e, DIT_BF16, 2, ws, 0.1f), bias = wgt(e, DIT_BF16, 1, nb, 1.0f), nw = wgt(e, DIT_BF16, 1, hs, 1.0f);
+  pair co = wgt(e, DIT_F32, 2, ts, 1.0f), si = wgt(e, DIT_F32, 2, ts, 1.0f);
+  dit_tensor xc, xg, yc, yg, qc, qg, kc, kg, vc, vg, oc, og;
+  /* linear: x = big[:, 3D:3D+F] (ld W), y = cat[:, :D] (ld C), plain and with a SiLU after it */
+  for (int a = 0; a < 2; a++) {
+    pview(&big, 3 * D, 2, (int64_t[]){R, F}, (int64_t[]){W, 1}, &xc, &xg);
+    pview(&cat, 0, 2, (int64_t[]){R, D}, (int64_t[]){C, 1}, &yc, &yg);
+    dit_act ac = a ? DIT_ACT_SILU : DIT_ACT_NONE;
+    OK(dit_op_linear(e->cpu, &yc, &xc, &w.c, &bias.c, ac, E));
+    OK(dit_op_linear(e->gpu, &yg, &xg, &w.g, &bias.g, ac, E));
+    snprintf(name, sizeof name, "linear strided x ld%lld -> y ld%lld %s act%d", (long long)W, (long long)C, dn(dt), a);
+    compare(e, name, &cat, true);
+  }
+  /* q/k RMSNorm + RoPE in place on column slices, attention into cat[:, :D] */
+  const int64_t h4[4] = {B, S, H, hd}, bst[4] = {S * W, W, hd, 1}, cst[4] = {S * C, C, hd, 1};
+  bool f0 = cu_im(e->gpu)->fused;
+  for (int f = 1; f >= 0; f--) {
+    cu_im(e->gpu)->fused = f;
+    pview(&big, f ? 0 : D, 4, h4, bst, &qc, &qg);
+    OK(dit_op_rms_norm_rope(e->cpu, &qc, &nw.c, 1e-6f, &co.c, &si.c, DIT_ROPE_INTERLEAVED, E));
+    OK(dit_op_rms_norm_rope(e->gpu, &qg, &nw.g, 1e-6f, &co.g, &si.g, DIT_ROPE_INTERLEAVED, E));
+    snprintf(name, sizeof name, "rms_norm_rope strided ld%lld %s%s", (long long)W, dn(dt), f ? "" : " (unfused)");
+    compare(e, name, &big, bt);
+  }
+  cu_im(e->gpu)->fused = f0;
+  bool cudnn0 = cu_im(e->gpu)->cudnn;
+  for (int cd = 1; cd >= 0; cd--) { /* cuDNN (BF16), then our kernel */
+    cu_im(e->gpu)->cudnn = cd;
+    pview(&big, 0, 4, h4, bst, &qc, &qg);
+    pview(&big, D, 4, h4, bst, &kc, &kg);
+    pview(&big, 2 * D, 4, h4, bst, &vc, &vg);
+    pview(&cat, 0, 4, h4, cst, &oc, &og);
+    float sc = 1.0f / sqrtf((float)hd);
+    OK(dit_op_attention(e->cpu, &oc, &qc, &kc, &vc, NULL, sc, false, E));
+    OK(dit_op_attention(e->gpu, &og, &qg, &kg, &vg, NULL, sc, false, E));
+    char impl[16];
+    snprintf(name, sizeof name, "attention %s strided q/k/v ld%lld out ld%lld B%lld S%lld %s",
+             attn_impl(e, impl, sizeof impl), (long long)W, (long long)C, (long long)B, (long long)S, dn(dt));
+    compare(e, name, &cat, true);
+  }
+  cu_im(e->gpu)->cudnn = cudnn0;
+  /* swiglu: cat[:, D:] = silu(big[:, 3D:3D+F]) * big[:, 3D+F:]; a fresh cat (its other columns
+   * hold bf16 GEMM / attention results, which the F32 tolerance would not pass) */
+  drop(e, &cat);
+  cat = act(e, dt, 2, cs, true);
+  bool vec0 = cu_im(e->gpu)->vec;
+  for (int vec = 1; vec >= 0; vec--) {
+    cu_im(e->gpu)->vec = vec;
+    dit_tensor ac, ag, bc, bg;
+    pview(&big, 3 * D, 2, (int64_t[]){R, F}, (int64_t[]){W, 1}, &ac, &ag);
+    pview(&big, 3 * D + F, 2, (int64_t[]){R, F}, (int64_t[]){W, 1}, &bc, &bg);
+    pview(&cat, D, 2, (int64_t[]){R, F}, (int64_t[]){C, 1}, &yc, &yg);
+    OK(dit_op_swiglu(e->cpu, &yc, &ac, &bc, E));
+    OK(dit_op_swiglu(e->gpu, &yg, &ag, &bg, E));
+    snprintf(name, sizeof name, "swiglu strided a/b ld%lld y ld%lld %s%s", (long long)W, (long long)C, dn(dt),
+             vec ? "" : " (scalar)");
+    compare(e, name, &cat, bt);
+  }
+  cu_im(e->gpu)->vec = vec0;
+  drop(e, &big), drop(e, &cat), drop(e, &w), drop(e, &bias), drop(e, &nw), drop(e, &co), drop(e, &si);
+}
+
+/* A double block's joint buffer [B, S, D] with S = St + Si: linear written into the text rows
+ * (per-batch row ranges: one GEMM per item), read back from the image rows, and q/k RMSNorm +
+ * RoPE on a row range with its slice of the table. */
+static void t_strided_joint(env *e, int64_t B, int64_t St, int64_t Si, int64_t H, int64_t hd, dit_dtype dt) {
+  const int64_t S = St + Si, D = H * hd;
+  char name[200];
+  int64_t js[3] = {B, S, D}, xs[3] = {B, St, D}, ys[3] = {B, Si, D}, ws[2] = {D, D}, hs[1] = {hd};
+  int64_t ts[2] = {S, hd / 2};
+  pair joint = act(e, dt, 3, js, true), x = act(e, dt, 3, xs, true), y = act(e, dt, 3, ys, true);
+  pair w = wgt(e, DIT_BF16, 2, ws, 0.1f), nw = wgt(e, DIT_BF16, 1, hs, 1.0f);
+  pair co = wgt(e, DIT_F32, 2, ts, 1.0f), si = wgt(e, DIT_F32, 2, ts, 1.0f);
+  dit_tensor jc, jg;
+  pview(&joint, 0, 3, xs, (int64_t[]){S * D, D, 1}, &jc, &jg);
+  OK(dit_op_linear(e->cpu, &jc, &x.c, &w.c, NULL, DIT_ACT_NONE, E));
+  OK(dit_op_linear(e->gpu, &jg, &x.g, &w.g, NULL, DIT_ACT_NONE, E));
+  snprintf(name, sizeof name, "linear into joint rows [0,%lld) of %lld, B%lld %s", (long long)St, (long long)S,
+           (long long)B, dn(dt));
+  compare(e, name, &joint, true);
+  pview(&joint, St * D, 3, ys, (int64_t[]){S * D, D, 1}, &jc, &jg);
+  OK(dit_op_linear(e->cpu, &y.c, &jc, &w.c, NULL, DIT_ACT_NONE, E));
+  OK(dit_op_linear(e->gpu, &y.g, &jg, &w.g, NULL, DIT_ACT_NONE, E));
+  snprintf(name, sizeof name, "linear from joint rows [%lld,%lld), B%lld %s", (long long)St, (long long)S,
+           (long long)B, dn(dt));
+  compare(e, name, &y, true);
+  bool f0 = cu_im(e->gpu)->fused;
+  for (int f = 1; f >= 0; f--) {
+    cu_im(e->gpu)->fused = f;
+    /* the text rows hold the GPU GEMM's output (bf16-rounded inputs): start both sides equal */
+    resync(e, &joint);
+    dit_tensor cc, cg, sc, sg;
+    pview(&joint, St * D, 4, (int64_t[]){B, Si, H, hd}, (int64_t[]){S * D, D, hd, 1}, &jc, &jg);
+    pview(&co, St * (hd / 2), 2, (int64_t[]){Si, hd / 2}, (int64_t[]){hd / 2, 1}, &cc, &cg);
+    pview(&si, St * (hd / 2), 2, (int64_t[]){Si, hd / 2}, (int64_t[]){hd / 2, 1}, &sc, &sg);
+    OK(dit_op_rms_norm_rope(e->cpu, &jc, &nw.c, 1e-6f, &cc, &sc, DIT_ROPE_INTERLEAVED, E));
+    OK(dit_op_rms_norm_rope(e->gpu, &jg, &nw.g, 1e-6f, &cg, &sg, DIT_ROPE_INTERLEAVED, E));
+    snprintf(name, sizeof name, "rms_norm_rope joint rows [%lld,%lld) B%lld %s%s", (long long)St, (long long)S,
+             (long long)B, dn(dt), f ? "" : " (unfused)");
+    compare(e, name, &joint, dt != DIT_F32);
+  }
+  cu_im(e->gpu)->fused = f0;
+  drop(e, &joint), drop(e, &x), drop(e, &y), drop(e, &w), drop(e, &nw), drop(e, &co), drop(e, &si);
+}
+
+static void strided_tests(env *e) {
+  printf("-- strided views (FLUX.2 fused projections and joint buffers)\n");
+  t_strided_single(e, 1, 77, 3, 64, DIT_BF16);
+  t_strided_single(e, 2, 40, 2, 128, DIT_BF16);
+  t_strided_single(e, 1, 33, 2, 64, DIT_F32);
+  t_strided_joint(e, 1, 9, 40, 3, 64, DIT_BF16);
+  t_strided_joint(e, 2, 9, 40, 2, 128, DIT_BF16);
+  t_strided_joint(e, 2, 5, 19, 2, 64, DIT_F32);
+}
+
 static void time_fused(env *e) {
   int64_t S = 4224, D = 3840;
   int64_t xs[3] = {1, S, D}, vs[2] = {1, D}, ds[1] = {D}, hs[1] = {128}, rs[4] = {1, S, 30, 128}, cs[2] = {S, 64};
@@ -891,6 +1038,7 @@ int main(int argc, char **argv) {
   cudaEventCreate(&ev.ev0);
   cudaEventCreate(&ev.ev1);
   small_tests(&ev);
+  strided_tests(&ev);
   if (!quick) big_tests(&ev);
   OK(ev.gpu->ops->sync(ev.gpu, E));
   cudaEventDestroy(ev.ev0);

@@ -31,7 +31,7 @@ typedef struct att_args {
   const cpu_gemm_path *P;
   const dit_tensor *q, *k, *v;
   const uint8_t *mask;
-  float *out;
+  const dit_tensor *out; /* any strides, unit last */
   int64_t Sq, Sk, Hq, Hkv, D;
   float scale;
   bool causal;
@@ -129,7 +129,7 @@ static void att_qblock(const att_args *A, att_buf *B, int64_t b, int64_t h, int6
     mm_panels(P, qn, D, kb, B->s, ATT_KB, B->vp + j0 * P->nr, nkeys * P->nr, B->o, D, true);
   }
   for (int64_t r = 0; r < qn; r++) {
-    float *orow = A->out + ((b * A->Sq + i0 + r) * A->Hq + h) * D, *o = B->o + r * D;
+    float *orow = (float *)A->out->data + cpu_off4(A->out, b, i0 + r, h), *o = B->o + r * D;
     float inv = B->l[r] > 0 ? 1.0f / B->l[r] : 0.0f;
 #pragma omp simd
     for (int64_t d = 0; d < D; d++) orow[d] = o[d] * inv;
@@ -158,7 +158,7 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
   DIT_TRY(check_qkv("q", q, err));
   DIT_TRY(check_qkv("k", k, err));
   DIT_TRY(check_qkv("v", v, err));
-  DIT_TRY(cpu_check_act("attention", "out", out, err));
+  DIT_TRY(check_qkv("out", out, err));
   DIT_TRY(cpu_check_same_shape("attention", "out", out, "q", q, err));
   DIT_TRY(cpu_check_same_shape("attention", "v", v, "k", k, err));
   int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
@@ -180,12 +180,16 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
                         (long long)B, (long long)Sk);
     mask = key_mask->data;
   }
-  if (k->stride[1] < 0 || v->stride[1] < 0 || q->stride[1] < 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "attention: negative strides are not supported");
-  att_args A = {cpu_gemm_path_for(be), q, k, v, mask, out->data, Sq, Sk, Hq, Hkv, D, scale, causal};
+  for (int i = 0; i < 3; i++)
+    if (k->stride[i] < 0 || v->stride[i] < 0 || q->stride[i] < 0 || out->stride[i] < 0)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "attention: negative strides are not supported");
+  att_args A = {cpu_gemm_path_for(be), q, k, v, mask, out, Sq, Sk, Hq, Hkv, D, scale, causal};
   if (dit_tensor_numel(out) == 0) return DIT_OK;
   if (Sk == 0 || D == 0) {
-    memset(out->data, 0, dit_tensor_nbytes(out));
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t i = 0; i < Sq; i++)
+        for (int64_t h = 0; h < Hq; h++)
+          memset((float *)out->data + cpu_off4(out, b, i, h), 0, sizeof(float) * (size_t)D);
     return DIT_OK;
   }
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
@@ -217,12 +221,11 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
 
 dit_status cpu_rope_check(const dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
                           bool *shared_out, dit_error *err) {
-  DIT_TRY(cpu_check_act("rope", "x", x, err));
+  DIT_TRY(cpu_check_strided4("rope", "x", x, err));
   DIT_TRY(cpu_check_act("rope", "cos", cos, err));
   DIT_TRY(cpu_check_act("rope", "sin", sin, err));
   DIT_TRY(cpu_check_same_shape("rope", "sin", sin, "cos", cos, err));
-  if (x->ndim != 4 || x->shape[3] % 2 != 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "rope: x must be [B, S, H, D] with even D");
+  if (x->shape[3] % 2 != 0) return dit_errorf(err, DIT_ERR_INVALID_ARG, "rope: x must be [B, S, H, D] with even D");
   if (mode != DIT_ROPE_INTERLEAVED && mode != DIT_ROPE_HALF)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "rope: unknown mode %d", (int)mode);
   int64_t B = x->shape[0], S = x->shape[1], h2 = x->shape[3] / 2;
@@ -250,7 +253,7 @@ dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const
   for (int64_t bs = 0; bs < B * S; bs++) {
     int64_t crow = shared ? bs % S : bs;
     const float *c = cd + crow * h2, *s = sd + crow * h2;
-    for (int64_t h = 0; h < H; h++) cpu_rope_row(xd + (bs * H + h) * D, c, s, h2, mode);
+    for (int64_t h = 0; h < H; h++) cpu_rope_row(xd + cpu_off4(x, bs / S, bs % S, h), c, s, h2, mode);
   }
   return DIT_OK;
 }

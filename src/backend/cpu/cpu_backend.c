@@ -125,14 +125,42 @@ void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n) 
   }
 }
 
-static dit_status check_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+static dit_status check_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
   if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
   if (t->device != DIT_DEV_CPU)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CPU tensor", op, name);
   if (!t->data && dit_tensor_numel(t) > 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  return DIT_OK;
+}
+
+static dit_status check_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(check_there(op, name, t, err));
   if (!dit_tensor_is_contiguous(t))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
+  return DIT_OK;
+}
+
+dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err) {
+  DIT_TRY(check_there(op, name, t, err));
+  if (t->dtype != DIT_F32)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32, got %s", op, name, dit_dtype_name(t->dtype));
+  if (!dit_tensor_rowview(t, v))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "%s: %s must be rows of its last dim (unit last stride, at most two strided groups of "
+                      "leading dims)", op, name);
+  return DIT_OK;
+}
+
+dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(check_there(op, name, t, err));
+  if (t->dtype != DIT_F32 || t->ndim != 4)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be a 4-D F32 tensor (got %s, %d dims)", op, name,
+                      dit_dtype_name(t->dtype), t->ndim);
+  if (t->stride[3] != 1 && t->shape[3] > 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must have unit stride on its last dim", op, name);
+  for (int i = 0; i < 3; i++)
+    if (t->stride[i] < 0) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has a negative stride", op, name);
   return DIT_OK;
 }
 

@@ -1,6 +1,7 @@
 /* Elementwise ops of the CPU backend: activations, SwiGLU, adaLN modulate, gated
- * residual add, add, mul and scale. All are F32, contiguous, fp32 math, and allow the
- * output to alias an input (each element is read before it is written). */
+ * residual add, add, mul and scale. All are F32, contiguous (SwiGLU also takes strided
+ * row views), fp32 math, and allow the output to alias an input (each element is read
+ * before it is written). */
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -32,15 +33,41 @@ dit_status cpu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, d
   return DIT_OK;
 }
 
+/* y = silu(a) * b over rows: contiguous operands as one flat loop, strided views (column
+ * slices of wider buffers, see dit_tensor_rowview) row by row; the same arithmetic. */
 dit_status cpu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
-  DIT_TRY(check_binary("swiglu", y, a, b, err));
-  int64_t n = dit_tensor_numel(a);
+  dit_rowview yv, av, bv;
+  DIT_TRY(cpu_check_rows("swiglu", "a", a, &av, err));
+  DIT_TRY(cpu_check_rows("swiglu", "b", b, &bv, err));
+  DIT_TRY(cpu_check_rows("swiglu", "y", y, &yv, err));
+  DIT_TRY(cpu_check_same_shape("swiglu", "b", b, "a", a, err));
+  DIT_TRY(cpu_check_same_shape("swiglu", "y", y, "a", a, err));
   const float *ad = a->data, *bd = b->data;
   float *yd = y->data;
+  if (dit_tensor_is_contiguous(a) && dit_tensor_is_contiguous(b) && dit_tensor_is_contiguous(y)) {
+    int64_t n = dit_tensor_numel(a);
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = ad[i];
-    yd[i] = v / (1.0f + expf(-v)) * bd[i];
+    for (int64_t i = 0; i < n; i++) {
+      float v = ad[i];
+      yd[i] = v / (1.0f + expf(-v)) * bd[i];
+    }
+    return DIT_OK;
+  }
+  int64_t P = yv.P > av.P ? yv.P : av.P;
+  P = bv.P > P ? bv.P : P;
+  if (!dit_rowview_split(&yv, P) || !dit_rowview_split(&av, P) || !dit_rowview_split(&bv, P) || yv.M != av.M ||
+      bv.M != av.M)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "swiglu: the row layouts of y, a and b do not match");
+  const int64_t M = av.M, C = av.C;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < P * M; r++) {
+    const int64_t p = r / M, m = r % M;
+    const float *ar = ad + p * av.ps + m * av.rs, *br = bd + p * bv.ps + m * bv.rs;
+    float *yr = yd + p * yv.ps + m * yv.rs;
+    for (int64_t i = 0; i < C; i++) {
+      float v = ar[i];
+      yr[i] = v / (1.0f + expf(-v)) * br[i];
+    }
   }
   return DIT_OK;
 }

@@ -56,7 +56,7 @@ dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w
   for (int64_t bs = 0; bs < B * S; bs++) {
     int64_t crow = shared ? bs % S : bs;
     for (int64_t h = 0; h < H; h++) {
-      float *xr = xd + (bs * H + h) * D;
+      float *xr = xd + cpu_off4(x, bs / S, bs % S, h);
       norm_mod_row(xr, xr, wf, NULL, D, eps);
       cpu_rope_row(xr, cd + crow * h2, sd + crow * h2, h2, mode);
     }

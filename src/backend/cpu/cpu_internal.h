@@ -43,6 +43,15 @@ static inline bool cpu_wdtype_ok(dit_dtype t) { return t == DIT_F32 || t == DIT_
 
 /* Checks that t is non-NULL, on the CPU, with data, contiguous, of dtype F32. */
 dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
+/* Checks that t is non-NULL, on the CPU, with data, F32, and rows of its last dim (see
+ * dit_tensor_rowview: column slices and per-batch row ranges of wider buffers); fills v. */
+dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err);
+/* Checks a strided 4-D F32 tensor [B, S, H, D]: unit last stride, non-negative strides. */
+dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
+/* Element offset of (b, s, h, 0) in a 4-D tensor. */
+static inline int64_t cpu_off4(const dit_tensor *t, int64_t b, int64_t s, int64_t h) {
+  return b * t->stride[0] + s * t->stride[1] + h * t->stride[2];
+}
 /* Checks a weight-like tensor: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
 dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
 /* Checks that a and b have the same shape. */

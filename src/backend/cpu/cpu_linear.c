@@ -376,8 +376,9 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
 
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, dit_act act, dit_error *err) {
-  DIT_TRY(cpu_check_act("linear", "x", x, err));
-  DIT_TRY(cpu_check_act("linear", "y", y, err));
+  dit_rowview xv, yv;
+  DIT_TRY(cpu_check_rows("linear", "x", x, &xv, err));
+  DIT_TRY(cpu_check_rows("linear", "y", y, &yv, err));
   DIT_TRY(cpu_check_w("linear", "w", w, -1, err));
   char s1[128], s2[128];
   if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
@@ -392,7 +393,12 @@ dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   if (b) DIT_TRY(cpu_check_w("linear", "b", b, N, err));
   if (y->data == x->data && dit_tensor_numel(x) > 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: y must not alias x");
-  int64_t M = K > 0 ? dit_tensor_numel(x) / K : dit_tensor_numel(y) / (N ? N : 1);
-  return cpu_gemm(be, M, N, K, (const float *)x->data, K, w->data, w->dtype, K, b ? b->data : NULL,
-                  b ? b->dtype : DIT_F32, act, (float *)y->data, N, err);
+  /* strided x / y (row strides != K / N, per-block offsets): one GEMM per block of rows */
+  int64_t P = xv.P > yv.P ? xv.P : yv.P;
+  if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: the row layouts of x and y do not match");
+  for (int64_t p = 0; p < P; p++)
+    DIT_TRY(cpu_gemm(be, xv.M, N, K, (const float *)x->data + p * xv.ps, xv.rs, w->data, w->dtype, K,
+                     b ? b->data : NULL, b ? b->dtype : DIT_F32, act, (float *)y->data + p * yv.ps, yv.rs, err));
+  return DIT_OK;
 }

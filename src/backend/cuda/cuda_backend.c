@@ -180,6 +180,40 @@ dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err
   return DIT_OK;
 }
 
+static dit_status cu_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+  if (t->device != DIT_DEV_CUDA)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CUDA tensor", op, name);
+  if (!t->data && dit_tensor_numel(t) > 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  if (t->dtype != DIT_F32 && t->dtype != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32 or BF16, got %s", op, name,
+                      dit_dtype_name(t->dtype));
+  return DIT_OK;
+}
+
+dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err) {
+  DIT_TRY(cu_there(op, name, t, err));
+  if (!dit_tensor_rowview(t, v))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "%s: %s must be rows of its last dim (unit last stride, at most two strided groups of "
+                      "leading dims)", op, name);
+  return DIT_OK;
+}
+
+dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(cu_there(op, name, t, err));
+  if (t->ndim != 4 || (t->stride[3] != 1 && t->shape[3] > 1))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be 4-D [B, S, H, D] with unit stride on D", op, name);
+  if (dit_tensor_is_contiguous(t)) return DIT_OK; /* the ops check what they need of contiguous shapes */
+  for (int i = 0; i < 3; i++)
+    if (t->stride[i] < 0 || (t->stride[i] % 8 != 0 && t->shape[i] > 1))
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                        "%s: %s strides must be non-negative multiples of 8 elements (16-byte rows), got %lld", op,
+                        name, (long long)t->stride[i]);
+  return DIT_OK;
+}
+
 static dit_status cu_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
   if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
   if (t->device != DIT_DEV_CUDA)

@@ -14,8 +14,8 @@ static bool al16(const dit_tensor *t) { return !t || ((uintptr_t)t->data & 15) =
 static dit_status rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
                                 const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
   const char *op = "cuda rms_norm_rope";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  if (x->ndim != 4 || x->shape[3] % 2 != 0)
+  DIT_TRY(cu_check_strided4(op, "x", x, err)); /* strided views too: q/k column slices of a fused projection */
+  if (x->shape[3] % 2 != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
   const int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
   if (w) DIT_TRY(cu_check_w(op, "w", w, D, err));
@@ -29,9 +29,9 @@ static dit_status rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor
                     al16(w) && al16(cos) && al16(sin);
   if (!fast) return dit_unfused_rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
   const int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
-  LAUNCH(op, "kernel", cuk_f_norm_rope(x->data, x->dtype, B, S, H, D, w ? w->data : NULL, w ? (int)w->dtype : 0,
-                                       eps, (const float *)cos->data, (const float *)sin->data, csb,
-                                       cu_im(be)->stream));
+  LAUNCH(op, "kernel", cuk_f_norm_rope(x->data, x->dtype, B, S, H, D, x->stride, w ? w->data : NULL,
+                                       w ? (int)w->dtype : 0, eps, (const float *)cos->data,
+                                       (const float *)sin->data, csb, cu_im(be)->stream));
   return DIT_OK;
 }
 

@@ -123,12 +123,28 @@ static bool d_ok(int abt, int dt) {
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* One GEMM per block of rows (x and y row views split alike): y rows = x rows @ w^T. */
+static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor *w, const void *xp,
+                              const dit_rowview *xv, void *yp, const dit_rowview *yv, int dt, const void *bp, int epi,
+                              dit_error *err) {
+  const int64_t K = w->shape[1], N = w->shape[0];
+  const size_t xs = dit_dtype_size(w->dtype), ys = dit_dtype_size(dt);
+  for (int64_t p = 0; p < xv->P; p++)
+    DIT_TRY(cu_gemm(be, op, 1, 0, N, xv->M, K, w->data, K, (const char *)xp + (size_t)(p * xv->ps) * xs, xv->rs,
+                    w->dtype, (char *)yp + (size_t)(p * yv->ps) * ys, yv->rs, dt, bp, epi, err));
+  return DIT_OK;
+}
+
+/* x and y may be row views (column slices, per-batch row ranges): cuBLASLt takes the row
+ * strides as lda/ldc; an F32 x is converted into a contiguous scratch copy, and a SiLU / exact
+ * GELU on a strided y runs on a contiguous scratch result copied into y afterwards. */
 dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                      const dit_tensor *b, dit_act act, dit_error *err) {
   const char *op = "cuda linear";
   cu_impl *im = cu_im(be);
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
+  dit_rowview xv, yv;
+  DIT_TRY(cu_check_rows(op, "x", x, &xv, err));
+  DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
   DIT_TRY(cu_check_w(op, "w", w, -1, err));
   if (w->ndim != 2 || x->ndim < 1 || w->shape[1] != x->shape[x->ndim - 1])
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: w must be [N, K] with K = x's last dim", op);
@@ -144,35 +160,53 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: y dtype %s with w dtype %s", op, dit_dtype_name(dt),
                       dit_dtype_name(abt));
   if (M == 0 || N == 0) return DIT_OK;
+  const int64_t P = xv.P > yv.P ? xv.P : yv.P;
+  if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: the row layouts of x and y do not match", op);
+  const bool ycontig = dit_tensor_is_contiguous(y);
   size_t xbytes = (int)x->dtype != abt ? al256((size_t)(M * K) * dit_dtype_size(abt)) : 0;
   size_t bbytes = b && (int)b->dtype != dt ? al256((size_t)N * dit_dtype_size(dt)) : 0;
+  bool post_act = act != DIT_ACT_NONE && act != DIT_ACT_GELU_TANH;
+  size_t ybytes = !ycontig && act != DIT_ACT_NONE ? al256((size_t)(M * N) * dit_dtype_size(dt)) : 0;
   void *scr = NULL;
-  if (xbytes + bbytes) DIT_TRY(cu_scratch(be, xbytes + bbytes, &scr, err));
+  if (xbytes + bbytes + ybytes) DIT_TRY(cu_scratch(be, xbytes + bbytes + ybytes, &scr, err));
   const void *xp = x->data, *bp = b ? b->data : NULL;
   if (xbytes) {
-    DIT_TRY(cu_check(cuk_convert(scr, abt, x->data, x->dtype, M * K, im->stream), op, "convert x", err));
+    if (dit_tensor_is_contiguous(x)) {
+      DIT_TRY(cu_check(cuk_convert(scr, abt, x->data, x->dtype, M * K, im->stream), op, "convert x", err));
+    } else {
+      const int64_t sh[3] = {P, xv.M, K}, ds[3] = {xv.M * K, K, 1}, ss[3] = {xv.ps, xv.rs, 1};
+      DIT_TRY(cu_check(cuk_copy(scr, abt, x->data, x->dtype, 3, sh, ds, ss, 0, im->stream), op, "convert x", err));
+    }
     xp = scr;
+    xv.ps = xv.M * K, xv.rs = K;
   }
   if (bbytes) {
     void *bs = (char *)scr + xbytes;
     DIT_TRY(cu_check(cuk_convert(bs, dt, b->data, b->dtype, N, im->stream), op, "convert bias", err));
     bp = bs;
   }
-  int epi = CUBLASLT_EPILOGUE_DEFAULT, post = DIT_ACT_NONE;
-  if (act == DIT_ACT_GELU_TANH) epi = bp ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-  else {
-    if (bp) epi = CUBLASLT_EPILOGUE_BIAS;
-    post = act;
+  void *yp = y->data;
+  dit_rowview yw = yv;
+  if (ybytes) { /* an activation after the GEMM on a strided y: compute contiguous, copy after */
+    yp = (char *)scr + xbytes + bbytes;
+    yw.ps = yw.M * N, yw.rs = N;
   }
-  dit_status s = cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err);
+  int epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (act == DIT_ACT_GELU_TANH) epi = bp ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else if (bp) epi = CUBLASLT_EPILOGUE_BIAS;
+  dit_status s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, err);
   if (s == DIT_ERR_UNSUPPORTED && act == DIT_ACT_GELU_TANH) { /* no GELU epilogue here: separate kernel */
     epi = bp ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    post = act;
-    s = cu_gemm(be, op, 1, 0, N, M, K, w->data, K, xp, K, abt, y->data, N, dt, bp, epi, err);
+    post_act = true;
+    s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, err);
   }
   DIT_TRY(s);
-  if (post != DIT_ACT_NONE)
-    DIT_TRY(cu_check(cuk_act(y->data, y->data, dt, M * N, post, im->stream), op, "activation", err));
+  if (post_act) DIT_TRY(cu_check(cuk_act(yp, yp, dt, M * N, (int)act, im->stream), op, "activation", err));
+  if (ybytes) {
+    const int64_t sh[3] = {P, yv.M, N}, ds[3] = {yv.ps, yv.rs, 1}, ss[3] = {yv.M * N, N, 1};
+    DIT_TRY(cu_check(cuk_copy(y->data, dt, yp, dt, 3, sh, ds, ss, 0, im->stream), op, "copy into strided y", err));
+  }
   return DIT_OK;
 }
 

@@ -56,6 +56,11 @@ dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err)
 
 /* Argument checks: present, on the GPU, contiguous, F32 or BF16 (activations). */
 dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
+/* Activation row views (see dit_tensor_rowview): present, GPU, F32 or BF16; fills v. */
+dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err);
+/* Strided [B, S, H, D] activations: F32/BF16, unit last stride; non-contiguous ones need strides
+ * that are multiples of 8 elements (16-byte rows). */
+dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
 /* Weight-like: present, GPU, contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
 dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
 dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
@@ -94,6 +99,17 @@ typedef struct cu_rowargs {
   int64_t vbs;
   float eps;
 } cu_rowargs;
+
+/* Element strides (batch, sequence, head) of the attention operands [B, S, H, D]; the head
+ * dim has unit stride. */
+typedef struct cu_attn_strides {
+  int64_t q[3], k[3], v[3], o[3];
+} cu_attn_strides;
+static inline cu_attn_strides cu_attn_contiguous(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D) {
+  cu_attn_strides s = {{Sq * Hq * D, Hq * D, D}, {Sk * Hkv * D, Hkv * D, D}, {Sk * Hkv * D, Hkv * D, D},
+                       {Sq * Hq * D, Hq * D, D}};
+  return s;
+}
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,14 +157,19 @@ cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, i
                        int kw, int stride, int pad, int64_t Ho, int64_t Wo, int64_t p0, int64_t np,
                        cudaStream_t s);
 /* Flash attention: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all dtype dt (F32/BF16);
- * mask [B,Sk] bytes or NULL. Returns cudaErrorInvalidValue for unsupported D. */
+ * element strides st (NULL: contiguous; rows 16-byte aligned); mask [B,Sk] bytes or NULL.
+ * Returns cudaErrorInvalidValue for unsupported D. */
 cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
-                          float scale, int causal, int version, cudaStream_t s);
+                          float scale, int causal, int version, const cu_attn_strides *st, cudaStream_t s);
 /* 8-element (16-byte) variants, k_vec.cu: n (or D) % 8 == 0 and 16-byte aligned pointers
  * (cos/sin too). ew op: 0 add, 1 mul, 2 swiglu, 3 scale by sc, 4 activation act. */
 cudaError_t cuk_v8_ew(void *y, const void *a, const void *b, int dt, int64_t n, int op, float sc, int act,
                       cudaStream_t s);
+/* add / mul / swiglu (op 0, 1, 2) over rows x cols of strided views (row strides ldy, lda,
+ * ldb in elements); vec8: 16-byte accesses (cols, lds % 8 == 0, 16-byte aligned pointers). */
+cudaError_t cuk_ew_rows(void *y, int64_t ldy, const void *a, int64_t lda, const void *b, int64_t ldb, int dt,
+                        int64_t rows, int64_t cols, int op, int vec8, cudaStream_t s);
 cudaError_t cuk_v8_modulate(void *y, const void *x, int dt, int64_t B, int64_t S, int64_t D, const void *scale,
                             const void *shift, int sdt, int64_t sbs, cudaStream_t s);
 cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D, const void *gate,
@@ -160,9 +181,11 @@ cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_
  * r != NULL: x += g[b] * rms_norm(r) * wr, then h (when not NULL) as above from the new x. */
 cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
                        const cu_rowargs *a, cudaStream_t s);
-/* x [B,S,H,D] in place: rms_norm(x) * w, then interleaved RoPE (cos/sin as cuk_rope). D / 8 <= 32. */
-cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const void *w, int wdt,
-                            float eps, const float *cos, const float *sin, int64_t csb, cudaStream_t s);
+/* x [B,S,H,D] in place: rms_norm(x) * w, then interleaved RoPE (cos/sin as cuk_rope). D / 8 <= 32.
+ * xstride: element strides of B, S, H (multiples of 8; NULL: contiguous). */
+cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *xstride,
+                            const void *w, int wdt, float eps, const float *cos, const float *sin, int64_t csb,
+                            cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

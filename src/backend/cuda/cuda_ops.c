@@ -75,10 +75,10 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                         const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
                         dit_error *err) {
   const char *op = "cuda attention";
-  DIT_TRY(cu_check_act(op, "q", q, err));
-  DIT_TRY(cu_check_act(op, "k", k, err));
-  DIT_TRY(cu_check_act(op, "v", v, err));
-  DIT_TRY(cu_check_act(op, "out", out, err));
+  DIT_TRY(cu_check_strided4(op, "q", q, err));
+  DIT_TRY(cu_check_strided4(op, "k", k, err));
+  DIT_TRY(cu_check_strided4(op, "v", v, err));
+  DIT_TRY(cu_check_strided4(op, "out", out, err));
   DIT_TRY(cu_check_same_shape(op, "q", q, "out", out, err));
   DIT_TRY(cu_check_same_shape(op, "k", k, "v", v, err));
   if (q->ndim != 4 || k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] ||
@@ -101,14 +101,17 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: q, k, v and out must be 16-byte aligned", op);
   if (out->data == q->data || out->data == k->data || out->data == v->data)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
+  cu_attn_strides as; /* operands may be strided views (fused projections, joint buffers) */
+  for (int i = 0; i < 3; i++)
+    as.q[i] = q->stride[i], as.k[i] = k->stride[i], as.v[i] = v->stride[i], as.o[i] = out->stride[i];
   if (cu_im(be)->cudnn && q->dtype == DIT_BF16) { /* cuDNN's fused SDPA where it applies, else our kernel */
     bool done = false;
     DIT_TRY(cu_sdpa_attention(&cu_im(be)->sdpa, st(be), out->data, q->data, k->data, v->data, mask, B, Sq, Sk, Hq,
-                              Hkv, D, scale, causal, &done, err));
+                              Hkv, D, &as, scale, causal, &done, err));
     if (done) return DIT_OK;
   }
   LAUNCH(op, "flash kernel", cuk_attention(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D,
-                                           mask, scale, causal, cu_im(be)->attn_version, st(be)));
+                                           mask, scale, causal, cu_im(be)->attn_version, &as, st(be)));
   return DIT_OK;
 }
 
@@ -170,9 +173,33 @@ static dit_status add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const
 static dit_status mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
   return binary(be, "cuda mul", y, a, b, 1, err);
 }
+/* Contiguous operands: the flat kernels; row views (column slices of a fused projection,
+ * see dit_tensor_rowview): one row kernel launch per block of rows. */
 static dit_status swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
                          dit_error *err) {
-  return binary(be, "cuda swiglu", y, a, b, 2, err);
+  const char *op = "cuda swiglu";
+  if (a && b && y && dit_tensor_is_contiguous(a) && dit_tensor_is_contiguous(b) && dit_tensor_is_contiguous(y))
+    return binary(be, op, y, a, b, 2, err);
+  dit_rowview yv, av, bv;
+  DIT_TRY(cu_check_rows(op, "a", a, &av, err));
+  DIT_TRY(cu_check_rows(op, "b", b, &bv, err));
+  DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
+  DIT_TRY(cu_check_same_shape(op, "a", a, "b", b, err));
+  DIT_TRY(cu_check_same_shape(op, "a", a, "y", y, err));
+  int64_t P = yv.P > av.P ? yv.P : av.P;
+  P = bv.P > P ? bv.P : P;
+  if (!dit_rowview_split(&yv, P) || !dit_rowview_split(&av, P) || !dit_rowview_split(&bv, P) || yv.M != av.M ||
+      bv.M != av.M)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: the row layouts of y, a and b do not match", op);
+  const size_t es = dit_dtype_size(a->dtype);
+  const bool vec = cu_im(be)->vec && (av.C | av.rs | bv.rs | yv.rs | av.ps | bv.ps | yv.ps) % 8 == 0 &&
+                   v8(be, 8, a->data, b->data, y->data, NULL);
+  for (int64_t p = 0; p < P; p++)
+    LAUNCH(op, "row kernel", cuk_ew_rows((char *)y->data + (size_t)(p * yv.ps) * es, yv.rs,
+                                         (const char *)a->data + (size_t)(p * av.ps) * es, av.rs,
+                                         (const char *)b->data + (size_t)(p * bv.ps) * es, bv.rs, a->dtype, av.M,
+                                         av.C, 2, vec, st(be)));
+  return DIT_OK;
 }
 
 static dit_status scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {

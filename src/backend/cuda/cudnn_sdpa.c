@@ -35,7 +35,8 @@
 /* Built without cuDNN headers: never used. */
 dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, bool causal, bool *done, dit_error *err) {
+                             int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
+                             bool *done, dit_error *err) {
   *done = false;
   return DIT_OK;
 }
@@ -97,6 +98,7 @@ typedef struct sdpa_graph {
 
 typedef struct sdpa_plan {
   int64_t B, Sq, Sk, Hq, Hkv, D;
+  cu_attn_strides st; /* element strides of Q, K, V, O (batch, sequence, head) */
   bool masked, causal;
   bool ok;    /* false: cuDNN refused this shape; use our kernel */
   bool verified; /* the first output was checked against our kernel */
@@ -411,16 +413,18 @@ static dit_status build_graph(cu_sdpa *s, sdpa_plan *p, dit_error *err) {
   g->next_uid = UID_VIRT;
   const int64_t B = p->B, Sq = p->Sq, Sk = p->Sk, Hq = p->Hq, Hkv = p->Hkv, D = p->D;
   const cudnnDataType_t BF = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT, I32 = CUDNN_DATA_INT32;
-  const int64_t qd[4] = {B, Hq, Sq, D}, qs[4] = {Sq * Hq * D, D, Hq * D, 1};
-  const int64_t ktd[4] = {B, Hkv, D, Sk}, kts[4] = {Sk * Hkv * D, D, 1, Hkv * D};
-  const int64_t vd[4] = {B, Hkv, Sk, D}, vs[4] = {Sk * Hkv * D, D, Hkv * D, 1};
+  const cu_attn_strides *t = &p->st; /* BSHD views, possibly strided (fused projections) */
+  const int64_t qd[4] = {B, Hq, Sq, D}, qs[4] = {t->q[0], t->q[2], t->q[1], 1};
+  const int64_t os[4] = {t->o[0], t->o[2], t->o[1], 1};
+  const int64_t ktd[4] = {B, Hkv, D, Sk}, kts[4] = {t->k[0], t->k[2], 1, t->k[1]};
+  const int64_t vd[4] = {B, Hkv, Sk, D}, vs[4] = {t->v[0], t->v[2], t->v[1], 1};
   const int64_t one[4] = {1, 1, 1, 1}, bd[4] = {B, 1, 1, 1}, bs[4] = {1, 1, 1, 1};
   const int64_t sd[4] = {B, Hq, Sq, Sk}, rd[4] = {B, Hq, Sq, 1}, rs[4] = {Hq * Sq, Sq, 1, 1};
   cudnnBackendDescriptor_t Q, KT, V, O, scale, sq = NULL, skv = NULL, ninf = NULL, S, S1;
   DIT_TRY(g_tensor(s, g, UID_Q, BF, qd, qs, false, false, "Q", &Q, err));
   DIT_TRY(g_tensor(s, g, UID_K, BF, ktd, kts, false, false, "K^T", &KT, err));
   DIT_TRY(g_tensor(s, g, UID_V, BF, vd, vs, false, false, "V", &V, err));
-  DIT_TRY(g_tensor(s, g, UID_O, BF, qd, qs, false, false, "O", &O, err));
+  DIT_TRY(g_tensor(s, g, UID_O, BF, qd, os, false, false, "O", &O, err));
   DIT_TRY(g_tensor(s, g, UID_SCALE, F32, one, NULL, false, true, "attn scale", &scale, err));
   if (p->masked) {
     DIT_TRY(g_tensor(s, g, UID_SEQ_Q, I32, bd, bs, false, false, "seq_len_q", &sq, err));
@@ -533,11 +537,11 @@ static void free_graph(cu_sdpa *s, sdpa_graph *g) {
 
 /* Builds (or refuses) the plan of a shape, trying each stats mode in turn. */
 static sdpa_plan *get_plan(cu_sdpa *s, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
-                           bool masked, bool causal) {
+                           const cu_attn_strides *st, bool masked, bool causal) {
   for (int i = 0; i < s->n_plans; i++) {
     sdpa_plan *p = s->plans[i];
     if (p->B == B && p->Sq == Sq && p->Sk == Sk && p->Hq == Hq && p->Hkv == Hkv && p->D == D &&
-        p->masked == masked && p->causal == causal)
+        p->masked == masked && p->causal == causal && memcmp(&p->st, st, sizeof *st) == 0)
       return p;
   }
   if (s->n_plans >= SDPA_MAX_PLANS) {
@@ -550,6 +554,7 @@ static sdpa_plan *get_plan(cu_sdpa *s, int64_t B, int64_t Sq, int64_t Sk, int64_
     return NULL;
   }
   p->B = B, p->Sq = Sq, p->Sk = Sk, p->Hq = Hq, p->Hkv = Hkv, p->D = D, p->masked = masked, p->causal = causal;
+  p->st = *st;
   char fails[STATS_MODES][360];
   for (int mode = 0; mode < STATS_MODES && !p->ok; mode++) {
     dit_error e;
@@ -644,7 +649,7 @@ static dit_status execute(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, co
  * kernel's result. Costs one run of our kernel and a sync, once per shape; skipped while the
  * stream is being captured. Returns false when the plan was dropped. */
 static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, const void *k, const void *v,
-                         const uint8_t *mask, float scale, bool causal) {
+                         const uint8_t *mask, float scale, bool causal) { /* strides: p->st */
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
     cudaGetLastError();
@@ -653,20 +658,30 @@ static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, con
   p->verified = true;
   const int64_t n = p->B * p->Sq * p->Hq * p->D;
   const size_t bytes = ((size_t)n * 2 + 255) & ~(size_t)255;
+  /* the reference is contiguous; a strided out is compared through a contiguous copy */
+  const cu_attn_strides cs = cu_attn_contiguous(p->Sq, p->Sk, p->Hq, p->Hkv, p->D);
+  const bool strided_out = memcmp(cs.o, p->st.o, sizeof cs.o) != 0;
+  const int64_t shape[4] = {p->B, p->Sq, p->Hq, p->D}, cstr[4] = {cs.o[0], cs.o[1], cs.o[2], 1};
+  const int64_t ostr[4] = {p->st.o[0], p->st.o[1], p->st.o[2], 1};
+  cu_attn_strides rs = p->st;
+  memcpy(rs.o, cs.o, sizeof rs.o);
   void *ref = NULL;
   double h[3] = {0, 0, 0};
-  cudaError_t e = cudaMalloc(&ref, bytes + 3 * sizeof(double));
+  cudaError_t e = cudaMalloc(&ref, (strided_out ? 2 : 1) * bytes + 3 * sizeof(double));
   if (e != cudaSuccess) {
     cudaGetLastError();
     note(s, "cudnn sdpa: first-output check skipped (no memory for the reference)");
     return true;
   }
-  double *acc = (double *)((char *)ref + bytes);
+  void *outc = strided_out ? (char *)ref + bytes : out;
+  double *acc = (double *)((char *)ref + (strided_out ? 2 : 1) * bytes);
   e = cudaMemsetAsync(acc, 0, 3 * sizeof(double), s->stream);
   if (e == cudaSuccess)
-    e = cuk_attention(ref, q, k, v, DIT_BF16, p->B, p->Sq, p->Sk, p->Hq, p->Hkv, p->D, mask, scale, causal, 1,
+    e = cuk_attention(ref, q, k, v, DIT_BF16, p->B, p->Sq, p->Sk, p->Hq, p->Hkv, p->D, mask, scale, causal, 1, &rs,
                       s->stream);
-  if (e == cudaSuccess) e = cuk_bf16_diff(out, ref, n, acc, s->stream);
+  if (e == cudaSuccess && strided_out)
+    e = cuk_copy(outc, DIT_BF16, out, DIT_BF16, 4, shape, cstr, ostr, 2, s->stream);
+  if (e == cudaSuccess) e = cuk_bf16_diff(outc, ref, n, acc, s->stream);
   if (e == cudaSuccess) e = cudaMemcpyAsync(h, acc, sizeof h, cudaMemcpyDeviceToHost, s->stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
   double nmse = h[1] > 0 ? h[0] / h[1] : h[0];
@@ -679,9 +694,9 @@ static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, con
             "kernel (nmse %.3e, %.0f non-finite values); dropping it",
          (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv, (long long)p->D,
          p->masked ? " padding-mask" : "", p->causal ? " causal" : "", nmse, h[2]);
-    if (cudaMemcpyAsync(out, ref, (size_t)n * 2, cudaMemcpyDeviceToDevice, s->stream) != cudaSuccess ||
-        cudaStreamSynchronize(s->stream) != cudaSuccess)
-      cudaGetLastError();
+    cudaError_t ce = strided_out ? cuk_copy(out, DIT_BF16, ref, DIT_BF16, 4, shape, ostr, cstr, 2, s->stream)
+                                 : cudaMemcpyAsync(out, ref, (size_t)n * 2, cudaMemcpyDeviceToDevice, s->stream);
+    if (ce != cudaSuccess || cudaStreamSynchronize(s->stream) != cudaSuccess) cudaGetLastError();
   } else {
     note(s, "cudnn sdpa: plan for B%lld Sq%lld Sk%lld H%lld/%lld D%lld%s%s (%s) checked: nmse %.2e vs our kernel",
          (long long)p->B, (long long)p->Sq, (long long)p->Sk, (long long)p->Hq, (long long)p->Hkv, (long long)p->D,
@@ -695,7 +710,8 @@ static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, con
 
 dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, bool causal, bool *done, dit_error *err) {
+                             int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
+                             bool *done, dit_error *err) {
   *done = false;
   cu_sdpa *s = *state;
   if (!s) {
@@ -722,7 +738,8 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
     s->fallbacks++;
     return DIT_OK;
   }
-  sdpa_plan *p = get_plan(s, B, Sq, Sk, Hq, Hkv, D, mask != NULL, causal);
+  const cu_attn_strides cst = strides ? *strides : cu_attn_contiguous(Sq, Sk, Hq, Hkv, D);
+  sdpa_plan *p = get_plan(s, B, Sq, Sk, Hq, Hkv, D, &cst, mask != NULL, causal);
   if (!p || !p->ok) {
     s->fallbacks++;
     return DIT_OK;

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_internal.h" /* cu_attn_strides */
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,13 +36,15 @@ typedef struct cu_sdpa_info {
 /* Tries to run attention with cuDNN on stream st. *done is set when the work was enqueued;
  * otherwise the caller runs its own kernel (the reason is kept in the state's message).
  * *state is created on first use (NULL in, owned by the caller, freed by cu_sdpa_destroy).
- * q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all BF16 on the device, 16-byte aligned;
- * mask: device U8 [B,Sk] or NULL. Errors are returned only for failures that leave the
+ * q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all BF16 on the device, 16-byte aligned,
+ * with element strides `strides` (batch, sequence, head; unit head-dim stride; plans are cached per
+ * strides too); mask: device U8 [B,Sk] or NULL. Errors are returned only for failures that leave the
  * stream unusable (a failed kernel launch). A mask whose valid keys are not a prefix (or
  * are empty) is detected on the device and reported by cu_sdpa_check after a sync. */
 dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, bool causal, bool *done, dit_error *err);
+                             int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
+                             bool *done, dit_error *err);
 /* After a stream sync: fails if a key mask given to cuDNN since the last check was not a
  * prefix mask (the affected outputs are wrong); clears the flag. NULL state: DIT_OK. */
 dit_status cu_sdpa_check(cu_sdpa *s, dit_error *err);

@@ -7,7 +7,9 @@
  * Versions: 1 (default; validated on an H200: 64 rows per block, synchronous loads, V
  * transposed on store), 2 (128 rows, two-stage cp.async K/V pipeline, ldmatrix) and 3 (2 with
  * registers capped for two blocks per SM when D <= 128). 2 and 3 are NOT yet validated on a
- * GPU: env DIT_CUDA_ATTN=2 or 3 selects them; the op test checks and times all three. */
+ * GPU: env DIT_CUDA_ATTN=2 or 3 selects them; the op test checks and times all three.
+ * Operands may be strided (cu_attn_strides: batch, sequence and head strides; unit stride on
+ * the head dim, rows 16-byte aligned), e.g. q/k/v as column slices of a fused projection. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -72,7 +74,7 @@ __device__ __forceinline__ void fa_tile(__nv_bfloat16 *dst, int ld, bool transpo
 template <typename T, int DP>
 __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const T *k, const T *v, int64_t Sq,
                                                       int64_t Sk, int Hq, int Hkv, int D, const uint8_t *mask,
-                                                      float sl2, int causal) {
+                                                      float sl2, int causal, cu_attn_strides st) {
   extern __shared__ __align__(16) unsigned char fa_smem[];
   const int LQ = DP + 8, LV = FA_BN + 8;
   __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fa_smem);
@@ -83,11 +85,11 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
   const int64_t q0 = (int64_t)blockIdx.x * FA_BM;
-  const T *qb = q + ((int64_t)b * Sq * Hq + h) * D;
-  const T *kb = k + ((int64_t)b * Sk * Hkv + hk) * D;
-  const T *vb = v + ((int64_t)b * Sk * Hkv + hk) * D;
+  const T *qb = q + (int64_t)b * st.q[0] + (int64_t)h * st.q[2];
+  const T *kb = k + (int64_t)b * st.k[0] + (int64_t)hk * st.k[2];
+  const T *vb = v + (int64_t)b * st.v[0] + (int64_t)hk * st.v[2];
 
-  fa_tile<T, DP>(Qs, LQ, false, qb, q0, Sq, (int64_t)Hq * D, D);
+  fa_tile<T, DP>(Qs, LQ, false, qb, q0, Sq, st.q[1], D);
 
   const int ra = warp * 16 + (lane >> 2), qc = (lane & 3) * 2;
   const int64_t qia = q0 + ra, qib = qia + 8;
@@ -104,8 +106,8 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
   for (int64_t kt = 0; kt < nkt; kt++) {
     const int64_t k0 = kt * FA_BN;
     __syncthreads();
-    fa_tile<T, DP>(Ks, LQ, false, kb, k0, Sk, (int64_t)Hkv * D, D);
-    fa_tile<T, DP>(Vt, LV, true, vb, k0, Sk, (int64_t)Hkv * D, D);
+    fa_tile<T, DP>(Ks, LQ, false, kb, k0, Sk, st.k[1], D);
+    fa_tile<T, DP>(Vt, LV, true, vb, k0, Sk, st.v[1], D);
     if (threadIdx.x < FA_BN) {
       int64_t j = k0 + threadIdx.x;
       bool ok = j < Sk && (!mask || mask[(int64_t)b * Sk + j]);
@@ -189,18 +191,18 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   }
-  T *ob = out + ((int64_t)b * Sq * Hq + h) * D;
+  T *ob = out + (int64_t)b * st.o[0] + (int64_t)h * st.o[2];
 #pragma unroll
   for (int d = 0; d < DP / 8; d++) {
     int c = d * 8 + qc;
     if (c >= D) continue;
     if (qia < Sq) {
-      cu_st(ob, qia * Hq * D + c, o[d][0] * inv[0]);
-      cu_st(ob, qia * Hq * D + c + 1, o[d][1] * inv[0]);
+      cu_st(ob, qia * st.o[1] + c, o[d][0] * inv[0]);
+      cu_st(ob, qia * st.o[1] + c + 1, o[d][1] * inv[0]);
     }
     if (qib < Sq) {
-      cu_st(ob, qib * Hq * D + c, o[d][2] * inv[1]);
-      cu_st(ob, qib * Hq * D + c + 1, o[d][3] * inv[1]);
+      cu_st(ob, qib * st.o[1] + c, o[d][2] * inv[1]);
+      cu_st(ob, qib * st.o[1] + c + 1, o[d][3] * inv[1]);
     }
   }
 }
@@ -261,7 +263,7 @@ __device__ __forceinline__ void f2_tile(__nv_bfloat16 *dst, int ld, int nr, cons
 template <typename T, int DP, int MINB>
 __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q, const T *k, const T *v, int64_t Sq,
                                                        int64_t Sk, int Hq, int Hkv, int D, const uint8_t *mask,
-                                                       float sl2, int causal) {
+                                                       float sl2, int causal, cu_attn_strides st) {
   extern __shared__ __align__(16) unsigned char fa_smem[];
   const int LQ = DP + 8;
   __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fa_smem);
@@ -272,20 +274,20 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
   const int64_t q0 = (int64_t)blockIdx.x * F2_BM;
-  const T *qb = q + ((int64_t)b * Sq * Hq + h) * D;
-  const T *kb = k + ((int64_t)b * Sk * Hkv + hk) * D;
-  const T *vb = v + ((int64_t)b * Sk * Hkv + hk) * D;
-  const int64_t kvs = (int64_t)Hkv * D;
+  const T *qb = q + (int64_t)b * st.q[0] + (int64_t)h * st.q[2];
+  const T *kb = k + (int64_t)b * st.k[0] + (int64_t)hk * st.k[2];
+  const T *vb = v + (int64_t)b * st.v[0] + (int64_t)hk * st.v[2];
+  const int64_t kvs = st.k[1], vvs = st.v[1];
 
   int64_t nkt = (Sk + FA_BN - 1) / FA_BN;
   if (causal) {
     int64_t last = (q0 + F2_BM - 1) / FA_BN + 1;
     if (last < nkt) nkt = last;
   }
-  f2_tile<DP>(Qs, LQ, F2_BM, qb, q0, Sq, (int64_t)Hq * D, D);
+  f2_tile<DP>(Qs, LQ, F2_BM, qb, q0, Sq, st.q[1], D);
   if (nkt > 0) {
     f2_tile<DP>(Kb, LQ, FA_BN, kb, 0, Sk, kvs, D);
-    f2_tile<DP>(Vb, LQ, FA_BN, vb, 0, Sk, kvs, D);
+    f2_tile<DP>(Vb, LQ, FA_BN, vb, 0, Sk, vvs, D);
     if (threadIdx.x < FA_BN) {
       int64_t j = threadIdx.x;
       mb[j] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
@@ -309,7 +311,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
       const int ns = st ^ 1;
       const int64_t k1 = (kt + 1) * FA_BN;
       f2_tile<DP>(Kb + ns * FA_BN * LQ, LQ, FA_BN, kb, k1, Sk, kvs, D);
-      f2_tile<DP>(Vb + ns * FA_BN * LQ, LQ, FA_BN, vb, k1, Sk, kvs, D);
+      f2_tile<DP>(Vb + ns * FA_BN * LQ, LQ, FA_BN, vb, k1, Sk, vvs, D);
       if (threadIdx.x < FA_BN) {
         int64_t j = k1 + threadIdx.x;
         mb[ns * FA_BN + threadIdx.x] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
@@ -401,18 +403,18 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   }
-  T *ob = out + ((int64_t)b * Sq * Hq + h) * D;
+  T *ob = out + (int64_t)b * st.o[0] + (int64_t)h * st.o[2];
 #pragma unroll
   for (int d = 0; d < DP / 8; d++) {
     int c = d * 8 + qc;
     if (c >= D) continue;
     if (qia < Sq) {
-      cu_st(ob, qia * Hq * D + c, o[d][0] * inv[0]);
-      cu_st(ob, qia * Hq * D + c + 1, o[d][1] * inv[0]);
+      cu_st(ob, qia * st.o[1] + c, o[d][0] * inv[0]);
+      cu_st(ob, qia * st.o[1] + c + 1, o[d][1] * inv[0]);
     }
     if (qib < Sq) {
-      cu_st(ob, qib * Hq * D + c, o[d][2] * inv[1]);
-      cu_st(ob, qib * Hq * D + c + 1, o[d][3] * inv[1]);
+      cu_st(ob, qib * st.o[1] + c, o[d][2] * inv[1]);
+      cu_st(ob, qib * st.o[1] + c + 1, o[d][3] * inv[1]);
     }
   }
 }
@@ -420,7 +422,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
 template <typename T, int DP>
 static cudaError_t fa_launch(void *out, const void *q, const void *k, const void *v, int64_t B, int64_t Sq,
                              int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask, float scale,
-                             int causal, int version, cudaStream_t s) {
+                             int causal, int version, const cu_attn_strides &st, cudaStream_t s) {
   float sl2 = scale * 1.4426950408889634f;
   if (version == 1) {
     size_t smem = (size_t)(2 * FA_BM * (DP + 8) + DP * (FA_BN + 8)) * 2 + FA_BN * sizeof(float);
@@ -428,27 +430,30 @@ static cudaError_t fa_launch(void *out, const void *q, const void *k, const void
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)((Sq + FA_BM - 1) / FA_BM), (unsigned)Hq, (unsigned)B);
     k_flash<T, DP><<<grid, FA_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk,
-                                                  (int)Hq, (int)Hkv, (int)D, mask, sl2, causal);
+                                                  (int)Hq, (int)Hkv, (int)D, mask, sl2, causal, st);
     return cudaGetLastError();
   }
   /* version 3: as 2 with registers capped for two blocks per SM (head dims <= 128) */
   size_t smem = (size_t)(F2_BM + 4 * FA_BN) * (DP + 8) * 2 + 2 * FA_BN * sizeof(float);
-  void (*kern)(T *, const T *, const T *, const T *, int64_t, int64_t, int, int, int, const uint8_t *, float, int) =
+  void (*kern)(T *, const T *, const T *, const T *, int64_t, int64_t, int, int, int, const uint8_t *, float, int,
+               cu_attn_strides) =
       version == 3 && DP <= 128 ? k_flash2<T, DP, 2> : k_flash2<T, DP, 1>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   dim3 grid((unsigned)((Sq + F2_BM - 1) / F2_BM), (unsigned)Hq, (unsigned)B);
   kern<<<grid, F2_THREADS, smem, s>>>((T *)out, (const T *)q, (const T *)k, (const T *)v, Sq, Sk, (int)Hq,
-                                      (int)Hkv, (int)D, mask, sl2, causal);
+                                      (int)Hkv, (int)D, mask, sl2, causal, st);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                                      int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
-                                     const uint8_t *mask, float scale, int causal, int version, cudaStream_t s) {
+                                     const uint8_t *mask, float scale, int causal, int version,
+                                     const cu_attn_strides *strides, cudaStream_t s) {
   if (D <= 0 || D > 256 || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) return cudaErrorInvalidValue;
   if (B <= 0 || Sq <= 0) return cudaSuccess;
-#define FA_ARGS out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, version, s
+  const cu_attn_strides st = strides ? *strides : cu_attn_contiguous(Sq, Sk, Hq, Hkv, D);
+#define FA_ARGS out, q, k, v, B, Sq, Sk, Hq, Hkv, D, mask, scale, causal, version, st, s
   if (dt == CU_DT_BF16) {
     if (D <= 64) return fa_launch<__nv_bfloat16, 64>(FA_ARGS);
     if (D <= 128) return fa_launch<__nv_bfloat16, 128>(FA_ARGS);

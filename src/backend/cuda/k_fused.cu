@@ -93,19 +93,28 @@ __global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 
   }
 }
 
+/* Element strides (batch, sequence, head) of the rows of a [B, S, H, D] tensor. */
+struct kf_strides {
+  int64_t b, s, h;
+};
+
 /* A team of L lanes (L divides 32) per row of D <= 8 L: h = rms_norm(x) * wh * (1 + scale[row / S]),
- * or, with cos, x [B,S,H,D] rows normed and rotated in place (interleaved pairs). */
+ * or, with cos, x [B,S,H,D] rows normed and rotated in place (interleaved pairs). Row (b, s, hh)
+ * of x and h starts at b * st.b + s * st.s + hh * st.h (strided views, e.g. q/k column slices of
+ * a fused projection). */
 template <typename T, int L>
 __global__ void kf_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, int64_t D, cu_rowargs a,
-                        const float *cos, const float *sin, int64_t csb) {
+                        const float *cos, const float *sin, int64_t csb, kf_strides st) {
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int64_t row = t / L;
   const int lane = (int)(t % L);
   const bool ok = row < rows && lane < D / 8;
+  const int64_t hh = row % H, s = (row / H) % S, b = row / (H * S);
+  const int64_t ro = b * st.b + s * st.s + hh * st.h;
   float u[8];
   float ss = 0.0f;
   if (ok) {
-    ld8(x + row * D + lane * 8, u);
+    ld8(x + ro + lane * 8, u);
 #pragma unroll
     for (int k = 0; k < 8; k++) ss += u[k] * u[k];
   }
@@ -116,14 +125,13 @@ __global__ void kf_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, in
   const int64_t c8 = (int64_t)lane * 8;
   if (!cos) {
     out_mod(u, rr, a, row / S, c8);
-    st8(h + row * D + c8, u);
+    st8(h + ro + c8, u);
     return;
   }
   float w[8];
   if (a.wh) ld8w(a.wh, a.whdt, c8, w);
   else
     for (int k = 0; k < 8; k++) w[k] = 1.0f;
-  const int64_t s = (row / H) % S, b = row / (H * S);
   const int64_t ci = b * csb + s * (D / 2) + (int64_t)lane * 4;
   const float4 c = *reinterpret_cast<const float4 *>(cos + ci), sn = *reinterpret_cast<const float4 *>(sin + ci);
   const float cc[4] = {c.x, c.y, c.z, c.w}, sv[4] = {sn.x, sn.y, sn.z, sn.w};
@@ -133,13 +141,13 @@ __global__ void kf_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, in
     u[2 * k] = x0 * cc[k] - x1 * sv[k];
     u[2 * k + 1] = x0 * sv[k] + x1 * cc[k];
   }
-  st8(h + row * D + c8, u);
+  st8(h + ro + c8, u);
 }
 
 template <typename T>
 static cudaError_t launch_team(T *h, const T *x, int64_t rows, int64_t S, int64_t H, int64_t D,
                                const cu_rowargs &a, const float *cos, const float *sin, int64_t csb,
-                               cudaStream_t s) {
+                               const kf_strides &st, cudaStream_t s) {
   int64_t D8 = D / 8;
   int L = 1;
   while (L < D8) L *= 2;
@@ -147,7 +155,7 @@ static cudaError_t launch_team(T *h, const T *x, int64_t rows, int64_t S, int64_
   if (L > 32 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
   switch (L) {
 #define TEAM(n) \
-  case n: kf_team<T, n><<<(unsigned)blocks, 256, 0, s>>>(h, x, rows, S, H, D, a, cos, sin, csb); break;
+  case n: kf_team<T, n><<<(unsigned)blocks, 256, 0, s>>>(h, x, rows, S, H, D, a, cos, sin, csb, st); break;
     TEAM(1) TEAM(2) TEAM(4) TEAM(8) TEAM(16) TEAM(32)
 #undef TEAM
   }
@@ -176,20 +184,22 @@ extern "C" cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64
   if (rows <= 0 || D <= 0) return cudaSuccess;
   if (D % 8 || S <= 0) return cudaErrorInvalidValue;
   if (!r && D / 8 <= 32) {
-    CU_DISPATCH(dt, T, return launch_team<T>((T *)h, (const T *)x, rows, S, 1, D, *a, NULL, NULL, 0, s));
+    const kf_strides st = {S * D, D, D};
+    CU_DISPATCH(dt, T, return launch_team<T>((T *)h, (const T *)x, rows, S, 1, D, *a, NULL, NULL, 0, st, s));
   }
   CU_DISPATCH(dt, T, return launch_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
   return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const void *w,
-                                       int wdt, float eps, const float *cos, const float *sin, int64_t csb,
-                                       cudaStream_t s) {
+extern "C" cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D,
+                                       const int64_t *xstride, const void *w, int wdt, float eps, const float *cos,
+                                       const float *sin, int64_t csb, cudaStream_t s) {
   int64_t rows = B * S * H;
   if (rows <= 0 || D <= 0) return cudaSuccess;
   if (D % 8 || D / 8 > 32 || !cos || !sin) return cudaErrorInvalidValue;
   cu_rowargs a = {};
   a.wh = w, a.whdt = wdt, a.eps = eps;
-  CU_DISPATCH(dt, T, return launch_team<T>((T *)x, (const T *)x, rows, S, H, D, a, cos, sin, csb, s));
+  const kf_strides st = xstride ? kf_strides{xstride[0], xstride[1], xstride[2]} : kf_strides{S * H * D, H * D, D};
+  CU_DISPATCH(dt, T, return launch_team<T>((T *)x, (const T *)x, rows, S, H, D, a, cos, sin, csb, st, s));
   return cudaErrorInvalidValue;
 }

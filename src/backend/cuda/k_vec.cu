@@ -1,5 +1,6 @@
 /* 16-byte vectorized variants of the hot elementwise kernels (8 elements per thread:
- * add/mul/swiglu/scale/activation, modulate, gated_add, interleaved RoPE; RMSNorm is in
+ * add/mul/swiglu/scale/activation (also over rows of strided views, with a scalar variant),
+ * modulate, gated_add, interleaved RoPE; RMSNorm is in
  * k_fused.cu). Used when the backend's `vec` switch is on (default; env DIT_CUDA_VEC=0 off), the element count (or row
  * length) is a multiple of 8 and the pointers are 16-byte aligned. Math in fp32. */
 #include "backend/cuda/cu_common.cuh"
@@ -36,6 +37,47 @@ extern "C" cudaError_t cuk_v8_ew(void *y, const void *a, const void *b, int dt, 
   if (n8 <= 0) return cudaSuccess;
   CU_DISPATCH(dt, T, k8_ew<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)y, (const T *)a, (const T *)b, n8, op, sc,
                                                                   act));
+  return cudaGetLastError();
+}
+
+/* add / mul / swiglu (op 0, 1, 2) over rows of strided views: element (r, c) of y, a, b at
+ * r * ld + c. V = 8: 16-byte accesses (cols and every ld multiples of 8, aligned pointers);
+ * V = 1: any. */
+template <typename T, int V>
+__global__ void k_ew_rows(T *y, int64_t ldy, const T *a, int64_t lda, const T *b, int64_t ldb, int64_t rows,
+                          int64_t cols, int op) {
+  const int64_t cv = cols / V;
+  GS_LOOP(i, rows * cv) {
+    const int64_t r = i / cv, c = (i % cv) * V;
+    float u[V], w[V];
+    if (V == 8) {
+      ld8(a + r * lda + c, u);
+      ld8(b + r * ldb + c, w);
+    } else {
+      u[0] = cu_ld(a, r * lda + c), w[0] = cu_ld(b, r * ldb + c);
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (op == 0) u[k] = u[k] + w[k];
+      else if (op == 1) u[k] = u[k] * w[k];
+      else u[k] = u[k] / (1.0f + expf(-u[k])) * w[k];
+    }
+    if (V == 8) st8(y + r * ldy + c, u);
+    else cu_st(y, r * ldy + c, u[0]);
+  }
+}
+
+extern "C" cudaError_t cuk_ew_rows(void *y, int64_t ldy, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                   int dt, int64_t rows, int64_t cols, int op, int vec8, cudaStream_t s) {
+  const int64_t n = rows * (vec8 ? cols / 8 : cols);
+  if (n <= 0) return cudaSuccess;
+  if (vec8) {
+    CU_DISPATCH(dt, T, k_ew_rows<T, 8><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, ldy, (const T *)a, lda,
+                                                                           (const T *)b, ldb, rows, cols, op));
+  } else {
+    CU_DISPATCH(dt, T, k_ew_rows<T, 1><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, ldy, (const T *)a, lda,
+                                                                           (const T *)b, ldb, rows, cols, op));
+  }
   return cudaGetLastError();
 }
 

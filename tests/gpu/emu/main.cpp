@@ -103,7 +103,8 @@ static void test_team(long B, long S, long H, long D, bool rope, bool scale, boo
   a.wh = w.data(); a.whdt = 0; a.scale = scale ? sc.data() : nullptr; a.sdt = 0; a.vbs = D; a.eps = 1e-5f;
   long blocks = (rows * L + 255) / 256;
   float *out = rope ? x.data() : h.data();
-  launch((unsigned)blocks, 256, [&] { kf_team<float, L>(out, x.data(), rows, S, rope ? H : 1, D, a, rope ? c.data() : nullptr, s.data(), csb); });
+  const kf_strides st = rope ? kf_strides{S * H * D, H * D, D} : kf_strides{S * D, D, D};
+  launch((unsigned)blocks, 256, [&] { kf_team<float, L>(out, x.data(), rows, S, rope ? H : 1, D, a, rope ? c.data() : nullptr, s.data(), csb, st); });
   char name[200];
   snprintf(name, sizeof name, "team L%d B%ld S%ld H%ld D%ld rope %d scale %d shared %d", L, B, S, H, D, rope, scale, shared);
   cmp(name, out, ref.data(), n, 1e-6);
@@ -181,6 +182,52 @@ static void test_bf16() {
   cmp("bf16 row resid h", ho.data(), hr.data(), n, 1e-2);
 }
 
+/* RMSNorm + RoPE in place on a strided view: heads of row (b, s) at (b * S + s) * ld + h * D,
+ * ld = H * D + pad (a column slice of a wider buffer); the pad columns must stay as they are. */
+template <int L>
+static void test_team_strided(long B, long S, long H, long D, long pad) {
+  const long ld = H * D + pad, rows = B * S * H, n = B * S * ld;
+  std::vector<float> x(n), x0, w(D), c(S * D / 2), s(S * D / 2);
+  for (auto &v : x) v = rnd(); for (auto &v : w) v = 1 + 0.2f * rnd();
+  for (auto &v : c) v = rnd(); for (auto &v : s) v = rnd();
+  x0 = x;
+  std::vector<double> ref(x.begin(), x.end());
+  for (long row = 0; row < rows; row++) {
+    long hh = row % H, t = (row / H) % S, b = row / (H * S), o = (b * S + t) * ld + hh * D;
+    double ri = rmsinv(&x0[o], D, 1e-5);
+    for (long i = 0; i < D / 2; i++) {
+      double n0 = x0[o + 2 * i] * ri * w[2 * i], n1 = x0[o + 2 * i + 1] * ri * w[2 * i + 1];
+      double cc = c[t * D / 2 + i], ss = s[t * D / 2 + i];
+      ref[o + 2 * i] = n0 * cc - n1 * ss;
+      ref[o + 2 * i + 1] = n1 * cc + n0 * ss;
+    }
+  }
+  cu_rowargs a = {};
+  a.wh = w.data(); a.whdt = 0; a.eps = 1e-5f;
+  long blocks = (rows * L + 255) / 256;
+  const kf_strides st = {S * ld, ld, D};
+  launch((unsigned)blocks, 256, [&] { kf_team<float, L>(x.data(), x.data(), rows, S, H, D, a, c.data(), s.data(), 0, st); });
+  char name[200];
+  snprintf(name, sizeof name, "team strided L%d B%ld S%ld H%ld D%ld ld%ld", L, B, S, H, D, ld);
+  cmp(name, x.data(), ref.data(), n, 1e-6);
+}
+
+/* k_ew_rows: swiglu over rows of column slices (row strides 40, 24 and 16 for 16 columns). */
+static void test_ew_rows() {
+  const long R = 7, Cn = 16, la = 40, lb = 24, ly = 16;
+  std::vector<float> a(R * la), b(R * lb), y(R * ly, NAN);
+  for (auto &v : a) v = rnd(); for (auto &v : b) v = rnd();
+  std::vector<double> ref(R * ly);
+  for (long r = 0; r < R; r++)
+    for (long i = 0; i < Cn; i++) ref[r * ly + i] = silu_(a[r * la + 8 + i]) * b[r * lb + i];
+  for (int v8 = 0; v8 < 2; v8++) {
+    std::fill(y.begin(), y.end(), NAN);
+    if (v8) launch(2, 32, [&] { k_ew_rows<float, 8>(y.data(), ly, a.data() + 8, la, b.data(), lb, R, Cn, 2); });
+    else launch(2, 32, [&] { k_ew_rows<float, 1>(y.data(), ly, a.data() + 8, la, b.data(), lb, R, Cn, 2); });
+    cmp(v8 ? "k_ew_rows swiglu v8" : "k_ew_rows swiglu scalar", y.data(), ref.data(), R * ly, 1e-6);
+  }
+}
+
 int main() {
   test_vec();
   test_bf16();
@@ -199,6 +246,9 @@ int main() {
   test_team<8>(2, 9, 1, 40, false, true, false);
   test_team<16>(3, 7, 1, 128, false, false, false);
   test_team<1>(2, 3, 1, 8, false, true, false);
+  test_team_strided<16>(2, 5, 3, 128, 24); /* q of a fused QKV + MLP projection */
+  test_team_strided<8>(1, 4, 2, 64, 8);
+  test_ew_rows();
   printf("%d failures\n", fails);
   return fails != 0;
 }

@@ -180,12 +180,18 @@ dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err
   return DIT_OK;
 }
 
-static dit_status cu_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+/* t is a CUDA tensor with its data (any layout). */
+static dit_status cu_placed(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
   if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
   if (t->device != DIT_DEV_CUDA)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CUDA tensor", op, name);
   if (!t->data && dit_tensor_numel(t) > 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  return DIT_OK;
+}
+
+static dit_status cu_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(cu_placed(op, name, t, err));
   if (t->dtype != DIT_F32 && t->dtype != DIT_BF16)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32 or BF16, got %s", op, name,
                       dit_dtype_name(t->dtype));
@@ -215,11 +221,7 @@ dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor 
 }
 
 static dit_status cu_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-  if (t->device != DIT_DEV_CUDA)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CUDA tensor", op, name);
-  if (!t->data && dit_tensor_numel(t) > 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
+  DIT_TRY(cu_placed(op, name, t, err));
   if (!dit_tensor_is_contiguous(t))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
   return DIT_OK;

@@ -34,11 +34,7 @@ static void check_image(const char *png, const char *ref_name) {
     return;
   }
   CHECK(w == 96 && h == 128 && sh[0] == 128 && sh[1] == 96);
-  int maxd = 0;
-  for (size_t i = 0; i < (size_t)w * h * 3; i++) {
-    int d = abs((int)lrintf(ref[i] * 255.0f) - (int)px[i]);
-    if (d > maxd) maxd = d;
-  }
+  int maxd = dt_max_level_diff(ref, px, (size_t)w * h * 3, NULL);
   printf("%s vs %s: max difference %d levels\n", png, ref_name, maxd);
   CHECK_MSG(maxd <= 1, "%s differs from %s by %d levels", png, ref_name, maxd);
   free(ref);

@@ -36,11 +36,7 @@ static void check_image(const char *png) {
     return;
   }
   CHECK(w == 96 && h == 128 && sh[0] == 128 && sh[1] == 96);
-  int maxd = 0;
-  for (size_t i = 0; w == 96 && h == 128 && i < (size_t)w * h * 3; i++) {
-    int d = abs((int)lrintf(ref[i] * 255.0f) - (int)px[i]);
-    if (d > maxd) maxd = d;
-  }
+  int maxd = w == 96 && h == 128 ? dt_max_level_diff(ref, px, (size_t)w * h * 3, NULL) : 0;
   printf("%s vs image: max difference %d levels\n", png, maxd);
   CHECK_MSG(maxd <= 1, "%s differs from the reference image by %d levels", png, maxd);
   free(ref);

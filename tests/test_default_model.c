@@ -67,13 +67,8 @@ static void check_image(dit_ctx *ctx, const char *model, const char *ref_file, i
     const size_t n = (size_t)W * (size_t)H * 3;
     int ok = nd == 3 && sh[0] == H && sh[1] == W && sh[2] == 3 && img.width == W && img.height == H;
     CHECK_MSG(ok, "case %d: image shape differs from the reference", i);
-    int maxd = 0;
     size_t off = 0;
-    for (size_t k = 0; ok && k < n; k++) {
-      int d = abs((int)lrintf(ref[k] * 255.0f) - (int)img.rgb[k]);
-      if (d > maxd) maxd = d;
-      if (d > 1) off++;
-    }
+    int maxd = ok ? dt_max_level_diff(ref, img.rgb, n, &off) : 0;
     printf("case %d (\"%s\", seed %llu): max difference %d levels, %zu values off by more than one\n", i, prompt,
            (unsigned long long)seed, maxd, off);
     CHECK_MSG(ok && maxd <= 1, "case %d: image differs from diffusers' by %d 8-bit levels", i, maxd);

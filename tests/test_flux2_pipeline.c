@@ -129,11 +129,7 @@ static void test_generate(dit_ctx *ctx, const char *fixture, const char *ref_fil
   if (dt_load_f32(ref_file, "image", &ref, sh, &nd) == 0) {
     CHECK(img.width == p.width && img.height == p.height);
     size_t n = (size_t)img.width * img.height * 3;
-    int maxd = 0;
-    for (size_t i = 0; i < n && (size_t)(sh[0] * sh[1] * sh[2]) == n; i++) {
-      int d = abs((int)lrintf(ref[i] * 255.0f) - (int)img.rgb[i]);
-      if (d > maxd) maxd = d;
-    }
+    int maxd = (size_t)(sh[0] * sh[1] * sh[2]) == n ? dt_max_level_diff(ref, img.rgb, n, NULL) : 0;
     printf("image: max difference %d levels (worst step latents rel err %.3g)\n", maxd, cap.worst);
     CHECK_MSG(maxd <= 1, "image differs by %d 8-bit levels", maxd);
     free(ref);

@@ -105,13 +105,8 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
     snprintf(name, sizeof name, "%s_image", prefix);
     if (dt_load_f32(ref_file, name, &ref, sh, &nd) == 0) {
       CHECK(img.width == p.width && img.height == p.height);
-      int maxd = 0;
       size_t n = (size_t)img.width * img.height * 3;
-      for (size_t i = 0; i < n && (size_t)(sh[0] * sh[1] * sh[2]) == n; i++) {
-        int r = (int)lrintf(ref[i] * 255.0f);
-        int d = abs(r - (int)img.rgb[i]);
-        if (d > maxd) maxd = d;
-      }
+      int maxd = (size_t)(sh[0] * sh[1] * sh[2]) == n ? dt_max_level_diff(ref, img.rgb, n, NULL) : 0;
       printf("%s image: max difference %d levels\n", case_name, maxd);
       CHECK_MSG(maxd <= 1, "%s image differs by %d 8-bit levels", case_name, maxd);
       free(ref);

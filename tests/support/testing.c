@@ -63,6 +63,18 @@ double dt_rel_err(const float *a, const float *b, size_t n) {
   return maxr > 0 ? maxd / maxr : maxd;
 }
 
+int dt_max_level_diff(const float *ref, const unsigned char *px, size_t n, size_t *over_one) {
+  int maxd = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    int d = abs((int)lrintf(ref[i] * 255.0f) - (int)px[i]);
+    if (d > maxd) maxd = d;
+    if (d > 1) off++;
+  }
+  if (over_one) *over_one = off;
+  return maxd;
+}
+
 void dt_fill_random(float *x, size_t n, uint64_t seed) {
   uint64_t s = seed ? seed : 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i < n; i++) {

@@ -51,6 +51,10 @@ const char *dt_path(char *buf, size_t len, const char *a, const char *b);
 
 /* Max |a-b| over n, divided by max |b| (the reference's max magnitude). */
 double dt_rel_err(const float *a, const float *b, size_t n);
+/* Largest difference in 8-bit levels between px and a reference image ref in [0, 1]
+ * (rounded as diffusers does: lrint(v * 255)), over n values; *over_one (if set) counts the
+ * values that differ by more than one level. */
+int dt_max_level_diff(const float *ref, const unsigned char *px, size_t n, size_t *over_one);
 /* Deterministic pseudo-random floats in [-1, 1) (xorshift; seed != 0). */
 void dt_fill_random(float *x, size_t n, uint64_t seed);
 /* Runs a shell command, returns its exit status (or -1); stdout+stderr to out_file if set. */

@@ -215,6 +215,7 @@ typedef struct dit_bench_result {
   double setup_s;               /* backend + random weights */
   double cpu_ms_min;            /* CPU: least process CPU time (all threads) of a timed run, ms */
   int output_finite;            /* the last output had no NaN/Inf */
+  long graph_launches;          /* timed runs replayed from a captured graph (GPU; DIT_CUDA_GRAPHS=0: none) */
 } dit_bench_result;
 
 void dit_bench_params_default(dit_bench_params *p);

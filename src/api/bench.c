@@ -245,6 +245,13 @@ static dit_status forward_once(bench_model *m, dit_backend *be, bench_io *io, do
   return DIT_OK;
 }
 
+static long graph_launches(const bench_model *m) {
+  long c = 0, l = 0;
+  if (m->f) dit_flux2_graph_counts(m->f, &c, &l);
+  else dit_zimage_graph_counts(m->z, &c, &l);
+  return l;
+}
+
 /* Warmup, timed runs, then the profiled run; fills the timing fields of r. */
 static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend *prof, bench_io *io,
                           dit_bench_result *r, dit_error *err) {
@@ -254,12 +261,14 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
   for (int i = 0; i < p->warmup && s == DIT_OK; i++) s = forward_once(m, prof, io, &ms, err);
   if (s == DIT_OK && device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = device_used(p);
   r->cpu_ms_min = 0;
+  const long launches0 = graph_launches(m);
   for (int i = 0; i < p->iters && s == DIT_OK; i++) {
     double c0 = dit_bench_cpu_ms();
     s = forward_once(m, prof, io, &ts[i], err);
     double c = dit_bench_cpu_ms() - c0;
     if (i == 0 || c < r->cpu_ms_min) r->cpu_ms_min = c;
   }
+  r->graph_launches = graph_launches(m) - launches0;
   if (s == DIT_OK) {
     qsort(ts, (size_t)p->iters, sizeof *ts, cmp_d);
     r->iters = p->iters;
@@ -478,9 +487,9 @@ static void print_json(const dit_bench_result *r, FILE *f) {
             r->op_calls[i]);
   fprintf(f,
           "}, \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
-          "\"setup_s\": %.3f, \"output_finite\": %s}\n",
+          "\"setup_s\": %.3f, \"output_finite\": %s, \"graph_launches\": %ld}\n",
           r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s,
-          r->output_finite ? "true" : "false");
+          r->output_finite ? "true" : "false", r->graph_launches);
 }
 
 void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
@@ -500,6 +509,9 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
     fprintf(f, "  FLOP per forward %.4g (2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block)\n",
             r->flops);
   fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);
+  if (strcmp(r->device, "cpu"))
+    fprintf(f, "  %ld of the %d timed runs replayed one captured graph (DIT_CUDA_GRAPHS=0: op by op)\n",
+            r->graph_launches, r->iters);
   fprintf(f, "  achieved %.3f TFLOP/s = %.1f%% of %.1f TFLOP/s (%s)\n", r->tflops, r->pct_peak, r->peak_tflops,
           r->peak_what);
   if (!strcmp(r->device, "cpu") && r->cpu_ms_min > 0) {

@@ -120,6 +120,25 @@ typedef struct dit_backend_ops {
   dit_status (*residual_norm)(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
                               const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
                               const dit_tensor *scale, float eps, dit_error *err);
+  /* Gated residual, then LayerNorm + modulation (the FLUX/MMDiT block pattern), x [B,S,D]:
+   * when r is not NULL, x += g * r (g = gate[B,D], or 1 when gate is NULL; r [B,S,D] is only
+   * read); then, when h is not NULL, h = layer_norm(x) * (1 + scale[B,D]) + shift[B,D]
+   * (LayerNorm without affine; scale / shift NULL: none; a shift needs a scale). h may alias x
+   * only when r is NULL; it must not alias r. */
+  dit_status (*residual_layer_norm)(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                    dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
+                                    dit_error *err);
+  /* ---- optional graph capture (NULL where a backend has none; CUDA graphs on the GPU).
+   * Between capture_begin and capture_end the backend records the ops it is given instead of
+   * running them; capture_end (keep = false discards) returns a replayable graph, and
+   * graph_launch runs it again: the same ops on the same memory, reading what is there at
+   * launch time. DIT_ERR_UNSUPPORTED from any of them means "not now" (graphs turned off, a
+   * profiler timing each op, a graph made stale by a backend buffer that moved): run the ops
+   * instead. Use them through dit_replay (backend/replay.h). ---- */
+  dit_status (*capture_begin)(dit_backend *be, dit_error *err);
+  dit_status (*capture_end)(dit_backend *be, bool keep, void **graph, dit_error *err);
+  dit_status (*graph_launch)(dit_backend *be, void *graph, dit_error *err);
+  void (*graph_free)(dit_backend *be, void *graph);
   /* Optional (NULL on the CPU): releases the backend's private state (streams, handles,
    * workspaces); dit_backend_free calls it before freeing be. */
   void (*destroy)(dit_backend *be);
@@ -216,6 +235,12 @@ dit_status dit_op_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor 
 dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
                                 const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
                                 const dit_tensor *scale, float eps, dit_error *err);
+dit_status dit_op_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
+                                      dit_error *err);
+dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r,
+                                           const dit_tensor *gate, dit_tensor *h, const dit_tensor *scale,
+                                           const dit_tensor *shift, float eps, dit_error *err);
 dit_status dit_unfused_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
                                      const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
                                      dit_error *err);

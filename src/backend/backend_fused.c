@@ -76,3 +76,23 @@ dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, c
   if (be->ops->residual_norm) return be->ops->residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
   return dit_unfused_residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
 }
+
+dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r,
+                                           const dit_tensor *gate, dit_tensor *h, const dit_tensor *scale,
+                                           const dit_tensor *shift, float eps, dit_error *err) {
+  if (h && x && ((r && h->data == x->data) || (r && h->data == r->data)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "residual_layer_norm: h aliases %s", h->data == x->data ? "x" : "r");
+  if (h && shift && !scale)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "residual_layer_norm: a shift needs a scale");
+  if (r) DIT_TRY(be->ops->gated_add(be, x, r, gate, false, err));
+  if (!h) return DIT_OK;
+  DIT_TRY(be->ops->layer_norm(be, h, x, NULL, NULL, eps, err));
+  return scale ? be->ops->modulate(be, h, h, scale, shift, err) : DIT_OK;
+}
+
+dit_status dit_op_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
+                                      dit_error *err) {
+  if (be->ops->residual_layer_norm) return be->ops->residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
+  return dit_unfused_residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
+}

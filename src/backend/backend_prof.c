@@ -11,14 +11,15 @@
 enum {
   OP_LINEAR = 0, OP_RMS_NORM, OP_LAYER_NORM, OP_GROUP_NORM, OP_ATTENTION, OP_ROPE, OP_ACTIVATION, OP_SWIGLU,
   OP_MODULATE, OP_GATED_ADD, OP_ADD, OP_MUL, OP_SCALE, OP_SOFTMAX, OP_EMBEDDING, OP_CONV2D, OP_UPSAMPLE2X,
-  OP_TIMESTEP, OP_COPY, OP_RMS_NORM_ROPE, OP_RMS_NORM_MOD, OP_RESIDUAL_NORM, OP_COUNT
+  OP_TIMESTEP, OP_COPY, OP_RMS_NORM_ROPE, OP_RMS_NORM_MOD, OP_RESIDUAL_NORM,
+  OP_RESIDUAL_LAYER_NORM, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
     "linear", "rms_norm", "layer_norm", "group_norm", "attention", "rope", "activation",
     "swiglu", "modulate", "gated_add", "add", "mul", "scale", "softmax",
     "embedding", "conv2d", "upsample2x", "timestep_embedding", "copy",
-    "rms_norm_rope", "rms_norm_mod", "residual_norm"};
+    "rms_norm_rope", "rms_norm_mod", "residual_norm", "residual_layer_norm"};
 
 typedef struct prof_alloc {
   void *p;
@@ -177,6 +178,29 @@ static dit_status w_residual_norm(dit_backend *be, T *x, T *r, CT *wr, CT *g, bo
   FORWARD(OP_RESIDUAL_NORM, in->ops->residual_norm(in, x, r, wr, g, th, h, wh, sc, eps, err));
 }
 
+static dit_status w_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *g,
+                                       dit_tensor *h, const dit_tensor *sc, const dit_tensor *sh, float eps,
+                                       dit_error *err) {
+  FORWARD(OP_RESIDUAL_LAYER_NORM, in->ops->residual_layer_norm(in, x, r, g, h, sc, sh, eps, err));
+}
+
+/* Graph capture passes through while the profiler is off; while it times ops, it answers
+ * "not now" so the ops run one by one. */
+static dit_status w_capture_begin(dit_backend *be, dit_error *err) {
+  prof_backend *p = P(be);
+  if (p->on) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "profiler: no capture while timing ops");
+  return p->inner->ops->capture_begin(p->inner, err);
+}
+static dit_status w_capture_end(dit_backend *be, bool keep, void **graph, dit_error *err) {
+  return P(be)->inner->ops->capture_end(P(be)->inner, keep, graph, err);
+}
+static dit_status w_graph_launch(dit_backend *be, void *graph, dit_error *err) {
+  prof_backend *p = P(be);
+  if (p->on) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "profiler: no graphs while timing ops");
+  return p->inner->ops->graph_launch(p->inner, graph, err);
+}
+static void w_graph_free(dit_backend *be, void *graph) { P(be)->inner->ops->graph_free(P(be)->inner, graph); }
+
 dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, dit_error *err) {
   *out = NULL;
   if (!inner) return dit_errorf(err, DIT_ERR_INVALID_ARG, "profiler: no inner backend");
@@ -211,6 +235,11 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
   SET(rms_norm_rope, w_rms_norm_rope);
   SET(rms_norm_mod, w_rms_norm_mod);
   SET(residual_norm, w_residual_norm);
+  SET(residual_layer_norm, w_residual_layer_norm);
+  SET(capture_begin, w_capture_begin);
+  SET(capture_end, w_capture_end);
+  SET(graph_launch, w_graph_launch);
+  SET(graph_free, w_graph_free);
 #undef SET
   p->be.ops = &p->ops;
   p->be.n_threads = inner->n_threads;

@@ -13,7 +13,7 @@
 #define MAX_DIM 65536
 #define MAX_LAYERS 1024
 #define MAX_HEADS 1024
-#define MAX_HEAD_DIM 512
+#define MAX_HEAD_DIM DIT_FLUX2_MAX_HEAD_DIM
 #define MAX_CHANNELS 65536
 
 static dit_status opt_int(const json_t *j, const char *key, int64_t min, int64_t max, int def, int *out,
@@ -73,8 +73,9 @@ dit_status flux2_check_config(dit_flux2_config *c, const char *what, dit_error *
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: field \"patch_size\" = %d: only 1 is supported", what,
                       c->patch_size);
   if (c->out_channels == 0) c->out_channels = c->in_channels;
-  if (c->head_dim % 2 != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"attention_head_dim\" = %d must be even", what, c->head_dim);
+  if (c->head_dim % 2 != 0 || c->head_dim < 2 || c->head_dim > MAX_HEAD_DIM)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"attention_head_dim\" = %d must be even, in [2, %d]", what,
+                      c->head_dim, MAX_HEAD_DIM);
   if ((int64_t)c->n_heads * c->head_dim > MAX_DIM)
     return dit_errorf(err, DIT_ERR_FORMAT,
                       "%s: fields \"num_attention_heads\" x \"attention_head_dim\" = %lld exceed %d", what,
@@ -82,8 +83,8 @@ dit_status flux2_check_config(dit_flux2_config *c, const char *what, dit_error *
   c->dim = c->n_heads * c->head_dim;
   int sum = 0;
   for (int i = 0; i < DIT_FLUX2_N_AXES; i++) {
-    if (c->axes_dims[i] % 2 != 0)
-      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\"[%d] = %d must be even", what, i,
+    if (c->axes_dims[i] % 2 != 0 || c->axes_dims[i] < 0)
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\"[%d] = %d must be even and >= 0", what, i,
                         c->axes_dims[i]);
     sum += c->axes_dims[i];
   }
@@ -310,6 +311,7 @@ dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
                       dit_dtype_name(dt));
   if (dt != m->adt && m->act) {
     /* the planned buffer's layout depends on the element size */
+    m->rope_ok = false;
     m->be->ops->free(m->be, m->act);
     m->act = NULL;
     m->act_bytes = 0;
@@ -321,13 +323,20 @@ dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
 
 void dit_flux2_free(dit_flux2 *m) {
   if (!m) return;
+  dit_replay_clear(&m->replay, m->be);
   if (m->act) m->be->ops->free(m->be, m->act);
   if (m->wblock) m->be->ops->free(m->be, m->wblock);
   free(m->host);
+  free(m->rope_ids);
   free(m->w.blocks);
   free(m->w.single);
   if (m->files) dit_weights_close(m->files);
   free(m);
+}
+
+void dit_flux2_graph_counts(const dit_flux2 *m, long *captures, long *launches) {
+  *captures = m ? m->replay.captures : 0;
+  *launches = m ? m->replay.launches : 0;
 }
 
 const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m) { return m ? &m->cfg : NULL; }

@@ -15,6 +15,7 @@
 #include "core/error.h"
 
 #define DIT_FLUX2_N_AXES 4 /* RoPE axes over the position ids (t, h, w, l) */
+#define DIT_FLUX2_MAX_HEAD_DIM 512 /* attention_head_dim accepted */
 
 typedef struct dit_flux2_config {
   /* read from config.json */
@@ -60,6 +61,8 @@ dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err);
 /* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
 size_t dit_flux2_weight_bytes(const dit_flux2 *m);
 void dit_flux2_free(dit_flux2 *m);
+/* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
+void dit_flux2_graph_counts(const dit_flux2 *m, long *captures, long *launches);
 const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
 
 /* One forward over a batch of B items sharing one geometry, as

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/replay.h"
 #include "core/arena.h"
 #include "models/flux2_internal.h"
 
@@ -111,6 +112,11 @@ static void table_layout(const dit_flux2_config *c, const flux2_geom *g, void *b
 static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const float *img_ids, const float *txt_ids,
                       const flux2_host_tables *h) {
   const int64_t half = c->head_dim / 2;
+  double freq[DIT_FLUX2_MAX_HEAD_DIM / 2];
+  int o = 0;
+  for (int ax = 0; ax < DIT_FLUX2_N_AXES; ax++)
+    for (int j = 0; j < c->axes_dims[ax] / 2; j++)
+      freq[o++] = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)c->axes_dims[ax]);
   for (int64_t r = 0; r < g->S; r++) {
     const float *id = r < g->St ? txt_ids + 4 * r : img_ids + 4 * (r - g->St);
     float *cr = h->cos + r * half, *sr = h->sin + r * half;
@@ -119,14 +125,36 @@ static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const floa
       const int d = c->axes_dims[ax];
       const double pos = (double)id[ax];
       for (int j = 0; j < d / 2; j++) {
-        double freq = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)d);
-        double ang = pos * freq;
+        double ang = pos * freq[off + j];
         cr[off + j] = (float)cos(ang);
         sr[off + j] = (float)sin(ang);
       }
       off += d / 2;
     }
   }
+}
+
+/* True when the device copy at tab already holds the RoPE tables of these ids (the
+ * sampler's steps: same ids every call). */
+static bool rope_cached(const dit_flux2 *m, const flux2_geom *g, const void *tab, const float *img_ids,
+                        const float *txt_ids) {
+  return m->rope_ok && m->rope_tab == tab && m->rope_St == g->St && m->rope_Si == g->Si &&
+         !memcmp(m->rope_ids, txt_ids, (size_t)(4 * g->St) * sizeof(float)) &&
+         !memcmp(m->rope_ids + 4 * g->St, img_ids, (size_t)(4 * g->Si) * sizeof(float));
+}
+
+/* Remembers the ids whose tables were uploaded to tab (no cache when out of memory). */
+static void rope_remember(dit_flux2 *m, const flux2_geom *g, void *tab, const float *img_ids, const float *txt_ids) {
+  m->rope_ok = false;
+  float *ids = realloc(m->rope_ids, (size_t)(4 * g->S) * sizeof(float));
+  if (!ids) return;
+  memcpy(ids, txt_ids, (size_t)(4 * g->St) * sizeof(float));
+  memcpy(ids + 4 * g->St, img_ids, (size_t)(4 * g->Si) * sizeof(float));
+  m->rope_ids = ids;
+  m->rope_tab = tab;
+  m->rope_St = g->St;
+  m->rope_Si = g->Si;
+  m->rope_ok = true;
 }
 
 /* Carves every activation out of a (measuring or real) arena. */
@@ -232,13 +260,21 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
 }
 
 /* hn [B, Ss, D] = LayerNorm(x) * (1 + scale) + shift (no affine). */
+/* Gated residual then the next norm: x [B, Ss, D] += gate * r (r NULL: no residual), then, when
+ * hn is not NULL, hn = LayerNorm(x) * (1 + scale) + shift (one fused pass on the GPU). */
+static dit_status res_norm(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, void *r, void *gate, void *hn,
+                           void *shift, void *scale, dit_error *err) {
+  const int64_t B = g->B, D = m->cfg.dim;
+  dit_tensor tx = t3(m, x, B, Ss, D), tr = t3(m, r, B, Ss, D), th = t3(m, hn, B, Ss, D);
+  dit_tensor tg = t2(m, gate, B, D), sc = t2(m, scale, B, D), sh = t2(m, shift, B, D);
+  return dit_op_residual_layer_norm(m->be, &tx, r ? &tr : NULL, r ? &tg : NULL, hn ? &th : NULL, &sc, &sh,
+                                    m->cfg.eps, err);
+}
+
+/* hn = LayerNorm(x) * (1 + scale) + shift (the blocks' norm1 / norm2 and norm_out). */
 static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, void *hn, void *shift, void *scale,
                            dit_error *err) {
-  const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m, x, B, Ss, D), th = t3(m, hn, B, Ss, D);
-  dit_tensor sc = t2(m, scale, B, D), sh = t2(m, shift, B, D);
-  DIT_TRY(dit_op_layer_norm(m->be, &th, &tx, NULL, NULL, m->cfg.eps, err));
-  return dit_op_modulate(m->be, &th, &th, &sc, &sh, err);
+  return res_norm(m, g, x, Ss, NULL, NULL, hn, shift, scale, err);
 }
 
 /* A strided [B, Ss, H, hd] view of rows [off, off + Ss) of a [B, S, ld] buffer at p. */
@@ -257,24 +293,24 @@ static dit_tensor rope_rows(const dit_flux2 *m, const dit_tensor *tab, int64_t S
 
 /* One stream's projection written straight into rows [off, off + Ss) of the joint buffer
  * dst [B, S, D]: dst rows = hn @ W^T, then (norm not NULL) per-head RMSNorm and RoPE in place. */
-static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, int64_t off, const dit_tensor *w,
-                               const dit_tensor *norm, const dit_tensor *cos, const dit_tensor *sin, void *dst,
-                               flux2_acts *a, dit_error *err) {
+static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, int64_t off, void *hin,
+                               const dit_tensor *w, const dit_tensor *norm, const dit_tensor *cos, const dit_tensor *sin,
+                               void *dst, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor hn = t3(m, a->hn, B, Ss, D), d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
+  dit_tensor hn = t3(m, hin, B, Ss, D), d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
   DIT_TRY(dit_op_linear(m->be, &d, &hn, w, NULL, DIT_ACT_NONE, err));
   if (!norm) return DIT_OK;
   dit_tensor d4 = heads(m, dst, g, Ss, off, D), c = rope_rows(m, cos, Ss, off), sn = rope_rows(m, sin, Ss, off);
   return dit_op_rms_norm_rope(m->be, &d4, norm, m->cfg.eps, &c, &sn, DIT_ROPE_INTERLEAVED, err);
 }
 
-/* Flux2FeedForward on hn [rows, D] -> p [rows, D]: linear_in, SwiGLU over its two halves
+/* Flux2FeedForward on hin [rows, D] -> p [rows, D]: linear_in, SwiGLU over its two halves
  * (read in place as column slices), linear_out. */
-static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_in, const dit_tensor *w_out,
+static dit_status feed_forward(dit_flux2 *m, int64_t rows, void *hin, const dit_tensor *w_in, const dit_tensor *w_out,
                                flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
-  dit_tensor hn = t2(m, a->hn, rows, D), big = t2(m, a->big, rows, 2 * F), p = t2(m, a->p, rows, D);
+  dit_tensor hn = t2(m, hin, rows, D), big = t2(m, a->big, rows, 2 * F), p = t2(m, a->p, rows, D);
   dit_tensor ga = t2(m, a->ga, rows, F);
   DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
   dit_tensor sa = t2(m, a->big, rows, F), sb = t2(m, el(m, a->big, F), rows, F);
@@ -284,55 +320,64 @@ static dit_status feed_forward(dit_flux2 *m, int64_t rows, const dit_tensor *w_i
 }
 
 /* The second half of a double block for one stream: attention output rows [off, off+Ss)
- * (a row view of o) through its out projection and gate, then the gated feed-forward.
+ * (a row view of o) through its out projection and gate, then the gated feed-forward; hin is
+ * the stream's norm buffer. With next, the last gated residual also makes the next double
+ * block's normed, modulated input there (the modulation is shared by all double blocks).
  * mk = M_IMG / M_TXT. */
-static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, int64_t off, int mk,
-                              const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out, flux2_acts *a,
-                              dit_error *err) {
-  dit_backend *be = m->be;
+static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, int64_t off, int mk, void *hin,
+                              bool next, const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out,
+                              flux2_acts *a, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m, x, B, Ss, D), p = t3(m, a->p, B, Ss, D);
+  dit_tensor p = t3(m, a->p, B, Ss, D);
   dit_tensor os = v3(m, el(m, a->o, off * D), B, Ss, D, g->S * D, D);
-  DIT_TRY(dit_op_linear(be, &p, &os, w_o, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(m, chunk(m, a, g, mk + 2), B, D);
-  DIT_TRY(dit_op_gated_add(be, &tx, &p, &gate, false, err));
-  DIT_TRY(norm_mod(m, g, x, Ss, a->hn, chunk(m, a, g, mk + 3), chunk(m, a, g, mk + 4), err));
-  DIT_TRY(feed_forward(m, B * Ss, w_in, w_out, a, err));
-  gate = t2(m, chunk(m, a, g, mk + 5), B, D);
-  return dit_op_gated_add(be, &tx, &p, &gate, false, err);
+  DIT_TRY(dit_op_linear(m->be, &p, &os, w_o, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(res_norm(m, g, x, Ss, a->p, chunk(m, a, g, mk + 2), hin, chunk(m, a, g, mk + 3), chunk(m, a, g, mk + 4),
+                   err));
+  DIT_TRY(feed_forward(m, B * Ss, hin, w_in, w_out, a, err));
+  return res_norm(m, g, x, Ss, a->p, chunk(m, a, g, mk + 5), next ? hin : NULL, chunk(m, a, g, mk),
+                  chunk(m, a, g, mk + 1), err);
 }
 
-/* Flux2TransformerBlock: both streams normed and modulated, projected into the joint
- * [text, image] q/k/v (q and k normed and rotated per stream), joint attention, then each
- * stream's output and MLP. */
+/* Flux2TransformerBlock: both streams normed and modulated (already, by the previous block,
+ * when normed), projected into the joint [text, image] q/k/v (q and k normed and rotated per
+ * stream), joint attention, then each stream's output and MLP (next: ending in the next
+ * block's normed inputs). The streams' norm buffers: text rows at hn, image rows after them. */
 static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux2_geom *g, const dit_tensor *cos,
-                               const dit_tensor *sin, flux2_acts *a, dit_error *err) {
+                               const dit_tensor *sin, bool normed, bool next, flux2_acts *a, dit_error *err) {
   const int64_t St = g->St, Si = g->Si, B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  DIT_TRY(norm_mod(m, g, a->txt, St, a->hn, chunk(m, a, g, M_TXT), chunk(m, a, g, M_TXT + 1), err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_q_proj, &b->norm_added_q, cos, sin, a->q, a, err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_k_proj, &b->norm_added_k, cos, sin, a->k, a, err));
-  DIT_TRY(project_into(m, g, St, 0, &b->add_v_proj, NULL, cos, sin, a->v, a, err));
-  DIT_TRY(norm_mod(m, g, a->img, Si, a->hn, chunk(m, a, g, M_IMG), chunk(m, a, g, M_IMG + 1), err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_q, &b->norm_q, cos, sin, a->q, a, err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_k, &b->norm_k, cos, sin, a->k, a, err));
-  DIT_TRY(project_into(m, g, Si, St, &b->to_v, NULL, cos, sin, a->v, a, err));
+  void *hn_t = a->hn, *hn_i = el(m, a->hn, B * St * m->cfg.dim);
+  if (!normed) {
+    DIT_TRY(norm_mod(m, g, a->txt, St, hn_t, chunk(m, a, g, M_TXT), chunk(m, a, g, M_TXT + 1), err));
+    DIT_TRY(norm_mod(m, g, a->img, Si, hn_i, chunk(m, a, g, M_IMG), chunk(m, a, g, M_IMG + 1), err));
+  }
+  DIT_TRY(project_into(m, g, St, 0, hn_t, &b->add_q_proj, &b->norm_added_q, cos, sin, a->q, err));
+  DIT_TRY(project_into(m, g, St, 0, hn_t, &b->add_k_proj, &b->norm_added_k, cos, sin, a->k, err));
+  DIT_TRY(project_into(m, g, St, 0, hn_t, &b->add_v_proj, NULL, cos, sin, a->v, err));
+  DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_q, &b->norm_q, cos, sin, a->q, err));
+  DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_k, &b->norm_k, cos, sin, a->k, err));
+  DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_v, NULL, cos, sin, a->v, err));
   dit_tensor q4 = t4(m, a->q, B, S, H, hd), k4 = t4(m, a->k, B, S, H, hd), v4 = t4(m, a->v, B, S, H, hd);
   dit_tensor o4 = t4(m, a->o, B, S, H, hd);
   DIT_TRY(dit_op_attention(m->be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
-  DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a, err));
-  return stream_tail(m, g, a->txt, St, 0, M_TXT, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out, a, err);
+  DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, hn_i, next, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a,
+                      err));
+  return stream_tail(m, g, a->txt, St, 0, M_TXT, hn_t, next, &b->to_add_out, &b->ffc_linear_in, &b->ffc_linear_out,
+                     a, err);
 }
 
 /* Flux2SingleTransformerBlock on the joint stream: one fused projection to q, k, v and
  * the MLP input (q, k, v used in place as column slices), attention and SwiGLU in parallel
- * written into the two column ranges of cat, one fused output projection. */
+ * written into the two column ranges of cat, one fused output projection. normed: hn already
+ * holds the normed, modulated input (from the previous block); next: the gated residual also
+ * makes the next single block's input in hn (all single blocks share one modulation). */
 static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux2_geom *g, const dit_tensor *cos,
-                               const dit_tensor *sin, flux2_acts *a, dit_error *err) {
+                               const dit_tensor *sin, bool normed, bool next, flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, S = g->S, R = B * S, D = m->cfg.dim, F = m->cfg.mlp_hidden, hd = m->cfg.head_dim;
   const int64_t W = 3 * D + 2 * F, C = D + F;
   const float eps = m->cfg.eps;
-  DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
+  if (!normed)
+    DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
   dit_tensor hn = t2(m, a->hn, R, D), big = t2(m, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
   dit_tensor q4 = heads(m, a->big, g, S, 0, W), k4 = heads(m, el(m, a->big, D), g, S, 0, W);
@@ -345,11 +390,10 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
   ma.stride[0] = mb.stride[0] = W;
   mo.stride[0] = C;
   DIT_TRY(dit_op_swiglu(be, &mo, &ma, &mb, err));
-  dit_tensor cat = t2(m, a->cat, R, C), p2 = t2(m, a->p, R, D), p = t3(m, a->p, B, S, D),
-             x = t3(m, a->joint, B, S, D);
+  dit_tensor cat = t2(m, a->cat, R, C), p2 = t2(m, a->p, R, D);
   DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
-  dit_tensor gate = t2(m, chunk(m, a, g, M_SINGLE + 2), B, D);
-  return dit_op_gated_add(be, &x, &p, &gate, false, err);
+  return res_norm(m, g, a->joint, S, a->p, chunk(m, a, g, M_SINGLE + 2), next ? a->hn : NULL,
+                  chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err);
 }
 
 /* joint[b] = [txt[b], img[b]]. */
@@ -424,6 +468,7 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
 /* Grows the model's activation and host buffers to fit; keeps them when they do. */
 static dit_status ensure_buffers(dit_flux2 *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
   if (act_bytes > m->act_bytes) {
+    m->rope_ok = false;
     if (m->act) m->be->ops->free(m->be, m->act);
     m->act = NULL;
     m->act_bytes = 0;
@@ -439,6 +484,62 @@ static dit_status ensure_buffers(dit_flux2 *m, size_t act_bytes, size_t host_byt
     m->host_bytes = rounded;
   }
   return DIT_OK;
+}
+
+/* One call's op sequence after the tables are uploaded: everything it touches is in the
+ * model's buffers, the weights and the call's device tensors (a replayable graph). */
+typedef struct flux2_call {
+  dit_flux2 *m;
+  const flux2_geom *g;
+  flux2_acts *a;
+  dit_tensor cos, sin, t_dev, g_dev;
+  bool use_g, stage;
+  const dit_tensor *x, *txt; /* device tensors (the staged copies for host inputs) */
+  dit_tensor *out;
+} flux2_call;
+
+/* What the recorded ops depend on besides memory contents (zero-filled: compared bytewise). */
+typedef struct flux2_call_key {
+  int64_t B, Si, St;
+  int64_t adt, use_g, stage;
+  const void *act, *tab, *x, *txt, *out;
+} flux2_call_key;
+
+static dit_status call_ops(void *ctx, dit_error *err) {
+  flux2_call *k = ctx;
+  dit_flux2 *m = k->m;
+  const flux2_geom *g = k->g;
+  const dit_flux2_config *c = &m->cfg;
+  dit_backend *be = m->be;
+  flux2_acts *a = k->a;
+  const int64_t B = g->B, D = c->dim;
+  DIT_TRY(time_embed(m, g, &k->t_dev, k->use_g ? &k->g_dev : NULL, a, err));
+  dit_tensor img = t3(m, a->img, B, g->Si, D), tx = t3(m, a->txt, B, g->St, D);
+  dit_tensor xs = *k->x, ts = *k->txt;
+  if (k->stage) {
+    xs = t3(m, a->x_in, B, g->Si, c->in_channels);
+    ts = t3(m, a->txt_in, B, g->St, c->joint_attention_dim);
+    DIT_TRY(dit_op_copy(be, &xs, k->x, err));
+    DIT_TRY(dit_op_copy(be, &ts, k->txt, err));
+  }
+  DIT_TRY(dit_op_linear(be, &img, &xs, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &tx, &ts, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
+  for (int l = 0; l < c->n_layers; l++) {
+    dit_status s = double_block(m, &m->w.blocks[l], g, &k->cos, &k->sin, l > 0, l + 1 < c->n_layers, a, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "transformer_blocks.%d", l);
+      return s;
+    }
+  }
+  DIT_TRY(join_streams(m, g, a, err));
+  for (int l = 0; l < c->n_single_layers; l++) {
+    dit_status s = single_block(m, &m->w.single[l], g, &k->cos, &k->sin, l > 0, l + 1 < c->n_single_layers, a, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "single_transformer_blocks.%d", l);
+      return s;
+    }
+  }
+  return final_layer(m, g, a, k->out, err);
 }
 
 static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, const dit_tensor *txt, const float *t,
@@ -460,22 +561,28 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, staged, &a, err));
   flux2_host_tables h;
   table_layout(c, g, m->host, &h);
-  fill_rope(c, g, img_ids, txt_ids, &h);
   /* timestep.to(dtype) * 1000 in float32, as the reference */
   for (int64_t i = 0; i < g->B; i++) {
     h.t[i] = t[i] * 1000.0f;
     h.g[i] = guidance ? guidance[i] * 1000.0f : 0.0f;
   }
-  DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
+  if (rope_cached(m, g, a.tab, img_ids, txt_ids)) {
+    size_t off = (size_t)((char *)h.t - (char *)m->host);
+    DIT_TRY(be->ops->upload(be, (char *)a.tab + off, h.t, host_bytes - off, err));
+  } else {
+    m->rope_ok = false;
+    fill_rope(c, g, img_ids, txt_ids, &h);
+    DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
+    rope_remember(m, g, a.tab, img_ids, txt_ids);
+  }
+  flux2_call k = {.m = m, .g = g, .a = &a, .stage = stage, .use_g = guidance && c->guidance_embeds};
 #define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
-  const int64_t B = g->B, D = c->dim, half = c->head_dim / 2;
-  dit_tensor cos = mk(m, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
-  dit_tensor sin = mk(m, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
-  dit_tensor t_dev = mk(m, DIT_F32, DEV(h.t), 1, (int64_t[]){B}), g_dev = mk(m, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
+  const int64_t B = g->B, half = c->head_dim / 2;
+  k.cos = mk(m, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
+  k.sin = mk(m, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
+  k.t_dev = mk(m, DIT_F32, DEV(h.t), 1, (int64_t[]){B});
+  k.g_dev = mk(m, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
 #undef DEV
-  const bool use_g = guidance && c->guidance_embeds;
-  DIT_TRY(time_embed(m, g, &t_dev, use_g ? &g_dev : NULL, &a, err));
-  dit_tensor img = t3(m, a.img, B, g->Si, D), tx = t3(m, a.txt, B, g->St, D);
   dit_tensor xd = *x, td = *txt, od = *out;
   if (staged) {
     xd = mk(m, DIT_F32, a.x_f32, 3, x->shape);
@@ -484,33 +591,23 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
     DIT_TRY(be->ops->upload(be, a.x_f32, x->data, dit_tensor_nbytes(x), err));
     DIT_TRY(be->ops->upload(be, a.txt_f32, txt->data, dit_tensor_nbytes(txt), err));
   }
-  x = &xd;
-  txt = &td;
-  dit_tensor xs = *x, ts = *txt;
-  if (stage) {
-    xs = t3(m, a.x_in, B, g->Si, c->in_channels);
-    ts = t3(m, a.txt_in, B, g->St, c->joint_attention_dim);
-    DIT_TRY(dit_op_copy(be, &xs, x, err));
-    DIT_TRY(dit_op_copy(be, &ts, txt, err));
-  }
-  DIT_TRY(dit_op_linear(be, &img, &xs, &m->w.x_embedder, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_linear(be, &tx, &ts, &m->w.context_embedder, NULL, DIT_ACT_NONE, err));
-  for (int l = 0; l < c->n_layers; l++) {
-    dit_status s = double_block(m, &m->w.blocks[l], g, &cos, &sin, &a, err);
-    if (s != DIT_OK) {
-      dit_error_prefix(err, "transformer_blocks.%d", l);
-      return s;
-    }
-  }
-  DIT_TRY(join_streams(m, g, &a, err));
-  for (int l = 0; l < c->n_single_layers; l++) {
-    dit_status s = single_block(m, &m->w.single[l], g, &cos, &sin, &a, err);
-    if (s != DIT_OK) {
-      dit_error_prefix(err, "single_transformer_blocks.%d", l);
-      return s;
-    }
-  }
-  DIT_TRY(final_layer(m, g, &a, &od, err));
+  k.x = &xd;
+  k.txt = &td;
+  k.out = &od;
+  flux2_call_key key;
+  memset(&key, 0, sizeof key);
+  key.B = g->B;
+  key.Si = g->Si;
+  key.St = g->St;
+  key.adt = m->adt;
+  key.use_g = k.use_g;
+  key.stage = stage;
+  key.act = m->act;
+  key.tab = a.tab;
+  key.x = xd.data;
+  key.txt = td.data;
+  key.out = od.data;
+  DIT_TRY(dit_replay_run(&m->replay, be, &key, sizeof key, call_ops, &k, err));
   if (staged) DIT_TRY(be->ops->download(be, out->data, a.out_f32, dit_tensor_nbytes(out), err));
   return DIT_OK;
 }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "backend/replay.h"
 #include "io/safetensors.h"
 #include "models/flux2.h"
 
@@ -55,6 +56,12 @@ struct dit_flux2 {
   size_t act_bytes;
   void *host;         /* host scratch for the RoPE tables and timesteps */
   size_t host_bytes;
+  /* ids [text; image] x 4 whose RoPE tables are uploaded at rope_tab (valid when rope_ok) */
+  float *rope_ids;
+  int64_t rope_St, rope_Si;
+  const void *rope_tab;
+  bool rope_ok;
+  dit_replay replay; /* the forward's ops as graphs (GPU backends) */
 };
 
 /* Reads and validates config.json (flux2.c). */

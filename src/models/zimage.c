@@ -328,6 +328,7 @@ size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->wbytes : 0; 
 
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
+  dit_replay_clear(&m->replay, m->be);
   if (m->act) m->be->ops->free(m->be, m->act);
   if (m->wblock) m->be->ops->free(m->be, m->wblock);
   free(m->host);
@@ -340,3 +341,8 @@ void dit_zimage_free(dit_zimage *m) {
 }
 
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m) { return m ? &m->cfg : NULL; }
+
+void dit_zimage_graph_counts(const dit_zimage *m, long *captures, long *launches) {
+  *captures = m ? m->replay.captures : 0;
+  *launches = m ? m->replay.launches : 0;
+}

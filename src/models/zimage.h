@@ -65,6 +65,8 @@ dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err)
 size_t dit_zimage_weight_bytes(const dit_zimage *m);
 void dit_zimage_free(dit_zimage *m);
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
+/* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
+void dit_zimage_graph_counts(const dit_zimage *m, long *captures, long *launches);
 
 /* One forward over a batch of n items of possibly different sizes, exactly as the
  * diffusers module is called with lists: x[i] latent [C, F, H, W] F32, cap[i] caption

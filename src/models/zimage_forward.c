@@ -520,25 +520,69 @@ static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, 
   return s;
 }
 
+/* One call's op sequence after the tables are uploaded (a replayable graph: it touches
+ * only the model's buffers, the weights and the call's device tensors). */
+typedef struct zimage_call {
+  dit_zimage *m;
+  const zimage_geom *g;
+  zimage_acts a;
+  zimage_stream st[3];
+  dit_tensor t_dev, zeros;
+  const dit_tensor *x, *cap;
+  dit_tensor *out;
+} zimage_call;
+
+static dit_status call_ops(void *ctx, dit_error *err) {
+  zimage_call *k = ctx;
+  dit_zimage *m = k->m;
+  const zimage_geom *g = k->g;
+  const dit_zimage_config *c = &m->cfg;
+  zimage_acts *a = &k->a;
+  const int64_t n = g->n;
+  DIT_TRY(time_embed(m, g, &k->t_dev, a, err));
+  DIT_TRY(embed_image(m, g, k->x, &k->zeros, a, err));
+  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.noise_refiner[l], &k->st[0], n, a, err));
+  DIT_TRY(embed_caption(m, g, k->cap, &k->zeros, a, err));
+  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.context_refiner[l], &k->st[1], n, a, err));
+  DIT_TRY(unify(m, g, &k->zeros, a, err));
+  for (int l = 0; l < c->n_layers; l++) DIT_TRY(block(m, &m->w.layers[l], &k->st[2], n, a, err));
+  return final_layer(m, g, a, k->out, err);
+}
+
+/* The replay key of a call: dtype, buffers, the items' geometry and every tensor address
+ * (malloc'd; *bytes its size). NULL when out of memory (the call then runs unrecorded). */
+static void *call_key(const dit_zimage *m, const zimage_geom *g, const zimage_acts *a, const dit_tensor *x,
+                      const dit_tensor *cap, const dit_tensor *out, size_t *bytes) {
+  const size_t head = 4 * sizeof(int64_t), items = (size_t)g->n * sizeof *g->items;
+  const size_t ptrs = (size_t)g->n * 3 * sizeof(void *);
+  *bytes = head + items + ptrs;
+  unsigned char *k = calloc(1, *bytes);
+  if (!k) return NULL;
+  const int64_t h[4] = {g->n, (int64_t)m->adt, (int64_t)(uintptr_t)m->act, (int64_t)(uintptr_t)a->tab};
+  memcpy(k, h, head);
+  memcpy(k + head, g->items, items);
+  void **p = (void **)(k + head + items);
+  for (int i = 0; i < g->n; i++) {
+    p[3 * i] = x[i].data;
+    p[3 * i + 1] = cap[i].data;
+    p[3 * i + 2] = out[i].data;
+  }
+  return k;
+}
+
 /* The forward proper, on tensors in backend memory. */
 static dit_status layers(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, const dit_tensor *cap,
                          const float *t, zimage_acts *a_, size_t host_bytes, dit_tensor *out, dit_error *err) {
-  const dit_zimage_config *c = &m->cfg;
-  zimage_acts a = *a_;
+  zimage_call k = {.m = m, .g = g, .a = *a_, .x = x, .cap = cap, .out = out};
   zimage_host_tables h;
-  DIT_TRY(upload_tables(m, g, t, &a, host_bytes, &h, err));
-  zimage_stream st[3];
-  dit_tensor t_dev, zeros;
-  table_views(m, g, &h, &a, st, &t_dev, &zeros);
-  const int64_t n = g->n;
-  DIT_TRY(time_embed(m, g, &t_dev, &a, err));
-  DIT_TRY(embed_image(m, g, x, &zeros, &a, err));
-  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.noise_refiner[l], &st[0], n, &a, err));
-  DIT_TRY(embed_caption(m, g, cap, &zeros, &a, err));
-  for (int l = 0; l < c->n_refiner_layers; l++) DIT_TRY(block(m, &m->w.context_refiner[l], &st[1], n, &a, err));
-  DIT_TRY(unify(m, g, &zeros, &a, err));
-  for (int l = 0; l < c->n_layers; l++) DIT_TRY(block(m, &m->w.layers[l], &st[2], n, &a, err));
-  return final_layer(m, g, &a, out, err);
+  DIT_TRY(upload_tables(m, g, t, &k.a, host_bytes, &h, err));
+  table_views(m, g, &h, &k.a, k.st, &k.t_dev, &k.zeros);
+  size_t key_bytes = 0;
+  void *key = call_key(m, g, &k.a, x, cap, out, &key_bytes);
+  if (!key) return call_ops(&k, err);
+  dit_status s = dit_replay_run(&m->replay, m->be, key, key_bytes, call_ops, &k, err);
+  free(key);
+  return s;
 }
 
 dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const dit_tensor *cap, const float *t,

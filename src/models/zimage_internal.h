@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "backend/replay.h"
 #include "core/arena.h"
 #include "io/safetensors.h"
 #include "models/zimage.h"
@@ -92,6 +93,7 @@ struct dit_zimage {
   zimage_item *tab_items;
   int tab_n;
   bool tables_ok;
+  dit_replay replay; /* the forward's ops as graphs (GPU backends) */
 };
 
 /* Host-side tables of one call, laid out in one buffer (uploaded in one piece). */

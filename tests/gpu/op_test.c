@@ -736,6 +736,48 @@ static void t_fused_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit
   }
 }
 
+/* residual_layer_norm on [B,S,D] (the CPU runs the unfused gated_add, layer_norm, modulate):
+ * with and without the residual, gate, output, shift; in place (h = x, no residual).
+ * bcast: [D] vectors (batch stride 0). */
+static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt, bool bcast) {
+  bool bt = dt != DIT_F32;
+  int64_t xs[3] = {B, S, D}, vs[2] = {B, D}, ds[1] = {D};
+  pair h = act(e, dt, 3, xs, false);
+  pair sc = act(e, dt, 2, vs, true), sf = act(e, dt, 2, vs, true), g = act(e, dt, 2, vs, true);
+  if (bcast) /* the GPU gets row 0 as [D]; the CPU row 0 repeated as [B, D] */
+    for (pair *v = &sc; v; v = v == &sc ? &sf : v == &sf ? &g : NULL) {
+      for (int64_t b = 1; b < B; b++) memcpy((float *)v->c.data + b * D, v->c.data, (size_t)D * sizeof(float));
+      v->g = dit_tensor_make(v->g.dtype, v->g.data, 1, ds);
+      v->g.device = DIT_DEV_CUDA;
+    }
+  char name[200];
+  for (int k = 0; k < 6; k++) {
+    /* 0: residual + gate + scale/shift; 1: residual, no gate, scale only; 2: residual only (no h);
+     * 3: norm only + scale/shift; 4: norm only, no modulation; 5: norm in place (h = x) + scale/shift */
+    const bool res = k <= 2, gate = k == 0, out = k != 2, scale = k == 0 || k == 1 || k == 3 || k == 5;
+    const bool shift = k == 0 || k == 3 || k == 5;
+    pair x = act(e, dt, 3, xs, true), r = act(e, dt, 3, xs, true);
+    poison(e, &h);
+    pair *y = k == 5 ? &x : &h;
+    OK(dit_op_residual_layer_norm(e->cpu, &x.c, res ? &r.c : NULL, gate ? &g.c : NULL, out ? &y->c : NULL,
+                                  scale ? &sc.c : NULL, shift ? &sf.c : NULL, 1e-6f, E));
+    OK(dit_op_residual_layer_norm(e->gpu, &x.g, res ? &r.g : NULL, gate ? &g.g : NULL, out ? &y->g : NULL,
+                                  scale ? &sc.g : NULL, shift ? &sf.g : NULL, 1e-6f, E));
+    const char *what[6] = {"residual gate scale shift", "residual scale", "residual only", "scale shift",
+                           "plain", "in place scale shift"};
+    snprintf(name, sizeof name, "residual_layer_norm [%lld,%lld,%lld] %s %s%s: %s", (long long)B, (long long)S,
+             (long long)D, dn(dt), what[k], bcast ? " [D]" : "", out ? "h" : "x");
+    compare(e, name, out ? y : &x, bt);
+    if (res && out) {
+      snprintf(name, sizeof name, "residual_layer_norm [%lld,%lld,%lld] %s %s%s: x", (long long)B, (long long)S,
+               (long long)D, dn(dt), what[k], bcast ? " [D]" : "");
+      compare(e, name, &x, bt);
+    }
+    drop(e, &x), drop(e, &r);
+  }
+  drop(e, &h), drop(e, &sc), drop(e, &sf), drop(e, &g);
+}
+
 static void fused_tests(env *e) {
   bool f0 = cu_im(e->gpu)->fused;
   for (int f = 1; f >= 0; f--) { /* fused kernels, then the unfused fallbacks */
@@ -756,6 +798,12 @@ static void fused_tests(env *e) {
     t_fused_rope(e, 1, 9, 2, 256, DIT_BF16, DIT_BF16, false); /* 32 lanes per row */
     t_fused_rope(e, 2, 7, 3, 24, DIT_F32, DIT_F32, true);     /* 3 chunks: 4-lane teams, one lane idle */
     t_fused_rope(e, 1, 5, 2, 10, DIT_F32, DIT_F32, false);    /* D % 8 != 0: fallback */
+    t_fused_lnorm(e, 2, 37, 3072, DIT_BF16, false); /* klein width: 2 chunks per thread */
+    t_fused_lnorm(e, 1, 21, 3072, DIT_F32, false);
+    t_fused_lnorm(e, 3, 9, 1000, DIT_F32, true);    /* 125 chunks, [D] vectors */
+    t_fused_lnorm(e, 2, 5, 64, DIT_BF16, false);    /* short rows: one warp, mostly idle */
+    t_fused_lnorm(e, 1, 4, 12000, DIT_F32, false);  /* 4 chunks per thread */
+    t_fused_lnorm(e, 2, 3, 36, DIT_F32, false);     /* D % 8 != 0: fallback */
   }
   cu_im(e->gpu)->fused = f0;
 }
@@ -916,6 +964,12 @@ static void time_fused(env *e) {
   TIMED(e, ms, dit_op_residual_norm(e->gpu, &x.g, &r.g, &w.g, &g.g, true, NULL, NULL, NULL, 1e-6f, E));
   printf("TIME residual_norm [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, ms,
          3 * nx * es / (ms * 1e-3) / 1e9);
+  TIMED(e, ms, dit_op_residual_layer_norm(e->gpu, &x.g, &r.g, &g.g, &h.g, &sc.g, &g.g, 1e-6f, E));
+  printf("TIME residual_layer_norm +h [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D, ms,
+         4 * nx * es / (ms * 1e-3) / 1e9);
+  TIMED(e, ms, dit_op_residual_layer_norm(e->gpu, &x.g, NULL, NULL, &h.g, &sc.g, &g.g, 1e-6f, E));
+  printf("TIME residual_layer_norm (norm only) [%lld,%lld] bf16: %.3f ms, %.0f GB/s\n", (long long)S, (long long)D,
+         ms, 2 * nx * es / (ms * 1e-3) / 1e9);
   TIMED(e, ms, dit_op_rms_norm_rope(e->gpu, &q, &hw.g, 1e-5f, &c.g, &c.g, DIT_ROPE_INTERLEAVED, E));
   printf("TIME rms_norm_rope [1,%lld,30,128] bf16: %.3f ms, %.0f GB/s\n", (long long)S, ms,
          2 * nx * es / (ms * 1e-3) / 1e9);

@@ -36,6 +36,7 @@ dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err)
       im->scratch = NULL;
       im->scratch_bytes = 0;
     }
+    im->moves++;
     DIT_TRY(cu_check(cudaMalloc(&im->scratch, n), "cuda scratch", "cudaMalloc", err));
     im->scratch_bytes = n;
   }
@@ -120,6 +121,7 @@ static dit_backend_ops cu_ops_table(void) {
   o.attention = cu_attention;
   cu_register_ops(&o);
   cu_register_fused_ops(&o);
+  cu_register_graph_ops(&o);
   return o;
 }
 
@@ -145,6 +147,10 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   im->fused = !(fv && strcmp(fv, "0") == 0);
   const char *cv = getenv("DIT_CUDA_CUDNN");
   im->cudnn = !(cv && strcmp(cv, "0") == 0);
+  const char *gv = getenv("DIT_CUDA_GRAPHS");
+  im->graphs = !(gv && strcmp(gv, "0") == 0);
+  const char *tv = getenv("DIT_CUDA_GEMM_TUNE");
+  im->gemm_tune = !(tv && strcmp(tv, "0") == 0);
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
                    "cudaDeviceGetAttribute", err));
   DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));

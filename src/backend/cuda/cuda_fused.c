@@ -1,4 +1,5 @@
-/* Host side of the CUDA fused ops (rms_norm_rope, rms_norm_mod, residual_norm): argument
+/* Host side of the CUDA fused ops (rms_norm_rope, rms_norm_mod, residual_norm,
+ * residual_layer_norm): argument
  * checks, then the row kernels of k_fused.cu where shapes and alignment allow (D % 8 == 0,
  * 16-byte aligned operands) and the backend's `fused` switch is on (env DIT_CUDA_FUSED=0
  * turns it off); otherwise the unfused sequence of plain ops (backend_fused.c). */
@@ -91,8 +92,47 @@ static dit_status residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, c
   return DIT_OK;
 }
 
+static dit_status residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
+                                      dit_error *err) {
+  const char *op = "cuda residual_layer_norm";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  if (r) {
+    DIT_TRY(cu_check_act(op, "r", r, err));
+    DIT_TRY(cu_check_same_shape(op, "x", x, "r", r, err));
+    if (r->data == x->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: r aliases x", op);
+  }
+  if (h) {
+    DIT_TRY(cu_check_act(op, "h", h, err));
+    DIT_TRY(cu_check_same_shape(op, "x", x, "h", h, err));
+    if (r && (h->data == x->data || h->data == r->data))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: h aliases %s", op, h->data == x->data ? "x" : "r");
+    if (shift && !scale) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a shift needs a scale", op);
+  }
+  int64_t B, S, D, gbs = 0, sbs = 0, fbs = 0;
+  DIT_TRY(cu_check_bsd(op, x, "gate", r ? gate : NULL, &B, &S, &D, &gbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "scale", h ? scale : NULL, &B, &S, &D, &sbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "shift", h ? shift : NULL, &B, &S, &D, &fbs, err));
+  const bool g_on = r && gate, s_on = h && scale, f_on = h && shift;
+  /* the kernel takes one batch stride for the vectors it reads */
+  const int64_t vbs = g_on ? gbs : s_on ? sbs : fbs;
+  const bool one_vbs = (!g_on || gbs == vbs) && (!s_on || sbs == vbs) && (!f_on || fbs == vbs);
+  const bool fast = cu_im(be)->fused && one_vbs && D % 8 == 0 && D <= MAX_ROW_D && al16(x) && al16(r) && al16(h) &&
+                    (!g_on || al16(gate)) && (!s_on || al16(scale)) && (!f_on || al16(shift));
+  if (!fast) return dit_unfused_residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
+  cu_rowargs a = {0};
+  if (g_on) a.gate = gate->data, a.gdt = (int)gate->dtype;
+  if (s_on) a.scale = scale->data, a.sdt = (int)scale->dtype;
+  if (f_on) a.shift = shift->data, a.shdt = (int)shift->dtype;
+  a.vbs = vbs, a.eps = eps;
+  LAUNCH(op, "kernel", cuk_f_lnorm(h ? h->data : NULL, x->data, r ? r->data : NULL, x->dtype, B, S, D, &a,
+                                   cu_im(be)->stream));
+  return DIT_OK;
+}
+
 void cu_register_fused_ops(dit_backend_ops *o) {
   o->rms_norm_rope = rms_norm_rope;
   o->rms_norm_mod = rms_norm_mod;
   o->residual_norm = residual_norm;
+  o->residual_layer_norm = residual_layer_norm;
 }

@@ -1,13 +1,18 @@
-/* GEMMs on the GPU through cuBLASLt: a plan cache (descriptors + heuristic algorithm per
- * shape, dtype, epilogue and pointer alignment), linear (activations F32 converted to the
- * weight dtype on the fly, or BF16 as given; fp32 accumulation; bias/GELU-tanh epilogues
+/* GEMMs on the GPU through cuBLASLt: a plan cache (descriptors + algorithm per shape,
+ * dtype, epilogue and pointer alignment; the algorithm is tuned per shape: the heuristic's
+ * first few candidates are timed on the plan's first un-captured call and the fastest is
+ * kept, DIT_CUDA_GEMM_TUNE=0: the heuristic's first), linear (activations F32 converted to
+ * the weight dtype on the fly, or BF16 as given; fp32 accumulation; bias/GELU-tanh epilogues
  * in cuBLASLt, SiLU and exact GELU in a separate kernel) and conv2d (im2col in chunks +
  * GEMM, then a per-channel bias kernel). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 
 #define CU_IM2COL_BYTES ((size_t)256 << 20)
+#define CU_TUNE_RUNS 3 /* timed runs per candidate (after one untimed warm-up) */
 
 static cudaDataType_t cu_dtype(int dt) {
   return dt == DIT_BF16 ? CUDA_R_16BF : dt == DIT_F16 ? CUDA_R_16F : CUDA_R_32F;
@@ -55,19 +60,116 @@ static dit_status plan_build(cu_impl *im, cu_plan *p, int align, const char *op,
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[CU_MAX_CANDS];
   int nres = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res,
-                                                     &nres);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                     CU_MAX_CANDS, res, &nres);
   cublasLtMatmulPreferenceDestroy(pref);
   DIT_TRY(cu_check_lt(st, op, "AlgoGetHeuristic", err));
-  if (nres < 1)
+  p->n_cand = 0;
+  for (int i = 0; i < nres && i < CU_MAX_CANDS; i++) { /* the usable ones, in the heuristic's order */
+    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > im->workspace_bytes) continue;
+    p->cand[p->n_cand] = res[i].algo;
+    p->cand_ws[p->n_cand++] = res[i].workspaceSize;
+  }
+  if (p->n_cand < 1)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED,
                       "%s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (A/B %s, D %s, epilogue %d)", op,
                       (long long)p->m, (long long)p->n, (long long)p->k, dit_dtype_name(p->abt),
                       dit_dtype_name(p->dt), p->epi);
-  p->algo = res.algo;
+  p->algo = p->cand[0];
+  p->tuned = p->n_cand < 2; /* nothing to choose from */
   return DIT_OK;
+}
+
+/* Times candidate c on the call's operands: one untimed warm-up, then CU_TUNE_RUNS runs
+ * between ev0 and ev1 on the stream. *ms: time per run, or -1 when cuBLASLt refuses the
+ * candidate (skipped, not an error). A CUDA error (events) is returned: tuning stops. */
+static dit_status tune_one(cu_impl *im, const cu_plan *p, int c, const void *A, const void *B, void *D,
+                           cudaEvent_t ev0, cudaEvent_t ev1, float *ms, dit_error *err) {
+  const char *op = "cuda gemm tune";
+  const float one = 1.0f, zero = 0.0f;
+  *ms = -1.0f;
+  for (int r = 0; r <= CU_TUNE_RUNS; r++) {
+    if (r == 1) DIT_TRY(cu_check(cudaEventRecord(ev0, im->stream), op, "cudaEventRecord", err));
+    cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
+                                       &p->cand[c], im->workspace, im->workspace_bytes, im->stream);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      cudaGetLastError(); /* a launch failure it may have left behind */
+      return DIT_OK;
+    }
+  }
+  DIT_TRY(cu_check(cudaEventRecord(ev1, im->stream), op, "cudaEventRecord", err));
+  DIT_TRY(cu_check(cudaEventSynchronize(ev1), op, "cudaEventSynchronize", err));
+  float t = 0.0f;
+  DIT_TRY(cu_check(cudaEventElapsedTime(&t, ev0, ev1), op, "cudaEventElapsedTime", err));
+  *ms = t / CU_TUNE_RUNS;
+  return DIT_OK;
+}
+
+/* DIT_CUDA_GEMM_TUNE_LOG=1: one stderr line per tuned shape (read here: once per shape). */
+static bool tune_log_on(void) {
+  const char *lv = getenv("DIT_CUDA_GEMM_TUNE_LOG");
+  return lv && strcmp(lv, "1") == 0;
+}
+
+static double tflops(const cu_plan *p, float ms) {
+  return ms > 0.0f ? 2.0 * (double)p->m * (double)p->n * (double)p->k / ((double)ms * 1e9) : 0.0;
+}
+
+/* Sets p->algo to the fastest of p's candidates timed on the call's operands (the bias
+ * pointer is already on p->desc; beta = 0 and D aliases neither A nor B, so the extra runs
+ * only rewrite D). Fails, with a message, on a CUDA error: the caller then keeps the first. */
+static dit_status gemm_tune(cu_impl *im, cu_plan *p, const void *A, const void *B, void *D, dit_error *err) {
+  const char *op = "cuda gemm tune";
+  cudaEvent_t ev0 = NULL, ev1 = NULL;
+  float t[CU_MAX_CANDS];
+  dit_status s = cu_check(cudaEventCreate(&ev0), op, "cudaEventCreate", err);
+  if (s == DIT_OK) s = cu_check(cudaEventCreate(&ev1), op, "cudaEventCreate", err);
+  for (int c = 0; s == DIT_OK && c < p->n_cand; c++) s = tune_one(im, p, c, A, B, D, ev0, ev1, &t[c], err);
+  if (ev0) cudaEventDestroy(ev0);
+  if (ev1) cudaEventDestroy(ev1);
+  DIT_TRY(s);
+  int best = 0;
+  for (int c = 1; c < p->n_cand; c++)
+    if (t[c] >= 0.0f && (t[best] < 0.0f || t[c] < t[best])) best = c;
+  p->algo = p->cand[best];
+  if (!tune_log_on()) return DIT_OK;
+  char first[64] = "refused", won[64] = "none ran";
+  if (t[0] >= 0.0f) snprintf(first, sizeof first, "%.4f ms (%.1f TFLOP/s)", (double)t[0], tflops(p, t[0]));
+  if (t[best] >= 0.0f)
+    snprintf(won, sizeof won, "#%d %.4f ms (%.1f TFLOP/s)", best, (double)t[best], tflops(p, t[best]));
+  fprintf(stderr, "ditrun: cuda gemm tune: m=%lld n=%lld k=%lld (A/B %s, D %s): %d candidates, heuristic's first %s, "
+          "best %s\n", (long long)p->m, (long long)p->n, (long long)p->k, dit_dtype_name(p->abt),
+          dit_dtype_name(p->dt), p->n_cand, first, won);
+  return DIT_OK;
+}
+
+/* Tunes p on its first use outside a stream capture (timing needs a synchronize; while
+ * capturing it stays untuned and tunes at the next un-captured call). Never fails: on any
+ * error the heuristic's first is kept and the CUDA error state is cleared. */
+static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *B, void *D) {
+  if (p->tuned || p->n_cand < 2) return;
+  if (!im->gemm_tune) {
+    p->tuned = true;
+    return;
+  }
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(im->stream, &cs) != cudaSuccess) {
+    cudaGetLastError(); /* try again at the next call */
+    return;
+  }
+  if (cs != cudaStreamCaptureStatusNone || im->capturing) return;
+  dit_error e;
+  memset(&e, 0, sizeof e);
+  if (gemm_tune(im, p, A, B, D, &e) != DIT_OK) {
+    cudaGetLastError();
+    p->algo = p->cand[0];
+    if (tune_log_on())
+      fprintf(stderr, "ditrun: %s (m=%lld n=%lld k=%lld: using the heuristic's first)\n", e.msg, (long long)p->m,
+              (long long)p->n, (long long)p->k);
+  }
+  p->tuned = true;
 }
 
 dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -110,6 +212,7 @@ dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, i
     DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof bias),
                         op, "set BIAS_POINTER", err));
+  gemm_tune_maybe(im, p, A, B, D);
   const float one = 1.0f, zero = 0.0f;
   cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
                                      &p->algo, im->workspace, im->workspace_bytes, im->stream);

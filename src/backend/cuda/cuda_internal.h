@@ -15,8 +15,10 @@
 #include "backend/backend.h"
 
 #define CU_MAX_PLANS 128
+#define CU_MAX_CANDS 8 /* heuristic algorithms kept per plan for tuning */
 
-/* One cached cuBLASLt matmul: descriptors plus the heuristic's algorithm for a shape. */
+/* One cached cuBLASLt matmul: descriptors plus the algorithm for a shape (the heuristic's
+ * first until tuned: the fastest candidate timed on the first un-captured call). */
 typedef struct cu_plan {
   int64_t m, n, k, lda, ldb, ldd;
   int ta, tb;           /* transpose flags of A and B */
@@ -25,6 +27,10 @@ typedef struct cu_plan {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t cand[CU_MAX_CANDS]; /* heuristic candidates, best first */
+  size_t cand_ws[CU_MAX_CANDS];            /* their workspace bytes */
+  int n_cand;
+  bool tuned;
 } cu_plan;
 
 typedef struct cu_impl {
@@ -42,6 +48,11 @@ typedef struct cu_impl {
   bool fused; /* fused norm kernels (k_fused.cu) for the fused ops; env DIT_CUDA_FUSED=0: unfused sequences */
   bool cudnn; /* BF16 attention through cuDNN's SDPA first (cudnn_sdpa.c); env DIT_CUDA_CUDNN=0 turns it off */
   struct cu_sdpa *sdpa; /* cuDNN state, created on first use (NULL until then) */
+  bool graphs; /* graph capture (cuda_graph.c); env DIT_CUDA_GRAPHS=0 turns it off */
+  bool gemm_tune; /* time the GEMM candidates per shape (cuda_gemm.c); env DIT_CUDA_GEMM_TUNE=0 turns it off */
+  bool capturing;
+  uint64_t moves; /* times a backend buffer (scratch) was reallocated: graphs before are stale */
+  uint64_t capture_moves;
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;
@@ -83,6 +94,7 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                         dit_error *err);
 void cu_register_ops(dit_backend_ops *ops); /* fills the elementwise/norm ops (cuda_ops.c) */
 void cu_register_fused_ops(dit_backend_ops *ops); /* the fused ops (cuda_fused.c) */
+void cu_register_graph_ops(dit_backend_ops *ops); /* graph capture (cuda_graph.c) */
 /* x [B,S,D] (or [S,D] as B = 1) and an optional per-batch vector [B,D] (or [D], broadcast):
  * B, S, D and the vector's batch stride *vbs (D, or 0 when broadcast). */
 dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
@@ -96,6 +108,7 @@ typedef struct cu_rowargs {
   int tanh_gate;
   const void *wh; int whdt;    /* weight of the output norm */
   const void *scale; int sdt;  /* output modulation: * (1 + scale) */
+  const void *shift; int shdt; /* residual_layer_norm: + shift after the scale (NULL: 0) */
   int64_t vbs;
   float eps;
 } cu_rowargs;
@@ -181,6 +194,11 @@ cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_
  * r != NULL: x += g[b] * rms_norm(r) * wr, then h (when not NULL) as above from the new x. */
 cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
                        const cu_rowargs *a, cudaStream_t s);
+/* Rows [B*S, D] (D % 8 == 0, 16-byte aligned pointers): r != NULL: x += gate[b] * r (gate NULL:
+ * 1; no norm of r); then, h != NULL: h = layer_norm(x) * (1 + scale[b]) + shift[b] (h may
+ * alias x when r is NULL). Uses a.gate, a.scale, a.shift, a.vbs, a.eps. */
+cudaError_t cuk_f_lnorm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
+                        const cu_rowargs *a, cudaStream_t s);
 /* x [B,S,H,D] in place: rms_norm(x) * w, then interleaved RoPE (cos/sin as cuk_rope). D / 8 <= 32.
  * xstride: element strides of B, S, H (multiples of 8; NULL: contiguous). */
 cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *xstride,

@@ -41,6 +41,8 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
   return DIT_OK;
 }
 dit_status cu_sdpa_check(cu_sdpa *s, dit_error *err) { return DIT_OK; }
+long cu_sdpa_moves(const cu_sdpa *s) { return s ? s->moves : 0; }
+
 cu_sdpa_info cu_sdpa_get_info(const cu_sdpa *s) {
   cu_sdpa_info i;
   memset(&i, 0, sizeof i);
@@ -119,6 +121,7 @@ struct cu_sdpa {
   size_t version;
   void *ws;
   size_t ws_bytes;
+  long moves; /* buffer (re)allocations, see cu_sdpa_moves */
   int32_t *seqlen; /* device [2 * seqlen_cap]: seq_q then seq_kv */
   int64_t seqlen_cap;
   float *stats;
@@ -587,6 +590,7 @@ static dit_status grow(cu_sdpa *s, void **buf, size_t *have, size_t need, const 
     *have = 0;
   }
   size_t n = (need + 255) & ~(size_t)255;
+  s->moves++;
   cudaError_t e = cudaMalloc(buf, n);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -788,6 +792,8 @@ dit_status cu_sdpa_check(cu_sdpa *s, dit_error *err) {
                     "(or had none) in some batch item; cuDNN's padding mask cannot express it, so those outputs "
                     "are wrong; run with DIT_CUDA_CUDNN=0 to use our kernel");
 }
+
+long cu_sdpa_moves(const cu_sdpa *s) { return s ? s->moves : 0; }
 
 cu_sdpa_info cu_sdpa_get_info(const cu_sdpa *s) {
   cu_sdpa_info i;

@@ -49,6 +49,9 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
  * prefix mask (the affected outputs are wrong); clears the flag. NULL state: DIT_OK. */
 dit_status cu_sdpa_check(cu_sdpa *s, dit_error *err);
 cu_sdpa_info cu_sdpa_get_info(const cu_sdpa *s);
+/* Times one of the state's device buffers (workspace, stats, lengths) was (re)allocated;
+ * 0 for NULL. Captured graphs hold those addresses (cuda_graph.c). */
+long cu_sdpa_moves(const cu_sdpa *s);
 void cu_sdpa_destroy(cu_sdpa *s);
 
 /* k_seqlen.cu: per batch item b, seq_kv[b] = length of the prefix of nonzero mask bytes

@@ -1,5 +1,6 @@
 /* Row-parallel normalization kernels with 16-byte accesses, and the fused ops built on
- * them: RMSNorm (+ modulate), gated residual + RMSNorm, RMSNorm + interleaved RoPE. Long
+ * them: RMSNorm (+ modulate), gated residual + RMSNorm, RMSNorm + interleaved RoPE, gated
+ * residual + LayerNorm + modulate (shift and scale). Long
  * rows (D/8 > 32 chunks of 8) take one block per row and keep the row in registers (each
  * input read once); short rows (attention heads) take a team of L <= 32 lanes of a warp,
  * 32/L rows per warp. Math in fp32; the residual stream is rounded to its storage type
@@ -88,6 +89,68 @@ __global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 
     int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
     if (c < D8) {
       out_mod(u[j], rr, a, b, c * 8);
+      st8(hr + c * 8, u[j]);
+    }
+  }
+}
+
+/* Gated residual + LayerNorm + modulate, one block per row (chunks as kf_row): x += g * r
+ * (rounded to T, stored), then h = (x - mean) * rsqrt(var + eps) * (1 + scale) + shift with the
+ * mean and the centred variance from the row held in registers (two block reductions). */
+template <typename T, int NC>
+__global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 2 : 4) kf_ln_row(T *h, T *x, const T *r, int64_t S, int64_t D, cu_rowargs a) {
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x, b = row / S, D8 = D / 8;
+  T *xr = x + row * D;
+  float u[NC][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      ld8(xr + c * 8, u[j]);
+      if (r) {
+        float rv[8], g[8];
+        ld8(r + row * D + c * 8, rv);
+        if (a.gate) ld8w(a.gate, a.gdt, b * a.vbs + c * 8, g);
+        else
+          for (int k = 0; k < 8; k++) g[k] = 1.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) u[j][k] = cu_rnd(u[j][k] + g[k] * rv[k], xr);
+        st8(xr + c * 8, u[j]);
+      }
+#pragma unroll
+      for (int k = 0; k < 8; k++) sum += u[j][k];
+    }
+  }
+  if (!h) return; /* uniform over the block */
+  const float mean = cu_block_sum(sum, sh) / (float)D;
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8)
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        float d = u[j][k] - mean;
+        ss += d * d;
+      }
+  }
+  const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps);
+  T *hr = h + row * D;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      float sc[8], sf[8];
+      if (a.scale) ld8w(a.scale, a.sdt, b * a.vbs + c * 8, sc);
+      else
+        for (int k = 0; k < 8; k++) sc[k] = 0.0f;
+      if (a.shift) ld8w(a.shift, a.shdt, b * a.vbs + c * 8, sf);
+      else
+        for (int k = 0; k < 8; k++) sf[k] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) u[j][k] = (u[j][k] - mean) * rr * (1.0f + sc[k]) + sf[k];
       st8(hr + c * 8, u[j]);
     }
   }
@@ -188,6 +251,31 @@ extern "C" cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64
     CU_DISPATCH(dt, T, return launch_team<T>((T *)h, (const T *)x, rows, S, 1, D, *a, NULL, NULL, 0, st, s));
   }
   CU_DISPATCH(dt, T, return launch_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+static cudaError_t launch_ln_row(T *h, T *x, const T *r, int64_t rows, int64_t S, int64_t D, const cu_rowargs &a,
+                                 cudaStream_t s) {
+  int64_t D8 = D / 8;
+  int nc = D8 <= 256 ? 1 : D8 <= 512 ? 2 : D8 <= 1024 ? 4 : 8;
+  int64_t threads = ((D8 + nc - 1) / nc + 31) / 32 * 32;
+  if (threads > 1024 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  switch (nc) {
+#define ROW(n) \
+  case n: kf_ln_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a); break;
+    ROW(1) ROW(2) ROW(4) ROW(8)
+#undef ROW
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_f_lnorm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
+                                   const cu_rowargs *a, cudaStream_t s) {
+  int64_t rows = B * S;
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  if (D % 8 || S <= 0) return cudaErrorInvalidValue;
+  CU_DISPATCH(dt, T, return launch_ln_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
   return cudaErrorInvalidValue;
 }
 

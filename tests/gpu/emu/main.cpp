@@ -75,6 +75,44 @@ static void test_row(long B, long S, long D, bool resid, bool withh, int gm, boo
   if (withh || !resid) cmp((std::string(name) + " h").c_str(), h.data(), hr.data(), n, 1e-6);
 }
 
+// gated residual + LayerNorm + modulate rows (kf_ln_row), F32 storage
+template <int NC>
+static void test_ln_row(long B, long S, long D, bool resid, bool gate, bool withh, bool scale, bool shift, bool bcast) {
+  long n = B * S * D, D8 = D / 8;
+  std::vector<float> x(n), r(n), h(n, NAN), g(B * D), sc(B * D), sf(B * D);
+  for (auto &v : x) v = rnd() + 0.3f; for (auto &v : r) v = 3 * rnd(); for (auto &v : g) v = rnd();
+  for (auto &v : sc) v = rnd(); for (auto &v : sf) v = rnd();
+  long vbs = bcast ? 0 : D;
+  std::vector<double> xr(n), hr(n);
+  for (long row = 0; row < B * S; row++) {
+    long b = row / S;
+    std::vector<float> xn(&x[row * D], &x[row * D] + D);
+    if (resid)
+      for (long i = 0; i < D; i++) {
+        xr[row * D + i] = xn[i] + (gate ? g[b * vbs + i] : 1.0) * r[row * D + i];
+        xn[i] = (float)xr[row * D + i];
+      }
+    double m = 0, v = 0;
+    for (long i = 0; i < D; i++) m += xn[i];
+    m /= D;
+    for (long i = 0; i < D; i++) v += (xn[i] - m) * (xn[i] - m);
+    double ri = 1 / sqrt(v / D + 1e-6);
+    for (long i = 0; i < D; i++)
+      hr[row * D + i] = (xn[i] - m) * ri * (1 + (scale ? sc[b * vbs + i] : 0)) + (shift ? sf[b * vbs + i] : 0);
+  }
+  cu_rowargs a = {};
+  a.gate = gate ? g.data() : nullptr; a.scale = scale ? sc.data() : nullptr; a.shift = shift ? sf.data() : nullptr;
+  a.vbs = vbs; a.eps = 1e-6f;
+  long threads = ((D8 + NC - 1) / NC + 31) / 32 * 32;
+  float *hp = withh ? h.data() : nullptr;
+  launch((unsigned)(B * S), (unsigned)threads, [&] { kf_ln_row<float, NC>(hp, x.data(), resid ? r.data() : nullptr, S, D, a); });
+  char name[200];
+  snprintf(name, sizeof name, "ln_row NC%d B%ld S%ld D%ld resid %d gate %d h %d scale %d shift %d bcast %d", NC, B, S, D,
+           resid, gate, withh, scale, shift, bcast);
+  if (resid) cmp((std::string(name) + " x").c_str(), x.data(), xr.data(), n, 1e-6);
+  if (withh) cmp((std::string(name) + " h").c_str(), h.data(), hr.data(), n, 2e-6);
+}
+
 template <int L>
 static void test_team(long B, long S, long H, long D, bool rope, bool scale, bool shared) {
   long rows = B * S * H, n = rows * D;
@@ -249,6 +287,13 @@ int main() {
   test_team_strided<16>(2, 5, 3, 128, 24); /* q of a fused QKV + MLP projection */
   test_team_strided<8>(1, 4, 2, 64, 8);
   test_ew_rows();
+  test_ln_row<2>(2, 3, 3072, true, true, true, true, true, false);
+  test_ln_row<2>(1, 2, 3072, true, false, true, true, false, false);
+  test_ln_row<2>(2, 2, 3072, true, true, false, false, false, false);
+  test_ln_row<1>(2, 3, 1000, false, false, true, true, true, true);
+  test_ln_row<1>(1, 2, 64, false, false, true, false, false, false);
+  test_ln_row<4>(1, 2, 6000, true, true, true, true, true, false);
+  test_ln_row<8>(1, 1, 20000, true, true, true, true, true, true);
   printf("%d failures\n", fails);
   return fails != 0;
 }

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cudnn_conv.h"
 #include "backend/cuda/cudnn_sdpa.h"
 #include "core/dtype.h"
 #include "testing.h"
@@ -319,6 +320,71 @@ static void t_attention_big(env *e, int64_t B, int64_t S, int64_t H, int64_t D, 
   drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
 }
 
+/* t_attention_wide flags */
+enum { W_CAUSAL = 1, W_EMPTY = 2, W_STRIDED = 4, W_BIG = 8 };
+
+/* Head dims above 256 (the GEMM path, cuda_attn_gemm.c; the VAE's one-head D=512 attention).
+ * pad > 0: key mask (item b has pad * (b + 1) padded keys), W_EMPTY: the last item's mask is
+ * empty; W_STRIDED: q, k, v column slices of one [B, S, 3, H, D] buffer and out a slice of a
+ * filled [B, S, 2, H, D] one (Sq == Sk, Hq == Hkv); W_BIG: the CPU checks 64 query rows at the
+ * start and at the end of the last item (no causal, no strided) and the op is timed. */
+static void t_attention_wide(env *e, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                             dit_dtype dt, int64_t pad, int flags) {
+  const bool causal = flags & W_CAUSAL, strided = flags & W_STRIDED, big = flags & W_BIG;
+  const int nq = strided ? 3 : 1, no = strided ? 2 : 1; /* head groups per row of the q and out buffers */
+  int64_t qs[4] = {B, Sq, nq * Hq, D}, ks[4] = {B, Sk, Hkv, D}, os[4] = {B, Sq, no * Hq, D};
+  pair q = act(e, dt, 4, qs, true), k = act(e, dt, 4, ks, !strided), v = act(e, dt, 4, ks, !strided);
+  pair o = act(e, dt, 4, os, strided);
+  pair m = mk_mask(e, B, Sk, pad, flags & W_EMPTY);
+  const bool use_mask = pad > 0 || (flags & W_EMPTY);
+  dit_tensor qc = q.c, qg = q.g, kc = k.c, kg = k.g, vc = v.c, vg = v.g, oc = o.c, og = o.g;
+  if (strided) { /* [B, S, 3, H, D] as three [B, S, H, D] views; out the first half of [B, S, 2, H, D] */
+    const int64_t sh[4] = {B, Sq, Hq, D}, qst[4] = {Sq * 3 * Hq * D, 3 * Hq * D, D, 1},
+                  ost[4] = {Sq * 2 * Hq * D, 2 * Hq * D, D, 1};
+    dit_tensor *views[8] = {&qc, &qg, &kc, &kg, &vc, &vg, &oc, &og};
+    for (int i = 0; i < 8; i++) {
+      dit_tensor *t = views[i];
+      const pair *src = i < 6 ? &q : &o;
+      *t = i % 2 ? src->g : src->c;
+      t->data = (char *)t->data + (size_t)((i < 6 ? i / 2 : 0) * Hq * D) * dit_dtype_size(t->dtype);
+      for (int d = 0; d < 4; d++) t->shape[d] = sh[d], t->stride[d] = i < 6 ? qst[d] : ost[d];
+    }
+  }
+  const dit_tensor *mg = use_mask ? &m.g : NULL;
+  float sc = 1.0f / sqrtf((float)D);
+  OK(dit_op_attention(e->gpu, &og, &qg, &kg, &vg, mg, sc, causal, E));
+  char name[200];
+  snprintf(name, sizeof name, "attention gemm B%lld Sq%lld Sk%lld H%lld/%lld D%lld %s%s%s%s%s", (long long)B,
+           (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hkv, (long long)D, dn(dt), use_mask ? " mask" : "",
+           causal ? " causal" : "", (flags & W_EMPTY) ? " empty-row" : "", strided ? " strided" : "");
+  if (!big) {
+    OK(dit_op_attention(e->cpu, &oc, &qc, &kc, &vc, use_mask ? &m.c : NULL, sc, causal, E));
+    compare(e, name, &o, true);
+  } else {
+    const int64_t R = Sq < 64 ? Sq : 64, b = B - 1, qi = Sq * Hq * D, ki = Sk * Hkv * D;
+    int64_t offs[2] = {0, Sq - R}, is[4] = {1, Sk, Hkv, D}, ms2[2] = {1, Sk}, rs[4] = {1, R, Hq, D};
+    dit_tensor kb = dit_tensor_make(DIT_F32, (float *)k.c.data + b * ki, 4, is);
+    dit_tensor vb = dit_tensor_make(DIT_F32, (float *)v.c.data + b * ki, 4, is);
+    dit_tensor mb = dit_tensor_make(DIT_U8, (uint8_t *)m.c.data + b * Sk, 2, ms2);
+    for (int i = 0; i < 2; i++) {
+      float *ref = xmalloc((size_t)(R * Hq * D) * sizeof(float));
+      dit_tensor qr = dit_tensor_make(DIT_F32, (float *)q.c.data + b * qi + offs[i] * Hq * D, 4, rs);
+      dit_tensor orf = dit_tensor_make(DIT_F32, ref, 4, rs);
+      OK(dit_op_attention(e->cpu, &orf, &qr, &kb, &vb, use_mask ? &mb : NULL, sc, false, E));
+      char nm[240];
+      snprintf(nm, sizeof nm, "%s item%lld rows@%lld", name, (long long)b, (long long)offs[i]);
+      compare_at(e, nm, &o.g, b * qi + offs[i] * Hq * D, ref, R * Hq * D, true);
+      free(ref);
+    }
+    float ms;
+    TIMED(e, ms, dit_op_attention(e->gpu, &og, &qg, &kg, &vg, mg, sc, causal, E));
+    printf("TIME attention gemm B=%lld S=%lld H=%lld D=%lld %s %s: %.3f ms, %.1f TFLOP/s (4*B*Sq*Sk*H*D)\n",
+           (long long)B, (long long)Sq, (long long)Hq, (long long)D, dn(dt), use_mask ? "mask" : "no mask", ms,
+           4.0 * B * Sq * Sk * Hq * D / (ms * 1e-3) / 1e12);
+  }
+  drop(e, &q), drop(e, &k), drop(e, &v), drop(e, &o), drop(e, &m);
+}
+
 /* After a call meant for cuDNN: did cuDNN run it? must: a failure when it fell back. */
 static void cudnn_report(env *e, const char *what, long calls0, bool must) {
   cu_sdpa_info i = cu_sdpa_get_info(cu_im(e->gpu)->sdpa);
@@ -592,6 +658,61 @@ static void t_conv(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t 
     printf("TIME %s: %.3f ms, %.1f TFLOP/s\n", name, ms,
            2.0 * B * Co * Ho * Wo * Ci * k * k / (ms * 1e-3) / 1e12);
   }
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+/* The cuDNN conv path (cudnn_conv.c), cuDNN switched on: the CPU reference as in t_conv, then
+ * whether cuDNN ran the call (must: a failure when it fell back to im2col); a run captured into
+ * a CUDA graph after the shape's first call (no sync or allocation then) is checked again.
+ * Inputs of >= 2^21 elements are timed with cuDNN and with im2col + GEMM (cuDNN off). */
+static void t_conv_cudnn(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co, int k, int stride,
+                         int pad, dit_dtype xdt, dit_dtype wdt, dit_dtype ydt, bool bias, bool must) {
+  cu_impl *im = cu_im(e->gpu);
+  const bool cudnn0 = im->cudnn;
+  im->cudnn = true;
+  int64_t Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
+  int64_t xs[4] = {B, Ci, H, W}, ws[4] = {Co, Ci, k, k}, bs[1] = {Co}, ys[4] = {B, Co, Ho, Wo};
+  pair x = act(e, xdt, 4, xs, true), w = wgt(e, wdt, 4, ws, 0.3f), b = wgt(e, wdt, 1, bs, 1.0f);
+  pair y = act(e, ydt, 4, ys, false);
+  const dit_tensor *bg = bias ? &b.g : NULL;
+  OK(dit_op_conv2d(e->cpu, &y.c, &x.c, &w.c, bias ? &b.c : NULL, stride, pad, E));
+  long calls0 = cu_conv_get_info(im->sdpa).calls;
+  OK(dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bg, stride, pad, E));
+  cu_conv_info ci = cu_conv_get_info(im->sdpa);
+  const bool used = ci.calls > calls0;
+  char name[160];
+  snprintf(name, sizeof name, "conv2d cudnn [%lld,%lld,%lld,%lld]->%lld k%d s%d p%d x%s w%s y%s%s", (long long)B,
+           (long long)Ci, (long long)H, (long long)W, (long long)Co, k, stride, pad, dn(xdt), dn(wdt), dn(ydt),
+           bias ? " bias" : "");
+  compare(e, name, &y, xdt != DIT_F32 || wdt != DIT_F32 || ydt != DIT_F32);
+  printf("%-4s cudnn conv %s: %s [cuDNN %ld, calls %ld, fallbacks %ld, plans %d] %s\n", used || !must ? "ok" : "FAIL",
+         name + 13, used ? "ran on cuDNN" : "left to im2col + GEMM", ci.version, ci.calls, ci.fallbacks, ci.n_plans,
+         ci.message);
+  if (must) CHECK_MSG(used, "cuDNN did not run %s: %s", name, ci.message);
+  const bool big = Ci * H * W >= (1 << 21);
+  if (used && !big) { /* replayed from a CUDA graph: the call must not sync or allocate */
+    poison(e, &y);
+    void *g = NULL;
+    OK(e->gpu->ops->capture_begin(e->gpu, E));
+    OK(dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bg, stride, pad, E));
+    OK(e->gpu->ops->capture_end(e->gpu, true, &g, E));
+    if (g) OK(e->gpu->ops->graph_launch(e->gpu, g, E));
+    e->gpu->ops->graph_free(e->gpu, g);
+    char gname[176];
+    snprintf(gname, sizeof gname, "%s graph", name);
+    compare(e, gname, &y, xdt != DIT_F32 || wdt != DIT_F32 || ydt != DIT_F32);
+    CHECK_MSG(cu_conv_get_info(im->sdpa).calls > ci.calls, "the captured %s did not run on cuDNN", name);
+  }
+  if (big) {
+    const double flop = 2.0 * Co * Ci * k * k * Ho * Wo * B;
+    float ms, ms2;
+    TIMED(e, ms, dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bg, stride, pad, E));
+    im->cudnn = false;
+    TIMED(e, ms2, dit_op_conv2d(e->gpu, &y.g, &x.g, &w.g, bg, stride, pad, E));
+    printf("TIME %s: %s %.3f ms, %.1f TFLOP/s; im2col + GEMM %.3f ms, %.1f TFLOP/s\n", name,
+           used ? "cuDNN" : "(fell back) ", ms, flop / (ms * 1e-3) / 1e12, ms2, flop / (ms2 * 1e-3) / 1e12);
+  }
+  im->cudnn = cudnn0;
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
 }
 
@@ -1009,6 +1130,21 @@ static void small_tests(env *e) {
   cu_im(e->gpu)->attn_version = ver0;
   cu_im(e->gpu)->cudnn = cudnn0;
   cudnn_small_tests(e);
+  /* head dims above 256: the GEMM path (cuda_attn_gemm.c) */
+  t_attention_wide(e, 2, 77, 77, 2, 2, 320, DIT_BF16, 9, 0);
+  t_attention_wide(e, 2, 77, 77, 2, 2, 320, DIT_F32, 9, W_EMPTY);
+  t_attention_wide(e, 1, 130, 130, 2, 2, 512, DIT_BF16, 0, W_CAUSAL);
+  t_attention_wide(e, 1, 200, 200, 1, 1, 512, DIT_F32, 0, 0);
+  t_attention_wide(e, 1, 200, 200, 1, 1, 512, DIT_BF16, 0, 0);
+  t_attention_wide(e, 2, 100, 61, 2, 1, 384, DIT_BF16, 5, 0); /* GQA 2/1, Sq != Sk */
+  t_attention_wide(e, 1, 90, 90, 2, 2, 512, DIT_BF16, 0, W_STRIDED);
+  t_attention_wide(e, 2, 1, 50, 2, 2, 512, DIT_BF16, 3, 0); /* one query row */
+  t_attention_wide(e, 1, 5, 0, 1, 1, 512, DIT_F32, 0, 0);   /* no keys: zeros */
+  size_t chunk0 = cu_im(e->gpu)->attn_chunk_bytes;
+  cu_im(e->gpu)->attn_chunk_bytes = (size_t)64 << 10; /* 32-row query chunks */
+  t_attention_wide(e, 2, 300, 300, 2, 1, 512, DIT_F32, 7, W_CAUSAL);
+  t_attention_wide(e, 2, 300, 257, 2, 2, 384, DIT_BF16, 7, W_EMPTY);
+  cu_im(e->gpu)->attn_chunk_bytes = chunk0;
   bool vec0 = cu_im(e->gpu)->vec;
   for (int vec = 0; vec < 2; vec++) { /* scalar kernels, then the 16-byte ones (k_vec.cu) */
     cu_im(e->gpu)->vec = vec;
@@ -1039,6 +1175,19 @@ static void small_tests(env *e) {
   t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_BF16, false);
+  printf("-- conv2d through cuDNN\n");
+  t_conv_cudnn(e, 1, 32, 17, 23, 48, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, true);
+  t_conv_cudnn(e, 1, 32, 17, 23, 48, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, false, true);
+  t_conv_cudnn(e, 1, 32, 17, 23, 48, 3, 1, 1, DIT_BF16, DIT_F32, DIT_BF16, true, true);
+  t_conv_cudnn(e, 1, 32, 17, 23, 48, 3, 1, 1, DIT_BF16, DIT_F32, DIT_F32, false, true);
+  t_conv_cudnn(e, 2, 64, 16, 16, 64, 3, 1, 1, DIT_F32, DIT_BF16, DIT_F32, true, true); /* F32 activations */
+  t_conv_cudnn(e, 1, 64, 9, 11, 32, 1, 1, 0, DIT_BF16, DIT_F32, DIT_F32, false, true); /* 1x1 */
+  t_conv_cudnn(e, 1, 64, 9, 11, 32, 1, 1, 0, DIT_F32, DIT_BF16, DIT_F32, true, true);
+  t_conv_cudnn(e, 1, 64, 9, 11, 32, 1, 1, 0, DIT_BF16, DIT_BF16, DIT_BF16, true, false); /* the GEMM reads x */
+  t_conv_cudnn(e, 2, 32, 17, 23, 32, 3, 2, 0, DIT_BF16, DIT_BF16, DIT_BF16, true, true); /* encoder downsample */
+  t_conv_cudnn(e, 1, 32, 18, 24, 32, 3, 2, 0, DIT_BF16, DIT_F32, DIT_BF16, true, true);
+  t_conv_cudnn(e, 1, 128, 33, 31, 3, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, false); /* conv_out: 3 channels */
+  t_conv_cudnn(e, 1, 16, 9, 11, 8, 3, 1, 1, DIT_F32, DIT_F32, DIT_F32, true, false);     /* fp32: im2col */
   t_upsample_copy(e);
 }
 
@@ -1066,8 +1215,15 @@ static void big_tests(env *e) {
   }
   cu_im(e->gpu)->attn_version = ver0;
   cu_im(e->gpu)->cudnn = cudnn0;
+  t_attention_wide(e, 1, 4096, 4096, 1, 1, 512, DIT_BF16, 0, W_BIG);   /* VAE mid-block attention, 512² image */
+  t_attention_wide(e, 1, 4096, 4096, 1, 1, 512, DIT_F32, 0, W_BIG);
+  t_attention_wide(e, 1, 16384, 16384, 1, 1, 512, DIT_BF16, 0, W_BIG); /* 1024² image */
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
+  t_conv_cudnn(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, true);
+  t_conv_cudnn(e, 1, 128, 512, 512, 128, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, true);
+  t_conv_cudnn(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, DIT_F32, DIT_BF16, true, true); /* F32 weights */
+  t_conv_cudnn(e, 1, 128, 512, 512, 128, 3, 1, 1, DIT_F32, DIT_BF16, DIT_F32, true, true);  /* F32 activations */
   bool vec0 = cu_im(e->gpu)->vec;
   for (int vec = 0; vec < 2; vec++) {
     cu_im(e->gpu)->vec = vec;

@@ -44,6 +44,7 @@ typedef struct cu_impl {
   int *flag; /* device int: kernels report bad input (embedding ids) here */
   int max_smem; /* opt-in shared memory per block */
   int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
+  size_t attn_chunk_bytes; /* GEMM attention (D > 256): scratch bound per query chunk; 0: 256 MiB */
   bool vec; /* 16-byte elementwise kernels (k_vec.cu) where shapes allow; env DIT_CUDA_VEC=1 */
   bool fused; /* fused norm kernels (k_fused.cu) for the fused ops; env DIT_CUDA_FUSED=0: unfused sequences */
   bool cudnn; /* BF16 attention through cuDNN's SDPA first (cudnn_sdpa.c); env DIT_CUDA_CUDNN=0 turns it off */
@@ -123,6 +124,13 @@ static inline cu_attn_strides cu_attn_contiguous(int64_t Sq, int64_t Sk, int64_t
                        {Sq * Hq * D, Hq * D, D}};
   return s;
 }
+/* Attention for 256 < D <= CU_ATTN_GEMM_MAX_D (cuda_attn_gemm.c): chunked GEMM, softmax, GEMM;
+ * operands checked by cu_attention (dt F32 or BF16, strides as, mask [B,Sk] or NULL). */
+#define CU_ATTN_GEMM_MAX_D 1024
+dit_status cu_attention_gemm(dit_backend *be, void *out, const void *q, const void *k, const void *v, int dt,
+                             int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                             const uint8_t *mask, float scale, bool causal, const cu_attn_strides *as,
+                             dit_error *err);
 
 #ifdef __cplusplus
 extern "C" {
@@ -175,6 +183,13 @@ cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, i
 cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
                           float scale, int causal, int version, const cu_attn_strides *st, cudaStream_t s);
+/* GEMM attention's row softmax (k_attn_gemm.cu): rows of fp32 scores s (row stride lds) to
+ * p (pdt F32 or BF16, row stride ldp; p == s allowed for F32): p = softmax(scale * s) over the
+ * visible keys (mask [Sk] nonzero or NULL; causal: key j <= q0 + row), 0 elsewhere; a row with
+ * no visible key is all zeros. */
+cudaError_t cuk_attn_softmax(void *p, int pdt, int64_t ldp, const float *s, int64_t lds, int64_t rows,
+                             int64_t Sk, float scale, const uint8_t *mask, int causal, int64_t q0,
+                             cudaStream_t st);
 /* 8-element (16-byte) variants, k_vec.cu: n (or D) % 8 == 0 and 16-byte aligned pointers
  * (cos/sin too). ew op: 0 add, 1 mul, 2 swiglu, 3 scale by sc, 4 activation act. */
 cudaError_t cuk_v8_ew(void *y, const void *a, const void *b, int dt, int64_t n, int op, float sc, int act,

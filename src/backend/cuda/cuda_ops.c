@@ -87,9 +87,9 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                       "%s: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] of q's dtype with Hq %% Hkv == 0 expected", op);
   int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3], Sk = k->shape[1],
           Hkv = k->shape[2];
-  if (D > 256 || D % 8 != 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: head dim %lld unsupported (multiple of 8, <= 256)", op,
-                      (long long)D);
+  if (D > CU_ATTN_GEMM_MAX_D || D % 8 != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: head dim %lld unsupported (a multiple of 8, at most %d)", op,
+                      (long long)D, CU_ATTN_GEMM_MAX_D);
   const uint8_t *mask = NULL;
   if (key_mask) {
     if (key_mask->device != DIT_DEV_CUDA || (key_mask->dtype != DIT_U8 && key_mask->dtype != DIT_BOOL) ||
@@ -104,6 +104,9 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
   cu_attn_strides as; /* operands may be strided views (fused projections, joint buffers) */
   for (int i = 0; i < 3; i++)
     as.q[i] = q->stride[i], as.k[i] = k->stride[i], as.v[i] = v->stride[i], as.o[i] = out->stride[i];
+  if (D > 256) /* beyond the flash kernels and cuDNN: GEMM, softmax, GEMM (cuda_attn_gemm.c) */
+    return cu_attention_gemm(be, out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D, mask, scale,
+                             causal, &as, err);
   if (cu_im(be)->cudnn && q->dtype == DIT_BF16) { /* cuDNN's fused SDPA where it applies, else our kernel */
     bool done = false;
     DIT_TRY(cu_sdpa_attention(&cu_im(be)->sdpa, st(be), out->data, q->data, k->data, v->data, mask, B, Sq, Sk, Hq,

@@ -41,7 +41,7 @@ dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const 
   return DIT_OK;
 }
 dit_status cu_sdpa_check(cu_sdpa *s, dit_error *err) { return DIT_OK; }
-long cu_sdpa_moves(const cu_sdpa *s) { return s ? s->moves : 0; }
+long cu_sdpa_moves(const cu_sdpa *s) { return 0; } /* the state is never created here */
 
 cu_sdpa_info cu_sdpa_get_info(const cu_sdpa *s) {
   cu_sdpa_info i;
@@ -57,6 +57,7 @@ void cu_sdpa_destroy(cu_sdpa *s) {}
 
 #include <cudnn_graph.h>
 
+#include "backend/cuda/cudnn_lib.h"
 #include "backend/cuda/cuda_internal.h" /* cuk_attention: our kernel, the first call's reference */
 
 #define SDPA_MAX_PLANS 64
@@ -71,23 +72,7 @@ static const char *const stats_name[STATS_MODES] = {"virtual stats", "stats outp
 
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_SEQ_Q, UID_SEQ_KV, UID_NEG_INF, UID_VIRT = 100 };
 
-/* The entry points we use, resolved with dlsym. */
-typedef struct cudnn_api {
-  size_t (*GetVersion)(void);
-  const char *(*GetErrorString)(cudnnStatus_t);
-  void (*GetLastErrorString)(char *, size_t); /* cuDNN >= 9.0; may be NULL */
-  cudnnStatus_t (*Create)(cudnnHandle_t *);
-  cudnnStatus_t (*Destroy)(cudnnHandle_t);
-  cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
-  cudnnStatus_t (*CreateDesc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
-  cudnnStatus_t (*DestroyDesc)(cudnnBackendDescriptor_t);
-  cudnnStatus_t (*Finalize)(cudnnBackendDescriptor_t);
-  cudnnStatus_t (*SetAttr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
-                           int64_t, const void *);
-  cudnnStatus_t (*GetAttr)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
-                           cudnnBackendAttributeType_t, int64_t, int64_t *, void *);
-  cudnnStatus_t (*Execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
-} cudnn_api;
+/* cudnn_api, the entry points we use (resolved with dlsym), is in cudnn_lib.h: shared with cudnn_conv.c. */
 
 /* Every descriptor made for one graph: kept alive as long as its plan. */
 typedef struct sdpa_graph {
@@ -133,6 +118,7 @@ struct cu_sdpa {
   sdpa_plan *plans[SDPA_MAX_PLANS];
   _Alignas(16) float scale_v;   /* by-value scalars of the last execute (16-byte aligned, as declared) */
   _Alignas(16) float neg_inf_v;
+  struct cu_conv *conv; /* cudnn_conv.c's state, sharing this library and handle (cudnn_lib.h) */
   char msg[1024];
 };
 
@@ -712,23 +698,47 @@ static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, con
   return good;
 }
 
+/* The state, created on first use (library, handle on stream st); NULL when out of host memory. */
+static cu_sdpa *sdpa_state(cu_sdpa **state, cudaStream_t st) {
+  cu_sdpa *s = *state;
+  if (s) return s;
+  s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  *state = s;
+  const char *lv = getenv("DIT_CUDA_CUDNN_VERBOSE");
+  s->log = lv ? atoi(lv) : 1;
+  const char *vv = getenv("DIT_CUDA_CUDNN_VERIFY");
+  s->verify = !(vv && strcmp(vv, "0") == 0);
+  s->broken = !open_state(s, st);
+  log_msg(s, s->broken);
+  return s;
+}
+
+bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, cu_cudnn *out, const char **why) {
+  memset(out, 0, sizeof *out);
+  cu_sdpa *s = sdpa_state(state, st);
+  if (!s || s->broken) {
+    *why = s ? s->msg : "cudnn: out of host memory";
+    return false;
+  }
+  out->api = &s->api;
+  out->h = s->h;
+  out->stream = s->stream;
+  out->version = s->version;
+  out->log = s->log;
+  return true;
+}
+
+struct cu_conv **cu_sdpa_conv_slot(cu_sdpa *s) { return &s->conv; }
+const struct cu_conv *cu_sdpa_conv_get(const cu_sdpa *s) { return s ? s->conv : NULL; }
+
 dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
                              int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
                              bool *done, dit_error *err) {
   *done = false;
-  cu_sdpa *s = *state;
-  if (!s) {
-    s = calloc(1, sizeof *s);
-    if (!s) return DIT_OK; /* our kernel then */
-    *state = s;
-    const char *lv = getenv("DIT_CUDA_CUDNN_VERBOSE");
-    s->log = lv ? atoi(lv) : 1;
-    const char *vv = getenv("DIT_CUDA_CUDNN_VERIFY");
-    s->verify = !(vv && strcmp(vv, "0") == 0);
-    s->broken = !open_state(s, st);
-    log_msg(s, s->broken);
-  }
+  cu_sdpa *s = sdpa_state(state, st);
+  if (!s) return DIT_OK; /* our kernel then */
   if (s->broken) {
     s->fallbacks++;
     return DIT_OK;
@@ -812,6 +822,7 @@ cu_sdpa_info cu_sdpa_get_info(const cu_sdpa *s) {
 void cu_sdpa_destroy(cu_sdpa *s) {
   if (!s) return;
   if (s->stream) cudaStreamSynchronize(s->stream);
+  cu_conv_destroy(s->conv); /* its plans use the handle */
   for (int i = 0; i < s->n_plans; i++) {
     free_graph(s, &s->plans[i]->g);
     free(s->plans[i]);

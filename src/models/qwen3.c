@@ -32,7 +32,7 @@ struct dit_qwen3 {
   dit_backend *be;
   dit_qwen3_config cfg;
   dit_weights *weights;
-  void *wblock;            /* random weights (dit_qwen3_create_random): one backend allocation */
+  void *wblock;            /* weights in one backend allocation: random ones, or the files' on a GPU */
   dit_tensor embed_tokens; /* [V, H] */
   dit_tensor norm;         /* [H] */
   qwen3_layer *layers;     /* [L] */
@@ -222,6 +222,13 @@ static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
       }
     }
   }
+  if (s == DIT_OK && !dit_backend_is_host(m->be)) { /* a GPU: one upload, then the files are not needed */
+    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
+    if (s == DIT_OK) {
+      dit_weights_close(m->weights);
+      m->weights = NULL;
+    }
+  }
   dit_wtable_free(&t);
   return s;
 }
@@ -385,15 +392,21 @@ static dit_status upload_rope(dit_qwen3 *m, qwen3_run *r, dit_error *err) {
 /* One decoder layer on r->x, in place:
  *   x += o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))  n = input_layernorm(x)
  *   x += down_proj(silu(gate_proj(n)) * up_proj(n))                                 n = post_attention_layernorm(x) */
+/* A descriptor over the model's backend memory (device tag of its backend). */
+static dit_tensor on(const dit_qwen3 *m, dit_tensor t) {
+  t.device = dit_backend_device(m->be);
+  return t;
+}
+
 static dit_status layer_forward(dit_qwen3 *m, const qwen3_layer *l, qwen3_run *r, dit_error *err) {
   dit_backend *be = m->be;
   const dit_qwen3_config *c = &m->cfg;
   int64_t B = r->B, S = r->S, M = r->M, H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
   int64_t Hq = c->num_heads, Hkv = c->num_kv_heads;
   float eps = c->rms_norm_eps;
-  dit_tensor x = dit_tensor_2d(DIT_F32, r->x, M, H), h = dit_tensor_2d(DIT_F32, r->h, M, H);
-  dit_tensor q = dit_tensor_2d(DIT_F32, r->q, M, Hq * D), k = dit_tensor_2d(DIT_F32, r->k, M, Hkv * D);
-  dit_tensor v = dit_tensor_2d(DIT_F32, r->v, M, Hkv * D);
+  dit_tensor x = on(m, dit_tensor_2d(DIT_F32, r->x, M, H)), h = on(m, dit_tensor_2d(DIT_F32, r->h, M, H));
+  dit_tensor q = on(m, dit_tensor_2d(DIT_F32, r->q, M, Hq * D)), k = on(m, dit_tensor_2d(DIT_F32, r->k, M, Hkv * D));
+  dit_tensor v = on(m, dit_tensor_2d(DIT_F32, r->v, M, Hkv * D));
   const dit_tensor *no = NULL;
 
   DIT_TRY(dit_op_rms_norm(be, &h, &x, &l->input_layernorm, eps, err));
@@ -401,23 +414,23 @@ static dit_status layer_forward(dit_qwen3 *m, const qwen3_layer *l, qwen3_run *r
   DIT_TRY(dit_op_linear(be, &k, &h, &l->k_proj, c->attention_bias ? &l->k_proj_b : no, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &v, &h, &l->v_proj, c->attention_bias ? &l->v_proj_b : no, DIT_ACT_NONE, err));
 
-  dit_tensor q_rows = dit_tensor_2d(DIT_F32, r->q, M * Hq, D), k_rows = dit_tensor_2d(DIT_F32, r->k, M * Hkv, D);
+  dit_tensor q_rows = on(m, dit_tensor_2d(DIT_F32, r->q, M * Hq, D)), k_rows = on(m, dit_tensor_2d(DIT_F32, r->k, M * Hkv, D));
   DIT_TRY(dit_op_rms_norm(be, &q_rows, &q_rows, &l->q_norm, eps, err));
   DIT_TRY(dit_op_rms_norm(be, &k_rows, &k_rows, &l->k_norm, eps, err));
 
-  dit_tensor q4 = dit_tensor_4d(DIT_F32, r->q, B, S, Hq, D), k4 = dit_tensor_4d(DIT_F32, r->k, B, S, Hkv, D);
-  dit_tensor v4 = dit_tensor_4d(DIT_F32, r->v, B, S, Hkv, D), a4 = dit_tensor_4d(DIT_F32, r->att, B, S, Hq, D);
-  dit_tensor cs = dit_tensor_3d(DIT_F32, r->cos, B, S, D / 2), sn = dit_tensor_3d(DIT_F32, r->sin, B, S, D / 2);
+  dit_tensor q4 = on(m, dit_tensor_4d(DIT_F32, r->q, B, S, Hq, D)), k4 = on(m, dit_tensor_4d(DIT_F32, r->k, B, S, Hkv, D));
+  dit_tensor v4 = on(m, dit_tensor_4d(DIT_F32, r->v, B, S, Hkv, D)), a4 = on(m, dit_tensor_4d(DIT_F32, r->att, B, S, Hq, D));
+  dit_tensor cs = on(m, dit_tensor_3d(DIT_F32, r->cos, B, S, D / 2)), sn = on(m, dit_tensor_3d(DIT_F32, r->sin, B, S, D / 2));
   DIT_TRY(dit_op_rope(be, &q4, &cs, &sn, DIT_ROPE_HALF, err));
   DIT_TRY(dit_op_rope(be, &k4, &cs, &sn, DIT_ROPE_HALF, err));
-  dit_tensor km = dit_tensor_2d(DIT_U8, r->mask, B, S);
+  dit_tensor km = on(m, dit_tensor_2d(DIT_U8, r->mask, B, S));
   DIT_TRY(dit_op_attention(be, &a4, &q4, &k4, &v4, r->mask ? &km : NULL, 1.0f / sqrtf((float)D), true, err));
 
-  dit_tensor att = dit_tensor_2d(DIT_F32, r->att, M, Hq * D);
+  dit_tensor att = on(m, dit_tensor_2d(DIT_F32, r->att, M, Hq * D));
   DIT_TRY(dit_op_linear(be, &h, &att, &l->o_proj, c->attention_bias ? &l->o_proj_b : no, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_add(be, &x, &x, &h, err));
 
-  dit_tensor g = dit_tensor_2d(DIT_F32, r->gate, M, I), u = dit_tensor_2d(DIT_F32, r->up, M, I);
+  dit_tensor g = on(m, dit_tensor_2d(DIT_F32, r->gate, M, I)), u = on(m, dit_tensor_2d(DIT_F32, r->up, M, I));
   DIT_TRY(dit_op_rms_norm(be, &h, &x, &l->post_attention_layernorm, eps, err));
   DIT_TRY(dit_op_linear(be, &g, &h, &l->gate_proj, no, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &u, &h, &l->up_proj, no, DIT_ACT_NONE, err));
@@ -431,10 +444,10 @@ static dit_status layer_forward(dit_qwen3 *m, const qwen3_layer *l, qwen3_run *r
 static dit_status emit(dit_qwen3 *m, const qwen3_run *r, const float *src, int k, int n_layers, const int *idx,
                        float *const *out, dit_error *err) {
   int64_t H = m->cfg.hidden_size;
-  dit_tensor s = dit_tensor_2d(DIT_F32, (void *)src, r->M, H);
+  dit_tensor s = on(m, dit_tensor_2d(DIT_F32, (void *)src, r->M, H));
   for (int j = 0; j < n_layers; j++) {
     if (idx[j] != k) continue;
-    dit_tensor d = dit_tensor_2d(DIT_F32, out[j], r->M, H);
+    dit_tensor d = on(m, dit_tensor_2d(DIT_F32, out[j], r->M, H));
     DIT_TRY(dit_op_copy(m->be, &d, &s, err));
   }
   return DIT_OK;
@@ -479,8 +492,8 @@ static dit_status check_args(const dit_qwen3 *m, int B, int S, const int32_t *id
 static dit_status run_layers(dit_qwen3 *m, qwen3_run *r, int deepest, int n_layers, const int *idx,
                              float *const *out, dit_error *err) {
   const dit_qwen3_config *c = &m->cfg;
-  dit_tensor x = dit_tensor_2d(DIT_F32, r->x, r->M, c->hidden_size);
-  dit_tensor ids = dit_tensor_1d(DIT_I32, r->ids, r->M);
+  dit_tensor x = on(m, dit_tensor_2d(DIT_F32, r->x, r->M, c->hidden_size));
+  dit_tensor ids = on(m, dit_tensor_1d(DIT_I32, r->ids, r->M));
   DIT_TRY(dit_op_embedding(m->be, &x, &m->embed_tokens, &ids, err));
   DIT_TRY(emit(m, r, r->x, 0, n_layers, idx, out, err));
   int last = deepest < c->num_layers ? deepest : c->num_layers;
@@ -493,7 +506,7 @@ static dit_status run_layers(dit_qwen3 *m, qwen3_run *r, int deepest, int n_laye
     if (i + 1 < c->num_layers) DIT_TRY(emit(m, r, r->x, i + 1, n_layers, idx, out, err));
   }
   if (deepest == c->num_layers) {
-    dit_tensor h = dit_tensor_2d(DIT_F32, r->h, r->M, c->hidden_size);
+    dit_tensor h = on(m, dit_tensor_2d(DIT_F32, r->h, r->M, c->hidden_size));
     DIT_TRY(dit_op_rms_norm(m->be, &h, &x, &m->norm, c->rms_norm_eps, err));
     DIT_TRY(emit(m, r, r->h, c->num_layers, n_layers, idx, out, err));
   }

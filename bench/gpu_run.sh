@@ -3,24 +3,28 @@
 #
 #   here (CPU machine, after a CUDA build):   bench/gpu_run.sh pack [BUILD_DIR]
 #     copies into git-ignored folders of the repo what the device machine lacks:
-#       .devbin/    ditrun, dit_gpu_op_test, test_bench_gpu (from BUILD_DIR, default build-bench)
+#       .devbin/    ditrun, dit_gpu_op_test, test_bench_gpu, test_flux2_gpu (from BUILD_DIR, default build-bench)
 #       .devlibs/   our Debian shared libraries (jansson, libpng, utf8proc, pcre2, gomp)
-#       .fixtures/  the zimage-tiny fixture's components.safetensors (../shared does not travel)
+#       .fixtures/  the zimage-tiny and flux2-klein-tiny fixture cases (../shared does not travel)
 #       .ref/py/    diffusers' src/diffusers from the fetched mirror (models, loaders, utils...;
 #                   pipelines left out for size), for bench/torch_ref.py
 #     and prints the device call to make.
 #
 #   on the device machine:                    bash bench/gpu_run.sh run [SIZES...]
 #     (the run tool: carry [".devbin", ".devlibs", ".fixtures", ".ref"])
-#     runs the CUDA op tests, the Z-Image fixture check on the GPU, ditrun bench on cuda and
-#     bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048), logs
-#     and JSON into $OUT, and prints a final table.
+#     runs the CUDA op tests, the Z-Image and FLUX.2 fixture checks on the GPU, ditrun bench on
+#     cuda and bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048),
+#     writes logs and JSON into $OUT/run/ (packed as $OUT/run.tgz at the end: the device tool
+#     returns few files) and prints a final table.
 # ARCH (zimage): flux2-klein-4b or flux2-klein-9b skips the op tests, the fixture check and the
 # generate stage and runs ditrun bench + torch_ref for that arch only (default sizes: 1024,
 # TEXT_LEN 512, UNFUSED_SIZES empty), printing the same final table.
 # Environment (run): UNFUSED_SIZES (1024: sizes benched again with DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0;
-# empty: none), ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
-# optest,fixture,bench,torch), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (no new
+# empty: none), AB_ENVS (space-separated VAR=VALUE settings, each benched again at every size on
+# its own, e.g. "DIT_CUDA_GRAPHS=0 DIT_CUDA_GEMM_TUNE=0"), E2E_SIZES (zimage end to end:
+# ditrun bench --e2e and torch_ref.py --e2e at these sizes; E2E_STEPS, default 8), AB_SIZES (the sizes those run at;
+# default all), ITERS (10), WARMUP (3), TEXT_LEN (128), SKIP (comma list of
+# optest,fixture,generate,bench,torch,torche2e), TORCH_MODES (eager,compile), COMPILE_BUDGET_S (no new
 # compile after the torch script has run this long; default: its time left - 150 s),
 # TOTAL_S (585: the whole run ends inside the run tool's 600 s; torch gets what is left).
 set -u
@@ -31,18 +35,20 @@ shift || true
 pack() {
   local build=${1:-build-bench}
   set -e
-  cmake --build "$build" -j 2 --target ditrun dit_gpu_op_test test_bench_gpu >/dev/null
-  mkdir -p .devbin .devlibs .fixtures/zimage-tiny .ref/py
+  cmake --build "$build" -j 2 --target ditrun dit_gpu_op_test test_bench_gpu test_flux2_gpu >/dev/null
+  mkdir -p .devbin .devlibs .fixtures/zimage-tiny .fixtures/models/flux2-klein-tiny/transformer .ref/py
   for f in .devbin .devlibs .fixtures .ref; do
     grep -qx "/$f/" .git/info/exclude 2>/dev/null || echo "/$f/" >>.git/info/exclude
   done
-  cp "$build/ditrun" "$build/tests/dit_gpu_op_test" "$build/tests/test_bench_gpu" .devbin/
+  cp "$build/ditrun" "$build/tests/dit_gpu_op_test" "$build/tests/test_bench_gpu" "$build/tests/test_flux2_gpu" .devbin/
   for lib in $(ldd "$build/ditrun" | awk '/=> \// {print $3}' | grep -E 'jansson|png16|utf8proc|pcre2|gomp'); do
     cp -L "$lib" .devlibs/
   done
   local shared=${DIT_SHARED:-../shared}
   cp "$shared/models/zimage-tiny/components.safetensors" "$shared/models/zimage-tiny/reference.safetensors" \
     "$shared/models/zimage-tiny/reference.json" .fixtures/zimage-tiny/
+  cp "$shared/models/flux2-klein-tiny/components.safetensors" .fixtures/models/flux2-klein-tiny/
+  cp "$shared/models/flux2-klein-tiny/transformer/"* .fixtures/models/flux2-klein-tiny/transformer/
   local mirror=${DIFFUSERS_GIT:-/work/.mirror/huggingface+diffusers/repo}
   rm -rf .ref/py/diffusers
   git --git-dir="$mirror" archive HEAD src/diffusers | tar -x -C .ref/py --strip-components=1 \
@@ -78,7 +84,8 @@ run() {
     unfused=${UNFUSED_SIZES-}
   fi
   [ ${#sizes[@]} -eq 0 ] && sizes=(512 1024 2048)
-  OUT=${OUT:-out/gpu_run}
+  local final=${OUT:-out/gpu_run}
+  local OUT="$final/run"
   mkdir -p "$OUT"
   export LD_LIBRARY_PATH="$PWD/.devlibs$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PYTHONUNBUFFERED=1
@@ -102,6 +109,11 @@ run() {
       --fixture .fixtures/zimage-tiny >"$OUT/gpu_fixture.log" 2>&1
     fx_rc=$?
     cat "$OUT/gpu_fixture.log"
+    timeout 300 .devbin/test_flux2_gpu --shared .fixtures --tmp /tmp/dit_gpu_fx2 --src . --bin .devbin \
+      >"$OUT/gpu_flux2.log" 2>&1
+    local f2=$?
+    [ "$fx_rc" = 0 ] && fx_rc=$f2
+    cat "$OUT/gpu_flux2.log"
   fi
   if ! skip generate; then
     # the pipeline with the transformer on the GPU (bf16), against the float reference image
@@ -128,6 +140,17 @@ PYEOF
         --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
       echo "ditrun bench $s: rc=$? $(head -c 300 "$OUT/bench_$s.err")"
     done
+    # A/B: each setting of AB_ENVS on its own
+    local ab_sizes=(${AB_SIZES:-${sizes[*]}})
+    for ab in ${AB_ENVS:-}; do
+      for s in "${ab_sizes[@]}"; do
+        env "$ab" timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" --text-len "$tl" \
+          --iters "$iters" --warmup "$warm" --json >"$OUT/bench_${s}_${ab%%=*}.json" 2>"$OUT/bench_${s}_${ab%%=*}.err"
+        echo "ditrun bench $s with $ab: rc=$? median $(python3 -c \
+          'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_${ab%%=*}.json" \
+          2>/dev/null || echo '-') ms"
+      done
+    done
     # the same forward without the 16-byte and fused kernels, for the before/after in PERF.md
     for s in $unfused; do
       DIT_CUDA_FUSED=0 DIT_CUDA_VEC=0 timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" \
@@ -137,6 +160,18 @@ PYEOF
         'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_unfused.json" 2>/dev/null ||
         echo '-') ms $(head -c 300 "$OUT/bench_${s}_unfused.err")"
     done
+  fi
+  # end to end (zimage): text encode + E2E_STEPS forwards + VAE decode, ditrun then diffusers eager
+  for s in ${E2E_SIZES:-}; do
+    timeout 200 .devbin/ditrun bench --arch zimage --e2e "${E2E_STEPS:-8}" --device cuda --res "$s" --text-len "$tl" \
+      --iters 3 --warmup 1 --json >"$OUT/e2e_$s.json" 2>"$OUT/e2e_$s.err"
+    echo "ditrun bench --e2e $s: rc=$? $(cat "$OUT/e2e_$s.json") $(head -c 300 "$OUT/e2e_$s.err")"
+  done
+  if [ -n "${E2E_SIZES:-}" ] && ! skip torche2e; then
+    timeout 240 python3 bench/torch_ref.py --arch zimage --e2e --res ${E2E_SIZES} --text-len "$tl" \
+      --steps "${E2E_STEPS:-8}" --out "$OUT/torch_e2e.json" >"$OUT/torch_e2e.log" 2>&1
+    echo "torch_ref --e2e: rc=$?"
+    tail -n 8 "$OUT/torch_e2e.log"
   fi
   if ! skip torch; then
     # the whole command must end inside the run tool's 600 s: torch gets what is left
@@ -184,6 +219,7 @@ print("mem: ditrun's device memory in use at its peak (cudaMemGetInfo: weights, 
 print("CUDA context); torch's max_memory_allocated per run:",
       ", ".join(f"{r['res']} {r['mode']} {r['peak_mem_bytes'] / 2**30:.2f} GiB" for r in tm.values()))
 EOF
+  tar czf "$final/run.tgz" -C "$final" run && echo "logs: $final/run.tgz"
 }
 
 case "$cmd" in

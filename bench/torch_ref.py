@@ -8,8 +8,18 @@ diffusers is imported from .ref/py (a `git archive` of huggingface/diffusers' sr
 never committed; see docs/PERF.md "How to benchmark on a GPU"). Based on
 ../shared/tools/refgen/anchors.py (same FLOP formula, same timing method).
 
+End-to-end mode (--e2e, --arch zimage only): what ZImagePipeline does for one image with
+guidance 0 (Z-Image-Turbo), all random bf16 weights: Qwen3-4B text encoder (transformers
+Qwen3Model, hidden_states[-2] of TEXT_LEN random token ids, mask all ones) -> STEPS transformer
+forwards with the flow-match Euler update -> AutoencoderKL (Flux/Z-Image VAE) decode. Timed per
+phase (encode, steps, decode, total; synchronize at each boundary), median of ITERS after WARMUP
+runs; torch.compile (of the transformer only) only if --modes names it. Each run is one record in
+"runs" with mode "e2e-eager"/"e2e-compile" and median_ms = total_ms.
+
 usage: python3 bench/torch_ref.py [--arch zimage] [--res 512 1024 2048] [--text-len 128|512] [--iters 10]
          [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--out FILE.json]
+       python3 bench/torch_ref.py --arch zimage --e2e [--res 1024] [--text-len 128] [--steps 8]
+         [--iters 3] [--warmup 1] [--modes eager[,compile]] [--out FILE.json]
 """
 import argparse
 import json
@@ -88,14 +98,168 @@ def build_model(arch, dev):
     return m.to(torch.bfloat16).eval()
 
 
+# Z-Image-Turbo's text encoder (Qwen3-4B) and VAE (the Flux one), as anchors.py builds them
+QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
+ZIMAGE_VAE = dict(in_channels=3, out_channels=3, latent_channels=16, block_out_channels=[128, 256, 512, 512],
+                  layers_per_block=2, norm_num_groups=32, down_block_types=["DownEncoderBlock2D"] * 4,
+                  up_block_types=["UpDecoderBlock2D"] * 4, scaling_factor=0.3611, shift_factor=0.1159,
+                  use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
+ZIMAGE_SHIFT = 3.0  # Z-Image-Turbo's FlowMatchEulerDiscreteScheduler: shift 3, no dynamic shifting
+
+
+def build_e2e(dev, seed):
+    """(text encoder, transformer, vae), random bf16 weights, one seed each (the transformer's
+    is --seed, so it gets the same weights as the plain zimage run)."""
+    torch.manual_seed(seed)
+    tr = build_model("zimage", dev)
+    from transformers import Qwen3Config, Qwen3Model
+    torch.manual_seed(seed + 1)
+    with torch.device(dev):
+        te = Qwen3Model(Qwen3Config(**QWEN3_4B))
+    te = te.to(torch.bfloat16).eval()
+    from diffusers import AutoencoderKL
+    torch.manual_seed(seed + 2)
+    with torch.device(dev):
+        vae = AutoencoderKL(**ZIMAGE_VAE)
+    vae = vae.to(torch.bfloat16).eval()
+    return te, tr, vae
+
+
+def zimage_sigmas(steps, shift=ZIMAGE_SHIFT):
+    """ZImagePipeline's schedule: linspace(1, 1/steps, steps) (get_default_z_image_sigmas), shifted
+    by the scheduler as shift*s / (1 + (shift-1)*s), then the terminal 0 appended: steps+1 values."""
+    s = [1.0 - i * (1.0 - 1.0 / steps) / max(steps - 1, 1) for i in range(steps)]
+    return [shift * x / (1 + (shift - 1) * x) for x in s] + [0.0]
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def run_e2e(args, modes, dev, env):
+    """--e2e: one image per run as ZImagePipeline.__call__ does it with guidance_scale 0 (no CFG
+    branch), minus tokenization and the image postprocess (to PIL/numpy), which stay on the CPU."""
+    te, tr, vae = build_e2e(dev, args.seed)
+    comps = {}
+    for name, mod in (("text_encoder", te), ("transformer", tr), ("vae", vae)):
+        comps[name] = {"class": type(mod).__name__, "params": sum(p.numel() for p in mod.parameters()),
+                       "weight_bytes": sum(p.numel() * p.element_size() for p in mod.parameters())}
+        log(f"{name} {comps[name]['class']}: params {comps[name]['params'] / 1e9:.3f} B, "
+            f"weights {comps[name]['weight_bytes'] / 2**30:.2f} GiB")
+    rope = getattr(te.config, "rope_parameters", None) or getattr(te.config, "rope_theta", None)
+    log(f"text encoder rope: {rope}")
+    sig = zimage_sigmas(args.steps)
+    results = {"env": env, "arch": args.arch, "e2e": True, "steps": args.steps, "text_len": args.text_len,
+               "params": sum(c["params"] for c in comps.values()),
+               "weight_bytes": sum(c["weight_bytes"] for c in comps.values()), "components": comps,
+               "sigmas": sig, "scheduler": f"flow-match Euler, shift {ZIMAGE_SHIFT}, linspace(1, 1/steps, steps) + 0",
+               "runs": []}
+    scale, shift = vae.config.scaling_factor, vae.config.shift_factor
+    L = args.text_len
+
+    plan = [(mode, res) for mode in modes
+            for res in (sorted(args.res, key=lambda r: (r != 1024, r)) if mode == "compile" else args.res)]
+    compiled = {}
+    for mode, res in plan:
+        name = f"e2e-{mode}"
+        if mode == "compile" and time.time() - T0 > args.compile_budget_s:
+            log(f"res {res}: {name} skipped (past the {args.compile_budget_s:.0f} s budget)")
+            results["runs"].append({"res": res, "mode": name, "skipped": "time budget"})
+            continue
+        if mode == "compile" and "tr" not in compiled:
+            compiled["tr"] = torch.compile(tr)
+        trf = compiled["tr"] if mode == "compile" else tr
+        lat = res // 8
+        n_img, n_cap = pad32((lat // 2) ** 2), pad32(L)
+        fl = zimage_flops(n_img, n_cap)
+        g = torch.Generator(device=dev).manual_seed(args.seed + res)
+        ids = torch.randint(0, QWEN3_4B["vocab_size"], (1, L), device=dev, generator=g)
+        mask = torch.ones(1, L, dtype=torch.bool, device=dev)  # the pipeline passes the bool mask
+        noise = torch.randn(1, 16, lat, lat, device=dev, dtype=torch.float32, generator=g)
+        # the pipeline's timestep (1000 - sigma*1000)/1000, one [1] float32 tensor per step, made up front
+        tsteps = [torch.tensor([1.0 - s], device=dev, dtype=torch.float32) for s in sig[:-1]]
+
+        def one_run():
+            t0 = time.perf_counter()
+            hs = te(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-2]
+            cap = [hs[i][mask[i]] for i in range(hs.shape[0])]  # unpadded per-prompt features, [L, 2560]
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            latents = noise.clone()  # float32, as prepare_latents makes them
+            for i in range(args.steps):
+                x = list(latents.to(torch.bfloat16).unsqueeze(2).unbind(dim=0))  # [16, 1, H/8, W/8] each
+                out = trf(x, tsteps[i], cap, return_dict=False)[0]
+                pred = -torch.stack([o.float() for o in out], dim=0).squeeze(2)
+                latents = latents + (sig[i + 1] - sig[i]) * pred  # FlowMatchEulerDiscreteScheduler.step
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            z = latents.to(torch.bfloat16) / scale + shift
+            img = vae.decode(z, return_dict=False)[0]
+            torch.cuda.synchronize()
+            t3 = time.perf_counter()
+            ms = lambda a, b: (b - a) * 1e3
+            return {"encode_ms": ms(t0, t1), "steps_ms": ms(t1, t2), "decode_ms": ms(t2, t3),
+                    "total_ms": ms(t0, t3)}, list(img.shape)
+
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        rec = {"res": res, "mode": name, "steps": args.steps, "text_len": L}
+        try:
+            warm = max(args.warmup, 1) if mode == "compile" else args.warmup  # the first compiled run compiles
+            with torch.inference_mode():
+                for w in range(warm):
+                    r, shape = one_run()
+                    if w == 0:
+                        rec["first_run_ms"] = r["total_ms"]
+                    log(f"res {res} {name} warm-up {w + 1}/{warm}: {r['total_ms']:.1f} ms")
+                runs = []
+                for _ in range(args.iters):
+                    r, shape = one_run()
+                    runs.append(r)
+            med = {k: median([r[k] for r in runs]) for k in runs[0]}
+            rec.update({"encode_ms": med["encode_ms"], "steps_ms": med["steps_ms"],
+                        "step_ms": med["steps_ms"] / args.steps, "decode_ms": med["decode_ms"],
+                        "total_ms": med["total_ms"], "median_ms": med["total_ms"],
+                        "min_ms": min(r["total_ms"] for r in runs), "max_ms": max(r["total_ms"] for r in runs),
+                        "iters": args.iters, "warmup": warm, "peak_mem_bytes": torch.cuda.max_memory_allocated(),
+                        "img_tokens": n_img, "cap_tokens": n_cap, "image_shape": shape,
+                        "dit_flops_per_step": fl, "dit_tflops": fl * args.steps / med["steps_ms"] / 1e9,
+                        "runs_ms": runs})
+        except Exception as e:  # report and go on with the other sizes
+            rec["error"] = repr(e)[:400]
+        log(json.dumps({k: v for k, v in rec.items() if k != "runs_ms"}))
+        results["runs"].append(rec)
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+    print(f"{'res':>6} {'mode':>11} {'steps':>5} {'encode ms':>10} {'steps ms':>10} {'ms/step':>8} "
+          f"{'decode ms':>10} {'total ms':>10} {'peak GiB':>9}")
+    for r in results["runs"]:
+        if "total_ms" in r:
+            print(f"{r['res']:>6} {r['mode']:>11} {r['steps']:>5} {r['encode_ms']:>10.2f} {r['steps_ms']:>10.2f} "
+                  f"{r['step_ms']:>8.2f} {r['decode_ms']:>10.2f} {r['total_ms']:>10.2f} "
+                  f"{r['peak_mem_bytes'] / 2**30:>9.2f}")
+        else:
+            print(f"{r['res']:>6} {r['mode']:>11} {r.get('error', r.get('skipped', '?'))[:60]}")
+    print(f"text encoder {L} tokens, guidance 0, sigmas {', '.join(f'{s:.3f}' for s in sig)}; "
+          f"median of {args.iters} runs each field, tokenization and image postprocess not included")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
     ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*)")
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--iters", type=int, default=None, help="default 10 (3 with --e2e)")
+    ap.add_argument("--warmup", type=int, default=None, help="default 3 (1 with --e2e)")
+    ap.add_argument("--modes", default=None, help="default eager,compile (eager with --e2e)")
+    ap.add_argument("--e2e", action="store_true",
+                    help="zimage only: time the whole text-to-image run (Qwen3-4B encode, --steps DiT steps, VAE decode)")
+    ap.add_argument("--steps", type=int, default=8, help="denoising steps of an --e2e run (Z-Image-Turbo: 8)")
     ap.add_argument("--compile-budget-s", type=float, default=300.0,
                     help="skip torch.compile for further sizes once the script has run this long")
     ap.add_argument("--seed", type=int, default=0)
@@ -103,7 +267,17 @@ def main():
     args = ap.parse_args()
     if args.text_len is None:
         args.text_len = 128 if args.arch == "zimage" else 512
+    if args.e2e and args.arch != "zimage":
+        sys.exit("torch_ref: --e2e is only for --arch zimage")
+    if args.iters is None:
+        args.iters = 3 if args.e2e else 10
+    if args.warmup is None:
+        args.warmup = 1 if args.e2e else 3
+    if args.modes is None:
+        args.modes = "eager" if args.e2e else "eager,compile"
     modes = [m for m in args.modes.split(",") if m]
+    if args.e2e and (set(modes) - {"eager", "compile"} or args.steps < 1 or args.iters < 1):
+        sys.exit("torch_ref: --e2e takes --modes eager and/or compile, --steps >= 1, --iters >= 1")
     for r in args.res:
         if r % 16:
             sys.exit(f"torch_ref: --res {r} is not a multiple of 16")
@@ -115,6 +289,8 @@ def main():
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "diffusers": diffusers.__version__,
            "gpu": torch.cuda.get_device_name(0)}
     log(env)
+    if args.e2e:
+        return run_e2e(args, modes, dev, env)
     m = build_model(args.arch, dev)
     params = sum(p.numel() for p in m.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in m.parameters())

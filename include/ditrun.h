@@ -218,6 +218,21 @@ typedef struct dit_bench_result {
   long graph_launches;          /* timed runs replayed from a captured graph (GPU; DIT_CUDA_GRAPHS=0: none) */
 } dit_bench_result;
 
+/* End to end (ditrun bench --e2e STEPS, arch zimage): text encode + STEPS forwards + VAE decode
+ * of one image with all three models at the real geometry (random weights) on p's device. */
+typedef struct dit_bench_e2e_result {
+  char device[16];
+  int res, text_len, steps, iters;
+  double encode_ms, steps_ms, step_ms, decode_ms, total_ms; /* medians over iters */
+  double total_min_ms, total_max_ms, setup_s;
+  size_t weight_bytes;                                      /* the transformer's */
+  size_t peak_mem_bytes, device_base_bytes;                 /* GPU: memory in use (cudaMemGetInfo) */
+  long graph_launches;                                      /* forwards replayed from a captured graph */
+  int output_finite;
+} dit_bench_e2e_result;
+dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps, dit_bench_e2e_result *r);
+void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *out);
+
 void dit_bench_params_default(dit_bench_params *p);
 dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r);
 /* Human-readable table (json == 0) or one JSON object (json != 0). */

@@ -188,12 +188,37 @@ static void test_random_and_profiler(void) {
   dit_backend_free(cpu);
 }
 
+/* End to end (ditrun bench --e2e): tiny geometry on the CPU: every phase ran, the image is
+ * finite, the step time is the steps' share, bad arguments are refused. */
+static void test_e2e(void) {
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  p.iters = 1, p.warmup = 0;
+  dit_bench_e2e_result r;
+  dit_status s = dit_bench_e2e_run(ctx, &p, 3, &r);
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK(r.steps == 3 && r.res == 64 && r.text_len == 20 && r.iters == 1 && r.output_finite);
+    CHECK(r.encode_ms > 0 && r.steps_ms > 0 && r.decode_ms > 0);
+    CHECK(fabs(r.step_ms * 3 - r.steps_ms) < 1e-9 * r.steps_ms);
+    CHECK(r.total_ms >= r.encode_ms + r.steps_ms + r.decode_ms - 1e-6);
+    CHECK(r.graph_launches == 0); /* no capture on the CPU */
+  }
+  CHECK(dit_bench_e2e_run(ctx, &p, 0, &r) == DIT_ERR_INVALID_ARG);
+  p.arch = "flux2-klein-4b";
+  CHECK(dit_bench_e2e_run(ctx, &p, 2, &r) == DIT_ERR_UNSUPPORTED);
+  dit_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
   test_random_and_profiler();
   test_api();
   test_flux2_api();
+  test_e2e();
   test_cli(&a);
   return dt_finish();
 }

@@ -27,6 +27,9 @@ static void usage(FILE *f) {
           "  --threads N        CPU threads (default: all cores)\n"
           "  --cpu-precision P  CPU linear layers: fp32 (default) or bf16 (bf16 x bf16 products, fp32 sums)\n"
           "  --json             print one JSON object instead of the table\n"
+          "  --e2e STEPS        zimage only: one whole image instead of one forward: Qwen3-4B text encode,\n"
+          "                     STEPS transformer forwards with Euler updates, VAE decode (random weights,\n"
+          "                     all on --device), per-phase times\n"
           "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
           "                     shrink the geometry (for tests; default: the real model); for\n"
           "                     flux2-klein-*: --layers = double blocks, --refiners = single blocks,\n"
@@ -38,6 +41,7 @@ typedef struct bench_opts {
   dit_bench_params p;
   int threads;
   bool json;
+  int e2e; /* --e2e STEPS: end to end instead of one forward */
 } bench_opts;
 
 static bool parse_device(const char *v, dit_bench_params *p) {
@@ -104,6 +108,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (OPT("--cpu-precision")) { if (!bad && !parse_cpu_precision(v, p)) return 2; }
     else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
     else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
+    else INT("--e2e", 1, 1000, &o->e2e)
     else INT("--res", 16, 8192, &p->res)
     else INT("--text-len", 1, 4096, &p->text_len)
     else INT("--iters", 1, 10000, &p->iters)
@@ -140,9 +145,11 @@ int cli_bench(int argc, char **argv) {
     return 1;
   }
   dit_bench_result res;
-  dit_status s = dit_bench_run(ctx, &o.p, &res);
+  dit_bench_e2e_result e2e;
+  dit_status s = o.e2e ? dit_bench_e2e_run(ctx, &o.p, o.e2e, &e2e) : dit_bench_run(ctx, &o.p, &res);
   if (s == DIT_OK) {
-    dit_bench_print(&res, o.json, stdout);
+    if (o.e2e) dit_bench_e2e_print(&e2e, o.json, stdout);
+    else dit_bench_print(&res, o.json, stdout);
     if (fflush(stdout) != 0) s = DIT_ERR_IO;
   } else {
     fprintf(stderr, "ditrun bench: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "core/timer.h"
+#include "api/bench_internal.h"
 #include "models/flux2.h"
 #include "models/zimage.h"
 
@@ -50,7 +51,7 @@ static int arch_id(const char *a) {
   return -1;
 }
 
-static dit_status check_params(const dit_bench_params *p, dit_error *err) {
+dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
   if (arch_id(p->arch) < 0)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED,
                       "bench: arch \"%s\" is not supported (supported: zimage, flux2-klein-4b, flux2-klein-9b)",
@@ -73,7 +74,7 @@ static dit_status check_params(const dit_bench_params *p, dit_error *err) {
 }
 
 /* Device memory in use now (whole GPU), 0 on the CPU. */
-static size_t device_used(const dit_bench_params *p) {
+size_t dit_bench_device_used(const dit_bench_params *p) {
 #ifdef DIT_HAVE_CUDA
   if (p->device == DIT_DEVICE_CUDA) {
     size_t fr = 0, tot = 0;
@@ -84,7 +85,7 @@ static size_t device_used(const dit_bench_params *p) {
   return 0;
 }
 
-static dit_status make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
+dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
   if (p->device == DIT_DEVICE_CPU) {
     DIT_TRY(dit_backend_cpu_create(ctx->params.n_threads, be, err));
     dit_status s = dit_backend_cpu_set_precision(*be, p->cpu_precision, err);
@@ -259,7 +260,7 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
   if (!ts) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory");
   dit_status s = DIT_OK;
   for (int i = 0; i < p->warmup && s == DIT_OK; i++) s = forward_once(m, prof, io, &ms, err);
-  if (s == DIT_OK && device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = device_used(p);
+  if (s == DIT_OK && dit_bench_device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = dit_bench_device_used(p);
   r->cpu_ms_min = 0;
   const long launches0 = graph_launches(m);
   for (int i = 0; i < p->iters && s == DIT_OK; i++) {
@@ -292,7 +293,7 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
       r->phase_ms[dit_prof_op_class(i)] += st->ms[i];
     }
   }
-  if (s == DIT_OK && device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = device_used(p);
+  if (s == DIT_OK && dit_bench_device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = dit_bench_device_used(p);
   return s;
 }
 
@@ -329,7 +330,7 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
   }
 }
 
-static dit_status bench_config(const dit_bench_params *p, dit_zimage_config *c) {
+dit_status dit_bench_zimage_config(const dit_bench_params *p, dit_zimage_config *c) {
   dit_zimage_config_turbo(c);
   if (p->dim) c->dim = p->dim;
   if (p->n_layers) c->n_layers = p->n_layers;
@@ -419,7 +420,7 @@ static dit_status run_bench(dit_ctx *ctx, const dit_bench_params *p, dit_backend
   bench_io io;
   memset(&io, 0, sizeof io);
   dit_zimage_config c;
-  bench_config(p, &c);
+  dit_bench_zimage_config(p, &c);
   double t0 = dit_time_now();
   dit_status s = dit_backend_profiler_create(be, &prof, err);
   if (s == DIT_OK) s = dit_zimage_create_random(prof, &c, p->dtype, p->seed, &m, err);
@@ -451,10 +452,10 @@ dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_resu
   dit_error_clear(err);
   memset(r, 0, sizeof *r);
   if (!p) return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: no parameters");
-  DIT_TRY(check_params(p, err));
-  size_t base = device_used(p);
+  DIT_TRY(dit_bench_check_params(p, err));
+  size_t base = dit_bench_device_used(p);
   dit_backend *be = NULL;
-  DIT_TRY(make_backend(ctx, p, &be, err));
+  DIT_TRY(dit_bench_make_backend(ctx, p, &be, err));
   r->device_base_bytes = base;
   dit_status s = run_bench(ctx, p, be, r, err);
   size_t keep_base = r->device_base_bytes;

@@ -225,7 +225,8 @@ static cudaError_t launch_team(T *h, const T *x, int64_t rows, int64_t S, int64_
   return cudaGetLastError();
 }
 
-template <typename T>
+/* One block per row (kf_row, or kf_ln_row when LN): NC chunks of 8 per thread by row length. */
+template <typename T, bool LN>
 static cudaError_t launch_row(T *h, T *x, const T *r, int64_t rows, int64_t S, int64_t D, const cu_rowargs &a,
                               cudaStream_t s) {
   int64_t D8 = D / 8;
@@ -233,8 +234,11 @@ static cudaError_t launch_row(T *h, T *x, const T *r, int64_t rows, int64_t S, i
   int64_t threads = ((D8 + nc - 1) / nc + 31) / 32 * 32;
   if (threads > 1024 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   switch (nc) {
-#define ROW(n) \
-  case n: kf_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a); break;
+#define ROW(n)                                                                          \
+  case n:                                                                               \
+    if (LN) kf_ln_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a); \
+    else kf_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a);      \
+    break;
     ROW(1) ROW(2) ROW(4) ROW(8)
 #undef ROW
   }
@@ -250,24 +254,8 @@ extern "C" cudaError_t cuk_f_norm(void *h, void *x, const void *r, int dt, int64
     const kf_strides st = {S * D, D, D};
     CU_DISPATCH(dt, T, return launch_team<T>((T *)h, (const T *)x, rows, S, 1, D, *a, NULL, NULL, 0, st, s));
   }
-  CU_DISPATCH(dt, T, return launch_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
+  CU_DISPATCH(dt, T, return launch_row<T, false>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
   return cudaErrorInvalidValue;
-}
-
-template <typename T>
-static cudaError_t launch_ln_row(T *h, T *x, const T *r, int64_t rows, int64_t S, int64_t D, const cu_rowargs &a,
-                                 cudaStream_t s) {
-  int64_t D8 = D / 8;
-  int nc = D8 <= 256 ? 1 : D8 <= 512 ? 2 : D8 <= 1024 ? 4 : 8;
-  int64_t threads = ((D8 + nc - 1) / nc + 31) / 32 * 32;
-  if (threads > 1024 || rows > 0x7fffffff) return cudaErrorInvalidValue;
-  switch (nc) {
-#define ROW(n) \
-  case n: kf_ln_row<T, n><<<(unsigned)rows, (unsigned)threads, 0, s>>>(h, x, r, S, D, a); break;
-    ROW(1) ROW(2) ROW(4) ROW(8)
-#undef ROW
-  }
-  return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuk_f_lnorm(void *h, void *x, const void *r, int dt, int64_t B, int64_t S, int64_t D,
@@ -275,7 +263,7 @@ extern "C" cudaError_t cuk_f_lnorm(void *h, void *x, const void *r, int dt, int6
   int64_t rows = B * S;
   if (rows <= 0 || D <= 0) return cudaSuccess;
   if (D % 8 || S <= 0) return cudaErrorInvalidValue;
-  CU_DISPATCH(dt, T, return launch_ln_row<T>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
+  CU_DISPATCH(dt, T, return launch_row<T, true>((T *)h, (T *)x, (const T *)r, rows, S, D, *a, s));
   return cudaErrorInvalidValue;
 }
 

@@ -173,6 +173,7 @@ void dit_tokenizer_free(dit_tokenizer *tok);
  * in memory (no files): total time (un-profiled, warmup then median of iters), a profiled
  * pass split per op (GEMM, attention, elementwise), FLOPs, TFLOP/s and peak memory. */
 #define DIT_BENCH_MAX_OPS 24
+#define DIT_BENCH_MAX_SHAPES 48
 typedef struct dit_bench_params {
   const char *arch;             /* "zimage", "flux2-klein-4b" or "flux2-klein-9b" */
   int res;                      /* square image side in pixels (multiple of 16); default 1024 */
@@ -200,14 +201,24 @@ typedef struct dit_bench_result {
   int iters;
   double tflops, peak_tflops, pct_peak; /* achieved (median), the stated peak, ratio */
   char peak_what[96];
-  /* profiled run (op-by-op with a sync after each): */
+  /* profiled run: on a GPU each op timed by device events around it (no syncs between ops);
+   * on the CPU op by op with a sync after each: */
   int profiled;
+  int prof_device_timed;        /* 1: device event times; 0: host clock around synced ops */
   double phase_ms[3];           /* GEMM, attention, elementwise (incl. copies) */
-  double prof_total_ms;
+  double prof_total_ms;         /* host wall time of the profiled forward */
+  double prof_span_ms;          /* device-timed: first op's start to last op's end (the gaps are
+                                   span - the ops' sum: launch latency, host waits) */
   int n_ops;
   const char *op_name[DIT_BENCH_MAX_OPS];
   double op_ms[DIT_BENCH_MAX_OPS];
   long op_calls[DIT_BENCH_MAX_OPS];
+  int n_gemm_shapes;            /* linear calls by shape [m, k] x [n, k]^T */
+  struct {
+    long long m, n, k;
+    long calls;
+    double ms;
+  } gemm_shapes[DIT_BENCH_MAX_SHAPES];
   size_t weight_bytes;          /* weights in backend memory */
   size_t alloc_peak_bytes;      /* peak of weights + activations + inputs allocated by the model */
   size_t peak_mem_bytes;        /* CPU: peak RSS; GPU: peak device memory in use (cudaMemGetInfo) */

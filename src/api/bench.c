@@ -283,8 +283,17 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
     dit_backend_profiler_enable(prof, true);
     s = forward_once(m, prof, io, &r->prof_total_ms, err);
     dit_backend_profiler_enable(prof, false);
+    if (s == DIT_OK) s = dit_backend_profiler_finish(prof, err);
     const dit_prof_stats *st = dit_backend_profiler_stats(prof);
     r->profiled = s == DIT_OK;
+    r->prof_device_timed = st->device_timed;
+    r->prof_span_ms = st->span_ms;
+    for (int i = 0; i < st->n_shapes && i < DIT_BENCH_MAX_SHAPES && s == DIT_OK; i++) {
+      r->gemm_shapes[i].m = st->shapes[i].m, r->gemm_shapes[i].n = st->shapes[i].n;
+      r->gemm_shapes[i].k = st->shapes[i].k, r->gemm_shapes[i].calls = st->shapes[i].calls;
+      r->gemm_shapes[i].ms = st->shapes[i].ms;
+      r->n_gemm_shapes = i + 1;
+    }
     for (int i = 0; i < DIT_PROF_OPS && i < DIT_BENCH_MAX_OPS && s == DIT_OK; i++) {
       if (!st->calls[i]) continue;
       r->op_name[r->n_ops] = dit_prof_op_name(i);
@@ -480,17 +489,47 @@ static void print_json(const dit_bench_result *r, FILE *f) {
           r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->text_len, r->threads, r->img_tokens,
           r->cap_tokens, r->params, r->flops, r->iters, r->ms_median, r->ms_min, r->ms_max, r->tflops, r->peak_tflops,
           r->pct_peak, r->peak_what);
-  fprintf(f, "\"profiled\": %s, \"prof_total_ms\": %.4f, \"phase_ms\": {\"gemm\": %.4f, \"attention\": %.4f, "
-             "\"elementwise\": %.4f}, \"ops\": {",
-          r->profiled ? "true" : "false", r->prof_total_ms, r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
+  fprintf(f, "\"profiled\": %s, \"prof_device_timed\": %s, \"prof_total_ms\": %.4f, \"prof_span_ms\": %.4f, "
+             "\"phase_ms\": {\"gemm\": %.4f, \"attention\": %.4f, \"elementwise\": %.4f}, \"ops\": {",
+          r->profiled ? "true" : "false", r->prof_device_timed ? "true" : "false", r->prof_total_ms, r->prof_span_ms,
+          r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
   for (int i = 0; i < r->n_ops; i++)
     fprintf(f, "%s\"%s\": {\"ms\": %.4f, \"calls\": %ld}", i ? ", " : "", r->op_name[i], r->op_ms[i],
             r->op_calls[i]);
+  fprintf(f, "}, \"gemm_shapes\": [");
+  for (int i = 0; i < r->n_gemm_shapes; i++)
+    fprintf(f, "%s{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"calls\": %ld, \"ms\": %.4f}", i ? ", " : "",
+            r->gemm_shapes[i].m, r->gemm_shapes[i].n, r->gemm_shapes[i].k, r->gemm_shapes[i].calls,
+            r->gemm_shapes[i].ms);
   fprintf(f,
-          "}, \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
+          "], \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
           "\"setup_s\": %.3f, \"output_finite\": %s, \"graph_launches\": %ld}\n",
           r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s,
           r->output_finite ? "true" : "false", r->graph_launches);
+}
+
+/* The profiled run's split: phases, ops, and GEMM shapes with their rates. */
+static void print_profile(const dit_bench_result *r, FILE *f) {
+  const double tot = r->prof_device_timed ? r->prof_span_ms : r->prof_total_ms;
+  const double d = tot > 0 ? tot : 1, rest = tot - r->phase_ms[0] - r->phase_ms[1] - r->phase_ms[2];
+  fprintf(f, "  profiled run (%s): %.2f ms: GEMM %.2f (%.1f%%), attention %.2f (%.1f%%), elementwise %.2f (%.1f%%), "
+             "%s %.2f\n",
+          r->prof_device_timed ? "device events around each op, no syncs between ops; first op start to last op end"
+                               : "sync after each op, host clock",
+          tot, r->phase_ms[0], 100 * r->phase_ms[0] / d, r->phase_ms[1], 100 * r->phase_ms[1] / d, r->phase_ms[2],
+          100 * r->phase_ms[2] / d, r->prof_device_timed ? "gaps between ops" : "other", rest);
+  if (r->prof_device_timed) fprintf(f, "    (host wall time of that forward %.2f ms)\n", r->prof_total_ms);
+  for (int i = 0; i < r->n_ops; i++)
+    fprintf(f, "    %-20s %9.2f ms  %6ld calls\n", r->op_name[i], r->op_ms[i], r->op_calls[i]);
+  if (r->n_gemm_shapes) fprintf(f, "  GEMM shapes (y[m,n] = x[m,k] w[n,k]^T):\n");
+  for (int i = 0; i < r->n_gemm_shapes; i++) {
+    const double ms = r->gemm_shapes[i].ms, fl = 2.0 * (double)r->gemm_shapes[i].m * (double)r->gemm_shapes[i].n *
+                                                  (double)r->gemm_shapes[i].k * (double)r->gemm_shapes[i].calls;
+    fprintf(f, "    m %6lld n %6lld k %6lld  %4ld calls %9.3f ms  %8.1f us/call  %7.1f TFLOP/s\n", r->gemm_shapes[i].m,
+            r->gemm_shapes[i].n, r->gemm_shapes[i].k, r->gemm_shapes[i].calls, ms,
+            r->gemm_shapes[i].calls ? 1e3 * ms / (double)r->gemm_shapes[i].calls : 0.0,
+            ms > 0 ? fl / (ms * 1e-3) / 1e12 : 0.0);
+  }
 }
 
 void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
@@ -521,15 +560,7 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
                "(%.1f%% of peak; the wall rate above is lower while other processes share the cores)\n",
             r->cpu_ms_min * 1e-3, ct, r->threads, r->peak_tflops > 0 ? 100 * ct / r->peak_tflops : 0);
   }
-  if (r->profiled) {
-    double tot = r->prof_total_ms > 0 ? r->prof_total_ms : 1;
-    fprintf(f, "  profiled run (sync after each op): %.2f ms: GEMM %.2f (%.1f%%), attention %.2f (%.1f%%), "
-               "elementwise %.2f (%.1f%%), other %.2f\n",
-            r->prof_total_ms, r->phase_ms[0], 100 * r->phase_ms[0] / tot, r->phase_ms[1], 100 * r->phase_ms[1] / tot,
-            r->phase_ms[2], 100 * r->phase_ms[2] / tot, r->prof_total_ms - r->phase_ms[0] - r->phase_ms[1] - r->phase_ms[2]);
-    for (int i = 0; i < r->n_ops; i++)
-      fprintf(f, "    %-20s %9.2f ms  %6ld calls\n", r->op_name[i], r->op_ms[i], r->op_calls[i]);
-  }
+  if (r->profiled) print_profile(r, f);
   fprintf(f, "  memory: weights %.2f GiB, model allocations peak %.2f GiB, ", gib(r->weight_bytes),
           gib(r->alloc_peak_bytes));
   if (!strcmp(r->device, "cpu")) fprintf(f, "peak RSS %.2f GiB\n", gib(r->peak_mem_bytes));

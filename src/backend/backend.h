@@ -139,6 +139,14 @@ typedef struct dit_backend_ops {
   dit_status (*capture_end)(dit_backend *be, bool keep, void **graph, dit_error *err);
   dit_status (*graph_launch)(dit_backend *be, void *graph, dit_error *err);
   void (*graph_free)(dit_backend *be, void *graph);
+  /* ---- optional device timers (NULL where a backend has none; CUDA events on the GPU).
+   * timer_mark records a mark in the order of the backend's queued work and gives its number
+   * (0, 1, ... since the last timer_reset); timer_ms waits until marks a and b are reached and
+   * gives the device time between them in ms; timer_reset forgets every mark. The profiler
+   * uses them to time each op without synchronizing between ops. ---- */
+  dit_status (*timer_mark)(dit_backend *be, int *id, dit_error *err);
+  dit_status (*timer_ms)(dit_backend *be, int a, int b, double *ms, dit_error *err);
+  void (*timer_reset)(dit_backend *be);
   /* Optional (NULL on the CPU): releases the backend's private state (streams, handles,
    * workspaces); dit_backend_free calls it before freeing be. */
   void (*destroy)(dit_backend *be);
@@ -185,15 +193,28 @@ dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t
 dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t, dit_dtype dt, uint64_t seed,
                                      void **block, dit_error *err);
 
-/* Profiler: a backend that forwards every call to `inner` and, while enabled, syncs
- * after each op and adds its wall time to the op's total. It also tracks the bytes
- * allocated through it (live and peak). The profiler does not own inner; free it with
- * dit_backend_profiler_free (not dit_backend_free). */
+/* Profiler: a backend that forwards every call to `inner` and, while enabled, times each
+ * op and adds it to the op's total (and, for linear, to its GEMM shape's). Where the inner
+ * backend has device timers, each op is timed between two marks in the queue, with no sync
+ * between ops (collect the times with dit_backend_profiler_finish); elsewhere it syncs
+ * around each op and reads the host clock. It also tracks the bytes allocated through it
+ * (live and peak). The profiler does not own inner; free it with dit_backend_profiler_free
+ * (not dit_backend_free). */
 typedef enum dit_op_class { DIT_OPC_GEMM = 0, DIT_OPC_ATTENTION, DIT_OPC_ELEMENTWISE, DIT_OPC_COUNT } dit_op_class;
 #define DIT_PROF_OPS 24
+#define DIT_PROF_SHAPES 48
+typedef struct dit_prof_shape {
+  int64_t m, n, k; /* y[m, n] = x[m, k] w[n, k]^T */
+  long calls;
+  double ms;
+} dit_prof_shape;
 typedef struct dit_prof_stats {
   double ms[DIT_PROF_OPS];    /* per op (names: dit_prof_op_name) */
   long calls[DIT_PROF_OPS];
+  bool device_timed;          /* the times are device spans between marks (no syncs between ops) */
+  double span_ms;             /* device_timed: first op's start to last op's end */
+  int n_shapes;               /* linear calls by shape, first seen first (more shapes: not split) */
+  dit_prof_shape shapes[DIT_PROF_SHAPES];
   size_t live_bytes, peak_bytes; /* allocated through the profiler */
 } dit_prof_stats;
 const char *dit_prof_op_name(int op);
@@ -202,6 +223,9 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
 void dit_backend_profiler_enable(dit_backend *prof, bool on);
 /* Clears the times and counts (not the memory counters). */
 void dit_backend_profiler_reset(dit_backend *prof);
+/* Waits for the timed ops and adds their device times to the stats (device timers only;
+ * a no-op otherwise). Call after the profiled work, before reading the stats. */
+dit_status dit_backend_profiler_finish(dit_backend *prof, dit_error *err);
 const dit_prof_stats *dit_backend_profiler_stats(const dit_backend *prof);
 void dit_backend_profiler_free(dit_backend *prof);
 

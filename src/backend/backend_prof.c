@@ -1,7 +1,10 @@
 /* The profiling backend: forwards every call to an inner backend and, while enabled,
- * syncs around each op and adds its wall time to that op's total, so a benchmark can
- * split a forward into GEMM, attention and elementwise time. Allocation sizes are
- * tracked to report the peak bytes the model allocated. */
+ * times each op and adds it to that op's total (linear calls also to their shape's), so a
+ * benchmark can split a forward into GEMM, attention and elementwise time. With the inner
+ * backend's device timers (CUDA events) each op runs between two marks and nothing is
+ * synchronized until dit_backend_profiler_finish; without them (CPU) it syncs around each
+ * op and reads the host clock. Allocation sizes are tracked to report the peak bytes the
+ * model allocated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +29,12 @@ typedef struct prof_alloc {
   size_t bytes;
 } prof_alloc;
 
+/* One op timed on the device: its marks, read back by dit_backend_profiler_finish. */
+typedef struct prof_rec {
+  int op, shape; /* shape: index into st.shapes, or -1 */
+  int a, b;      /* marks before and after */
+} prof_rec;
+
 typedef struct prof_backend {
   dit_backend be; /* first: the wrapper handed out */
   dit_backend_ops ops;
@@ -34,6 +43,8 @@ typedef struct prof_backend {
   dit_prof_stats st;
   prof_alloc *allocs;
   size_t n_allocs, cap_allocs;
+  prof_rec *recs;
+  size_t n_recs, cap_recs;
 } prof_backend;
 
 const char *dit_prof_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
@@ -46,21 +57,76 @@ dit_op_class dit_prof_op_class(int op) {
 
 static prof_backend *P(dit_backend *be) { return (prof_backend *)be->impl; }
 
-/* Runs `call` on the inner backend; when profiling, synced before and after and timed. */
-#define FORWARD(opi, call)                                             \
+static bool has_timers(const dit_backend *in) {
+  return in->ops->timer_mark && in->ops->timer_ms && in->ops->timer_reset;
+}
+
+/* Where one op's timing starts: a device mark, or a sync and the host clock. */
+typedef struct op_clock {
+  int mark;
+  double t0;
+} op_clock;
+
+static dit_status clock_start(prof_backend *p, op_clock *c, dit_error *err) {
+  dit_backend *in = p->inner;
+  if (p->st.device_timed) return in->ops->timer_mark(in, &c->mark, err);
+  DIT_TRY(in->ops->sync(in, err));
+  c->t0 = dit_time_now();
+  return DIT_OK;
+}
+
+/* Ends the timing of op (shape: its linear shape slot or -1) after it returned s. */
+static dit_status clock_stop(prof_backend *p, const op_clock *c, int op, int shape, dit_status s, dit_error *err) {
+  if (s != DIT_OK) return s;
+  dit_backend *in = p->inner;
+  p->st.calls[op]++;
+  if (shape >= 0) p->st.shapes[shape].calls++;
+  if (!p->st.device_timed) {
+    DIT_TRY(in->ops->sync(in, err));
+    double ms = (dit_time_now() - c->t0) * 1e3;
+    p->st.ms[op] += ms;
+    if (shape >= 0) p->st.shapes[shape].ms += ms;
+    return DIT_OK;
+  }
+  if (p->n_recs == p->cap_recs) {
+    size_t cap = p->cap_recs ? 2 * p->cap_recs : 1024;
+    prof_rec *r = realloc(p->recs, cap * sizeof *r);
+    if (!r) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
+    p->recs = r;
+    p->cap_recs = cap;
+  }
+  prof_rec *r = &p->recs[p->n_recs];
+  DIT_TRY(in->ops->timer_mark(in, &r->b, err));
+  r->op = op, r->shape = shape, r->a = c->mark;
+  p->n_recs++;
+  return DIT_OK;
+}
+
+/* Runs `call` on the inner backend; when profiling, timed as op opi (linear shape slot shp). */
+#define FORWARD_SHAPE(opi, shp, call)                                  \
   do {                                                                 \
     prof_backend *p_ = P(be);                                          \
     dit_backend *in = p_->inner;                                       \
     if (!p_->on) return (call);                                        \
-    dit_status s_ = in->ops->sync(in, err);                            \
-    if (s_ != DIT_OK) return s_;                                       \
-    double t0_ = dit_time_now();                                       \
-    s_ = (call);                                                       \
-    if (s_ == DIT_OK) s_ = in->ops->sync(in, err);                     \
-    p_->st.ms[opi] += (dit_time_now() - t0_) * 1e3;                    \
-    p_->st.calls[opi]++;                                               \
-    return s_;                                                         \
+    op_clock c_;                                                       \
+    DIT_TRY(clock_start(p_, &c_, err));                                \
+    dit_status s_ = (call);                                            \
+    return clock_stop(p_, &c_, opi, shp, s_, err);                     \
   } while (0)
+#define FORWARD(opi, call) FORWARD_SHAPE(opi, -1, call)
+
+/* The shape slot of a linear call (y[m, n] = x[m, k] w^T), -1 when the table is full. */
+static int shape_slot(prof_backend *p, const dit_tensor *x, const dit_tensor *w) {
+  if (!p->on || !x || !w || w->ndim != 2) return -1;
+  const int64_t n = w->shape[0], k = w->shape[1], m = k > 0 ? dit_tensor_numel(x) / k : 0;
+  for (int i = 0; i < p->st.n_shapes; i++) {
+    const dit_prof_shape *s = &p->st.shapes[i];
+    if (s->m == m && s->n == n && s->k == k) return i;
+  }
+  if (p->st.n_shapes == DIT_PROF_SHAPES) return -1;
+  p->st.shapes[p->st.n_shapes] = (dit_prof_shape){m, n, k, 0, 0.0};
+  return p->st.n_shapes++;
+}
 
 static dit_status w_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
   prof_backend *p = P(be);
@@ -106,7 +172,8 @@ static dit_status w_sync(dit_backend *be, dit_error *err) {
 typedef dit_tensor T;
 typedef const dit_tensor CT;
 static dit_status w_linear(dit_backend *be, T *y, CT *x, CT *w, CT *b, dit_act act, dit_error *err) {
-  FORWARD(OP_LINEAR, in->ops->linear(in, y, x, w, b, act, err));
+  const int shp = shape_slot(P(be), x, w);
+  FORWARD_SHAPE(OP_LINEAR, shp, in->ops->linear(in, y, x, w, b, act, err));
 }
 static dit_status w_rms_norm(dit_backend *be, T *y, CT *x, CT *w, float eps, dit_error *err) {
   FORWARD(OP_RMS_NORM, in->ops->rms_norm(in, y, x, w, eps, err));
@@ -208,6 +275,7 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
   if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
   const dit_backend_ops *io = inner->ops;
   p->inner = inner;
+  p->st.device_timed = has_timers(inner);
   p->ops = (dit_backend_ops){
       .name = io->name, .alloc = w_alloc, .free = w_free, .upload = w_upload, .download = w_download,
       .sync = w_sync, .destroy = NULL};
@@ -254,6 +322,29 @@ void dit_backend_profiler_reset(dit_backend *prof) {
   prof_backend *p = P(prof);
   memset(p->st.ms, 0, sizeof p->st.ms);
   memset(p->st.calls, 0, sizeof p->st.calls);
+  p->st.n_shapes = 0;
+  p->st.span_ms = 0;
+  p->st.device_timed = has_timers(p->inner);
+  p->n_recs = 0;
+  if (p->st.device_timed) p->inner->ops->timer_reset(p->inner);
+}
+
+dit_status dit_backend_profiler_finish(dit_backend *prof, dit_error *err) {
+  prof_backend *p = P(prof);
+  if (!p->st.device_timed || !p->n_recs) return DIT_OK;
+  dit_backend *in = p->inner;
+  dit_status s = DIT_OK;
+  for (size_t i = 0; i < p->n_recs && s == DIT_OK; i++) {
+    const prof_rec *r = &p->recs[i];
+    double ms = 0;
+    s = in->ops->timer_ms(in, r->a, r->b, &ms, err);
+    p->st.ms[r->op] += ms;
+    if (r->shape >= 0) p->st.shapes[r->shape].ms += ms;
+  }
+  if (s == DIT_OK) s = in->ops->timer_ms(in, p->recs[0].a, p->recs[p->n_recs - 1].b, &p->st.span_ms, err);
+  p->n_recs = 0;
+  in->ops->timer_reset(in);
+  return s;
 }
 
 const dit_prof_stats *dit_backend_profiler_stats(const dit_backend *prof) {
@@ -264,5 +355,6 @@ void dit_backend_profiler_free(dit_backend *prof) {
   if (!prof) return;
   prof_backend *p = P(prof);
   free(p->allocs);
+  free(p->recs);
   free(p);
 }

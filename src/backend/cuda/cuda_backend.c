@@ -90,6 +90,7 @@ static void cu_destroy(dit_backend *be) {
   cudaSetDevice(im->device);
   if (im->stream) cudaStreamSynchronize(im->stream);
   cu_sdpa_destroy(im->sdpa);
+  cu_timer_destroy(im);
   for (int i = 0; i < im->n_plans; i++) {
     cu_plan *p = &im->plans[i];
     cublasLtMatmulDescDestroy(p->desc);
@@ -122,6 +123,7 @@ static dit_backend_ops cu_ops_table(void) {
   cu_register_ops(&o);
   cu_register_fused_ops(&o);
   cu_register_graph_ops(&o);
+  cu_register_timer_ops(&o);
   return o;
 }
 

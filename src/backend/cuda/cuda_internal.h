@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 
 #define CU_MAX_PLANS 128
-#define CU_MAX_CANDS 8 /* heuristic algorithms kept per plan for tuning */
+#define CU_MAX_CANDS 16 /* heuristic algorithms kept per plan for tuning */
 
 /* One cached cuBLASLt matmul: descriptors plus the algorithm for a shape (the heuristic's
  * first until tuned: the fastest candidate timed on the first un-captured call). */
@@ -54,6 +54,8 @@ typedef struct cu_impl {
   bool capturing;
   uint64_t moves; /* times a backend buffer (scratch) was reallocated: graphs before are stale */
   uint64_t capture_moves;
+  cudaEvent_t *marks; /* device timer marks (cuda_timer.c), cap_marks created, n_marks recorded */
+  int n_marks, cap_marks;
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;
@@ -96,6 +98,8 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
 void cu_register_ops(dit_backend_ops *ops); /* fills the elementwise/norm ops (cuda_ops.c) */
 void cu_register_fused_ops(dit_backend_ops *ops); /* the fused ops (cuda_fused.c) */
 void cu_register_graph_ops(dit_backend_ops *ops); /* graph capture (cuda_graph.c) */
+void cu_register_timer_ops(dit_backend_ops *ops); /* device timers (cuda_timer.c) */
+void cu_timer_destroy(cu_impl *im);
 /* x [B,S,D] (or [S,D] as B = 1) and an optional per-batch vector [B,D] (or [D], broadcast):
  * B, S, D and the vector's batch stride *vbs (D, or 0 when broadcast). */
 dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,

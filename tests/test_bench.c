@@ -51,9 +51,22 @@ static void test_api(void) {
       if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
       if (!strcmp(r.op_name[i], "linear")) lin = r.op_calls[i];
     }
-    /* one attention per block; 7 linears per block + 3 modulations + 3 (time) + 2 (embedders) + 1 (final) */
+    /* one attention per block; 5 linears per block (q/k/v stacked: random weights lie back to back)
+     * + 3 modulations + 3 (time) + 2 (embedders) + 1 (final) */
     CHECK_MSG(att == 4, "attention calls %ld", att);
-    CHECK_MSG(lin == 4 * 7 + 3 + 3 + 2 + 1, "linear calls %ld", lin);
+    CHECK_MSG(lin == 4 * 5 + 3 + 3 + 2 + 1, "linear calls %ld", lin);
+    /* the GEMM shapes account for every linear call; the main blocks' stacked q/k/v is one */
+    long shp_calls = 0, qkv = 0;
+    double shp_ms = 0, lin_ms = 0;
+    for (int i = 0; i < r.n_gemm_shapes; i++) {
+      shp_calls += r.gemm_shapes[i].calls, shp_ms += r.gemm_shapes[i].ms;
+      if (r.gemm_shapes[i].m == 64 && r.gemm_shapes[i].n == 3 * 256 && r.gemm_shapes[i].k == 256)
+        qkv = r.gemm_shapes[i].calls;
+    }
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "linear")) lin_ms = r.op_ms[i];
+    CHECK_MSG(shp_calls == lin && qkv == 2, "shape calls %ld of %ld, stacked qkv at m 64: %ld", shp_calls, lin, qkv);
+    CHECK(fabs(shp_ms - lin_ms) <= 1e-9 + 1e-9 * lin_ms && !r.prof_device_timed);
     CHECK(r.weight_bytes > 0 && r.alloc_peak_bytes > r.weight_bytes && r.peak_mem_bytes > 0);
     CHECK(!strcmp(r.device, "cpu") && !strcmp(r.act_dtype, "F32") && !strcmp(r.weight_dtype, "BF16"));
   }

@@ -102,6 +102,25 @@ char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len) {
   return buf;
 }
 
+bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *out) {
+  if (n < 1 || !parts[0]) return false;
+  const dit_tensor *f = parts[0];
+  int64_t rows = 0;
+  const char *next = f->data;
+  for (int i = 0; i < n; i++) {
+    const dit_tensor *t = parts[i];
+    if (!t || !t->data || t->ndim != 2 || t->dtype != f->dtype || t->device != f->device || t->shape[1] != f->shape[1] ||
+        !dit_tensor_is_contiguous(t) || (const char *)t->data != next)
+      return false;
+    rows += t->shape[0];
+    next = (const char *)t->data + dit_tensor_nbytes(t);
+  }
+  dit_tensor s = dit_tensor_2d(f->dtype, f->data, rows, f->shape[1]);
+  s.device = f->device;
+  *out = s;
+  return true;
+}
+
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape) {
   if (t->ndim != ndim) return false;
   for (int i = 0; i < ndim; i++)

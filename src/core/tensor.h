@@ -48,6 +48,10 @@ bool dit_tensor_rowview(const dit_tensor *t, dit_rowview *v);
 bool dit_rowview_split(dit_rowview *v, int64_t P);
 /* Writes "[a, b, c]" into buf. Returns buf. */
 char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
+/* When the n 2-D tensors parts[i] ([r_i, C], same dtype, device and C, contiguous) lie back
+ * to back in memory in this order, *out becomes one [sum r_i, C] tensor over them and the
+ * result is true; otherwise false (*out untouched). */
+bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *out);
 /* True if t has exactly this shape. */
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape);
 

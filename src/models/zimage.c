@@ -176,6 +176,23 @@ static void add_top(dit_wtable *t, const dit_zimage_config *c, zimage_weights *w
   dit_wtable_add(t, &w->final_linear_b, false, 1, (int64_t[]){P}, "all_final_layer.%s.linear.bias", pk);
 }
 
+/* Finds the blocks whose q/k/v weights lie back to back (see attention_qkv). */
+static void stack_weights(dit_zimage *m) {
+  const dit_zimage_config *c = &m->cfg;
+  zimage_weights *w = &m->w;
+  const int nr = c->n_refiner_layers, nl = c->n_layers;
+  for (int i = 0; i < 2 * nr + nl; i++) {
+    zimage_block_w *b = i < nr ? &w->noise_refiner[i] : i < 2 * nr ? &w->context_refiner[i - nr] : &w->layers[i - 2 * nr];
+    const dit_tensor *qkv[3] = {&b->attention_to_q, &b->attention_to_k, &b->attention_to_v};
+    memset(&b->attention_qkv, 0, sizeof b->attention_qkv);
+    dit_tensor_stack_rows(qkv, 3, &b->attention_qkv);
+  }
+}
+
+void dit_zimage_set_stacked_qkv(dit_zimage *m, bool on) {
+  if (m) m->stack_qkv = on;
+}
+
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
 static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
@@ -215,6 +232,7 @@ static dit_status bind_weights(dit_zimage *m, dit_error *err) {
       m->files = NULL;
     }
   }
+  if (s == DIT_OK) stack_weights(m);
   dit_wtable_free(&t);
   return s;
 }
@@ -222,6 +240,8 @@ static dit_status bind_weights(dit_zimage *m, dit_error *err) {
 static dit_zimage *new_model(dit_backend *be) {
   dit_zimage *m = calloc(1, sizeof *m);
   if (!m) return NULL;
+  const char *sv = getenv("DIT_ZIMAGE_STACK_QKV");
+  m->stack_qkv = !(sv && strcmp(sv, "0") == 0);
   m->be = be;
   m->adt = DIT_F32;
   m->es = sizeof(float);
@@ -294,6 +314,7 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
     s = build_table(m, &t, err);
     if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
     for (size_t i = 0; s == DIT_OK && i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
+    if (s == DIT_OK) stack_weights(m);
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
   }

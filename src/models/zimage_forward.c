@@ -31,7 +31,10 @@ typedef struct zimage_acts {
   void *patches;             /* [max n_img, P] */
   void *capn;                /* [max L, cap_feat_dim] */
   void *xs, *cs, *us;        /* [n, Sx, D], [n, Sc, D], [n, Su, D] */
-  void *hn, *q, *k, *v;      /* [n * S_max, D] block scratch */
+  void *hn;                  /* [n * S_max, D] block scratch */
+  void *qkv;                 /* [n * S_max, 3D]: q, k, v as column slices (stacked weights), or
+                                three [n * S_max, D] buffers q, k, v one after the other */
+  void *q, *k, *v;           /* the three buffers (q also holds the blocks' projection outputs) */
   void *ff_a, *ff_b;         /* [n * S_max, Fd] */
   void *fo;                  /* [n, Su, P] */
 } zimage_acts;
@@ -108,9 +111,10 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
   TAKE(cs, n * (size_t)g->Sc * D);
   TAKE(us, n * (size_t)g->Su * D);
   TAKE(hn, R * D);
-  TAKE(q, R * D);
-  TAKE(k, R * D);
-  TAKE(v, R * D);
+  TAKE(qkv, R * 3 * D);
+  o->q = o->qkv;
+  o->k = o->qkv ? (char *)o->qkv + R * D * es : NULL;
+  o->v = o->qkv ? (char *)o->qkv + 2 * R * D * es : NULL;
   TAKE(ff_a, R * (size_t)c->ffn_dim);
   TAKE(ff_b, R * (size_t)c->ffn_dim);
   TAKE(fo, n * (size_t)g->Su * P);
@@ -172,13 +176,21 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   dit_backend *be = m->be;
   const dit_zimage_config *c = &m->cfg;
   const int64_t S = st->S, D = c->dim, H = c->n_heads, hd = c->head_dim;
-  dit_tensor hn = t3(m, a->hn, n, S, D);
-  dit_tensor q = t3(m, a->q, n, S, D), k = t3(m, a->k, n, S, D), v = t3(m, a->v, n, S, D);
-  DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
-  dit_tensor q4 = t4(m, a->q, n, S, H, hd), k4 = t4(m, a->k, n, S, H, hd);
-  dit_tensor v4 = t4(m, a->v, n, S, H, hd), o4 = t4(m, a->hn, n, S, H, hd);
+  dit_tensor hn = t3(m, a->hn, n, S, D), q4, k4, v4, o4 = t4(m, a->hn, n, S, H, hd);
+  if (m->stack_qkv && b->attention_qkv.data) { /* one GEMM; heads read in place as column slices */
+    dit_tensor qkv = t3(m, a->qkv, n, S, 3 * D);
+    DIT_TRY(dit_op_linear(be, &qkv, &hn, &b->attention_qkv, NULL, DIT_ACT_NONE, err));
+    const int64_t sh[4] = {n, S, H, hd}, st[4] = {S * 3 * D, 3 * D, hd, 1};
+    q4 = view(m, m->adt, a->qkv, 4, sh, st);
+    k4 = view(m, m->adt, el(m, a->qkv, D), 4, sh, st);
+    v4 = view(m, m->adt, el(m, a->qkv, 2 * D), 4, sh, st);
+  } else {
+    dit_tensor q = t3(m, a->q, n, S, D), k = t3(m, a->k, n, S, D), v = t3(m, a->v, n, S, D);
+    DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
+    DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
+    DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
+    q4 = t4(m, a->q, n, S, H, hd), k4 = t4(m, a->k, n, S, H, hd), v4 = t4(m, a->v, n, S, H, hd);
+  }
   if (c->qk_norm) { /* per-head RMSNorm then RoPE, one pass over q and one over k where fused */
     DIT_TRY(dit_op_rms_norm_rope(be, &q4, &b->attention_norm_q, QK_NORM_EPS, &st->cos, &st->sin,
                                  DIT_ROPE_INTERLEAVED, err));
@@ -190,8 +202,8 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   }
   DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, st->masked ? &st->mask : NULL, 1.0f / sqrtf((float)hd), false,
                            err));
-  dit_tensor att = t3(m, a->hn, n, S, D);
-  return dit_op_linear(be, &q, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
+  dit_tensor att = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
+  return dit_op_linear(be, &o, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
 }
 
 /* One ZImageTransformerBlock on the stream, in place. Modulated blocks scale the normed

@@ -28,6 +28,8 @@ typedef struct zimage_block_w {
   dit_tensor feed_forward_w3;       /* [Fd, D] */
   dit_tensor adaLN_modulation_0_w;  /* [4D, A] (modulated blocks only) */
   dit_tensor adaLN_modulation_0_b;  /* [4D] */
+  dit_tensor attention_qkv;         /* [3D, D] over to_q, to_k, to_v where they lie back to back
+                                       (uploaded or random weights): one GEMM; else data NULL */
   bool modulation;
 } zimage_block_w;
 
@@ -94,6 +96,7 @@ struct dit_zimage {
   int tab_n;
   bool tables_ok;
   dit_replay replay; /* the forward's ops as graphs (GPU backends) */
+  bool stack_qkv;    /* project q, k, v with one GEMM where the weights allow (default) */
 };
 
 /* Host-side tables of one call, laid out in one buffer (uploaded in one piece). */

@@ -46,18 +46,38 @@ static dit_status read_flux2_fields(const char *dir, double *eps, dit_error *err
   return s;
 }
 
-/* Reads bn.<name> ([n], any float dtype) into dst as float32. */
-static dit_status read_stat(dit_vae_kl *kl, const char *name, int n, float *dst, dit_error *err) {
+/* Reads bn.<name> ([n], any float dtype) of the component's files into dst as float32. */
+static dit_status read_stat(dit_weights *w, const char *name, int n, float *dst, dit_error *err) {
   char full[64];
   snprintf(full, sizeof full, "bn.%s", name);
-  const dit_st_tensor *st = dit_weights_find(kl->weights, full);
+  const dit_st_tensor *st = dit_weights_find(w, full);
   if (!st) return dit_errorf(err, DIT_ERR_FORMAT, "missing tensor %s", full);
   if (st->ndim != 1 || st->shape[0] != n || !dit_dtype_is_float(st->dtype))
     return dit_errorf(err, DIT_ERR_FORMAT, "tensor %s must be a float vector of %d (4 x latent_channels)", full, n);
   dit_tensor t;
-  DIT_TRY(dit_weights_tensor(kl->weights, st, &t, err));
+  DIT_TRY(dit_weights_tensor(w, st, &t, err));
   dit_convert_to_f32(dst, t.data, t.dtype, (size_t)n);
   return DIT_OK;
+}
+
+/* The batch-norm statistics, read from the files on the host (on a GPU backend the decoder's
+ * loader uploads its weights and closes the files, so they are read from a second opening). */
+static dit_status read_bn(dit_vae_flux2 *m, const char *component_dir, double eps, dit_error *err) {
+  const int n = PATCH * PATCH * m->latent_channels;
+  m->bn_mean = malloc((size_t)n * sizeof(float));
+  m->bn_std = malloc((size_t)n * sizeof(float));
+  if (!m->bn_mean || !m->bn_std) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_weights *w = m->kl->weights;
+  if (!w) DIT_TRY(dit_weights_open(component_dir, NULL, &w, err));
+  dit_status s = read_stat(w, "running_mean", n, m->bn_mean, err);
+  if (s == DIT_OK) s = read_stat(w, "running_var", n, m->bn_std, err);
+  if (w != m->kl->weights) dit_weights_close(w);
+  for (int i = 0; s == DIT_OK && i < n; i++) {
+    m->bn_std[i] = sqrtf(m->bn_std[i] + (float)eps);
+    if (!isfinite(m->bn_std[i]) || !isfinite(m->bn_mean[i]))
+      s = dit_errorf(err, DIT_ERR_FORMAT, "bn statistics of channel %d are not finite (or running_var < 0)", i);
+  }
+  return s;
 }
 
 dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_vae_flux2 **out, dit_error *err) {
@@ -75,17 +95,7 @@ dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_va
   s = vae_kl_load_class(be, component_dir, "AutoencoderKLFlux2", bn_ignore, &m->kl, err);
   if (s == DIT_OK) {
     m->latent_channels = m->kl->cfg.latent_channels;
-    const int n = PATCH * PATCH * m->latent_channels;
-    m->bn_mean = malloc((size_t)n * sizeof(float));
-    m->bn_std = malloc((size_t)n * sizeof(float));
-    if (!m->bn_mean || !m->bn_std) s = dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae load: out of memory");
-    if (s == DIT_OK) s = read_stat(m->kl, "running_mean", n, m->bn_mean, err);
-    if (s == DIT_OK) s = read_stat(m->kl, "running_var", n, m->bn_std, err);
-    for (int i = 0; s == DIT_OK && i < n; i++) {
-      m->bn_std[i] = sqrtf(m->bn_std[i] + (float)eps);
-      if (!isfinite(m->bn_std[i]) || !isfinite(m->bn_mean[i]))
-        s = dit_errorf(err, DIT_ERR_FORMAT, "bn statistics of channel %d are not finite (or running_var < 0)", i);
-    }
+    s = read_bn(m, component_dir, eps, err);
     if (s != DIT_OK) dit_error_prefix(err, "flux2 vae load: %s", component_dir);
   }
   if (s != DIT_OK) {

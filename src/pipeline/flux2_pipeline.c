@@ -276,13 +276,14 @@ dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_mod
   float *timesteps = malloc((size_t)steps * sizeof(float));
   dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
 
+  /* every model runs on p->device: the text encoder, the transformer and the VAE */
+  dit_backend *dit_be = NULL;
+  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
   if (s == DIT_OK) {
-    s = encode_prompts(be, dir, p, &L, err);
+    s = encode_prompts(dit_be, dir, p, &L, err);
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
   double t_enc = dit_time_now();
-  dit_backend *dit_be = NULL; /* the transformer's backend: p->device */
-  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
   if (s == DIT_OK) {
     s = load_transformer(dit_be, dir, &L, err);
     if (s == DIT_OK && dit_be != be) s = dit_flux2_set_act_dtype(L.dit, DIT_BF16, err);
@@ -297,12 +298,12 @@ dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_mod
   if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
   dit_flux2_free(L.dit);
   L.dit = NULL;
-  if (dit_be != be) dit_backend_free(dit_be);
   double t_loop = dit_time_now();
   if (s == DIT_OK) {
-    s = decode_latents(be, dir, &L, p->vae_tile, out, err);
+    s = decode_latents(dit_be ? dit_be : be, dir, &L, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }
+  if (dit_be && dit_be != be) dit_backend_free(dit_be);
   double t_end = dit_time_now();
   if (st && s == DIT_OK) {
     st->encode_seconds = t_enc - t_start;

@@ -9,13 +9,15 @@
  * op suite allows 1e-4 per op with bf16 operands; GEMM inputs are rounded to bf16 (the
  * weights are bf16) so F32 activations get 1e-4 for the whole model, BF16 activations
  * (every intermediate rounded, residual stream in bf16, as diffusers in bf16) 1e-3
- * (SNR >= 30 dB). NaN/Inf never pass. */
+ * (SNR >= 30 dB). NaN/Inf never pass. The fixture's VAE decoder (vae_z -> vae_image) is
+ * checked on the GPU the same way: F32 activations 1e-4, BF16 activations 1e-3. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "backend/backend.h"
 #include "fixture.h"
+#include "models/vae_kl.h"
 #include "models/zimage.h"
 #include "testing.h"
 
@@ -276,6 +278,56 @@ static void test_replay(dit_backend *gpu) {
 }
 #endif
 
+/* The zimage-tiny VAE decoder on the GPU against diffusers' float32 decode, with F32 and
+ * with BF16 activations, untiled and tiled. */
+static void test_vae(dit_backend *be, const dt_args *a) {
+  char fx[4096], dir[4096], file[4096];
+  if (a->fixture) snprintf(fx, sizeof fx, "%s", a->fixture);
+  else snprintf(fx, sizeof fx, "%s/models/zimage-tiny", a->shared);
+  dt_path(dir, sizeof dir, fx, "vae");
+  struct stat sb;
+  if (stat(dir, &sb) != 0) /* a fixture copy without its vae folder: the shipped zimage-tiny has the same one */
+    snprintf(dir, sizeof dir, "%s/models/zimage-tiny/vae", a->src);
+  dt_path(file, sizeof file, fx, "components.safetensors");
+  float *z = NULL, *ref = NULL;
+  int64_t zs[8], rs[8];
+  int zn, rn;
+  if (dt_load_f32(file, "vae_z", &z, zs, &zn) || dt_load_f32(file, "vae_image", &ref, rs, &rn) || zn != 4 ||
+      rn != 4) {
+    CHECK_MSG(0, "cannot load vae_z / vae_image from %s", file);
+    free(z), free(ref);
+    return;
+  }
+  dit_error err = {0};
+  dit_vae_kl *m = NULL;
+  CHECK_MSG(dit_vae_kl_load(be, dir, &m, &err) == DIT_OK, "gpu vae load %s: %s", dir, err.msg);
+  const size_t n = (size_t)(rs[0] * rs[1] * rs[2] * rs[3]);
+  float *out = malloc(n * sizeof *out), *tiled_f32 = malloc(n * sizeof *tiled_f32);
+  for (int k = 0; m && out && tiled_f32 && k < 4; k++) {
+    const dit_dtype dt = k < 2 ? DIT_F32 : DIT_BF16;
+    const int tile = k % 2 ? 4 : 0;
+    CHECK(dit_vae_kl_set_act_dtype(m, dt, &err) == DIT_OK);
+    dit_tensor tz = dit_tensor_make(DIT_F32, z, 4, zs), ti = dit_tensor_make(DIT_F32, out, 4, rs);
+    dit_status s = dit_vae_kl_decode(m, &tz, &ti, tile, &err);
+    CHECK_MSG(s == DIT_OK, "gpu vae decode (%s, tile %d): %s", dit_dtype_name(dt), tile, err.msg);
+    if (s != DIT_OK) continue;
+    /* untiled: against diffusers' decode; tiled (4-pixel tiles blend, so not the untiled image):
+     * F32 kept, BF16 against it */
+    const float *want = !tile ? ref : tiled_f32;
+    if (tile && dt == DIT_F32) memcpy(tiled_f32, out, n * sizeof *out);
+    long bad = 0;
+    double e = tile && dt == DIT_F32 ? 0.0 : nmse(out, want, n, &bad);
+    const double tol = dt == DIT_F32 ? NMSE_F32_ACT : NMSE_BF16_ACT;
+    printf("gpu vae %s-act%s: nmse %.3g%s, non-finite %ld\n", dt == DIT_F32 ? "f32" : "bf16",
+           tile ? " (tiles of 4)" : "", e, tile ? (dt == DIT_F32 ? " (kept as the tiled reference)" : " vs f32 tiled")
+                                              : " vs diffusers float32", bad);
+    CHECK_MSG(bad == 0 && e <= tol, "gpu vae %s tile %d nmse %g > %g", dit_dtype_name(dt), tile, e, tol);
+  }
+  free(tiled_f32);
+  free(out), free(z), free(ref);
+  dit_vae_kl_free(m);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -287,6 +339,7 @@ int main(int argc, char **argv) {
     return dt_finish();
   }
   test_fixture(be, &a);
+  test_vae(be, &a);
   test_real_width(be);
   test_replay(be);
   if (be->ops->destroy) be->ops->destroy(be);

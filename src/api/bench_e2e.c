@@ -73,6 +73,7 @@ static dit_status e2e_setup(dit_backend *be, const dit_bench_params *p, e2e_mode
   DIT_TRY(dit_zimage_create_random(be, &zc, p->dtype, p->seed + 1, &m->dit, err));
   if (!dit_backend_is_host(be)) DIT_TRY(dit_zimage_set_act_dtype(m->dit, p->dtype, err));
   DIT_TRY(dit_vae_kl_create_random(be, &vc, p->seed + 2, &m->vae, err));
+  if (!dit_backend_is_host(be)) DIT_TRY(dit_vae_kl_set_act_dtype(m->vae, p->dtype, err));
   r->weight_bytes = dit_zimage_weight_bytes(m->dit);
   const int lat = p->res / 8;
   b->n_lat = (size_t)16 * lat * lat;

@@ -114,6 +114,11 @@ void dit_vae_flux2_free(dit_vae_flux2 *m) {
   free(m);
 }
 
+dit_status dit_vae_flux2_set_act_dtype(dit_vae_flux2 *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae: no model");
+  return dit_vae_kl_set_act_dtype(m->kl, dt, err);
+}
+
 int dit_vae_flux2_latent_channels(const dit_vae_flux2 *m) { return m->latent_channels; }
 int dit_vae_flux2_packed_channels(const dit_vae_flux2 *m) { return PATCH * PATCH * m->latent_channels; }
 int dit_vae_flux2_patch_h(const dit_vae_flux2 *m) { return m ? PATCH : 0; }

@@ -17,6 +17,8 @@ typedef struct dit_vae_flux2 dit_vae_flux2;
  * quant_conv.* and bn.num_batches_tracked are ignored). Errors name the config field
  * or tensor. On failure *out is NULL. */
 dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_vae_flux2 **out, dit_error *err);
+/* Activation dtype of the decoder (see dit_vae_kl_set_act_dtype). */
+dit_status dit_vae_flux2_set_act_dtype(dit_vae_flux2 *m, dit_dtype dt, dit_error *err);
 void dit_vae_flux2_free(dit_vae_flux2 *m);
 
 /* latent_channels L of the decoder; packed channels L * ph * pw (the transformer's

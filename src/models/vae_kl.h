@@ -58,6 +58,11 @@ const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m);
  * Fails with DIT_ERR_INVALID_ARG on wrong shapes/dtypes, DIT_ERR_NUMERIC when z or the
  * output holds NaN/Inf (img contents are then unspecified), DIT_ERR_NOMEM when the
  * activation buffers cannot be allocated. */
+/* Activation dtype of the decode: F32 (the default; the only one on the CPU backend) or BF16
+ * (GPU backends: activations in bf16 between ops, fp32 accumulation in the convolutions and
+ * fp32 statistics in the norms, as a bf16 PyTorch VAE runs; z and the image stay F32 on the
+ * host). */
+dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err);
 dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err);
 
 /* ---- internal, for the benchmark and tests ---- */

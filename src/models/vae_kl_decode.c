@@ -2,7 +2,10 @@
  * the tiled decode.
  *
  * Memory: activations live in three ping-pong buffers plus one scratch for the mid
- * block's q, k, v. The forward pass runs twice with the same code: first as a plan
+ * block's q, k, v, in the model's activation dtype (F32, or BF16 on a GPU: convolutions,
+ * norms and the mid-block attention then read and write bf16, with fp32 accumulation and
+ * statistics), and, for BF16, a small F32 buffer for the latent and the image on their way
+ * to and from the host. The forward pass runs twice with the same code: first as a plan
  * (no op is called; every buffer records the largest tensor placed in it, and FLOPs are
  * counted), then for real in buffers of exactly those sizes. Each block takes its input
  * in one buffer and leaves its output in one buffer, so only a block's own temporaries
@@ -14,16 +17,19 @@
 
 #include "models/vae_kl_internal.h"
 
-#define NBUF 4     /* 0..2 ping-pong activations, 3 attention scratch */
+#define NBUF 5     /* 0..2 ping-pong activations, 3 attention scratch, 4 F32 in/out (BF16 runs) */
 #define ATTN_BUF 3
+#define IO_BUF 4
 #define MAX_IMAGE_SIDE 65536
 
 typedef struct vae_run {
   dit_backend *be;
   dit_device dev;      /* tag of the backend's memory */
   bool plan;           /* measuring pass: record sizes and FLOPs, call no op */
-  float *buf[NBUF];
-  size_t cap[NBUF];    /* floats */
+  dit_dtype adt;       /* activation dtype */
+  size_t es;           /* its element size */
+  void *buf[NBUF];
+  size_t cap[NBUF];    /* bytes */
   double flops;
 } vae_run;
 
@@ -32,17 +38,31 @@ typedef struct vact {
   int buf, c, h, w;
 } vact;
 
-/* F32 descriptors over backend memory. */
+/* Activation descriptors over backend memory. */
 static dit_tensor act2(const vae_run *r, void *p, int64_t d0, int64_t d1) {
-  dit_tensor t = dit_tensor_2d(DIT_F32, p, d0, d1);
+  dit_tensor t = dit_tensor_2d(r->adt, p, d0, d1);
   t.device = r->dev;
   return t;
 }
 
 static dit_tensor act4(const vae_run *r, void *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-  dit_tensor t = dit_tensor_4d(DIT_F32, p, d0, d1, d2, d3);
+  dit_tensor t = dit_tensor_4d(r->adt, p, d0, d1, d2, d3);
   t.device = r->dev;
   return t;
+}
+
+/* p advanced by n activation elements (NULL stays NULL while planning). */
+static void *elp(const vae_run *r, void *p, int64_t n) { return p ? (char *)p + (size_t)n * r->es : NULL; }
+
+/* Records (plan) or checks (real pass) that buffer i holds `need` bytes. */
+static dit_status need_bytes(vae_run *r, int i, size_t need, dit_error *err) {
+  if (r->plan) {
+    if (need > r->cap[i]) r->cap[i] = need;
+  } else if (need > r->cap[i]) {
+    return dit_errorf(err, DIT_ERR_INTERNAL, "vae: activation buffer %d holds %zu bytes, %zu needed", i, r->cap[i],
+                      need);
+  }
+  return DIT_OK;
 }
 
 /* The k-th (0 or 1) ping-pong buffer other than `used`. */
@@ -55,18 +75,20 @@ static int other(int used, int k) {
   return -1;
 }
 
-/* Descriptor of `n = c*h*w` floats at offset `off` of buffer i, shape [1, c, h, w]. The
- * plan records the size; the real pass checks it (a mismatch is a bug). */
+/* Descriptor of `n = c*h*w` activations at element offset `off` of buffer i, shape
+ * [1, c, h, w]. The plan records the size; the real pass checks it (a mismatch is a bug). */
 static dit_status view_at(vae_run *r, dit_tensor *t, int i, size_t off, int64_t c, int64_t h, int64_t w,
                           dit_error *err) {
-  size_t need = off + (size_t)c * (size_t)h * (size_t)w;
-  if (r->plan) {
-    if (need > r->cap[i]) r->cap[i] = need;
-  } else if (need > r->cap[i]) {
-    return dit_errorf(err, DIT_ERR_INTERNAL, "vae: activation buffer %d holds %zu floats, %zu needed", i, r->cap[i],
-                      need);
-  }
-  *t = act4(r, r->buf[i] ? r->buf[i] + off : NULL, 1, c, h, w);
+  DIT_TRY(need_bytes(r, i, (off + (size_t)c * (size_t)h * (size_t)w) * r->es, err));
+  *t = act4(r, elp(r, r->buf[i], (int64_t)off), 1, c, h, w);
+  return DIT_OK;
+}
+
+/* F32 [1, c, h, w] at the start of the in/out buffer (the host's latent or image). */
+static dit_status io_view(vae_run *r, dit_tensor *t, int64_t c, int64_t h, int64_t w, dit_error *err) {
+  DIT_TRY(need_bytes(r, IO_BUF, (size_t)c * (size_t)h * (size_t)w * sizeof(float), err));
+  *t = dit_tensor_4d(DIT_F32, r->buf[IO_BUF], 1, c, h, w);
+  t->device = r->dev;
   return DIT_OK;
 }
 
@@ -222,8 +244,7 @@ static dit_status upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_
   for (int64_t i0 = 0; n < h && i0 < h; i0 += n) {
     int64_t i1 = i0 + n < h ? i0 + n : h;
     int64_t lo = i0 > 0 ? i0 - 1 : 0, hi = i1 < h ? i1 + 1 : h, rows = hi - lo;
-    const float *xd = tx.data;
-    dit_tensor src = act4(r, xd ? (void *)(xd + lo * w) : NULL, 1, c, rows, w);
+    dit_tensor src = act4(r, elp(r, tx.data, lo * w), 1, c, rows, w);
     src.stride[0] = c * h * w;
     src.stride[1] = h * w;
     dit_tensor bin = act4(r, xin.data, 1, c, rows, w);
@@ -233,13 +254,10 @@ static dit_status upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_
     if (!r->plan) STAGE(dit_op_upsample2x(r->be, &bup, &bin, err), "upsample2x");
     STAGE(conv(r, &bcv, &bup, &ub->up_w, &ub->up_b, 1, err), "conv");
     /* keep output rows [2 i0, 2 i1): band rows from 2 (i0 - lo) */
-    float *cd = bcv.data, *yd = ty.data;
-    dit_tensor keep = act4(r, cd ? (void *)(cd + 2 * (i0 - lo) * 2 * w) : NULL, 1, ub->cout,
-                                    2 * (i1 - i0), 2 * w);
+    dit_tensor keep = act4(r, elp(r, bcv.data, 2 * (i0 - lo) * 2 * w), 1, ub->cout, 2 * (i1 - i0), 2 * w);
     keep.stride[0] = ub->cout * 2 * rows * 2 * w;
     keep.stride[1] = 2 * rows * 2 * w;
-    dit_tensor dst = act4(r, yd ? (void *)(yd + 2 * i0 * 2 * w) : NULL, 1, ub->cout, 2 * (i1 - i0),
-                                   2 * w);
+    dit_tensor dst = act4(r, elp(r, ty.data, 2 * i0 * 2 * w), 1, ub->cout, 2 * (i1 - i0), 2 * w);
     dst.stride[0] = ub->cout * 4 * h * w;
     dst.stride[1] = 4 * h * w;
     STAGE(copy(r, &dst, &keep, err), "band output");
@@ -260,7 +278,14 @@ static dit_status decoder_fwd(vae_run *r, const dit_vae_kl *m, const float *z, f
   vact x = {0, c->latent_channels, h, w};
   dit_tensor tx, ty;
   DIT_TRY(view(r, &tx, 0, x.c, h, w, err));
-  if (!r->plan) STAGE(r->be->ops->upload(r->be, tx.data, z, dit_tensor_nbytes(&tx), err), "upload z");
+  if (r->adt == DIT_F32) {
+    if (!r->plan) STAGE(r->be->ops->upload(r->be, tx.data, z, dit_tensor_nbytes(&tx), err), "upload z");
+  } else { /* F32 from the host, converted on the device */
+    dit_tensor zf;
+    DIT_TRY(io_view(r, &zf, x.c, h, w, err));
+    if (!r->plan) STAGE(r->be->ops->upload(r->be, zf.data, z, dit_tensor_nbytes(&zf), err), "upload z");
+    STAGE(copy(r, &tx, &zf, err), "z to %s", dit_dtype_name(r->adt));
+  }
   if (c->use_post_quant_conv) {
     DIT_TRY(view(r, &ty, 1, x.c, h, w, err));
     STAGE(conv(r, &ty, &tx, &m->pq_w, &m->pq_b, 0, err), "post_quant_conv");
@@ -287,6 +312,12 @@ static dit_status decoder_fwd(vae_run *r, const dit_vae_kl *m, const float *z, f
   nb = other(x.buf, 0);
   DIT_TRY(view(r, &ty, nb, c->out_channels, x.h, x.w, err));
   STAGE(conv(r, &ty, &tx, &m->conv_out_w, &m->conv_out_b, 1, err), "decoder.conv_out");
+  if (r->adt != DIT_F32) {
+    dit_tensor of;
+    DIT_TRY(io_view(r, &of, c->out_channels, x.h, x.w, err));
+    STAGE(copy(r, &of, &ty, err), "image to F32");
+    ty = of;
+  }
   if (!r->plan) STAGE(r->be->ops->download(r->be, out, ty.data, dit_tensor_nbytes(&ty), err), "download image");
   return DIT_OK;
 }
@@ -304,17 +335,19 @@ static dit_status run_init(vae_run *r, const dit_vae_kl *m, int h, int w, dit_er
   memset(r, 0, sizeof *r);
   r->be = m->be;
   r->dev = dit_backend_device(m->be);
+  r->adt = m->adt;
+  r->es = dit_dtype_size(m->adt);
   r->plan = true;
   DIT_TRY(decoder_fwd(r, m, NULL, NULL, h, w, err));
   r->plan = false;
   for (int i = 0; i < NBUF; i++) {
     if (!r->cap[i]) continue;
     void *p = NULL;
-    dit_status s = r->be->ops->alloc(r->be, r->cap[i] * sizeof(float), &p, err);
+    dit_status s = r->be->ops->alloc(r->be, r->cap[i], &p, err);
     if (s != DIT_OK) {
       run_free(r);
       dit_error_prefix(err, "vae decode: activation buffer of %.1f MiB for a %dx%d latent (tiled decode needs less)",
-                       (double)r->cap[i] * 4.0 / 1048576.0, h, w);
+                       (double)r->cap[i] / 1048576.0, h, w);
       return s;
     }
     r->buf[i] = p;
@@ -324,7 +357,7 @@ static dit_status run_init(vae_run *r, const dit_vae_kl *m, int h, int w, dit_er
 
 static size_t run_bytes(const vae_run *r) {
   size_t b = 0;
-  for (int i = 0; i < NBUF; i++) b += r->cap[i] * sizeof(float);
+  for (int i = 0; i < NBUF; i++) b += r->cap[i];
   return b;
 }
 
@@ -334,6 +367,8 @@ dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, dit_vae_kl_cost
   memset(&r, 0, sizeof r);
   r.be = m->be;
   r.dev = dit_backend_device(m->be);
+  r.adt = m->adt;
+  r.es = dit_dtype_size(m->adt);
   r.plan = true;
   DIT_TRY(decoder_fwd(&r, m, NULL, NULL, h, w, err));
   out->flops = r.flops;
@@ -475,6 +510,17 @@ static size_t first_nonfinite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return i;
   return n;
+}
+
+dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae: no model");
+  if (dt != DIT_F32 && dt != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "vae: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
+  if (dt != DIT_F32 && dit_backend_is_host(m->be))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "vae: the CPU backend computes in F32 (activation dtype %s)",
+                      dit_dtype_name(dt));
+  m->adt = dt;
+  return DIT_OK;
 }
 
 dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err) {

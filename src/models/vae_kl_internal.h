@@ -42,6 +42,7 @@ typedef struct vae_up_block {
 struct dit_vae_kl {
   dit_backend *be;
   dit_vae_kl_config cfg;
+  dit_dtype adt;         /* activation dtype of the decode: F32 (default), or BF16 on GPU backends */
   dit_weights *weights;  /* the mapped checkpoint (load) or NULL */
   void *owned;           /* the random-weights blob (create_random) or NULL */
   void *wblock;          /* device copy of every weight (non-host backends) or NULL */

@@ -200,6 +200,11 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
   dit_vae_flux2 *vae = NULL;
   DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
   DIT_TRY(dit_vae_flux2_load(be, path, &vae, err));
+  dit_status ds = dit_backend_is_host(be) ? DIT_OK : dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err);
+  if (ds != DIT_OK) {
+    dit_vae_flux2_free(vae);
+    return ds;
+  }
   if (dit_vae_flux2_packed_channels(vae) != L->C) {
     dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (4 x latent_channels = %d) differ from the "
                "transformer's in_channels (%d)", dit_vae_flux2_packed_channels(vae), L->C);

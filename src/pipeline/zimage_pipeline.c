@@ -144,6 +144,13 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
   dit_vae_kl *vae = NULL;
   DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
   DIT_TRY(dit_vae_kl_load(be, path, &vae, err));
+  if (!dit_backend_is_host(be)) { /* bf16 activations on a GPU, as the bf16 reference pipeline runs its VAE */
+    dit_status ds = dit_vae_kl_set_act_dtype(vae, DIT_BF16, err);
+    if (ds != DIT_OK) {
+      dit_vae_kl_free(vae);
+      return ds;
+    }
+  }
   const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
   const int H = L->h * 8, W = L->w * 8;
   float *z = malloc(L->n * sizeof(float));

@@ -47,8 +47,13 @@ pack() {
   local shared=${DIT_SHARED:-../shared}
   cp "$shared/models/zimage-tiny/components.safetensors" "$shared/models/zimage-tiny/reference.safetensors" \
     "$shared/models/zimage-tiny/reference.json" .fixtures/zimage-tiny/
-  cp "$shared/models/flux2-klein-tiny/components.safetensors" .fixtures/models/flux2-klein-tiny/
-  cp "$shared/models/flux2-klein-tiny/transformer/"* .fixtures/models/flux2-klein-tiny/transformer/
+  cp -r "$shared/models/flux2-klein-tiny/." .fixtures/models/flux2-klein-tiny/
+  # components identical to the shipped zimage-tiny's (tokenizer, text encoder): restored on the device, not carried
+  local comp
+  for comp in tokenizer text_encoder; do
+    diff -rq "$shared/models/flux2-klein-tiny/$comp" "models/zimage-tiny/$comp" >/dev/null 2>&1 &&
+      rm -rf ".fixtures/models/flux2-klein-tiny/$comp"
+  done
   local mirror=${DIFFUSERS_GIT:-/work/.mirror/huggingface+diffusers/repo}
   rm -rf .ref/py/diffusers
   git --git-dir="$mirror" archive HEAD src/diffusers | tar -x -C .ref/py --strip-components=1 \
@@ -72,6 +77,26 @@ cuda_libs() {
   echo "$p"
 }
 
+# The profiled run of a bench JSON: phases, gaps and the GEMM shapes with their rates.
+profile_summary() {
+  python3 - "$1" <<'PYEOF' 2>&1
+import json, sys
+try: b = json.load(open(sys.argv[1]))
+except Exception as e: print(f"  (no bench JSON: {e})"); sys.exit(0)
+ph = b.get("phase_ms", {})
+span = b.get("prof_span_ms", 0) if b.get("prof_device_timed") else b.get("prof_total_ms", 0)
+print(f"  profiled ({'device events' if b.get('prof_device_timed') else 'synced'}): span {span:.2f} ms, "
+      f"GEMM {ph.get('gemm', 0):.2f}, attention {ph.get('attention', 0):.2f}, elementwise {ph.get('elementwise', 0):.2f}, "
+      f"{'gaps' if b.get('prof_device_timed') else 'other'} {span - sum(ph.values()):.2f}")
+for n, o in sorted(b.get("ops", {}).items(), key=lambda kv: -kv[1]["ms"]):
+    print(f"    {n:<20} {o['ms']:8.2f} ms {o['calls']:5d} calls {1e3 * o['ms'] / max(o['calls'], 1):8.1f} us/call")
+for g in sorted(b.get("gemm_shapes", []), key=lambda g: -g["ms"]):
+    fl = 2.0 * g["m"] * g["n"] * g["k"] * g["calls"]
+    print(f"    gemm m {g['m']:6d} n {g['n']:6d} k {g['k']:6d} {g['calls']:4d} calls {g['ms']:8.3f} ms "
+          f"{1e3 * g['ms'] / max(g['calls'], 1):8.1f} us/call {fl / max(g['ms'], 1e-9) / 1e9:7.1f} TFLOP/s")
+PYEOF
+}
+
 skip() { case ",${SKIP:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
 run() {
@@ -84,6 +109,10 @@ run() {
     unfused=${UNFUSED_SIZES-}
   fi
   [ ${#sizes[@]} -eq 0 ] && sizes=(512 1024 2048)
+  local comp
+  for comp in tokenizer text_encoder; do
+    [ -d ".fixtures/models/flux2-klein-tiny/$comp" ] || cp -r "models/zimage-tiny/$comp" .fixtures/models/flux2-klein-tiny/
+  done
   local final=${OUT:-out/gpu_run}
   local OUT="$final/run"
   mkdir -p "$OUT"
@@ -134,11 +163,35 @@ print(f"GPU pipeline image vs diffusers float32 reference: PSNR {psnr:.2f} dB (b
       f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
 PYEOF
   fi
+  if ! skip generate; then
+    # FLUX.2 [klein]: text encoder, transformer (bf16) and VAE on the GPU, against the float reference image
+    local f2p
+    f2p=$(python3 -c 'import json;print(json.load(open(".fixtures/models/flux2-klein-tiny/reference.json"))["prompt"])')
+    timeout 120 .devbin/ditrun generate -m .fixtures/models/flux2-klein-tiny -p "$f2p" -W 96 -H 128 --steps 4 \
+      --seed 42 --device cuda -o "$OUT/gpu_flux2.png" --overwrite >"$OUT/gpu_generate_flux2.log" 2>&1
+    echo "generate flux2 --device cuda: rc=$? $(tail -n 3 "$OUT/gpu_generate_flux2.log" | head -c 400)"
+    python3 - "$OUT/gpu_flux2.png" .fixtures/models/flux2-klein-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
+import sys, numpy as np
+from PIL import Image
+from safetensors.numpy import load_file
+img = np.asarray(Image.open(sys.argv[1]).convert("RGB"), dtype=np.float64) / 255.0
+ref = load_file(sys.argv[2])["image"].astype(np.float64)
+ref = ref / 255.0 if ref.max() > 1.5 else ref
+mse = float(np.mean((img - ref) ** 2))
+psnr = 10 * np.log10(1.0 / mse) if mse > 0 else float("inf")
+print(f"FLUX.2 GPU pipeline image vs diffusers float32 reference: PSNR {psnr:.2f} dB (bar: 35), "
+      f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
+PYEOF
+  fi
   if ! skip bench; then
+    # clocks, power and temperature once a second while ditrun benches (leaves the card's settings alone)
+    nvidia-smi dmon -s puc -d 1 -o T >"$OUT/dmon.log" 2>&1 &
+    local dmon=$!
     for s in "${sizes[@]}"; do
-      timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" --text-len "$tl" --iters "$iters" \
-        --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
-      echo "ditrun bench $s: rc=$? $(head -c 300 "$OUT/bench_$s.err")"
+      DIT_CUDA_GEMM_TUNE_LOG=1 timeout 300 .devbin/ditrun bench --arch "$arch" --device cuda --res "$s" --text-len "$tl" \
+        --iters "$iters" --warmup "$warm" --json >"$OUT/bench_$s.json" 2>"$OUT/bench_$s.err"
+      echo "ditrun bench $s: rc=$? $(grep -v 'gemm tune' "$OUT/bench_$s.err" | head -c 300)"
+      profile_summary "$OUT/bench_$s.json"
     done
     # A/B: each setting of AB_ENVS on its own
     local ab_sizes=(${AB_SIZES:-${sizes[*]}})
@@ -160,6 +213,24 @@ PYEOF
         'import json,sys; print(json.load(open(sys.argv[1]))["ms_median"])' "$OUT/bench_${s}_unfused.json" 2>/dev/null ||
         echo '-') ms $(head -c 300 "$OUT/bench_${s}_unfused.err")"
     done
+  fi
+  if ! skip bench; then
+    kill "$dmon" 2>/dev/null
+    echo "during ditrun bench (nvidia-smi dmon: power W, GPU temperature C, SM busy %, memory/SM clock MHz; busy samples), min / median / max:"
+    python3 - "$OUT/dmon.log" <<'PYEOF' 2>&1
+import sys, statistics
+lines = [l.replace("#", "# ", 1).split() if l.startswith("#") else l.split() for l in open(sys.argv[1]) if l.strip()]
+head = next((l[1:] for l in lines if l[0] == "#" and "pwr" in l), None)
+rows = [l for l in lines if l[0] != "#" and head and len(l) == len(head)]
+if not head: print("  (no dmon header)"); sys.exit(0)
+col = {n: head.index(n) for n in ("pwr", "gtemp", "sm", "mclk", "pclk") if n in head}
+# busy samples: SM utilization >= 50% where dmon reports it, else power above 400 W
+busy = [r for r in rows if ("sm" in col and r[col["sm"]].isdigit() and int(r[col["sm"]]) >= 50) or
+        ("sm" not in col and "pwr" in col and r[col["pwr"]].isdigit() and int(r[col["pwr"]]) > 400)]
+for n, i in col.items():
+    v = [float(r[i]) for r in busy if r[i].replace(".", "").isdigit()]
+    if v: print(f"  {n}: {min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f} over {len(v)} busy samples")
+PYEOF
   fi
   # end to end (zimage): text encode + E2E_STEPS forwards + VAE decode, ditrun then diffusers eager
   for s in ${E2E_SIZES:-}; do

@@ -147,10 +147,15 @@ static void test_staged(dit_zimage *m, fx_case *d) {
   free(o[0]), free(o[1]);
 }
 
+/* The zimage-tiny fixture folder: --fixture, else the shared one. */
+static void fixture_dir(const dt_args *a, char *buf, size_t len) {
+  if (a->fixture) snprintf(buf, len, "%s", a->fixture);
+  else snprintf(buf, len, "%s/models/zimage-tiny", a->shared);
+}
+
 static void test_fixture(dit_backend *be, const dt_args *a) {
   char fixture[4096], tdir[4096], comp[4096];
-  if (a->fixture) snprintf(fixture, sizeof fixture, "%s", a->fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a->shared);
+  fixture_dir(a, fixture, sizeof fixture);
   dt_path(tdir, sizeof tdir, fixture, "transformer");
   struct stat sb;
   if (stat(tdir, &sb) != 0) { /* a folder holding only components.safetensors: the repo's shipped copy */
@@ -282,8 +287,7 @@ static void test_replay(dit_backend *gpu) {
  * with BF16 activations, untiled and tiled. */
 static void test_vae(dit_backend *be, const dt_args *a) {
   char fx[4096], dir[4096], file[4096];
-  if (a->fixture) snprintf(fx, sizeof fx, "%s", a->fixture);
-  else snprintf(fx, sizeof fx, "%s/models/zimage-tiny", a->shared);
+  fixture_dir(a, fx, sizeof fx);
   dt_path(dir, sizeof dir, fx, "vae");
   struct stat sb;
   if (stat(dir, &sb) != 0) /* a fixture copy without its vae folder: the shipped zimage-tiny has the same one */

@@ -53,6 +53,15 @@ dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void 
   return DIT_OK;
 }
 
+dit_status dit_backend_check_act_dtype(const dit_backend *be, dit_dtype dt, const char *what, dit_error *err) {
+  if (dt != DIT_F32 && dt != DIT_BF16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: activation dtype %s (F32 or BF16)", what, dit_dtype_name(dt));
+  if (dt != DIT_F32 && dit_backend_is_host(be))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: the CPU backend computes in F32 (activation dtype %s)", what,
+                      dit_dtype_name(dt));
+  return DIT_OK;
+}
+
 /* ---- random weights ---- */
 
 static uint64_t splitmix(uint64_t x) {

@@ -193,6 +193,10 @@ dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t
 dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t, dit_dtype dt, uint64_t seed,
                                      void **block, dit_error *err);
 
+/* Checks an activation dtype asked of a model on be: F32 anywhere, BF16 on device backends
+ * only (the CPU backend computes in F32). `what` names the model in the message. */
+dit_status dit_backend_check_act_dtype(const dit_backend *be, dit_dtype dt, const char *what, dit_error *err);
+
 /* Profiler: a backend that forwards every call to `inner` and, while enabled, times each
  * op and adds it to the op's total (and, for linear, to its GEMM shape's). Where the inner
  * backend has device timers, each op is timed between two marks in the queue, with no sync

@@ -304,11 +304,7 @@ size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
 
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");
-  if (dt != DIT_F32 && dt != DIT_BF16)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "flux2: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
-  if (dt != DIT_F32 && dit_backend_is_host(m->be))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "flux2: the CPU backend computes in F32 (activation dtype %s)",
-                      dit_dtype_name(dt));
+  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "flux2", err));
   if (dt != m->adt && m->act) {
     /* the planned buffer's layout depends on the element size */
     m->rope_ok = false;

@@ -514,11 +514,7 @@ static size_t first_nonfinite(const float *x, size_t n) {
 
 dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae: no model");
-  if (dt != DIT_F32 && dt != DIT_BF16)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "vae: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
-  if (dt != DIT_F32 && dit_backend_is_host(m->be))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "vae: the CPU backend computes in F32 (activation dtype %s)",
-                      dit_dtype_name(dt));
+  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "vae", err));
   m->adt = dt;
   return DIT_OK;
 }

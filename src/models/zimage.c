@@ -328,11 +328,7 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
 
 dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no model");
-  if (dt != DIT_F32 && dt != DIT_BF16)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "zimage: activation dtype %s (F32 or BF16)", dit_dtype_name(dt));
-  if (dt != DIT_F32 && dit_backend_is_host(m->be))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "zimage: the CPU backend computes in F32 (activation dtype %s)",
-                      dit_dtype_name(dt));
+  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "zimage", err));
   if (dt != m->adt) {
     /* the planned buffer's layout depends on the element size */
     if (m->act) m->be->ops->free(m->be, m->act);

@@ -8,10 +8,12 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
 all: build
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+# Configure when the build folder has no generated Makefile (fresh clone, failed configure,
+# deleted build/Makefile); scripts/configure.sh says what went wrong and what to run.
+$(BUILD)/Makefile:
+	@sh scripts/configure.sh $(BUILD) $(CMAKE_FLAGS)
 
-configure: $(BUILD)/CMakeCache.txt
+configure: $(BUILD)/Makefile
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -30,7 +32,6 @@ SAN_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= $(shell command -v clang-14 || command -v clang)
-SHARED ?= $(abspath ../shared)
 sanitize-test:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDIT_SANITIZE=ON -DDIT_CUDA=OFF
 	cmake --build $(SAN_BUILD) -j $(JOBS)
@@ -43,9 +44,9 @@ fuzz:
 
 # then replays (a sample of) the grown corpora through the release CLI: no signal exits
 fuzz-ci: fuzz build
-	sh fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(SHARED)
+	sh fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 	DIT_FUZZ_CORPUS=$(abspath $(FUZZ_BUILD))/corpus DIT_FUZZ_CORPUS_MAX=40 $(BUILD)/tests/test_fuzz_corpus \
-	  --shared $(SHARED) --tmp $(abspath $(BUILD))/testtmp/fuzz_corpus_replay --src $(CURDIR) --bin $(abspath $(BUILD))
+	  --tmp $(abspath $(BUILD))/testtmp/fuzz_corpus_replay --src $(CURDIR) --bin $(abspath $(BUILD))
 
 setup:
 	sh scripts/setup.sh

@@ -5,13 +5,13 @@
 #     copies into git-ignored folders of the repo what the device machine lacks:
 #       .devbin/    ditrun, dit_gpu_op_test, test_bench_gpu, test_flux2_gpu (from BUILD_DIR, default build-bench)
 #       .devlibs/   our Debian shared libraries (jansson, libpng, utf8proc, pcre2, gomp)
-#       .fixtures/  the zimage-tiny and flux2-klein-tiny fixture cases (../shared does not travel)
 #       .ref/py/    diffusers' src/diffusers from the fetched mirror (models, loaders, utils...;
 #                   pipelines left out for size), for bench/torch_ref.py
 #     and prints the device call to make.
 #
 #   on the device machine:                    bash bench/gpu_run.sh run [SIZES...]
-#     (the run tool: carry [".devbin", ".devlibs", ".fixtures", ".ref"])
+#     (the run tool: carry [".devbin", ".devlibs", ".ref"]; the fixtures travel with the tree,
+#     tests/fixtures)
 #     runs the CUDA op tests, the Z-Image and FLUX.2 fixture checks on the GPU, ditrun bench on
 #     cuda and bench/torch_ref.py (eager and torch.compile) at each size (default 512 1024 2048),
 #     writes logs and JSON into $OUT/run/ (packed as $OUT/run.tgz at the end: the device tool
@@ -36,23 +36,13 @@ pack() {
   local build=${1:-build-bench}
   set -e
   cmake --build "$build" -j 2 --target ditrun dit_gpu_op_test test_bench_gpu test_flux2_gpu >/dev/null
-  mkdir -p .devbin .devlibs .fixtures/zimage-tiny .fixtures/models/flux2-klein-tiny/transformer .ref/py
-  for f in .devbin .devlibs .fixtures .ref; do
+  mkdir -p .devbin .devlibs .ref/py
+  for f in .devbin .devlibs .ref; do
     grep -qx "/$f/" .git/info/exclude 2>/dev/null || echo "/$f/" >>.git/info/exclude
   done
   cp "$build/ditrun" "$build/tests/dit_gpu_op_test" "$build/tests/test_bench_gpu" "$build/tests/test_flux2_gpu" .devbin/
   for lib in $(ldd "$build/ditrun" | awk '/=> \// {print $3}' | grep -E 'jansson|png16|utf8proc|pcre2|gomp'); do
     cp -L "$lib" .devlibs/
-  done
-  local shared=${DIT_SHARED:-../shared}
-  cp "$shared/models/zimage-tiny/components.safetensors" "$shared/models/zimage-tiny/reference.safetensors" \
-    "$shared/models/zimage-tiny/reference.json" .fixtures/zimage-tiny/
-  cp -r "$shared/models/flux2-klein-tiny/." .fixtures/models/flux2-klein-tiny/
-  # components identical to the shipped zimage-tiny's (tokenizer, text encoder): restored on the device, not carried
-  local comp
-  for comp in tokenizer text_encoder; do
-    diff -rq "$shared/models/flux2-klein-tiny/$comp" "models/zimage-tiny/$comp" >/dev/null 2>&1 &&
-      rm -rf ".fixtures/models/flux2-klein-tiny/$comp"
   done
   local mirror=${DIFFUSERS_GIT:-/work/.mirror/huggingface+diffusers/repo}
   rm -rf .ref/py/diffusers
@@ -61,8 +51,8 @@ pack() {
     --exclude='src/diffusers/commands' --exclude='src/diffusers/experimental'
   echo 'from importlib.metadata import *  # noqa' >.ref/py/importlib_metadata.py
   git --git-dir="$mirror" log -1 --format='diffusers %H %cd' >.ref/py/DIFFUSERS_VERSION
-  du -sh .devbin .devlibs .fixtures .ref
-  echo "device call: run(command='bash bench/gpu_run.sh run', carry=['.devbin','.devlibs','.fixtures','.ref'])"
+  du -sh .devbin .devlibs .ref
+  echo "device call: run(command='bash bench/gpu_run.sh run', carry=['.devbin','.devlibs','.ref'])"
   echo "  FLUX.2 klein: run(command='ARCH=flux2-klein-4b bash bench/gpu_run.sh run 1024', carry=[same])"
 }
 
@@ -109,10 +99,6 @@ run() {
     unfused=${UNFUSED_SIZES-}
   fi
   [ ${#sizes[@]} -eq 0 ] && sizes=(512 1024 2048)
-  local comp
-  for comp in tokenizer text_encoder; do
-    [ -d ".fixtures/models/flux2-klein-tiny/$comp" ] || cp -r "models/zimage-tiny/$comp" .fixtures/models/flux2-klein-tiny/
-  done
   local final=${OUT:-out/gpu_run}
   local OUT="$final/run"
   mkdir -p "$OUT"
@@ -134,11 +120,10 @@ run() {
     tail -n 5 "$OUT/op_test.log"
   fi
   if ! skip fixture; then
-    timeout 300 .devbin/test_bench_gpu --shared .fixtures --tmp /tmp/dit_gpu_fx --src . --bin .devbin \
-      --fixture .fixtures/zimage-tiny >"$OUT/gpu_fixture.log" 2>&1
+    timeout 300 .devbin/test_bench_gpu --tmp /tmp/dit_gpu_fx --src . --bin .devbin >"$OUT/gpu_fixture.log" 2>&1
     fx_rc=$?
     cat "$OUT/gpu_fixture.log"
-    timeout 300 .devbin/test_flux2_gpu --shared .fixtures --tmp /tmp/dit_gpu_fx2 --src . --bin .devbin \
+    timeout 300 .devbin/test_flux2_gpu --tmp /tmp/dit_gpu_fx2 --src . --bin .devbin \
       >"$OUT/gpu_flux2.log" 2>&1
     local f2=$?
     [ "$fx_rc" = 0 ] && fx_rc=$f2
@@ -147,11 +132,11 @@ run() {
   if ! skip generate; then
     # the pipeline with the transformer on the GPU (bf16), against the float reference image
     local prompt
-    prompt=$(python3 -c 'import json;print(json.load(open(".fixtures/zimage-tiny/reference.json"))["prompt"])')
-    timeout 120 .devbin/ditrun generate -m models/zimage-tiny -p "$prompt" -W 96 -H 128 --steps 4 --guidance 0 \
+    prompt=$(python3 -c 'import json;print(json.load(open("tests/fixtures/models/zimage-tiny/reference.json"))["prompt"])')
+    timeout 120 .devbin/ditrun generate -m tests/fixtures/models/zimage-tiny -p "$prompt" -W 96 -H 128 --steps 4 --guidance 0 \
       --seed 42 --device cuda -o "$OUT/gpu_turbo.png" --overwrite >"$OUT/gpu_generate.log" 2>&1
     echo "generate --device cuda: rc=$?"
-    python3 - "$OUT/gpu_turbo.png" .fixtures/zimage-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate.log"
+    python3 - "$OUT/gpu_turbo.png" tests/fixtures/models/zimage-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate.log"
 import sys, numpy as np
 from PIL import Image
 from safetensors.numpy import load_file
@@ -166,11 +151,11 @@ PYEOF
   if ! skip generate; then
     # FLUX.2 [klein]: text encoder, transformer (bf16) and VAE on the GPU, against the float reference image
     local f2p
-    f2p=$(python3 -c 'import json;print(json.load(open(".fixtures/models/flux2-klein-tiny/reference.json"))["prompt"])')
-    timeout 120 .devbin/ditrun generate -m .fixtures/models/flux2-klein-tiny -p "$f2p" -W 96 -H 128 --steps 4 \
+    f2p=$(python3 -c 'import json;print(json.load(open("tests/fixtures/models/flux2-klein-tiny/reference.json"))["prompt"])')
+    timeout 120 .devbin/ditrun generate -m tests/fixtures/models/flux2-klein-tiny -p "$f2p" -W 96 -H 128 --steps 4 \
       --seed 42 --device cuda -o "$OUT/gpu_flux2.png" --overwrite >"$OUT/gpu_generate_flux2.log" 2>&1
     echo "generate flux2 --device cuda: rc=$? $(tail -n 3 "$OUT/gpu_generate_flux2.log" | head -c 400)"
-    python3 - "$OUT/gpu_flux2.png" .fixtures/models/flux2-klein-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
+    python3 - "$OUT/gpu_flux2.png" tests/fixtures/models/flux2-klein-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
 import sys, numpy as np
 from PIL import Image
 from safetensors.numpy import load_file

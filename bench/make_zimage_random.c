@@ -5,7 +5,7 @@
  * Qwen3-4B (Qwen3ForCausalLM, bf16, tied embeddings: no lm_head), vae = the Flux
  * AutoencoderKL (encoder and decoder, f32 by default), scheduler =
  * FlowMatchEulerDiscreteScheduler (shift 3), tokenizer copied from a folder given (the
- * Qwen tokenizer files in models/zimage-tiny/tokenizer). Large components are sharded
+ * Qwen tokenizer files in tests/fixtures/models/zimage-tiny/tokenizer). Large components are sharded
  * (`*-0000i-of-0000n.safetensors` + `*.safetensors.index.json`) as the published
  * checkpoints are. Data are streamed in chunks (the 20 GB folder is never held in memory);
  * each file is written under a temporary name and renamed when complete, and
@@ -14,7 +14,7 @@
  *   make_zimage_random -o DIR [--tokenizer DIR] [--seed S] [--shard-gb G] [--vae-dtype f32|bf16]
  *                      [--tiny] [--overwrite]
  *
- * --tiny writes the geometry of models/zimage-tiny instead (same names, small shapes: a check
+ * --tiny writes the geometry of tests/fixtures/models/zimage-tiny instead (same names, small shapes: a check
  * of this tool against a folder diffusers wrote). --shard-gb 0 writes one file per component.
  * Weights: matrices and kernels uniform in +-1/sqrt(fan_in), 1-D weights (norm scales)
  * 1 +- 0.05, biases +-0.02, the law of `ditrun bench`'s random weights. Not run by
@@ -64,7 +64,7 @@ static const geom GEOM_TURBO = {
     2560, 36, 32, 8, 128, 9728, 151936, 40960,
     {128, 256, 512, 512}, 2, 32, 1024,
 };
-/* models/zimage-tiny's configs */
+/* tests/fixtures/models/zimage-tiny's configs */
 static const geom GEOM_TINY = {
     256, 2, 1, 2, 16, 16, {32, 48, 48}, {1024, 512, 512},
     16, 28, 2, 1, 8, 48, 151936, 4096,
@@ -625,18 +625,18 @@ static int usage(const char *msg) {
           "%s%susage: make_zimage_random -o DIR [--tokenizer DIR] [--seed S] [--shard-gb G] [--vae-dtype f32|bf16]\n"
           "                          [--tiny] [--overwrite]\n"
           "  writes a random-weight Z-Image-Turbo folder (ZImagePipeline layout, ~20.7 GB) into DIR\n"
-          "  --tokenizer DIR  Qwen tokenizer files to copy (default models/zimage-tiny/tokenizer)\n"
+          "  --tokenizer DIR  Qwen tokenizer files to copy (default tests/fixtures/models/zimage-tiny/tokenizer)\n"
           "  --seed S         weight seed (default 1)\n"
           "  --shard-gb G     largest shard in GB (default 5, as transformers saves; 0 = one file each)\n"
           "  --vae-dtype T    VAE weights f32 (default) or bf16\n"
-          "  --tiny           the geometry of models/zimage-tiny instead of the full one\n",
+          "  --tiny           the geometry of tests/fixtures/models/zimage-tiny instead of the full one\n",
           msg ? "make_zimage_random: " : "", msg ? msg : "");
   return 2;
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
-  o->tokenizer = "models/zimage-tiny/tokenizer";
+  o->tokenizer = "tests/fixtures/models/zimage-tiny/tokenizer";
   o->seed = 1;
   o->shard_gb = 5.0;
   o->vae_dt = T_F32;

@@ -1,12 +1,12 @@
 """PyTorch reference timings for `ditrun bench`: diffusers' ZImageTransformer2DModel
 (--arch zimage, Z-Image-Turbo config) or Flux2Transformer2DModel (--arch flux2-klein-4b /
-flux2-klein-9b, FLUX.2 [klein]'s config as anchors.py's flux2_klein4b_dit builds it) at the
+flux2-klein-9b, FLUX.2 [klein]'s published config) at the
 same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN text tokens),
 eager and torch.compile, timed with CUDA events after warmup (median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
 
 diffusers is imported from .ref/py (a `git archive` of huggingface/diffusers' src/diffusers,
 never committed; see docs/PERF.md "How to benchmark on a GPU"). Based on
-../shared/tools/refgen/anchors.py (same FLOP formula, same timing method).
+the project's first GPU timing script (same FLOP formula, same timing method).
 
 End-to-end mode (--e2e, --arch zimage only): what ZImagePipeline does for one image with
 guidance 0 (Z-Image-Turbo), all random bf16 weights: Qwen3-4B text encoder (transformers
@@ -38,7 +38,7 @@ def log(*a):
 
 
 def zimage_flops(n_img, n_cap, d=3840, h=10240, layers=30, refiners=2):
-    """anchors.py's count: q, k, v, out and the SwiGLU FFN per token per block (2 flop per
+    """The count: q, k, v, out and the SwiGLU FFN per token per block (2 flop per
     MAC), plus QK^T and PV per block; main layers on the unified stream, refiners on their
     own. Token counts are the padded ones (multiples of 32), as both engines compute."""
     per_tok = 2 * (4 * d * d + 3 * d * h)
@@ -82,7 +82,7 @@ def bench(fn, warm, iters):
 
 
 def build_model(arch, dev):
-    """Random-weight bf16 model at the real geometry (construction as anchors.py's parts)."""
+    """Random-weight bf16 model at the real geometry."""
     if arch == "zimage":
         from diffusers import ZImageTransformer2DModel
         with torch.device(dev):
@@ -98,7 +98,7 @@ def build_model(arch, dev):
     return m.to(torch.bfloat16).eval()
 
 
-# Z-Image-Turbo's text encoder (Qwen3-4B) and VAE (the Flux one), as anchors.py builds them
+# Z-Image-Turbo's text encoder (Qwen3-4B) and VAE (the Flux one)
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                 rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)

@@ -2,7 +2,8 @@
  * tokenizer, plain and inside both chat templates: the result is ids below the vocab
  * size, or DIT_ERR_INVALID_ARG (invalid UTF-8, naming the offset) exactly when
  * dit_utf8_validate rejects the bytes. The tokenizer.json is $DIT_FUZZ_TOKENIZER, else
- * the zimage-tiny fixture's next to the source tree (../shared). */
+ * the zimage-tiny fixture's in the source tree (tests/fixtures), relative to the working
+ * folder (fuzz/run.sh sets the variable). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@
 #include "text/tokenizer.h"
 
 #ifndef DIT_FUZZ_DEFAULT_TOKENIZER
-#define DIT_FUZZ_DEFAULT_TOKENIZER "../shared/models/zimage-tiny/tokenizer/tokenizer.json"
+#define DIT_FUZZ_DEFAULT_TOKENIZER "tests/fixtures/models/zimage-tiny/tokenizer/tokenizer.json"
 #endif
 
 static const dit_tokenizer *tok(void) {

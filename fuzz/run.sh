@@ -1,14 +1,15 @@
 #!/bin/sh
-# Runs every fuzz target for a bounded time: fuzz/run.sh FUZZ_BUILD_DIR SECONDS SHARED_DIR
+# Runs every fuzz target for a bounded time: fuzz/run.sh FUZZ_BUILD_DIR SECONDS [FIXTURE_ROOT]
+# (FIXTURE_ROOT: a folder with models/<name>/, default tests/fixtures of this tree)
 # Each target starts from the committed seeds (fuzz/corpus/<target>) plus seeds made
 # from the fixtures, grows its corpus under FUZZ_BUILD_DIR/corpus/<target>, and prints
 # its executions; a crash leaves FUZZ_BUILD_DIR/artifacts/<target>/crash-* and fails.
 set -eu
 B=$1
 T=${2:-60}
-SHARED=${3:-../shared}
 HERE=$(cd "$(dirname "$0")" && pwd)
-M="$SHARED/models"
+DATA=${3:-$HERE/../tests/fixtures}
+M="$DATA/models"
 status=0
 seed() { # seed TARGET NAME SELECTOR_BYTE FILE  (selector "" = none)
   out="$B/seeds/$1/$2"

@@ -1,18 +1,53 @@
 #!/bin/sh
-# Installs the Debian packages ditrun's build needs, when they are missing.
-# Uses sudo when not root. Safe to run again.
-set -e
-PKGS="build-essential cmake pkg-config libjansson-dev libpng-dev libutf8proc-dev libpcre2-dev libopenblas-dev"
+# `make setup`: installs the Debian packages ditrun's build needs, when they are missing, and
+# says what it found, what it installs and what failed. Uses sudo when not root. Safe to run
+# again. The CUDA toolkit is optional and never installed here: with nvcc present the build
+# adds the CUDA backend.
+set -u
+# package: what it is for
+PKGS="build-essential:C compiler and make
+cmake:the build system
+pkg-config:finds the libraries below
+libjansson-dev:JSON, for model_index.json, config.json, tokenizer.json
+libpng-dev:PNG output
+libutf8proc-dev:Unicode normalization for the tokenizer
+libpcre2-dev:the tokenizer's pre-tokenizer regex
+libopenblas-dev:the CPU GEMM comparison in bench/, not linked into ditrun"
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+echo "setup: build dependencies (Debian packages)"
+echo "$PKGS" | while IFS=: read -r p why; do
+  if installed "$p"; then echo "  ok       $p ($why)"; else echo "  missing  $p ($why)"; fi
 done
-if [ -z "$missing" ]; then
+for p in $(echo "$PKGS" | cut -d: -f1); do
+  installed "$p" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: apt-get not found: install these with your system's package manager:$missing" >&2
+    exit 1
+  fi
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "setup: installing$missing (apt-get${SUDO:+ via sudo})"
+  $SUDO apt-get update -qq || echo "setup: apt-get update failed; trying the install with the package lists there are" >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/tmp/ditrun-setup.$$.log 2>&1
+  rc=$?
+  failed=""
+  for p in $missing; do installed "$p" || failed="$failed $p"; done
+  if [ -n "$failed" ]; then
+    tail -n 20 /tmp/ditrun-setup.$$.log >&2
+    echo "setup: FAILED to install:$failed (apt-get exit $rc; its last lines are above)" >&2
+    rm -f /tmp/ditrun-setup.$$.log
+    exit 1
+  fi
+  rm -f /tmp/ditrun-setup.$$.log
+  echo "setup: installed$missing"
+else
   echo "setup: all build dependencies present"
-  exit 0
 fi
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO=sudo
-echo "setup: installing$missing"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA toolkit found: the build adds the CUDA backend (runs where a GPU is)"
+else
+  echo "setup: no CUDA toolkit (nvcc): CPU-only build"
+fi

@@ -147,20 +147,16 @@ static void test_staged(dit_zimage *m, fx_case *d) {
   free(o[0]), free(o[1]);
 }
 
-/* The zimage-tiny fixture folder: --fixture, else the shared one. */
+/* The zimage-tiny fixture folder: --fixture, else the one in tests/fixtures. */
 static void fixture_dir(const dt_args *a, char *buf, size_t len) {
   if (a->fixture) snprintf(buf, len, "%s", a->fixture);
-  else snprintf(buf, len, "%s/models/zimage-tiny", a->shared);
+  else snprintf(buf, len, "%s/models/zimage-tiny", a->data);
 }
 
 static void test_fixture(dit_backend *be, const dt_args *a) {
   char fixture[4096], tdir[4096], comp[4096];
   fixture_dir(a, fixture, sizeof fixture);
   dt_path(tdir, sizeof tdir, fixture, "transformer");
-  struct stat sb;
-  if (stat(tdir, &sb) != 0) { /* a folder holding only components.safetensors: the repo's shipped copy */
-    snprintf(tdir, sizeof tdir, "%s/models/zimage-tiny/transformer", a->src);
-  }
   dt_path(comp, sizeof comp, fixture, "components.safetensors");
   fx_case d;
   memset(&d, 0, sizeof d);
@@ -289,9 +285,6 @@ static void test_vae(dit_backend *be, const dt_args *a) {
   char fx[4096], dir[4096], file[4096];
   fixture_dir(a, fx, sizeof fx);
   dt_path(dir, sizeof dir, fx, "vae");
-  struct stat sb;
-  if (stat(dir, &sb) != 0) /* a fixture copy without its vae folder: the shipped zimage-tiny has the same one */
-    snprintf(dir, sizeof dir, "%s/models/zimage-tiny/vae", a->src);
   dt_path(file, sizeof file, fx, "components.safetensors");
   float *z = NULL, *ref = NULL;
   int64_t zs[8], rs[8];

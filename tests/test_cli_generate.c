@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
   if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.shared);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.data);
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
   char rj_path[4096];
   snprintf(rj_path, sizeof rj_path, "%s/reference.json", g_fix);

@@ -2,7 +2,7 @@
  * against the fixture's reference image (within one 8-bit level), also with the text
  * encoder's RoPE frequencies in bf16 as the fixture generator had them, byte-identical
  * output with one thread and with all cores, the family's size rule.
- * Usage: test_cli_generate_flux2 [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
+ * Usage: test_cli_generate_flux2 [--fixture DIR] (default <data>/models/flux2-klein-tiny). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
   if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.shared);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.data);
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
   char rj_path[4200];
   snprintf(rj_path, sizeof rj_path, "%s/reference.json", g_fix);

@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
   const char *model = a.fixture;
   char root[4096];
   if (!model) {
-    snprintf(root, sizeof root, "%s/models/zimage-tiny", a.shared);
+    snprintf(root, sizeof root, "%s/models/zimage-tiny", a.data);
     model = root;
   }
   snprintf(args, sizeof args, "'%s'", model);
@@ -41,12 +41,12 @@ int main(int argc, char **argv) {
     CHECK_MSG(strstr(g_out, "BF16"), "%s", g_out);
   }
 
-  snprintf(args, sizeof args, "--tensors '%s/models/zimage-tiny/components.safetensors'", a.shared);
+  snprintf(args, sizeof args, "--tensors '%s/models/zimage-tiny/components.safetensors'", a.data);
   rc = run_info(&a, args, err, sizeof err);
   CHECK_MSG(rc == 0, "exit %d: %s", rc, err);
   CHECK_MSG(strstr(g_out, "dit_x0 F32 [16, 1, 16, 12]") && strstr(g_out, "te_input_ids I32 [1, 64]"), "%s", g_out);
 
-  snprintf(args, sizeof args, "'%s/models/flux2-klein-tiny/transformer'", a.shared);
+  snprintf(args, sizeof args, "'%s/models/flux2-klein-tiny/transformer'", a.data);
   rc = run_info(&a, args, err, sizeof err);
   CHECK_MSG(rc == 0 && strstr(g_out, "Flux2Transformer2DModel"), "exit %d: %s %s", rc, g_out, err);
 

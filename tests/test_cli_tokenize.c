@@ -61,9 +61,9 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   char bin[1024], zimage[1024], klein[1024], path[1024];
   dt_path(bin, sizeof bin, a.bin, "ditrun");
-  dt_path(zimage, sizeof zimage, a.shared, "models/zimage-tiny");
-  dt_path(klein, sizeof klein, a.shared, "models/flux2-klein-tiny");
-  dt_path(path, sizeof path, a.shared, "refs/tokenizer_cases.json");
+  dt_path(zimage, sizeof zimage, a.data, "models/zimage-tiny");
+  dt_path(klein, sizeof klein, a.data, "models/flux2-klein-tiny");
+  dt_path(path, sizeof path, a.data, "refs/tokenizer_cases.json");
   json_t *cases = NULL;
   dit_error e = {0};
   CHECK_MSG(dit_json_load_file(path, 16 << 20, &cases, &e) == DIT_OK, "%s", e.msg);

@@ -6,7 +6,7 @@
  * against the unrounded reference; conv2d likewise (im2col tiles as bf16 k-pair panels); (2) whole fixture pipelines (zimage-tiny turbo case,
  * flux2-klein-tiny) generated in fp32 and in bf16 precision: the bf16 image within
  * 1e-2 mean absolute error (in [0,1] units) of the fp32 one.
- * Usage: test_cpu_precision (fixtures under <shared>/models). */
+ * Usage: test_cpu_precision (fixtures under <data>/models). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,7 +143,7 @@ static int gen(dit_ctx *ctx, const char *dir, json_t *rj, dit_cpu_precision prec
 
 static void test_pipeline(dit_ctx *ctx, const dt_args *a, const char *name) {
   char dir[4096], rf[4200];
-  snprintf(dir, sizeof dir, "%s/models/%s", a->shared, name);
+  snprintf(dir, sizeof dir, "%s/models/%s", a->data, name);
   snprintf(rf, sizeof rf, "%s/reference.json", dir);
   json_t *rj = json_load_file(rf, 0, NULL);
   CHECK_MSG(rj != NULL, "cannot read %s", rf);

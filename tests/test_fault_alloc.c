@@ -280,7 +280,7 @@ int main(int argc, char **argv) {
   } else {
     static const char *const fixtures[] = {"zimage-tiny", "flux2-klein-tiny"};
     for (int i = 0; i < 2; i++) {
-      snprintf(g_fix, sizeof g_fix, "%s/models/%s", a.shared, fixtures[i]);
+      snprintf(g_fix, sizeof g_fix, "%s/models/%s", a.data, fixtures[i]);
       loop_fixture(ctx);
     }
   }

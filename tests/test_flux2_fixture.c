@@ -2,7 +2,7 @@
  * (components.safetensors): the transformer call dit_* (explicit ids) and the VAE decode
  * vae_z -> vae_image, each within 1e-4 relative error; plus the bad inputs (config
  * fields, weights, shapes) ending in errors that name them, and random-weight models.
- * Usage: test_flux2_fixture [--fixture DIR] (default <shared>/models/flux2-klein-tiny). */
+ * Usage: test_flux2_fixture [--fixture DIR] (default <data>/models/flux2-klein-tiny). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +301,7 @@ int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
   if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.shared);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/flux2-klein-tiny", a.data);
   snprintf(g_comp, sizeof g_comp, "%s/components.safetensors", g_fix);
   dit_backend *be = NULL;
   dit_error err = {0};

@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
   }
   char fixture[4096];
   if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.shared);
+  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.data);
   test_fixture(be, fixture);
   test_klein_width(be);
   test_replay(be);

@@ -4,7 +4,7 @@
  * the distilled flag; for a base (is_distilled false) copy of the folder, that CFG is
  * off at guidance <= 1, reduces to the plain prediction when the negative prompt is the
  * prompt, and moves the result against the empty prompt. Usage: test_flux2_pipeline [--fixture DIR]
- * (default <shared>/models/flux2-klein-tiny). */
+ * (default <data>/models/flux2-klein-tiny). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   char fixture[4096], ref_file[4200], ref_json[4200];
   if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.shared);
+  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.data);
   snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
   snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
   json_error_t je;

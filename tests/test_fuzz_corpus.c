@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
   if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.shared);
+  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.data);
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
   snprintf(g_log, sizeof g_log, "%s/run.log", g_tmp);
   CHECK_MSG(make_model(), "cannot make the model folder copy");

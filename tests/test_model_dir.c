@@ -135,9 +135,9 @@ int main(int argc, char **argv) {
     CHECK_MSG(dit_model_dir_open(a.fixture, &d, &err) == DIT_OK, "%s", err.msg);
     if (!err.msg[0]) dit_model_dir_close(d);
   } else {
-    snprintf(root, sizeof root, "%s/models/zimage-tiny", a.shared);
+    snprintf(root, sizeof root, "%s/models/zimage-tiny", a.data);
     check_fixture(root, "ZImagePipeline", "ZImageTransformer2DModel");
-    snprintf(root, sizeof root, "%s/models/flux2-klein-tiny", a.shared);
+    snprintf(root, sizeof root, "%s/models/flux2-klein-tiny", a.data);
     check_fixture(root, "Flux2KleinPipeline", "Flux2Transformer2DModel");
   }
   test_bad_indexes(&a);

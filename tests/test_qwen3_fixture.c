@@ -413,7 +413,7 @@ int main(int argc, char **argv) {
   if (args.fixture)
     snprintf(fixture, sizeof fixture, "%s", args.fixture);
   else
-    snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", args.shared);
+    snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", args.data);
   dit_error err = {0};
   if (dit_backend_cpu_create(2, &g_be, &err) != DIT_OK) {
     fprintf(stderr, "cpu backend: %s\n", err.msg);

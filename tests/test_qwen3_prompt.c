@@ -159,8 +159,8 @@ int main(int argc, char **argv) {
   if (args.fixture) {
     run_dir(be, args.fixture);
   } else {
-    run_dir(be, dt_path(dir, sizeof dir, args.shared, "models/zimage-tiny"));
-    run_dir(be, dt_path(dir, sizeof dir, args.shared, "models/flux2-klein-tiny"));
+    run_dir(be, dt_path(dir, sizeof dir, args.data, "models/zimage-tiny"));
+    run_dir(be, dt_path(dir, sizeof dir, args.data, "models/flux2-klein-tiny"));
   }
   dit_backend_free(be);
   return dt_finish();

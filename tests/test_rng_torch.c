@@ -77,15 +77,15 @@ static void check_file(const char *path) {
 
 /* The pipelines' own initial latents: Z-Image draws randn(1,16,16,12) with seed 42;
  * FLUX.2 klein draws randn(1,32,8,6) and packs it to (1, 48 tokens, 32 channels). */
-static void check_pipeline_latents(const char *shared) {
+static void check_pipeline_latents(const char *data) {
   char path[1024];
   static float got[3072], chw[1536], packed[1536];
   dit_torch_rng g;
-  snprintf(path, sizeof path, "%s/models/zimage-tiny/reference.safetensors", shared);
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/reference.safetensors", data);
   dit_torch_rng_seed(&g, 42);
   dit_torch_randn(&g, got, 3072);
   CHECK_MSG(compare_bits(path, "latents_init", got, 3072) == 0, "zimage-tiny latents_init differs");
-  snprintf(path, sizeof path, "%s/models/flux2-klein-tiny/reference.safetensors", shared);
+  snprintf(path, sizeof path, "%s/models/flux2-klein-tiny/reference.safetensors", data);
   dit_torch_rng_seed(&g, 42);
   dit_torch_randn(&g, chw, 1536);
   for (int c = 0; c < 32; c++)
@@ -119,11 +119,11 @@ int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
   char refs[1024], path[1024];
-  dt_path(refs, sizeof refs, a.shared, "refs");
+  dt_path(refs, sizeof refs, a.data, "refs");
   dt_path(path, sizeof path, refs, "rng_torch_cpu.safetensors");
   check_mt19937();
   check_stream();
   check_file(path);
-  check_pipeline_latents(a.shared);
+  check_pipeline_latents(a.data);
   return dt_finish();
 }

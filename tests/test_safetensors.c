@@ -245,7 +245,7 @@ static void test_good_edges(void) {
 /* The fixture files validate, and reading them gives the documented shapes. */
 static void test_fixtures(void) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->shared);
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->data);
   dit_error err = {0};
   dit_st_file *f;
   dit_status s = dit_st_open(path, NULL, &f, &err);
@@ -265,7 +265,7 @@ static void test_fixtures(void) {
   if (ids) CHECK(ids[0] > 0);
   free(ids);
   CHECK(dt_load_f32(path, "no_such_tensor", &x, shape, &nd) == -1 && x == NULL);
-  snprintf(path, sizeof path, "%s/models/zimage-tiny/transformer", g_args->shared);
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/transformer", g_args->data);
   dit_weights *w;
   s = dit_weights_open(path, NULL, &w, &err);
   CHECK_MSG(s == DIT_OK && w->n_tensors > 0 && w->n_files == 1, "%s", err.msg);
@@ -340,7 +340,7 @@ static void test_mutations(void) {
   mutate_run(b, len, 20000, 0x1234567u);
   free(b);
   char path[4096];
-  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->shared);
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/components.safetensors", g_args->data);
   FILE *f = fopen(path, "rb");
   if (!f) return;
   unsigned char *fx = malloc(1 << 20);

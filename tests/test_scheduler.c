@@ -46,15 +46,15 @@ static dit_flow_sched_config load_config(const char *path) {
   return c;
 }
 
-static void check_cases(const char *shared) {
+static void check_cases(const char *data) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/refs/scheduler_cases.json", shared);
+  snprintf(path, sizeof path, "%s/refs/scheduler_cases.json", data);
   json_t *root = NULL;
   dit_error err = {0};
   CHECK_MSG(dit_json_load_file(path, 16 << 20, &root, &err) == DIT_OK, "%s", err.msg);
   if (!root) return;
   char cfgpath[1024];
-  snprintf(cfgpath, sizeof cfgpath, "%s/models/zimage-tiny/scheduler/scheduler_config.json", shared);
+  snprintf(cfgpath, sizeof cfgpath, "%s/models/zimage-tiny/scheduler/scheduler_config.json", data);
   dit_flow_sched_config zc = load_config(cfgpath);
   dit_flow_sched_config fc;
   CHECK_MSG(dit_flow_sched_config_from_json(json_object_get(root, "flux2_scheduler_config"), &fc, &err) == DIT_OK,
@@ -117,12 +117,12 @@ static void cmp_tensor(const char *file, const char *name, const float *got, int
   free(ref);
 }
 
-static void check_fixtures(const char *shared) {
+static void check_fixtures(const char *data) {
   char dir[512], path[1024];
   float in[8], sig[9], ts[8];
   dit_error err = {0};
   /* Z-Image: 128x96 -> 16x12 latents -> (16/2)*(12/2) = 48 tokens; mu unused (static shift). */
-  snprintf(dir, sizeof dir, "%s/models/zimage-tiny", shared);
+  snprintf(dir, sizeof dir, "%s/models/zimage-tiny", data);
   snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", dir);
   dit_flow_sched_config zc = load_config(path);
   CHECK(!zc.use_dynamic_shifting && zc.shift == 3.0);
@@ -139,7 +139,7 @@ static void check_fixtures(const char *shared) {
     cmp_tensor(path, name, ts, zcases[k].steps);
   }
   /* FLUX.2 klein: 48 packed tokens, 4 steps, empirical mu. */
-  snprintf(dir, sizeof dir, "%s/models/flux2-klein-tiny", shared);
+  snprintf(dir, sizeof dir, "%s/models/flux2-klein-tiny", data);
   snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", dir);
   dit_flow_sched_config fc = load_config(path);
   CHECK(fc.use_dynamic_shifting && fc.time_shift_type == DIT_TIME_SHIFT_EXPONENTIAL);
@@ -227,8 +227,8 @@ static void check_errors(void) {
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  check_cases(a.shared);
-  check_fixtures(a.shared);
+  check_cases(a.data);
+  check_fixtures(a.data);
   check_formulas();
   check_errors();
   return dt_finish();

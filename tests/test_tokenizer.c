@@ -125,7 +125,7 @@ static void test_public_api(const dt_args *a, const json_t *cases) {
   static const char *const dirs[] = {"models/zimage-tiny", "models/flux2-klein-tiny"};
   for (int d = 0; d < 2; d++) {
     char path[1024];
-    dt_path(path, sizeof path, a->shared, dirs[d]);
+    dt_path(path, sizeof path, a->data, dirs[d]);
     dit_ctx *ctx;
     CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
     dit_tokenizer *tok = NULL;
@@ -763,11 +763,11 @@ int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
   char path[1024];
-  dt_path(path, sizeof path, a.shared, "refs/tokenizer_cases.json");
+  dt_path(path, sizeof path, a.data, "refs/tokenizer_cases.json");
   json_t *cases = NULL;
   dit_error e = {0};
   CHECK_MSG(dit_json_load_file(path, 16 << 20, &cases, &e) == DIT_OK, "%s", e.msg);
-  dt_path(path, sizeof path, a.shared, "models/zimage-tiny/tokenizer");
+  dt_path(path, sizeof path, a.data, "models/zimage-tiny/tokenizer");
   dit_tokenizer *t = NULL;
   double t0 = now_s();
   CHECK_MSG(dit_tok_load(path, &t, &e) == DIT_OK, "%s", e.msg);

@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
   char fx[4096];
-  g_fixture = a.fixture ? a.fixture : dt_path(fx, sizeof fx, a.shared, "models/zimage-tiny");
+  g_fixture = a.fixture ? a.fixture : dt_path(fx, sizeof fx, a.data, "models/zimage-tiny");
   dt_path(g_vae_dir, sizeof g_vae_dir, g_fixture, "vae");
   dit_error err = {0};
   dit_backend *be = NULL;

@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
   if (a.fixture)
     snprintf(fixture, sizeof fixture, "%s", a.fixture);
   else
-    snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.shared);
+    snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.data);
   dt_path(tdir, sizeof tdir, fixture, "transformer");
   dt_path(comp, sizeof comp, fixture, "components.safetensors");
   dit_backend *be = NULL;

@@ -1,7 +1,7 @@
 /* The Z-Image pipeline against diffusers' ZImagePipeline on the fixture: sigmas and
  * timesteps, the per-step latents and the final 8-bit image, for the distilled case
  * (4 steps, no guidance) and the CFG case (3 steps, guidance 3, negative prompt).
- * Usage: test_zimage_pipeline [--fixture DIR] (default <shared>/models/zimage-tiny). */
+ * Usage: test_zimage_pipeline [--fixture DIR] (default <data>/models/zimage-tiny). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   char fixture[4096], ref_file[4096], ref_json[4096];
   if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.shared);
+  else snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.data);
   snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
   snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
   json_error_t je;

@@ -105,7 +105,7 @@ dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_b
 /* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs
  * per token) and the SwiGLU FFN (3 D Fd), 2 flop per MAC; attention does QK^T and PV
  * (2 S^2 D MACs per stream). Main layers see the unified stream, refiners their own
- * (as /work/shared/tools/refgen/anchors.py zimage_flops). Embedders, adaLN and the final
+ * (the same formula as bench/torch_ref.py). Embedders, adaLN and the final
  * layer are not counted (< 0.1%). */
 static double zimage_flops(const dit_zimage_config *c, double n_img, double n_cap) {
   const double D = c->dim, Fd = c->ffn_dim, L = c->n_layers, R = c->n_refiner_layers, n = n_img + n_cap;

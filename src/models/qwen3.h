@@ -53,7 +53,7 @@ dit_backend *dit_qwen3_backend(const dit_qwen3 *m);
  * transformers 5.17): that is the default, DIT_F32. A model that went through
  * module.to(torch.bfloat16) (or float16) holds inv_freq rounded to that dtype, and
  * the rotary angles of every position move with it. The reference fixtures in
- * ../shared/models were made that way (their generator rounds every buffer to bf16),
+ * tests/fixtures/models were made that way (their generator rounds every buffer to bf16),
  * so reproducing them takes DIT_BF16. dt: DIT_F32, DIT_BF16 or DIT_F16. */
 dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *err);
 

@@ -25,12 +25,12 @@ static void mkdir_p(const char *path) {
 
 void dt_init(int argc, char **argv, dt_args *a) {
   memset(a, 0, sizeof *a);
-  a->shared = "../shared";
+  a->data = NULL;
   a->tmp = "/tmp/ditrun-test";
   a->src = ".";
   a->bin = "build";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--shared")) a->shared = argv[i + 1];
+    if (!strcmp(argv[i], "--data") || !strcmp(argv[i], "--shared")) a->data = argv[i + 1];
     else if (!strcmp(argv[i], "--tmp")) a->tmp = argv[i + 1];
     else if (!strcmp(argv[i], "--src")) a->src = argv[i + 1];
     else if (!strcmp(argv[i], "--bin")) a->bin = argv[i + 1];
@@ -39,6 +39,10 @@ void dt_init(int argc, char **argv, dt_args *a) {
       fprintf(stderr, "unknown test argument %s\n", argv[i]);
       exit(2);
     }
+  }
+  if (!a->data) { /* the fixtures kept in the source tree */
+    snprintf(a->data_default, sizeof a->data_default, "%s/tests/fixtures", a->src);
+    a->data = a->data_default;
   }
   mkdir_p(a->tmp);
 }

@@ -1,5 +1,7 @@
 /* Minimal test harness: every test binary is run by ctest as
- *   test_x --shared DIR --tmp DIR --src DIR --bin DIR [--fixture DIR]
+ *   test_x --data DIR --tmp DIR --src DIR --bin DIR [--fixture DIR]
+ * where --data names the fixture root (models/, refs/; default tests/fixtures of the source
+ * tree; --shared is accepted as another name for it)
  * and uses CHECK* macros; it prints "N passed, N failed" and exits non-zero on failure. */
 #ifndef DIT_TESTING_H
 #define DIT_TESTING_H
@@ -11,11 +13,12 @@
 #include <stdio.h>
 
 typedef struct dt_args {
-  const char *shared;  /* ../shared */
+  const char *data;    /* fixture root: models/<name>/, refs/ (tests/fixtures) */
   const char *tmp;     /* scratch folder for this test (created) */
   const char *src;     /* source tree */
   const char *bin;     /* build tree (the CLI is bin/ditrun) */
   const char *fixture; /* --fixture DIR or NULL */
+  char data_default[4096]; /* storage for the default data path */
 } dt_args;
 
 extern int dt_passed, dt_failed; /* test-binary globals: counters of this process only */

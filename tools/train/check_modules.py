@@ -1,7 +1,7 @@
 """Checks modules.py against the diffusers/transformers reference fixtures of zimage-tiny:
 the transformer case (two items, run one at a time: batch padding is masked out of the
 reference, so each item's output is its own), the VAE decoder case and the text encoder's
-hidden_states[-2]. Usage: python3 check_modules.py [../../../shared/models/zimage-tiny]"""
+hidden_states[-2]. Usage: python3 check_modules.py [../../tests/fixtures/models/zimage-tiny]"""
 import json
 import os
 import sys
@@ -30,7 +30,7 @@ def load_into(module, path):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "../../../shared/models/zimage-tiny")
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "../../tests/fixtures/models/zimage-tiny")
     comp = st.load(os.path.join(d, "components.safetensors"))
     worst = 0.0
 

@@ -2,7 +2,7 @@
 # The training run on a GPU machine, as it was made for models/shapes-128 (see README.md):
 # trains (train.py), writes diffusers' reference images for the result (diffusers_ref.py) and
 # packs the model folders into $OUT/models.tgz. Run from the repository root, with diffusers'
-# source in .ref/py (see ../../README.md or ../shared/tools/refgen/README.md).
+# source in .ref/py (see tests/fixtures/README.md).
 #   bash tools/train/device_run.sh [TRAIN_ARGS...]
 set -u -o pipefail
 OUT=${OUT:-out/train}

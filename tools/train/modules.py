@@ -4,7 +4,7 @@ tensor names of the diffusers/transformers checkpoints (and of ditrun's loaders)
 state_dict() is what gets written to the model folder. The forward passes follow ditrun's C
 implementation (src/models/qwen3.c, zimage_forward.c, zimage_rope.c, vae_kl_decode.c), which
 is itself checked against diffusers; check_modules.py compares these modules with the
-reference fixtures in ../shared/models/zimage-tiny.
+reference fixtures in tests/fixtures/models/zimage-tiny.
 
 The transformer takes a batch of equally sized latents and captions that all pad to the same
 length (a multiple of 32), which is what training needs; items that pad to different lengths

@@ -14,7 +14,8 @@ static void check_generate(int argc, char **argv) {
   int r = cli_generate_parse(argc, argv, &o);
   if (r < 0 || r > 2) abort();
   if (r != 0) return;
-  if (!o.p.model_dir || !o.p.prompt || !o.out) abort();
+  if (!o.p.model_dir || !o.out) abort(); /* no prompt: the model's sample prompt */
+  if (o.batch < 1 || o.batch > 10000) abort();
   if (o.p.width < 0 || o.p.width > 16384 || o.p.height < 0 || o.p.height > 16384) abort();
   if (o.p.steps < 0 || o.p.steps > 1000 || o.threads < 0 || o.p.vae_tile < 0) abort();
   if (!(o.p.guidance >= -1000 && o.p.guidance <= 1000)) abort();

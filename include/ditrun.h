@@ -94,9 +94,9 @@ typedef struct dit_gen_params {
   const char *model_dir;        /* diffusers folder (model_index.json) */
   const char *prompt;           /* UTF-8 */
   const char *negative_prompt;  /* NULL = "" (used only with guidance) */
-  int width, height;            /* pixels; 0 = the family's default */
-  int steps;                    /* 0 = the family's default */
-  double guidance;              /* used when guidance_set; else the family's default */
+  int width, height;            /* pixels; 0 = the model's default (dit_gen_defaults_for) */
+  int steps;                    /* 0 = the model's default */
+  double guidance;              /* used when guidance_set; else the model's default */
   int guidance_set;
   double cfg_truncation;        /* Z-Image: guidance off once (1000 - t)/1000 exceeds this; default 1.0 */
   double cfg_normalization;     /* Z-Image: 0 = off; > 0 caps |pred| at this times |cond| */
@@ -113,12 +113,25 @@ typedef struct dit_gen_params {
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
 } dit_gen_params;
 
-/* Defaults of a model family, as its published pipeline uses them. */
+/* Bits of dit_gen_defaults.from_model_file: which defaults the model folder's own
+ * ditrun.json set (the others are the family's). */
+enum {
+  DIT_DEFAULT_WIDTH = 1,
+  DIT_DEFAULT_HEIGHT = 2,
+  DIT_DEFAULT_STEPS = 4,
+  DIT_DEFAULT_GUIDANCE = 8,
+  DIT_DEFAULT_PROMPT = 16
+};
+
+/* Defaults of a model: the family's, as its published pipeline uses them, overridden by
+ * the folder's optional ditrun.json (docs/MODEL_DEFAULTS.md). */
 typedef struct dit_gen_defaults {
   const char *family;           /* "zimage", ... */
   int width, height, steps;
   double guidance;
   int size_multiple;            /* width and height must be multiples of this */
+  char prompt[1024];            /* a sample prompt from ditrun.json; "" when none */
+  unsigned from_model_file;     /* DIT_DEFAULT_* bits set by ditrun.json */
 } dit_gen_defaults;
 
 typedef struct dit_gen_stats {
@@ -133,7 +146,8 @@ typedef struct dit_image {
 } dit_image;
 
 void dit_gen_params_default(dit_gen_params *p);
-/* Reads model_index.json and returns the family's defaults. */
+/* Reads model_index.json (and ditrun.json, when the folder has one) and returns the
+ * model's defaults. dit_generate fills the parameters left at 0 from the same values. */
 dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_defaults *out);
 /* Runs the whole pipeline: prompt -> text encoder -> sampler loop -> VAE -> 8-bit image.
  * On failure *out is empty and the context's message names the stage. stats may be NULL. */
@@ -144,6 +158,34 @@ void dit_image_free(dit_image *img);
  * checks this before generating and exits 2). */
 dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *path, const char *const *keys,
                               const char *const *values, int n_text, int overwrite);
+
+/* ---- generation parameters as text (PNG "parameters" chunk) -------------------- */
+/* The text Stable Diffusion web UIs, civitai and most PNG-info readers parse: the prompt
+ * (any number of lines), then a line "Negative prompt: ..." when there is one, then one line
+ * of "Key: value" pairs joined by ", ". A value holding ',', ':', a newline or a leading '"'
+ * is written as a JSON string ("..."), which those readers unquote. Keys are a word
+ * character followed by word characters, spaces, '-' or '/'. Limits of the format: a prompt
+ * line that begins with "Negative prompt:" cannot be told from the negative prompt, and
+ * spaces at the ends of prompt lines are dropped by readers. */
+#define DIT_INFOTEXT_MAX_FIELDS 32
+typedef struct dit_infotext {
+  const char *prompt;           /* may be NULL or "" */
+  const char *negative_prompt;  /* NULL or "": no "Negative prompt:" line */
+  int n_fields;
+  const char *keys[DIT_INFOTEXT_MAX_FIELDS], *values[DIT_INFOTEXT_MAX_FIELDS];
+  int owned;                    /* set by dit_infotext_parse: the strings are malloc'd */
+} dit_infotext;
+
+/* Writes t as text into *out (malloc'd, free() it). DIT_ERR_INVALID_ARG naming the key for a
+ * key outside the format's rules or n_fields out of range, DIT_ERR_NOMEM. */
+dit_status dit_infotext_format(const dit_infotext *t, char **out);
+/* Parses text as the web UIs do (the last line is the parameters line only when it holds at
+ * least three "Key: value" pairs; quoted values are unquoted). *out owns its strings: free
+ * with dit_infotext_free. DIT_ERR_NOMEM only. */
+dit_status dit_infotext_parse(const char *text, dit_infotext *out);
+/* The value of key (exact match), or NULL. */
+const char *dit_infotext_get(const dit_infotext *t, const char *key);
+void dit_infotext_free(dit_infotext *t);
 
 /* ---- tokenizer (ditrun tokenize) ------------------------------------------------ */
 /* A Hugging Face tokenizer.json (byte-level BPE, e.g. Qwen3's), plus the chat template of

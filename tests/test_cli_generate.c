@@ -89,7 +89,7 @@ static void test_bad_options(void) {
       {"--steps 12abc", "--steps"},   {"--steps 0", "--steps"},      {"--steps ''", "--steps"},
       {"--steps 100000", "--steps"},  {"-W 1e999", "--width"},       {"-W 0x10", "--width"},
       {"-W -16", "--width"},          {"-W 100", "multiples of 16"}, {"-H 17", "multiples of 16"},
-      {"-W 99999999999", "--width"},  {"--seed 0x10", "--seed"},     {"--seed -1", "--seed"},
+      {"-W 99999999999", "--width"},  {"--seed 0x10", "--seed"},     {"--seed -2", "--seed"},
       {"--seed 18446744073709551616", "--seed"}, {"--guidance nan", "--guidance"},
       {"--guidance inf", "--guidance"}, {"--guidance 1e999", "--guidance"}, {"--guidance 3x", "--guidance"},
       {"--rng philox", "--rng"},      {"--device gpu", "--device"},  {"--frobnicate", "unknown option"},

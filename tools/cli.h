@@ -16,10 +16,12 @@ int cli_bench(int argc, char **argv);
  * them). Each fills *o (pointers into argv) and returns 0 to run, 1 after printing
  * --help, 2 on bad usage (message printed to stderr). */
 typedef struct cli_gen_opts {
-  dit_gen_params p;
+  dit_gen_params p;             /* p.prompt NULL: the model's sample prompt (ditrun.json) */
   const char *out;
   bool overwrite, quiet, force_progress;
+  bool random_seed;             /* --seed -1: drawn from the OS when the run starts */
   int threads;
+  int batch;                    /* -b N: images with seeds S..S+N-1 (1 = one image) */
 } cli_gen_opts;
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
 

@@ -98,3 +98,47 @@ const char *cli_opt_value(int argc, char **argv, int *i, const char *shrt, const
   }
   return NULL;
 }
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return 64;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+const char *cli_closest(const char *arg, const char *const *names, size_t n) {
+  char key[80];
+  snprintf(key, sizeof key, "%s", arg);
+  char *eq = strchr(key, '='); /* "--widht=5": compare the name only */
+  if (eq) *eq = 0;
+  const char *best = NULL;
+  size_t best_d = (size_t)-1, klen = strlen(key);
+  for (size_t i = 0; i < n; i++) {
+    size_t d = edit_distance(key, names[i]);
+    if (klen >= 4 && !strncmp(names[i], key, klen)) d = 1; /* an unambiguous start of the name */
+    if (d < best_d) best_d = d, best = names[i];
+  }
+  size_t limit = klen <= 4 ? 1 : klen <= 8 ? 2 : 3;
+  return best_d <= limit ? best : NULL;
+}
+
+void cli_unknown_option(const char *cmd, const char *arg, const char *const *names, size_t n) {
+  const char *c = cli_closest(arg, names, n);
+  if (c)
+    fprintf(stderr, "ditrun %s: unknown option '%s'; did you mean '%s'? (see ditrun %s --help)\n", cmd, arg, c, cmd);
+  else
+    fprintf(stderr, "ditrun %s: unknown option '%s' (see ditrun %s --help)\n", cmd, arg, cmd);
+}

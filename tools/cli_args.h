@@ -4,6 +4,7 @@
 #define DIT_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Each returns true on success; on failure prints "ditrun CMD: OPTION: why" to stderr. */
@@ -16,5 +17,12 @@ bool cli_parse_double(const char *cmd, const char *opt, const char *s, double mi
  * when the value is missing). *i is advanced past a consumed value. */
 const char *cli_opt_value(int argc, char **argv, int *i, const char *shrt, const char *lng, bool *matched,
                           bool *bad);
+
+/* The name in names[0..n) closest to arg (edit distance, or arg a prefix of it), or NULL
+ * when none is close enough to be a likely typo. "--" / "-" prefixes count as written. */
+const char *cli_closest(const char *arg, const char *const *names, size_t n);
+/* Prints "ditrun CMD: unknown option 'ARG'" plus "; did you mean 'X'?" when one is close,
+ * and where to see the options. */
+void cli_unknown_option(const char *cmd, const char *arg, const char *const *names, size_t n);
 
 #endif

@@ -12,21 +12,25 @@
 
 #include "cli.h"
 #include "cli_args.h"
+#include "cli_gen_out.h"
 #include "ditrun.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ditrun generate -m MODEL_DIR -p PROMPT [options]\n"
           "  -m, --model DIR        diffusers model folder (model_index.json)\n"
-          "  -p, --prompt TEXT      what to draw (UTF-8)\n"
+          "  -p, --prompt TEXT      what to draw (UTF-8; default: the model's sample prompt, if it has one)\n"
           "  -n, --negative TEXT    negative prompt (used when guidance > 0)\n"
-          "  -W, --width N          image width in pixels (default: the model family's)\n"
+          "  -W, --width N          image width in pixels (default: the model's, from its ditrun.json,\n"
+          "                         else its family's)\n"
           "  -H, --height N         image height in pixels\n"
           "      --steps N          denoising steps (default: the family's)\n"
           "      --guidance G       classifier-free guidance scale (0 = off)\n"
           "      --cfg-truncation X Z-Image: guidance off once (1000-t)/1000 > X (default 1)\n"
           "      --cfg-normalization X  Z-Image: cap |guided| at X * |cond| (default 0 = off)\n"
-          "      --seed S           random seed, any unsigned 64-bit integer (default 42)\n"
+          "      --seed S           random seed, any unsigned 64-bit integer (default 42); -1 draws one\n"
+          "                         at random and prints it\n"
+          "  -b, --batch-count N    N images with seeds S, S+1, ... written as PATH-1.png ... PATH-N.png\n"
           "      --rng torch-cpu    noise generator (torch's CPU generator, bit for bit)\n"
           "      --max-seq-len N    prompt tokens after the chat template (default 512)\n"
           "      --text-rope-bf16   round the text encoder's RoPE frequencies to bf16, as a reference\n"
@@ -38,8 +42,19 @@ static void usage(FILE *f) {
           "      --device cpu|cuda  where to run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
           "      --progress         show progress even when stderr is not a terminal\n"
-          "  -q, --quiet            print only errors\n");
+          "  -q, --quiet            print only errors\n"
+          "examples:\n"
+          "  ditrun generate -m models/shapes-128 -p \"a green triangle on a white background\" -o t.png\n"
+          "  ditrun generate -m Z-Image-Turbo -p \"a red fox in the snow, 35mm photo\" --seed -1 -o fox.png\n"
+          "  ditrun generate -m FLUX.2-klein-4B -p \"a lighthouse at dusk\" -W 768 -H 512 -b 4 --device cuda -o l.png\n");
 }
+
+/* Every option generate accepts, for the closest-name hint (test_cli_generate checks that
+ * each is accepted). */
+static const char *const gen_options[] = {
+    "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
+    "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
+    "--overwrite", "--vae-tile", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help"};
 
 typedef struct progress {
   bool show, tty;
@@ -108,6 +123,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
   dit_gen_params_default(&o->p);
   o->p.seed = 42;
   o->out = "output.png";
+  o->batch = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     bool m = false, bad = false;
@@ -130,7 +146,12 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     }
     else if (OPT(NULL, "--cfg-truncation")) { if (!bad && !cli_parse_double("generate", "--cfg-truncation", v, -1e6, 1e6, &o->p.cfg_truncation)) return 2; }
     else if (OPT(NULL, "--cfg-normalization")) { if (!bad && !cli_parse_double("generate", "--cfg-normalization", v, 0, 1e6, &o->p.cfg_normalization)) return 2; }
-    else if (OPT(NULL, "--seed")) { if (!bad && !cli_parse_u64("generate", "--seed", v, &o->p.seed)) return 2; }
+    else if (OPT(NULL, "--seed")) {
+      if (!bad && !strcmp(v, "-1")) o->random_seed = true;
+      else if (!bad && !cli_parse_u64("generate", "--seed", v, &o->p.seed)) return 2;
+      else o->random_seed = false;
+    }
+    else if (OPT("-b", "--batch-count")) { if (!bad && !cli_parse_int("generate", "--batch-count", v, 1, 10000, &o->batch)) return 2; }
     else if (OPT(NULL, "--max-seq-len")) { if (!bad && !cli_parse_int("generate", "--max-seq-len", v, 1, 32768, &o->p.max_sequence_length)) return 2; }
     else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int("generate", "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
     else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int("generate", "--threads", v, 1, 1024, &o->threads)) return 2; }
@@ -150,12 +171,11 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       else if (!bad && !strcmp(v, "bf16")) o->p.cpu_precision = DIT_CPU_PRECISION_BF16;
       else if (!bad) { fprintf(stderr, "ditrun generate: --cpu-precision: '%s' is not fp32 or bf16\n", v); return 2; }
     }
-    else { fprintf(stderr, "ditrun generate: unknown option '%s' (see ditrun generate --help)\n", a); return 2; }
+    else { cli_unknown_option("generate", a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
   }
   if (!o->p.model_dir || !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (and not empty)\n"); return 2; }
-  if (!o->p.prompt) { fprintf(stderr, "ditrun generate: -p PROMPT is required\n"); return 2; }
   return 0;
 }
 
@@ -168,11 +188,66 @@ static void print_summary(const dit_gen_stats *st) {
           (double)st->peak_rss_bytes / (1024.0 * 1024.0));
 }
 
+/* Says on stderr what the run will use where the user left it to the model: the size, steps
+ * and guidance, and where they came from. */
+static void print_choice(const cli_gen_opts *o, const dit_gen_defaults *d) {
+  const int w = o->p.width ? o->p.width : d->width, h = o->p.height ? o->p.height : d->height;
+  const int steps = o->p.steps ? o->p.steps : d->steps;
+  const double g = o->p.guidance_set ? o->p.guidance : d->guidance;
+  unsigned from = 0;
+  if (!o->p.width) from |= d->from_model_file & DIT_DEFAULT_WIDTH;
+  if (!o->p.height) from |= d->from_model_file & DIT_DEFAULT_HEIGHT;
+  if (!o->p.steps) from |= d->from_model_file & DIT_DEFAULT_STEPS;
+  if (!o->p.guidance_set) from |= d->from_model_file & DIT_DEFAULT_GUIDANCE;
+  fprintf(stderr, "ditrun generate: %dx%d, %d steps, guidance %g (%s%s%s)\n", w, h, steps, g,
+          from ? "defaults from " : "the ", from ? o->p.model_dir : d->family, from ? "/ditrun.json" : " family's defaults");
+}
+
+/* Checks every output path of the batch before any work. */
+static bool check_outputs(const cli_gen_opts *o) {
+  char path[4096];
+  for (int i = 0; i < o->batch; i++) {
+    if (!cli_batch_path(o->out, o->batch, i, path, sizeof path)) {
+      fprintf(stderr, "ditrun generate: --output: path too long\n");
+      return false;
+    }
+    if (!check_output(path, o->overwrite)) return false;
+  }
+  return true;
+}
+
+/* Makes image i of the batch and writes it; returns a dit_status. */
+static dit_status generate_one(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defaults *d, uint64_t seed0, int i,
+                               progress *pr) {
+  char path[4096];
+  cli_batch_path(o->out, o->batch, i, path, sizeof path);
+  o->p.seed = seed0 + (uint64_t)i;
+  if (o->batch > 1 && !o->quiet) fprintf(stderr, "image %d/%d, seed %llu\n", i + 1, o->batch, (unsigned long long)o->p.seed);
+  *pr = (progress){.show = pr->show, .tty = pr->tty};
+  dit_image img = {0};
+  dit_gen_stats st;
+  dit_status s = dit_generate(ctx, &o->p, &img, &st);
+  if (s == DIT_OK) {
+    char *params = cli_gen_infotext(&o->p, d, &img, st.steps);
+    const char *keys[] = {"parameters", "prompt", "negative_prompt"};
+    const char *vals[] = {params, o->p.prompt, o->p.negative_prompt ? o->p.negative_prompt : ""};
+    s = params ? dit_image_save_png(ctx, &img, path, keys, vals, 3, o->overwrite) : DIT_ERR_NOMEM;
+    free(params);
+    if (s == DIT_OK) {
+      if (!o->quiet) print_summary(&st);
+      printf("%s\n", path);
+      fflush(stdout);
+    }
+  }
+  dit_image_free(&img);
+  return s;
+}
+
 int cli_generate(int argc, char **argv) {
   cli_gen_opts o;
   int r = cli_generate_parse(argc, argv, &o);
   if (r) return r == 1 ? 0 : 2;
-  if (!check_output(o.out, o.overwrite)) return 2;
+  if (!check_outputs(&o)) return 2;
   dit_ctx_params cp;
   dit_ctx_params_default(&cp);
   cp.n_threads = o.threads;
@@ -183,36 +258,38 @@ int cli_generate(int argc, char **argv) {
   }
   dit_gen_defaults d;
   dit_status s = dit_gen_defaults_for(ctx, o.p.model_dir, &d);
+  int code = 2;
   if (s == DIT_OK && ((o.p.width && o.p.width % d.size_multiple) || (o.p.height && o.p.height % d.size_multiple))) {
     fprintf(stderr, "ditrun generate: width and height must be multiples of %d for this model (got %dx%d)\n",
             d.size_multiple, o.p.width ? o.p.width : d.width, o.p.height ? o.p.height : d.height);
-    dit_ctx_free(ctx);
-    return 2;
+    goto done;
+  }
+  if (s == DIT_OK && !o.p.prompt) {
+    if (!d.prompt[0]) {
+      fprintf(stderr, "ditrun generate: -p PROMPT is required (this model has no sample prompt)\n");
+      goto done;
+    }
+    o.p.prompt = d.prompt;
+    if (!o.quiet) fprintf(stderr, "ditrun generate: prompt (the model's sample): \"%s\"\n", d.prompt);
+  }
+  if (s == DIT_OK && !o.quiet) print_choice(&o, &d);
+  uint64_t seed0 = o.p.seed;
+  if (s == DIT_OK && o.random_seed) {
+    if (!cli_random_seed(&seed0)) {
+      fprintf(stderr, "ditrun generate: --seed -1: the OS gave no random bytes\n");
+      code = 1;
+      goto done;
+    }
+    fprintf(stderr, "ditrun generate: seed %llu (drawn at random; --seed %llu makes %s again)\n",
+            (unsigned long long)seed0, (unsigned long long)seed0, o.batch > 1 ? "these images" : "this image");
   }
   progress pr = {.show = !o.quiet && (o.force_progress || isatty(2)), .tty = isatty(2) != 0};
   o.p.on_step = on_step;
   o.p.user = &pr;
-  dit_image img = {0};
-  dit_gen_stats st;
-  if (s == DIT_OK) s = dit_generate(ctx, &o.p, &img, &st);
-  if (s == DIT_OK) {
-    char size[64], params[1024];
-    snprintf(size, sizeof size, "%dx%d", img.width, img.height);
-    snprintf(params, sizeof params, "model: %s, size: %s, steps: %d, guidance: %g, seed: %llu, rng: torch-cpu, ditrun %s",
-             o.p.model_dir, size, st.steps, o.p.guidance_set ? o.p.guidance : d.guidance,
-             (unsigned long long)o.p.seed, DITRUN_VERSION);
-    const char *keys[] = {"prompt", "negative_prompt", "parameters"};
-    const char *vals[] = {o.p.prompt, o.p.negative_prompt ? o.p.negative_prompt : "", params};
-    s = dit_image_save_png(ctx, &img, o.out, keys, vals, 3, o.overwrite);
-  }
-  int code = dit_status_exit_code(s);
-  if (s != DIT_OK) {
-    fprintf(stderr, "ditrun generate: %s\n", dit_ctx_last_error(ctx));
-  } else {
-    if (!o.quiet) print_summary(&st);
-    printf("%s\n", o.out);
-  }
-  dit_image_free(&img);
+  for (int i = 0; s == DIT_OK && i < o.batch; i++) s = generate_one(ctx, &o, &d, seed0, i, &pr);
+  code = dit_status_exit_code(s);
+  if (s != DIT_OK) fprintf(stderr, "ditrun generate: %s\n", dit_ctx_last_error(ctx));
+done:
   dit_ctx_free(ctx);
   return code;
 }

@@ -10,6 +10,7 @@ static void info_usage(FILE *f) {
   fprintf(f,
           "usage: ditrun info [--tensors] PATH\n"
           "  PATH       a diffusers model folder (model_index.json), a component folder,\n"
+          "             a PNG made by ditrun generate (its generation parameters),\n"
           "             a .safetensors file or a .safetensors.index.json file\n"
           "  --tensors  also list every tensor: name, dtype, shape\n");
 }

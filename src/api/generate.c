@@ -9,6 +9,7 @@
 #include "io/model_dir.h"
 #include "io/png.h"
 #include "pipeline/flux2_pipeline.h"
+#include "pipeline/model_defaults.h"
 #include "pipeline/zimage_pipeline.h"
 
 void dit_gen_params_default(dit_gen_params *p) {
@@ -41,20 +42,25 @@ static dit_status open_family(const char *model_dir, dit_model_dir **dir, family
   return DIT_OK;
 }
 
+/* The family's defaults, then the folder's ditrun.json over them. */
+static dit_status model_defaults(const dit_model_dir *dir, family fam, dit_gen_defaults *out, dit_error *err) {
+  if (fam == FAMILY_FLUX2_KLEIN) {
+    bool distilled = false;
+    DIT_TRY(dit_flux2_klein_is_distilled(dir, &distilled, err));
+    dit_flux2_klein_defaults(distilled, out);
+  } else {
+    dit_zimage_defaults(out);
+  }
+  return dit_model_defaults_apply(dir, out, err);
+}
+
 dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_defaults *out) {
   dit_error *err = &ctx->err;
   dit_error_clear(err);
   dit_model_dir *dir = NULL;
   family fam;
   DIT_TRY(open_family(model_dir, &dir, &fam, err));
-  dit_status s = DIT_OK;
-  if (fam == FAMILY_FLUX2_KLEIN) {
-    bool distilled = false;
-    s = dit_flux2_klein_is_distilled(dir, &distilled, err);
-    if (s == DIT_OK) dit_flux2_klein_defaults(distilled, out);
-  } else {
-    dit_zimage_defaults(out);
-  }
+  dit_status s = model_defaults(dir, fam, out, err);
   dit_model_dir_close(dir);
   return s;
 }
@@ -87,8 +93,19 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   dit_model_dir *dir = NULL;
   family fam;
   DIT_TRY(open_family(p->model_dir, &dir, &fam, err));
+  /* parameters left at 0 take the model's defaults (the pipelines fill only the family's) */
+  dit_gen_defaults d;
+  dit_gen_params q = *p;
+  dit_status s = model_defaults(dir, fam, &d, err);
+  if (s == DIT_OK) {
+    if (q.width <= 0) q.width = d.width;
+    if (q.height <= 0) q.height = d.height;
+    if (q.steps <= 0) q.steps = d.steps;
+    if (!q.guidance_set) q.guidance = d.guidance, q.guidance_set = 1;
+    p = &q;
+  }
   dit_backend *be = NULL;
-  dit_status s = dit_backend_cpu_create(ctx->params.n_threads, &be, err);
+  if (s == DIT_OK) s = dit_backend_cpu_create(ctx->params.n_threads, &be, err);
   if (s == DIT_OK) s = dit_backend_cpu_set_precision(be, p->cpu_precision, err);
   if (s == DIT_OK && fam == FAMILY_FLUX2_KLEIN) s = dit_flux2_klein_generate(ctx, be, dir, p, out, stats, err);
   else if (s == DIT_OK) s = dit_zimage_generate(ctx, be, dir, p, out, stats, err);

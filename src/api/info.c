@@ -11,6 +11,7 @@
 #include "core/ctx.h"
 #include "io/json.h"
 #include "io/model_dir.h"
+#include "io/png.h"
 #include "io/safetensors.h"
 
 typedef struct weights_summary {
@@ -158,6 +159,43 @@ static dit_status print_model(const char *path, unsigned flags, FILE *out, dit_e
   return s;
 }
 
+static bool is_png(const char *path) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  unsigned char b[8];
+  FILE *f = fopen(path, "rb");
+  bool yes = f && fread(b, 1, 8, f) == 8 && !memcmp(b, sig, 8);
+  if (f) fclose(f);
+  return yes;
+}
+
+/* An image: its size, the generation parameters of its "parameters" chunk (as the web UIs
+ * parse them), then its other text chunks. */
+static dit_status print_png(const char *path, FILE *out, dit_error *err) {
+  dit_png_text t;
+  DIT_TRY(dit_png_read_text(path, &t, err));
+  fprintf(out, "image: %s (%dx%d PNG)\n", path, t.width, t.height);
+  dit_status s = DIT_OK;
+  for (int i = 0; i < t.n && s == DIT_OK; i++) {
+    if (strcmp(t.keys[i], "parameters")) continue;
+    dit_infotext it;
+    if (dit_infotext_parse(t.values[i], &it) != DIT_OK) {
+      s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory parsing %s", path);
+      break;
+    }
+    fprintf(out, "prompt: %s\n", it.prompt);
+    if (it.negative_prompt[0]) fprintf(out, "negative prompt: %s\n", it.negative_prompt);
+    for (int k = 0; k < it.n_fields; k++) fprintf(out, "%s: %s\n", it.keys[k], it.values[k]);
+    dit_infotext_free(&it);
+  }
+  for (int i = 0; i < t.n && s == DIT_OK; i++) {
+    if (!strcmp(t.keys[i], "parameters") || !strcmp(t.keys[i], "prompt") || !strcmp(t.keys[i], "negative_prompt"))
+      continue;
+    fprintf(out, "text %s: %s\n", t.keys[i], t.values[i]);
+  }
+  dit_png_text_free(&t);
+  return s;
+}
+
 static dit_status info(const char *path, unsigned flags, FILE *out, dit_error *err) {
   struct stat st;
   if (stat(path, &st) != 0) return dit_errorf(err, DIT_ERR_IO, "%s: %s", path, strerror(errno));
@@ -175,6 +213,7 @@ static dit_status info(const char *path, unsigned flags, FILE *out, dit_error *e
     snprintf(dir, sizeof dir, "%.*s", n > 0 ? n : 1, n > 0 ? path : n == 0 ? "/" : ".");
     return print_model(dir, flags, out, err);
   }
+  if (is_png(path)) return print_png(path, out, err);
   fprintf(out, "weights: %s\n", path);
   return print_weights_at(path, "", flags, out, err);
 }

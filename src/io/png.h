@@ -23,6 +23,20 @@ dit_status dit_png_write(const char *path, const uint8_t *rgb, int width, int he
                          const char *const *keys, const char *const *values, int n_text,
                          bool overwrite, dit_error *err);
 
+/* What dit_png_read_text found: the image size and the text chunks in file order. */
+typedef struct dit_png_text {
+  int width, height;
+  int n;
+  char **keys, **values; /* n malloc'd UTF-8 strings each (tEXt's Latin-1 is passed through) */
+} dit_png_text;
+
+/* Reads a PNG's size and its tEXt/zTXt/iTXt chunks (before and after the image data),
+ * decoding the pixels to check them. DIT_ERR_FORMAT naming the file for a file that is not a
+ * PNG or is damaged, DIT_ERR_IO when it cannot be opened, DIT_ERR_NOMEM. On failure *out is
+ * empty. Free with dit_png_text_free. */
+dit_status dit_png_read_text(const char *path, dit_png_text *out, dit_error *err);
+void dit_png_text_free(dit_png_text *t);
+
 /* n floats in [0, 1] (already (x/2 + 0.5).clamp(0, 1) by the pipeline) -> bytes as numpy's
  * (x * 255).round().astype(uint8): x*255 in float32, rounded half to even. Values outside
  * [0, 1] are clamped first. NaN or Inf -> DIT_ERR_NUMERIC naming the first bad index

@@ -26,7 +26,8 @@ typedef enum dit_status {
   DIT_ERR_NOMEM,        /* an allocation failed                                 (exit 1) */
   DIT_ERR_UNSUPPORTED,  /* valid input this build cannot run (dtype, device...) (exit 2) */
   DIT_ERR_NUMERIC,      /* NaN/Inf or another numeric failure                   (exit 1) */
-  DIT_ERR_INTERNAL      /* a bug in ditrun                                      (exit 1) */
+  DIT_ERR_INTERNAL,     /* a bug in ditrun                                      (exit 1) */
+  DIT_ERR_CANCELLED     /* the step callback asked to stop; no output           (exit 1) */
 } dit_status;
 
 /* Short name of a status ("invalid argument", ...). Never NULL. */
@@ -82,8 +83,9 @@ typedef enum dit_rng_kind {
 
 typedef enum dit_device_kind { DIT_DEVICE_CPU = 0, DIT_DEVICE_CUDA } dit_device_kind;
 
-/* Called after each denoising step with the fp32 latents [C, H/8, W/8] (step is 0-based). */
-typedef void (*dit_step_fn)(void *user, int step, int total, const float *latents, size_t n, double step_seconds);
+/* Called after each denoising step with the fp32 latents (step is 0-based). Return 0 to go
+ * on; anything else stops the generate, which returns DIT_ERR_CANCELLED and no image. */
+typedef int (*dit_step_fn)(void *user, int step, int total, const float *latents, size_t n, double step_seconds);
 
 /* Precision of the CPU backend's linear layers (issue 9): FP32 = fp32 products, exactly as
  * the fixture references are checked; BF16 = activations rounded to bf16 and multiplied with
@@ -149,8 +151,9 @@ void dit_gen_params_default(dit_gen_params *p);
 /* Reads model_index.json (and ditrun.json, when the folder has one) and returns the
  * model's defaults. dit_generate fills the parameters left at 0 from the same values. */
 dit_status dit_gen_defaults_for(dit_ctx *ctx, const char *model_dir, dit_gen_defaults *out);
-/* Runs the whole pipeline: prompt -> text encoder -> sampler loop -> VAE -> 8-bit image.
- * On failure *out is empty and the context's message names the stage. stats may be NULL. */
+/* Runs the whole pipeline once: prompt -> text encoder -> sampler loop -> VAE -> 8-bit
+ * image (dit_model_load with nothing kept, dit_model_generate, dit_model_free). On failure
+ * *out is empty and the context's message names the stage. stats may be NULL. */
 dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
 void dit_image_free(dit_image *img);
 /* Writes img as PNG with UTF-8 text chunks (iTXt), atomically (temp file + rename); an
@@ -158,6 +161,43 @@ void dit_image_free(dit_image *img);
  * checks this before generating and exits 2). */
 dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *path, const char *const *keys,
                               const char *const *values, int n_text, int overwrite);
+
+/* ---- resident models -------------------------------------------------------------- */
+/* A model loaded once and used for many generates, with its weights resident on their
+ * device. Threading: one dit_model_generate at a time per model (calls on one model must not
+ * overlap); different models, each with its own dit_ctx, may run side by side in different
+ * threads. A model uses its context for messages: keep the context alive until the model is
+ * freed, and do not share that context with another thread while the model runs. */
+typedef struct dit_model dit_model;
+
+/* Components kept loaded between generates (dit_model_opts.keep). A component not kept is
+ * loaded inside each generate and released after its stage, so the peak memory is the
+ * largest component's rather than their sum (what one-shot dit_generate does). */
+enum {
+  DIT_KEEP_TEXT_ENCODER = 1,
+  DIT_KEEP_TRANSFORMER = 2,
+  DIT_KEEP_VAE = 4,
+  DIT_KEEP_ALL = 7
+};
+
+typedef struct dit_model_opts {
+  dit_device_kind device;          /* where the models run */
+  dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  unsigned keep;                   /* DIT_KEEP_* bits; default DIT_KEEP_ALL */
+} dit_model_opts;
+
+void dit_model_opts_default(dit_model_opts *o);
+/* Opens the folder, picks its family from model_index.json, creates the backends and loads
+ * the components o->keep names (o may be NULL: the defaults). On failure *out is NULL and the
+ * context's message says why (an unsupported pipeline lists the supported ones). */
+dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out);
+/* The model's defaults (family's, then its folder's ditrun.json). */
+void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
+/* One image from the resident model. p->model_dir, p->device and p->cpu_precision are not
+ * read (the model's own apply); parameters left at 0 take the model's defaults. On failure
+ * *out is empty; DIT_ERR_CANCELLED when p->on_step asked to stop. stats may be NULL. */
+dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
+void dit_model_free(dit_model *m);
 
 /* ---- generation parameters as text (PNG "parameters" chunk) -------------------- */
 /* The text Stable Diffusion web UIs, civitai and most PNG-info readers parse: the prompt

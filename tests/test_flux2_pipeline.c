@@ -25,7 +25,7 @@ typedef struct capture {
   double worst;
 } capture;
 
-static void on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
+static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
   (void)total;
   (void)secs;
   capture *c = user;
@@ -36,7 +36,7 @@ static void on_step(void *user, int step, int total, const float *lat, size_t n,
   int nd;
   if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
     CHECK_MSG(0, "missing %s", name);
-    return;
+    return 0;
   }
   size_t rn = 1;
   for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
@@ -49,6 +49,7 @@ static void on_step(void *user, int step, int total, const float *lat, size_t n,
   }
   free(ref);
   c->steps_seen++;
+  return 0;
 }
 
 /* latents_init is randn(1, C, h, w) with the seed, packed to [h*w, C]. */
@@ -150,14 +151,15 @@ typedef struct last_latents {
   size_t n;
 } last_latents;
 
-static void keep_last(void *user, int step, int total, const float *lat, size_t n, double secs) {
+static int keep_last(void *user, int step, int total, const float *lat, size_t n, double secs) {
   (void)secs;
   last_latents *l = user;
-  if (step != total - 1) return;
+  if (step != total - 1) return 0;
   free(l->x);
   l->x = malloc(n * sizeof *l->x);
   if (l->x) memcpy(l->x, lat, n * sizeof *l->x);
   l->n = n;
+  return 0;
 }
 
 /* Runs 2 steps on model_dir with the given guidance and negative prompt; returns the

@@ -7,6 +7,7 @@
 #include <utf8proc.h>
 
 #include "io/json.h"
+#include "pipeline/family.h"
 #include "testing.h"
 #include "text/chat.h"
 #include "text/tok_internal.h"
@@ -114,9 +115,10 @@ static void test_chat_cases(const dit_tokenizer *t, const json_t *cases) {
         !strcmp(r, "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"));
   free(r);
   CHECK(dit_chat_render((dit_chat_style)7, "x", &r, &e) == DIT_ERR_INVALID_ARG && !r);
-  CHECK(dit_chat_style_for_pipeline("ZImagePipeline") == DIT_CHAT_QWEN3_THINKING);
-  CHECK(dit_chat_style_for_pipeline("Flux2KleinPipeline") == DIT_CHAT_QWEN3_NO_THINKING);
-  CHECK(dit_chat_style_for_pipeline("StableDiffusionPipeline") == -1);
+  CHECK(dit_family_find("ZImagePipeline") && dit_family_find("ZImagePipeline")->chat == DIT_CHAT_QWEN3_THINKING);
+  CHECK(dit_family_find("Flux2KleinPipeline") &&
+        dit_family_find("Flux2KleinPipeline")->chat == DIT_CHAT_QWEN3_NO_THINKING);
+  CHECK(dit_family_find("StableDiffusionPipeline") == NULL);
 }
 
 /* The public API on both model folders: chat style from model_index.json. */

@@ -20,7 +20,7 @@ typedef struct capture {
   int steps_seen;
 } capture;
 
-static void on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
+static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
   (void)total;
   (void)secs;
   capture *c = user;
@@ -31,7 +31,7 @@ static void on_step(void *user, int step, int total, const float *lat, size_t n,
   int nd;
   if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
     CHECK_MSG(0, "missing %s", name);
-    return;
+    return 0;
   }
   size_t rn = 1;
   for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
@@ -43,6 +43,7 @@ static void on_step(void *user, int step, int total, const float *lat, size_t n,
   }
   free(ref);
   c->steps_seen++;
+  return 0;
 }
 
 /* rope_bf16: the fixtures' generator cast the text encoder to bf16 and back, which

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli_gen_out.h"
@@ -88,4 +89,10 @@ char *cli_gen_infotext(const dit_gen_params *p, const dit_gen_defaults *d, const
   if (dit_infotext_format(&l->t, &text) != DIT_OK) text = NULL;
   free(l);
   return text;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

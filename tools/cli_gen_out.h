@@ -19,4 +19,7 @@ bool cli_batch_path(const char *out, int batch, int i, char *buf, size_t len);
  * that change the pixels when they are not at their defaults. */
 char *cli_gen_infotext(const dit_gen_params *p, const dit_gen_defaults *d, const dit_image *img, int steps);
 
+/* Monotonic seconds. */
+double cli_now(void);
+
 #endif

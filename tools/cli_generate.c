@@ -61,20 +61,21 @@ typedef struct progress {
   double last_draw, elapsed;
 } progress;
 
-static void on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
+static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
   (void)lat;
   (void)n;
   progress *pr = user;
   pr->elapsed += secs;
-  if (!pr->show) return;
+  if (!pr->show) return 0;
   bool last = step + 1 == total;
-  if (!last && pr->elapsed - pr->last_draw < 1.0) return;
+  if (!last && pr->elapsed - pr->last_draw < 1.0) return 0;
   pr->last_draw = pr->elapsed;
   double per = pr->elapsed / (step + 1);
   double eta = per * (total - step - 1);
   fprintf(stderr, "%sstep %d/%d  %.2f s/it  ETA %.1f s%s", pr->tty ? "\r\033[K" : "", step + 1, total, per, eta,
           pr->tty && !last ? "" : "\n");
   fflush(stderr);
+  return 0;
 }
 
 /* Output path checks before any work: not a directory, parent exists, no silent overwrite. */
@@ -216,9 +217,9 @@ static bool check_outputs(const cli_gen_opts *o) {
   return true;
 }
 
-/* Makes image i of the batch and writes it; returns a dit_status. */
-static dit_status generate_one(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defaults *d, uint64_t seed0, int i,
-                               progress *pr) {
+/* Makes image i of the batch with the loaded model and writes it; returns a dit_status. */
+static dit_status generate_one(dit_ctx *ctx, dit_model *model, cli_gen_opts *o, const dit_gen_defaults *d,
+                               uint64_t seed0, int i, progress *pr) {
   char path[4096];
   cli_batch_path(o->out, o->batch, i, path, sizeof path);
   o->p.seed = seed0 + (uint64_t)i;
@@ -226,7 +227,7 @@ static dit_status generate_one(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defa
   *pr = (progress){.show = pr->show, .tty = pr->tty};
   dit_image img = {0};
   dit_gen_stats st;
-  dit_status s = dit_generate(ctx, &o->p, &img, &st);
+  dit_status s = dit_model_generate(model, &o->p, &img, &st);
   if (s == DIT_OK) {
     char *params = cli_gen_infotext(&o->p, d, &img, st.steps);
     const char *keys[] = {"parameters", "prompt", "negative_prompt"};
@@ -240,6 +241,28 @@ static dit_status generate_one(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defa
     }
   }
   dit_image_free(&img);
+  return s;
+}
+
+/* Loads the model (kept resident for a batch; one image loads each component only for its
+ * stage, which keeps the peak memory lowest) and makes the images. */
+static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defaults *d, uint64_t seed0) {
+  dit_model_opts mo;
+  dit_model_opts_default(&mo);
+  mo.device = o->p.device;
+  mo.cpu_precision = o->p.cpu_precision;
+  mo.keep = o->batch > 1 ? DIT_KEEP_ALL : 0;
+  dit_model *model = NULL;
+  double t0 = cli_now();
+  dit_status s = dit_model_load(ctx, o->p.model_dir, &mo, &model);
+  if (s == DIT_OK && o->batch > 1 && !o->quiet)
+    fprintf(stderr, "ditrun generate: model loaded in %.2f s (kept for the %d images)\n", cli_now() - t0,
+            o->batch);
+  progress pr = {.show = !o->quiet && (o->force_progress || isatty(2)), .tty = isatty(2) != 0};
+  o->p.on_step = on_step;
+  o->p.user = &pr;
+  for (int i = 0; s == DIT_OK && i < o->batch; i++) s = generate_one(ctx, model, o, d, seed0, i, &pr);
+  dit_model_free(model);
   return s;
 }
 
@@ -283,10 +306,7 @@ int cli_generate(int argc, char **argv) {
     fprintf(stderr, "ditrun generate: seed %llu (drawn at random; --seed %llu makes %s again)\n",
             (unsigned long long)seed0, (unsigned long long)seed0, o.batch > 1 ? "these images" : "this image");
   }
-  progress pr = {.show = !o.quiet && (o.force_progress || isatty(2)), .tty = isatty(2) != 0};
-  o.p.on_step = on_step;
-  o.p.user = &pr;
-  for (int i = 0; s == DIT_OK && i < o.batch; i++) s = generate_one(ctx, &o, &d, seed0, i, &pr);
+  if (s == DIT_OK) s = run_batch(ctx, &o, &d, seed0);
   code = dit_status_exit_code(s);
   if (s != DIT_OK) fprintf(stderr, "ditrun generate: %s\n", dit_ctx_last_error(ctx));
 done:

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "core/ctx.h"
+#include "pipeline/family.h"
 #include "io/json.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
@@ -26,7 +27,10 @@ static dit_status chat_style_of(const char *model_dir, int *style, dit_error *er
   DIT_TRY(dit_json_load_file(path, (size_t)1 << 20, &j, err));
   const char *cls = NULL;
   dit_status s = dit_json_string(j, "_class_name", &cls, path, err);
-  if (s == DIT_OK) *style = dit_chat_style_for_pipeline(cls);
+  if (s == DIT_OK) {
+    const dit_family *f = dit_family_find(cls);
+    *style = f ? (int)f->chat : -1;
+  }
   json_decref(j);
   return s;
 }
@@ -77,8 +81,9 @@ dit_status dit_tokenizer_encode(dit_ctx *ctx, const dit_tokenizer *tok, const ch
   }
   int style = dit_tok_chat_style(tok);
   if (style < 0) {
+    char list[512];
     dit_errorf(&e, DIT_ERR_INVALID_ARG, "tokenizer: no chat template is known for this model (model_index.json's "
-               "_class_name must be ZImagePipeline or Flux2KleinPipeline)");
+               "_class_name must be one of %s)", dit_family_pipeline_list(list, sizeof list));
     return dit_ctx_fail(ctx, &e);
   }
   /* validate first so that the offset in the message is the prompt's, not the template's */

@@ -43,6 +43,7 @@ const char *dit_status_str(dit_status s) {
     case DIT_ERR_UNSUPPORTED: return "unsupported";
     case DIT_ERR_NUMERIC: return "numeric error";
     case DIT_ERR_INTERNAL: return "internal error";
+    case DIT_ERR_CANCELLED: return "cancelled";
   }
   return "unknown status";
 }

@@ -1,8 +1,9 @@
 /* FLUX.2 [klein] pipeline (see flux2_pipeline.h). Mirrors Flux2KleinPipeline.__call__
  * for one prompt and one image: every value the reference computes in float32 is
  * computed in float32 here, in the same order, so the latents after each step match it
- * to rounding. Models are loaded one at a time and released before the next (text
- * encoder, transformer, VAE), so peak memory is the largest of them, not their sum. */
+ * to rounding. Components the model does not keep resident are loaded one at a time and
+ * released before the next (text encoder, transformer, VAE), so peak memory is the largest
+ * of them, not their sum. */
 #include "pipeline/flux2_pipeline.h"
 
 #include <math.h>
@@ -16,6 +17,7 @@
 #include "models/flux2.h"
 #include "models/qwen3.h"
 #include "models/vae_flux2.h"
+#include "pipeline/family.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -39,6 +41,15 @@ void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d) {
   d->size_multiple = 16;
 }
 
+/* The components of a FLUX.2 [klein] model (NULL when not loaded) and what its folder says. */
+typedef struct klein_model {
+  dit_text_encoder text;
+  dit_flux2 *dit;
+  dit_vae_flux2 *vae;
+  bool distilled;          /* model_index.json is_distilled */
+  int vsf;                 /* the VAE's scale factor */
+} klein_model;
+
 typedef struct f2_state {
   dit_flux2 *dit;
   int C;                   /* packed latent channels (transformer in_channels) */
@@ -50,22 +61,19 @@ typedef struct f2_state {
   float *x2, *out2;        /* [2, Si, C]: batched model input / output */
   float *txt;              /* [1 or 2, St, Jd]: prompt features (then the empty prompt's) */
   float *img_ids, *txt_ids; /* [Si, 4], [St, 4] */
+  double guidance;
+  const float *sigmas, *timesteps;
 } f2_state;
 
-/* Loads the tokenizer and the text encoder, encodes the prompt (and under CFG the
- * negative prompt, "" unless given) into L->txt, then releases the encoder. */
-static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p, f2_state *L,
+/* Encodes the prompt (and under CFG the negative prompt, "" unless given) into L->txt with
+ * the text encoder, loading it when not resident and releasing it after unless kept. */
+static dit_status encode_prompts(const dit_model_rt *rt, klein_model *k, const dit_gen_params *p, f2_state *L,
                                  dit_error *err) {
-  char path[4096];
-  dit_tokenizer *tok = NULL;
-  dit_qwen3 *te = NULL;
   float *pe = NULL, *ne = NULL;
   const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
-  dit_status s = dit_model_dir_component_path(dir, "tokenizer", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_tok_load(path, &tok, err);
-  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "text_encoder", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_qwen3_load(be, path, &te, err);
-  if (s == DIT_OK && p->text_rope_bf16) s = dit_qwen3_set_rope_freq_dtype(te, DIT_BF16, err);
+  dit_status s = dit_text_encoder_ensure(rt, &k->text, p->text_rope_bf16, err);
+  dit_qwen3 *te = k->text.te;
+  dit_tokenizer *tok = k->text.tok;
   if (s == DIT_OK) s = dit_flux2_klein_encode_prompt(te, tok, p->prompt, max_len, &pe, err);
   if (s == DIT_OK && L->cfg)
     s = dit_flux2_klein_encode_prompt(te, tok, p->negative_prompt ? p->negative_prompt : "", max_len, &ne, err);
@@ -83,8 +91,7 @@ static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, cons
   }
   free(pe);
   free(ne);
-  dit_qwen3_free(te);
-  dit_tok_free(tok);
+  dit_text_encoder_release(rt, &k->text, false);
   return s;
 }
 
@@ -149,8 +156,10 @@ static dit_status init_latents(f2_state *L, uint64_t seed, dit_error *err) {
 }
 
 /* One denoising step i: model call (cond and uncond batched under CFG), guidance, Euler. */
-static dit_status denoise_step(f2_state *L, double guidance, const float *sigmas, const float *timesteps, int i,
-                               dit_error *err) {
+static dit_status denoise_step(void *state, int i, dit_error *err) {
+  f2_state *L = state;
+  const double guidance = L->guidance;
+  const float *sigmas = L->sigmas, *timesteps = L->timesteps;
   const int nb = L->cfg ? 2 : 1;
   const float tv = timesteps[i] / 1000.0f;
   const float t[2] = {tv, tv};
@@ -178,44 +187,33 @@ static dit_status denoise_step(f2_state *L, double guidance, const float *sigmas
   return dit_check_finite(L->latents, L->n, "latents", err);
 }
 
-static dit_status run_loop(dit_ctx *ctx, f2_state *L, const dit_gen_params *p, double guidance, int steps,
-                           const float *sigmas, const float *timesteps, dit_error *err) {
-  for (int i = 0; i < steps; i++) {
-    double t0 = dit_time_now();
-    dit_status s = denoise_step(L, guidance, sigmas, timesteps, i, err);
-    if (s != DIT_OK) {
-      dit_error_prefix(err, "denoising step %d of %d", i + 1, steps);
-      return s;
-    }
-    if (p->on_step) p->on_step(p->user, i, steps, L->latents, L->n, dit_time_now() - t0);
-    dit_log(ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dit_time_now() - t0);
+/* The VAE, loaded on rt->dev when not resident (bf16 activations on a GPU). */
+static dit_status ensure_vae(const dit_model_rt *rt, klein_model *k, dit_error *err) {
+  if (k->vae) return DIT_OK;
+  char path[4096];
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_flux2_load(rt->dev, path, &k->vae, err));
+  dit_status s = dit_backend_is_host(rt->dev) ? DIT_OK : dit_vae_flux2_set_act_dtype(k->vae, DIT_BF16, err);
+  if (s != DIT_OK) {
+    dit_vae_flux2_free(k->vae);
+    k->vae = NULL;
   }
-  return DIT_OK;
+  return s;
 }
 
 /* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
-static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, const f2_state *L, int vae_tile,
+static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f2_state *L, int vae_tile,
                                  dit_image *out, dit_error *err) {
-  char path[4096];
-  dit_vae_flux2 *vae = NULL;
-  DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_flux2_load(be, path, &vae, err));
-  dit_status ds = dit_backend_is_host(be) ? DIT_OK : dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err);
-  if (ds != DIT_OK) {
-    dit_vae_flux2_free(vae);
-    return ds;
-  }
-  if (dit_vae_flux2_packed_channels(vae) != L->C) {
-    dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (4 x latent_channels = %d) differ from the "
-               "transformer's in_channels (%d)", dit_vae_flux2_packed_channels(vae), L->C);
-    dit_vae_flux2_free(vae);
-    return err->status;
-  }
+  DIT_TRY(ensure_vae(rt, k, err));
+  dit_vae_flux2 *vae = k->vae;
+  dit_status s = DIT_OK;
+  if (dit_vae_flux2_packed_channels(vae) != L->C)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (4 x latent_channels = %d) differ from "
+                   "the transformer's in_channels (%d)", dit_vae_flux2_packed_channels(vae), L->C);
   const int f = dit_vae_flux2_upscale(vae);
   const int H = L->lh * 2 * f, W = L->lw * 2 * f;
-  float *img = malloc(3 * (size_t)H * W * sizeof(float));
-  dit_status s = DIT_OK;
-  if (!img) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image");
+  float *img = s == DIT_OK ? malloc(3 * (size_t)H * W * sizeof(float)) : NULL;
+  if (s == DIT_OK && !img) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image");
   if (s == DIT_OK) {
     dit_tensor tk = dit_tensor_3d(DIT_F32, L->latents, 1, L->Si, L->C);
     dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
@@ -223,29 +221,46 @@ static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, cons
   }
   if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
   free(img);
-  dit_vae_flux2_free(vae);
+  if (!(rt->keep & DIT_KEEP_VAE)) {
+    dit_vae_flux2_free(k->vae);
+    k->vae = NULL;
+  }
   return s;
 }
 
-/* Loads the transformer and checks it against the prompt features. */
-static dit_status load_transformer(dit_backend *be, const dit_model_dir *dir, f2_state *L, dit_error *err) {
+/* The transformer, loaded on rt->dev when not resident (bf16 activations on a GPU). */
+static dit_status ensure_dit(const dit_model_rt *rt, klein_model *k, dit_error *err) {
+  if (k->dit) return DIT_OK;
   char path[4096];
-  DIT_TRY(dit_model_dir_component_path(dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_flux2_load(be, path, &L->dit, err));
-  const dit_flux2_config *c = dit_flux2_get_config(L->dit);
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
+  DIT_TRY(dit_flux2_load(rt->dev, path, &k->dit, err));
+  const dit_flux2_config *c = dit_flux2_get_config(k->dit);
+  dit_status s = DIT_OK;
+  if (c->out_channels != c->in_channels)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
+                   c->in_channels);
+  if (s == DIT_OK && dit_rt_on_device(rt)) s = dit_flux2_set_act_dtype(k->dit, DIT_BF16, err);
+  if (s != DIT_OK) {
+    dit_flux2_free(k->dit);
+    k->dit = NULL;
+  }
+  return s;
+}
+
+/* Loads the transformer (unless resident) and checks it against the prompt features. */
+static dit_status load_transformer(const dit_model_rt *rt, klein_model *k, f2_state *L, dit_error *err) {
+  DIT_TRY(ensure_dit(rt, k, err));
+  const dit_flux2_config *c = dit_flux2_get_config(k->dit);
   if (c->joint_attention_dim != L->Jd)
     return dit_errorf(err, DIT_ERR_FORMAT,
                       "transformer joint_attention_dim %d != 3 x the text encoder's hidden size (%lld)",
                       c->joint_attention_dim, (long long)L->Jd);
-  if (c->out_channels != c->in_channels)
-    return dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
-                      c->in_channels);
+  L->dit = k->dit;
   L->C = c->in_channels;
   return DIT_OK;
 }
 
 static void state_free(f2_state *L) {
-  dit_flux2_free(L->dit);
   free(L->latents);
   free(L->x2);
   free(L->out2);
@@ -255,25 +270,55 @@ static void state_free(f2_state *L) {
   memset(L, 0, sizeof *L);
 }
 
-dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
-                                    dit_image *out, dit_gen_stats *st, dit_error *err) {
-  bool distilled = false;
-  int vsf = 8;
-  DIT_TRY(dit_flux2_klein_is_distilled(dir, &distilled, err));
-  DIT_TRY(vae_scale_factor(dir, &vsf, err));
-  dit_gen_defaults d;
-  dit_flux2_klein_defaults(distilled, &d);
-  const int W = p->width > 0 ? p->width : d.width, H = p->height > 0 ? p->height : d.height;
-  const int steps = p->steps > 0 ? p->steps : d.steps;
-  const double guidance = p->guidance_set ? p->guidance : d.guidance;
-  const int mult = 2 * vsf;
+static void klein_close(void *state) {
+  klein_model *k = state;
+  if (!k) return;
+  dit_qwen3_free(k->text.te);
+  dit_tok_free(k->text.tok);
+  dit_flux2_free(k->dit);
+  dit_vae_flux2_free(k->vae);
+  free(k);
+}
+
+static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  klein_model *k = calloc(1, sizeof *k);
+  if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = dit_flux2_klein_is_distilled(rt->dir, &k->distilled, err);
+  if (s == DIT_OK) s = vae_scale_factor(rt->dir, &k->vsf, err);
+  if (s == DIT_OK && (rt->keep & DIT_KEEP_TEXT_ENCODER)) {
+    s = dit_text_encoder_ensure(rt, &k->text, 0, err);
+    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
+  }
+  if (s == DIT_OK && (rt->keep & DIT_KEEP_TRANSFORMER)) {
+    s = ensure_dit(rt, k, err);
+    if (s != DIT_OK) dit_error_prefix(err, "transformer");
+  }
+  if (s == DIT_OK && (rt->keep & DIT_KEEP_VAE)) {
+    s = ensure_vae(rt, k, err);
+    if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
+  }
+  if (s != DIT_OK) {
+    klein_close(k);
+    k = NULL;
+  }
+  *state = k;
+  return s;
+}
+
+static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
+                                 dit_gen_stats *st, dit_error *err) {
+  klein_model *k = state;
+  const int W = p->width, H = p->height, steps = p->steps;
+  const double guidance = p->guidance;
+  const int mult = 2 * k->vsf;
   if (W % mult || H % mult)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for FLUX.2 (got %dx%d)",
                       mult, W, H);
-  double t_start = dit_time_now();
+  double t[5];
+  t[0] = dit_time_now();
   f2_state L;
   memset(&L, 0, sizeof L);
-  L.cfg = guidance > 1.0 && !distilled;
+  L.cfg = guidance > 1.0 && !k->distilled;
   L.lh = H / mult;
   L.lw = W / mult;
   L.Si = (int64_t)L.lh * L.lw;
@@ -281,46 +326,59 @@ dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_mod
   float *timesteps = malloc((size_t)steps * sizeof(float));
   dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
 
-  /* every model runs on p->device: the text encoder, the transformer and the VAE */
-  dit_backend *dit_be = NULL;
-  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
+  /* every model runs on rt->dev: the text encoder, the transformer and the VAE */
   if (s == DIT_OK) {
-    s = encode_prompts(dit_be, dir, p, &L, err);
+    s = encode_prompts(rt, k, p, &L, err);
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
-  double t_enc = dit_time_now();
+  t[1] = dit_time_now();
   if (s == DIT_OK) {
-    s = load_transformer(dit_be, dir, &L, err);
-    if (s == DIT_OK && dit_be != be) s = dit_flux2_set_act_dtype(L.dit, DIT_BF16, err);
+    s = load_transformer(rt, k, &L, err);
     if (s != DIT_OK) dit_error_prefix(err, "transformer");
   }
   if (s == DIT_OK) {
     L.n = (size_t)L.Si * (size_t)L.C;
     s = init_latents(&L, p->seed, err);
   }
-  if (s == DIT_OK) s = dit_flux2_klein_schedule(dir, steps, (int)L.Si, sigmas, timesteps, err);
-  double t_load = dit_time_now();
-  if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
-  dit_flux2_free(L.dit);
-  L.dit = NULL;
-  double t_loop = dit_time_now();
+  if (s == DIT_OK) s = dit_flux2_klein_schedule(rt->dir, steps, (int)L.Si, sigmas, timesteps, err);
+  t[2] = dit_time_now();
+  L.guidance = guidance;
+  L.sigmas = sigmas;
+  L.timesteps = timesteps;
+  if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
+  if (!(rt->keep & DIT_KEEP_TRANSFORMER)) {
+    dit_flux2_free(k->dit);
+    k->dit = NULL;
+  }
+  t[3] = dit_time_now();
   if (s == DIT_OK) {
-    s = decode_latents(dit_be ? dit_be : be, dir, &L, p->vae_tile, out, err);
+    s = decode_latents(rt, k, &L, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }
-  if (dit_be && dit_be != be) dit_backend_free(dit_be);
-  double t_end = dit_time_now();
-  if (st && s == DIT_OK) {
-    st->encode_seconds = t_enc - t_start;
-    st->load_seconds = t_load - t_enc;
-    st->denoise_seconds = t_loop - t_load;
-    st->decode_seconds = t_end - t_loop;
-    st->total_seconds = t_end - t_start;
-    st->steps = steps;
-    st->peak_rss_bytes = dit_peak_rss_bytes();
-  }
+  t[4] = dit_time_now();
+  if (st && s == DIT_OK) dit_fill_stats(st, t, steps);
   state_free(&L);
   free(sigmas);
   free(timesteps);
   return s;
 }
+
+static dit_status klein_family_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
+  bool distilled = false;
+  DIT_TRY(dit_flux2_klein_is_distilled(dir, &distilled, err));
+  dit_flux2_klein_defaults(distilled, d);
+  return DIT_OK;
+}
+
+static const char *const klein_pipelines[] = {"Flux2KleinPipeline", NULL};
+
+const dit_family dit_family_flux2_klein = {
+    .name = "flux2-klein",
+    .title = "FLUX.2 [klein] (4B, 9B, distilled and base)",
+    .pipelines = klein_pipelines,
+    .chat = DIT_CHAT_QWEN3_NO_THINKING,
+    .defaults = klein_family_defaults,
+    .open = klein_open,
+    .generate = klein_generate,
+    .close = klein_close,
+};

@@ -2,7 +2,8 @@
  * prompt features stacked from layers 9/18/27, text and latent position ids, torch-CPU
  * noise packed to tokens, the flow-matching Euler loop with dynamic shifting by the
  * empirical mu, CFG against the empty prompt for the non-distilled (base) variants,
- * then the batch-norm de-normalisation, unpatchify and AutoencoderKLFlux2 decode. */
+ * then the batch-norm de-normalisation, unpatchify and AutoencoderKLFlux2 decode. The
+ * family's row (dit_family_flux2_klein, family.h) runs it. */
 #ifndef DIT_PIPELINE_FLUX2_H
 #define DIT_PIPELINE_FLUX2_H
 
@@ -20,11 +21,6 @@ dit_status dit_flux2_klein_is_distilled(const dit_model_dir *dir, bool *out, dit
  * sizes multiples of 16; distilled: 4 steps, guidance 1.0 (ignored: no CFG), as the
  * klein model cards run it; base: the pipeline's own 50 steps, guidance 4.0. */
 void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d);
-
-/* Runs the pipeline on an opened model folder. out->rgb is malloc'd on success.
- * Errors name the stage (text encoder, denoising step i, VAE decode, ...). */
-dit_status dit_flux2_klein_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
-                                    dit_image *out, dit_gen_stats *st, dit_error *err);
 
 /* Sigmas [steps+1] and timesteps [steps] for image_seq_len latent tokens, as the
  * pipeline computes them (np.linspace(1, 1/steps, steps) sigmas, mu =

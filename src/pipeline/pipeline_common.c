@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/timer.h"
 #include "io/png.h"
 
 dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_error *err) {
@@ -40,17 +41,21 @@ dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out
   return DIT_OK;
 }
 
-dit_status dit_pipeline_device_backend(dit_ctx *ctx, dit_backend *cpu_be, dit_device_kind device,
-                                       dit_backend **out, dit_error *err) {
-  (void)ctx;
+dit_status dit_pipeline_device_backend(dit_device_kind device, dit_backend **out, dit_error *err) {
   *out = NULL;
-  if (device == DIT_DEVICE_CPU) {
-    *out = cpu_be;
-    return DIT_OK;
-  }
 #ifdef DIT_HAVE_CUDA
   if (device == DIT_DEVICE_CUDA) return dit_backend_cuda_create(0, out, err);
 #endif
   return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build (built without CUDA)",
                     device == DIT_DEVICE_CUDA ? "cuda" : "?");
+}
+
+void dit_fill_stats(dit_gen_stats *st, const double t[5], int steps) {
+  st->encode_seconds = t[1] - t[0];
+  st->load_seconds = t[2] - t[1];
+  st->denoise_seconds = t[3] - t[2];
+  st->decode_seconds = t[4] - t[3];
+  st->total_seconds = t[4] - t[0];
+  st->steps = steps;
+  st->peak_rss_bytes = dit_peak_rss_bytes();
 }

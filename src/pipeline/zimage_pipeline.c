@@ -1,8 +1,8 @@
 /* Z-Image pipeline (see zimage_pipeline.h). Mirrors ZImagePipeline.__call__: every
  * value that the reference computes in float32 is computed in float32 here, in the same
- * order, so the latents after each step match it to rounding. Models are loaded one at
- * a time and released before the next (text encoder, transformer, VAE), so peak memory
- * is the largest of them, not their sum. */
+ * order, so the latents after each step match it to rounding. Components the model does
+ * not keep resident are loaded one at a time and released before the next (text encoder,
+ * transformer, VAE), so peak memory is the largest of them, not their sum. */
 #include "pipeline/zimage_pipeline.h"
 
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "models/qwen3.h"
 #include "models/vae_kl.h"
 #include "models/zimage.h"
+#include "pipeline/family.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -38,18 +39,20 @@ typedef struct caption {
   int n_tokens;
 } caption;
 
-/* Loads the tokenizer and the text encoder, encodes the prompt (and the negative
- * prompt when guidance is on), then releases the encoder. */
-static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p, bool cfg,
+/* The components of a Z-Image model; NULL when not loaded. */
+typedef struct zimage_state {
+  dit_text_encoder text;
+  dit_zimage *dit;
+  dit_vae_kl *vae;
+} zimage_state;
+
+/* Encodes the prompt (and the negative prompt when guidance is on) with the text encoder,
+ * loading it first when it is not resident and releasing it after unless kept. */
+static dit_status encode_prompts(const dit_model_rt *rt, zimage_state *z, const dit_gen_params *p, bool cfg,
                                  caption *pos, caption *neg, dit_error *err) {
-  char path[4096];
-  dit_tokenizer *tok = NULL;
-  dit_qwen3 *te = NULL;
-  dit_status s = dit_model_dir_component_path(dir, "tokenizer", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_tok_load(path, &tok, err);
-  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "text_encoder", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_qwen3_load(be, path, &te, err);
-  if (s == DIT_OK && p->text_rope_bf16) s = dit_qwen3_set_rope_freq_dtype(te, DIT_BF16, err);
+  dit_status s = dit_text_encoder_ensure(rt, &z->text, p->text_rope_bf16, err);
+  dit_qwen3 *te = z->text.te;
+  dit_tokenizer *tok = z->text.tok;
   int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
   if (s == DIT_OK) s = dit_zimage_encode_prompt(te, tok, p->prompt, max_len, &pos->embeds, &pos->n_tokens, err);
   if (s == DIT_OK && cfg)
@@ -61,8 +64,7 @@ static dit_status encode_prompts(dit_backend *be, const dit_model_dir *dir, cons
     if (s == DIT_OK && cfg)
       s = dit_check_finite(neg->embeds, (size_t)neg->n_tokens * hidden, "text encoder (negative prompt)", err);
   }
-  dit_qwen3_free(te);
-  dit_tok_free(tok);
+  dit_text_encoder_release(rt, &z->text, false);
   return s;
 }
 
@@ -72,11 +74,17 @@ typedef struct loop_state {
   size_t n;                 /* C*h*w */
   float *latents, *pred, *out2; /* latents [n]; model outputs [2n] */
   caption pos, neg;
+  const dit_gen_params *p;
+  double guidance;
+  const float *sigmas, *timesteps;
 } loop_state;
 
 /* One denoising step i: model call (batched cond/uncond under CFG), guidance, Euler. */
-static dit_status denoise_step(loop_state *L, const dit_gen_params *p, double guidance, const float *sigmas,
-                               const float *timesteps, int i, dit_error *err) {
+static dit_status denoise_step(void *state, int i, dit_error *err) {
+  loop_state *L = state;
+  const dit_gen_params *p = L->p;
+  const double guidance = L->guidance;
+  const float *sigmas = L->sigmas, *timesteps = L->timesteps;
   const float t_norm = (1000.0f - timesteps[i]) / 1000.0f;
   double g = guidance;
   if (g > 0 && p->cfg_truncation <= 1.0 && (double)t_norm > p->cfg_truncation) g = 0.0;
@@ -137,53 +145,46 @@ dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w
   return s;
 }
 
-/* VAE stage: loads the VAE, scales/shifts the latents, decodes, converts to 8-bit. */
-static dit_status decode_latents(dit_backend *be, const dit_model_dir *dir, const loop_state *L, int vae_tile,
-                                 dit_image *out, dit_error *err) {
+/* The VAE, loaded on rt->dev when not resident (bf16 activations on a GPU, as the bf16
+ * reference pipeline runs its VAE). */
+static dit_status ensure_vae(const dit_model_rt *rt, zimage_state *z, dit_error *err) {
+  if (z->vae) return DIT_OK;
   char path[4096];
-  dit_vae_kl *vae = NULL;
-  DIT_TRY(dit_model_dir_component_path(dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_kl_load(be, path, &vae, err));
-  if (!dit_backend_is_host(be)) { /* bf16 activations on a GPU, as the bf16 reference pipeline runs its VAE */
-    dit_status ds = dit_vae_kl_set_act_dtype(vae, DIT_BF16, err);
-    if (ds != DIT_OK) {
-      dit_vae_kl_free(vae);
-      return ds;
-    }
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_kl_load(rt->dev, path, &z->vae, err));
+  dit_status s = dit_backend_is_host(rt->dev) ? DIT_OK : dit_vae_kl_set_act_dtype(z->vae, DIT_BF16, err);
+  if (s != DIT_OK) {
+    dit_vae_kl_free(z->vae);
+    z->vae = NULL;
   }
-  const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
-  const int H = L->h * 8, W = L->w * 8;
-  float *z = malloc(L->n * sizeof(float));
-  float *img = malloc(3 * (size_t)H * W * sizeof(float));
-  dit_status s = DIT_OK;
-  if (!z || !img) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
-  if (s == DIT_OK) {
-    const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
-    for (size_t k = 0; k < L->n; k++) z[k] = L->latents[k] / sf + sh;
-    dit_tensor zt = dit_tensor_4d(DIT_F32, z, 1, L->C, L->h, L->w);
-    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
-    s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
-  }
-  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
-  free(z);
-  free(img);
-  dit_vae_kl_free(vae);
   return s;
 }
 
-static dit_status run_loop(dit_ctx *ctx, loop_state *L, const dit_gen_params *p, double guidance, int steps,
-                           const float *sigmas, const float *timesteps, dit_error *err) {
-  for (int i = 0; i < steps; i++) {
-    double t0 = dit_time_now();
-    dit_status s = denoise_step(L, p, guidance, sigmas, timesteps, i, err);
-    if (s != DIT_OK) {
-      dit_error_prefix(err, "denoising step %d of %d", i + 1, steps);
-      return s;
-    }
-    if (p->on_step) p->on_step(p->user, i, steps, L->latents, L->n, dit_time_now() - t0);
-    dit_log(ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dit_time_now() - t0);
+/* VAE stage: scales/shifts the latents, decodes, converts to 8-bit. */
+static dit_status decode_latents(const dit_model_rt *rt, zimage_state *z, const loop_state *L, int vae_tile,
+                                 dit_image *out, dit_error *err) {
+  DIT_TRY(ensure_vae(rt, z, err));
+  const dit_vae_kl_config *vc = dit_vae_kl_get_config(z->vae);
+  const int H = L->h * 8, W = L->w * 8;
+  float *zl = malloc(L->n * sizeof(float));
+  float *img = malloc(3 * (size_t)H * W * sizeof(float));
+  dit_status s = DIT_OK;
+  if (!zl || !img) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
+  if (s == DIT_OK) {
+    const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
+    for (size_t k = 0; k < L->n; k++) zl[k] = L->latents[k] / sf + sh;
+    dit_tensor zt = dit_tensor_4d(DIT_F32, zl, 1, L->C, L->h, L->w);
+    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
+    s = dit_vae_kl_decode(z->vae, &zt, &it, vae_tile, err);
   }
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
+  free(zl);
+  free(img);
+  if (!(rt->keep & DIT_KEEP_VAE)) {
+    dit_vae_kl_free(z->vae);
+    z->vae = NULL;
+  }
+  return s;
 }
 
 /* The image token grid must fit the transformer's RoPE tables (axes_lens[1], [2]): checked
@@ -203,37 +204,76 @@ static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *
   return DIT_OK;
 }
 
-dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
-                               dit_image *out, dit_gen_stats *st, dit_error *err) {
+/* The transformer, loaded on rt->dev when not resident (bf16 activations on a GPU). */
+static dit_status ensure_dit(const dit_model_rt *rt, zimage_state *z, dit_error *err) {
+  if (z->dit) return DIT_OK;
+  char path[4096];
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
+  DIT_TRY(dit_zimage_load(rt->dev, path, &z->dit, err));
+  dit_status s = dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(z->dit, DIT_BF16, err) : DIT_OK;
+  if (s != DIT_OK) {
+    dit_zimage_free(z->dit);
+    z->dit = NULL;
+  }
+  return s;
+}
+
+static void zimage_close(void *state) {
+  zimage_state *z = state;
+  if (!z) return;
+  dit_qwen3_free(z->text.te);
+  dit_tok_free(z->text.tok);
+  dit_zimage_free(z->dit);
+  dit_vae_kl_free(z->vae);
+  free(z);
+}
+
+static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  zimage_state *z = calloc(1, sizeof *z);
+  if (!z) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = DIT_OK;
+  if (rt->keep & DIT_KEEP_TEXT_ENCODER) {
+    s = dit_text_encoder_ensure(rt, &z->text, 0, err);
+    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
+  }
+  if (s == DIT_OK && (rt->keep & DIT_KEEP_TRANSFORMER)) s = ensure_dit(rt, z, err);
+  if (s == DIT_OK && (rt->keep & DIT_KEEP_VAE)) s = ensure_vae(rt, z, err);
+  if (s != DIT_OK) {
+    zimage_close(z);
+    z = NULL;
+  }
+  *state = z;
+  return s;
+}
+
+static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
+                                  dit_gen_stats *st, dit_error *err) {
+  zimage_state *z = state;
   dit_gen_defaults d;
   dit_zimage_defaults(&d);
-  const int W = p->width > 0 ? p->width : d.width, H = p->height > 0 ? p->height : d.height;
-  const int steps = p->steps > 0 ? p->steps : d.steps;
-  const double guidance = p->guidance_set ? p->guidance : d.guidance;
+  const int W = p->width, H = p->height, steps = p->steps;
+  const double guidance = p->guidance;
   if (W % d.size_multiple || H % d.size_multiple)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for Z-Image (got %dx%d)",
                       d.size_multiple, W, H);
-  DIT_TRY(check_grid(dir, H, W, err));
+  DIT_TRY(check_grid(rt->dir, H, W, err));
   const bool cfg = guidance > 0;
-  double t_start = dit_time_now();
+  double t[5];
+  t[0] = dit_time_now();
   loop_state L;
   memset(&L, 0, sizeof L);
   float *sigmas = malloc((size_t)(steps + 1) * sizeof(float));
   float *timesteps = malloc((size_t)steps * sizeof(float));
   dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
 
-  /* every model runs on p->device: the text encoder, the transformer and the VAE */
-  dit_backend *dit_be = NULL;
-  if (s == DIT_OK) s = dit_pipeline_device_backend(ctx, be, p->device, &dit_be, err);
-  if (s == DIT_OK) s = encode_prompts(dit_be, dir, p, cfg, &L.pos, &L.neg, err);
+  /* every model runs on rt->dev: the text encoder, the transformer and the VAE */
+  if (s == DIT_OK) s = encode_prompts(rt, z, p, cfg, &L.pos, &L.neg, err);
   if (s != DIT_OK) dit_error_prefix(err, "text encoder");
-  double t_enc = dit_time_now();
+  t[1] = dit_time_now();
 
-  char path[4096];
-  if (s == DIT_OK) s = dit_model_dir_component_path(dir, "transformer", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_zimage_load(dit_be, path, &L.dit, err);
-  if (s == DIT_OK && dit_be != be) s = dit_zimage_set_act_dtype(L.dit, DIT_BF16, err);
+  if (s == DIT_OK) s = ensure_dit(rt, z, err);
   if (s == DIT_OK) {
+    L.dit = z->dit;
     L.C = (int)dit_zimage_get_config(L.dit)->in_channels;
     L.h = 2 * (H / 16);
     L.w = 2 * (W / 16);
@@ -243,29 +283,26 @@ dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_di
     L.out2 = malloc(2 * L.n * sizeof(float));
     if (!L.latents || !L.pred || !L.out2) s = dit_errorf(err, DIT_ERR_NOMEM, "latents: out of memory");
   }
-  if (s == DIT_OK) s = dit_zimage_schedule(dir, steps, L.h, L.w, sigmas, timesteps, err);
+  if (s == DIT_OK) s = dit_zimage_schedule(rt->dir, steps, L.h, L.w, sigmas, timesteps, err);
   if (s == DIT_OK) {
     dit_torch_rng g;
     dit_torch_rng_seed(&g, p->seed);
     dit_torch_randn(&g, L.latents, L.n);
   }
-  double t_load = dit_time_now();
-  if (s == DIT_OK) s = run_loop(ctx, &L, p, guidance, steps, sigmas, timesteps, err);
-  dit_zimage_free(L.dit);
-  L.dit = NULL;
-  double t_loop = dit_time_now();
-  if (s == DIT_OK) s = decode_latents(dit_be ? dit_be : be, dir, &L, p->vae_tile, out, err);
-  if (dit_be && dit_be != be) dit_backend_free(dit_be);
-  double t_end = dit_time_now();
-  if (st && s == DIT_OK) {
-    st->encode_seconds = t_enc - t_start;
-    st->load_seconds = t_load - t_enc;
-    st->denoise_seconds = t_loop - t_load;
-    st->decode_seconds = t_end - t_loop;
-    st->total_seconds = t_end - t_start;
-    st->steps = steps;
-    st->peak_rss_bytes = dit_peak_rss_bytes();
+  t[2] = dit_time_now();
+  L.p = p;
+  L.guidance = guidance;
+  L.sigmas = sigmas;
+  L.timesteps = timesteps;
+  if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
+  if (!(rt->keep & DIT_KEEP_TRANSFORMER)) {
+    dit_zimage_free(z->dit);
+    z->dit = NULL;
   }
+  t[3] = dit_time_now();
+  if (s == DIT_OK) s = decode_latents(rt, z, &L, p->vae_tile, out, err);
+  t[4] = dit_time_now();
+  if (st && s == DIT_OK) dit_fill_stats(st, t, steps);
   free(L.pos.embeds);
   free(L.neg.embeds);
   free(L.latents);
@@ -275,3 +312,23 @@ dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_di
   free(timesteps);
   return s;
 }
+
+static dit_status zimage_family_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
+  (void)dir;
+  (void)err;
+  dit_zimage_defaults(d);
+  return DIT_OK;
+}
+
+static const char *const zimage_pipelines[] = {"ZImagePipeline", NULL};
+
+const dit_family dit_family_zimage = {
+    .name = "zimage",
+    .title = "Z-Image / Z-Image-Turbo",
+    .pipelines = zimage_pipelines,
+    .chat = DIT_CHAT_QWEN3_THINKING,
+    .defaults = zimage_family_defaults,
+    .open = zimage_open,
+    .generate = zimage_generate,
+    .close = zimage_close,
+};

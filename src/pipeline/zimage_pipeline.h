@@ -1,6 +1,7 @@
 /* The Z-Image pipeline (diffusers ZImagePipeline): prompt encoding with Qwen3, the
  * flow-matching Euler loop with optional CFG (truncation, normalization) over the
- * Z-Image transformer, and the AutoencoderKL decode. */
+ * Z-Image transformer, and the AutoencoderKL decode. The family's row (dit_family_zimage,
+ * family.h) runs it. */
 #ifndef DIT_PIPELINE_ZIMAGE_H
 #define DIT_PIPELINE_ZIMAGE_H
 
@@ -10,11 +11,6 @@
 
 /* Published defaults (Z-Image-Turbo: distilled, 8 steps, no guidance, 1024x1024). */
 void dit_zimage_defaults(dit_gen_defaults *d);
-
-/* Runs the pipeline on an opened model folder. out->rgb is malloc'd on success.
- * Errors name the stage (text encoder, step i, VAE decode, ...). */
-dit_status dit_zimage_generate(dit_ctx *ctx, dit_backend *be, const dit_model_dir *dir, const dit_gen_params *p,
-                               dit_image *out, dit_gen_stats *st, dit_error *err);
 
 /* Sigmas [steps+1] and timesteps [steps] for a latent of h x w, as the pipeline
  * computes them (default Z-Image sigmas, mu from the image sequence length). */

@@ -37,9 +37,3 @@ dit_status dit_chat_render(dit_chat_style style, const char *prompt, char **out,
   return dit_chat_render_n(style, prompt, prompt ? strlen(prompt) : 0, out, NULL, err);
 }
 
-int dit_chat_style_for_pipeline(const char *class_name) {
-  if (!class_name) return -1;
-  if (!strcmp(class_name, "ZImagePipeline")) return DIT_CHAT_QWEN3_THINKING;
-  if (!strcmp(class_name, "Flux2KleinPipeline")) return DIT_CHAT_QWEN3_NO_THINKING;
-  return -1;
-}

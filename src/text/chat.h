@@ -21,8 +21,5 @@ dit_status dit_chat_render(dit_chat_style style, const char *prompt, char **out,
 /* Same for len bytes of prompt (may contain NUL bytes); *out_len = rendered length. */
 dit_status dit_chat_render_n(dit_chat_style style, const char *prompt, size_t len, char **out, size_t *out_len,
                              dit_error *err);
-/* The style a diffusers pipeline class uses ("ZImagePipeline", "Flux2KleinPipeline");
- * returns -1 when the class is not known. */
-int dit_chat_style_for_pipeline(const char *class_name);
 
 #endif

@@ -1,0 +1,111 @@
+/* The resident model (dit_model_load / dit_model_generate / dit_model_free): opens the
+ * folder once, finds its family in the registry, owns the backends, and lets the family keep
+ * the components the caller asked for loaded between generates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "pipeline/family.h"
+#include "pipeline/pipeline_common.h"
+
+struct dit_model {
+  dit_model_rt rt;
+  const dit_family *family;
+  void *state;
+  dit_gen_defaults defaults;
+};
+
+void dit_model_opts_default(dit_model_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->device = DIT_DEVICE_CPU;
+  o->cpu_precision = DIT_CPU_PRECISION_FP32;
+  o->keep = DIT_KEEP_ALL;
+}
+
+void dit_model_free(dit_model *m) {
+  if (!m) return;
+  if (m->family && m->state) m->family->close(m->state);
+  if (m->rt.dev && m->rt.dev != m->rt.host) dit_backend_free(m->rt.dev);
+  dit_backend_free(m->rt.host);
+  dit_model_dir_close(m->rt.dir);
+  free(m);
+}
+
+/* The host backend, and the device backend the models run on. */
+static dit_status create_backends(dit_model *m, const dit_model_opts *o, dit_error *err) {
+  if (o->device != DIT_DEVICE_CPU && o->device != DIT_DEVICE_CUDA)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown device %d", (int)o->device);
+  DIT_TRY(dit_backend_cpu_create(m->rt.ctx->params.n_threads, &m->rt.host, err));
+  DIT_TRY(dit_backend_cpu_set_precision(m->rt.host, o->cpu_precision, err));
+  if (o->device == DIT_DEVICE_CPU) {
+    m->rt.dev = m->rt.host;
+    return DIT_OK;
+  }
+  return dit_pipeline_device_backend(o->device, &m->rt.dev, err);
+}
+
+dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  *out = NULL;
+  dit_model_opts def;
+  if (!o) {
+    dit_model_opts_default(&def);
+    o = &def;
+  }
+  if (!model_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "no model folder given");
+  if (o->keep & ~(unsigned)DIT_KEEP_ALL) return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown keep bits %#x", o->keep);
+  dit_model *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  m->rt.ctx = ctx;
+  m->rt.keep = o->keep;
+  dit_status s = dit_model_dir_open(model_dir, &m->rt.dir, err);
+  if (s == DIT_OK) s = dit_family_of(m->rt.dir, &m->family, err);
+  if (s == DIT_OK) s = dit_family_model_defaults(m->family, m->rt.dir, &m->defaults, err);
+  if (s == DIT_OK) s = create_backends(m, o, err);
+  if (s == DIT_OK) s = m->family->open(&m->rt, &m->state, err);
+  if (s != DIT_OK) {
+    dit_model_free(m);
+    return s;
+  }
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out) { *out = m->defaults; }
+
+/* Ranges of the parameters every family shares (sizes and steps may still be 0 here). */
+static dit_status check_params(const dit_gen_params *p, dit_error *err) {
+  if (!p->prompt) return dit_errorf(err, DIT_ERR_INVALID_ARG, "no prompt given");
+  if (p->width < 0 || p->height < 0 || p->width > 16384 || p->height > 16384)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "image size %dx%d is outside 1..16384", p->width, p->height);
+  if (p->steps < 0 || p->steps > 1000)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "steps = %d is outside 1..1000", p->steps);
+  if (p->guidance_set && !isfinite(p->guidance))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "guidance must be a finite number");
+  if (!isfinite(p->cfg_truncation) || !isfinite(p->cfg_normalization) || p->cfg_normalization < 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "cfg truncation/normalization must be finite (normalization >= 0)");
+  if (p->max_sequence_length < 0 || p->max_sequence_length > 32768)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "max sequence length %d is outside 1..32768", p->max_sequence_length);
+  if (p->rng != DIT_RNG_TORCH_CPU) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "unknown random number generator");
+  return DIT_OK;
+}
+
+dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats) {
+  dit_error *err = &m->rt.ctx->err;
+  dit_error_clear(err);
+  memset(out, 0, sizeof *out);
+  if (stats) memset(stats, 0, sizeof *stats);
+  DIT_TRY(check_params(p, err));
+  /* parameters left at 0 take the model's defaults */
+  dit_gen_params q = *p;
+  const dit_gen_defaults *d = &m->defaults;
+  if (q.width <= 0) q.width = d->width;
+  if (q.height <= 0) q.height = d->height;
+  if (q.steps <= 0) q.steps = d->steps;
+  if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
+  dit_status s = m->family->generate(&m->rt, m->state, &q, out, stats, err);
+  if (s != DIT_OK) dit_image_free(out);
+  return s;
+}

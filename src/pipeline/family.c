@@ -1,0 +1,55 @@
+/* The family registry (see family.h). Each family defines its row (a dit_family named
+ * dit_family_<name>) in its pipeline file; DIT_FAMILIES below is the one line per family. */
+#include "pipeline/family.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline/model_defaults.h"
+
+#define DIT_FAMILIES(X) \
+  X(zimage)             \
+  X(flux2_klein)
+
+#define DIT_FAMILY_DECLARE(n) extern const dit_family dit_family_##n;
+#define DIT_FAMILY_REF(n) &dit_family_##n,
+DIT_FAMILIES(DIT_FAMILY_DECLARE)
+static const dit_family *const families[] = {DIT_FAMILIES(DIT_FAMILY_REF)};
+
+size_t dit_family_count(void) { return sizeof families / sizeof *families; }
+
+const dit_family *dit_family_at(size_t i) { return i < dit_family_count() ? families[i] : NULL; }
+
+const dit_family *dit_family_find(const char *class_name) {
+  if (!class_name) return NULL;
+  for (size_t i = 0; i < dit_family_count(); i++)
+    for (const char *const *p = families[i]->pipelines; *p; p++)
+      if (!strcmp(*p, class_name)) return families[i];
+  return NULL;
+}
+
+const char *dit_family_pipeline_list(char *buf, size_t len) {
+  size_t used = 0;
+  if (len) buf[0] = 0;
+  for (size_t i = 0; i < dit_family_count(); i++)
+    for (const char *const *p = families[i]->pipelines; *p; p++) {
+      int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", *p);
+      if (n < 0 || (size_t)n >= len - used) return buf;
+      used += (size_t)n;
+    }
+  return buf;
+}
+
+dit_status dit_family_of(const dit_model_dir *dir, const dit_family **out, dit_error *err) {
+  *out = dit_family_find(dir->pipeline);
+  if (*out) return DIT_OK;
+  char list[512];
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: pipeline \"%s\" is not supported (supported: %s)", dir->root,
+                    dir->pipeline ? dir->pipeline : "?", dit_family_pipeline_list(list, sizeof list));
+}
+
+dit_status dit_family_model_defaults(const dit_family *f, const dit_model_dir *dir, dit_gen_defaults *d,
+                                     dit_error *err) {
+  DIT_TRY(f->defaults(dir, d, err));
+  return dit_model_defaults_apply(dir, d, err);
+}

@@ -1,0 +1,40 @@
+/* The family registry: one row per model family (Z-Image, FLUX.2 [klein], ...). Everything
+ * that lists or dispatches on families (dit_model_load, dit_gen_defaults_for, tokenize's chat
+ * style, error messages, the CLI's help) reads this table. Adding a family = its pipeline file
+ * and one row in family.c. */
+#ifndef DIT_PIPELINE_FAMILY_H
+#define DIT_PIPELINE_FAMILY_H
+
+#include <stddef.h>
+
+#include "pipeline/model_rt.h"
+#include "text/chat.h"
+
+typedef struct dit_family {
+  const char *name;                /* "zimage": dit_gen_defaults.family, messages */
+  const char *title;               /* "Z-Image / Z-Image-Turbo" */
+  const char *const *pipelines;    /* model_index.json _class_name values it answers to, NULL-ended */
+  dit_chat_style chat;             /* the prompt template of its text encoder */
+  /* The family's defaults for this folder (before its ditrun.json). */
+  dit_status (*defaults)(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err);
+  /* Creates the family's state in *state and loads the components rt->keep holds. */
+  dit_status (*open)(const dit_model_rt *rt, void **state, dit_error *err);
+  /* One image; p has every size/steps/guidance field resolved (no zeros). */
+  dit_status (*generate)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
+                         dit_gen_stats *st, dit_error *err);
+  void (*close)(void *state);
+} dit_family;
+
+/* The row whose pipelines include class_name, or NULL. */
+const dit_family *dit_family_find(const char *class_name);
+size_t dit_family_count(void);
+const dit_family *dit_family_at(size_t i);
+/* "ZImagePipeline, Flux2KleinPipeline" (every class name of the table) into buf. */
+const char *dit_family_pipeline_list(char *buf, size_t len);
+/* The folder's family or DIT_ERR_UNSUPPORTED naming the pipeline and listing the supported. */
+dit_status dit_family_of(const dit_model_dir *dir, const dit_family **out, dit_error *err);
+/* The model's defaults: the family's, then the folder's ditrun.json over them. */
+dit_status dit_family_model_defaults(const dit_family *f, const dit_model_dir *dir, dit_gen_defaults *d,
+                                     dit_error *err);
+
+#endif

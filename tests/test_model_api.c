@@ -1,0 +1,240 @@
+/* The resident model API (dit_model_load / dit_model_generate / dit_model_free) on the
+ * fixture models:
+ * - a model keeping everything makes the same image as one-shot dit_generate, twice, and its
+ *   generates read no weights: the weight files are removed after the load and it still works
+ *   (a model that keeps nothing then fails, so the check can fail);
+ * - the step callback cancels (DIT_ERR_CANCELLED, no image);
+ * - an unsupported pipeline names the supported ones (from the family registry);
+ * - two models in two threads, side by side, give the images they give alone.
+ * Usage: test_model_api (fixtures under <data>/models). */
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ditrun.h"
+#include "testing.h"
+
+static char g_data[4096], g_tmp[4096];
+
+static void params(dit_gen_params *p, const char *model, uint64_t seed) {
+  dit_gen_params_default(p);
+  p->model_dir = model;
+  p->prompt = "a red fox in the snow";
+  p->width = 96;
+  p->height = 128;
+  p->steps = 2;
+  p->seed = seed;
+}
+
+static int same_image(const dit_image *a, const dit_image *b) {
+  return a->rgb && b->rgb && a->width == b->width && a->height == b->height &&
+         !memcmp(a->rgb, b->rgb, (size_t)a->width * a->height * 3);
+}
+
+/* A copy of model_dir in which every file is a symlink (folders are real). */
+static int link_copy(const char *src, const char *dst) {
+  mkdir(dst, 0777);
+  DIR *d = opendir(src);
+  if (!d) return -1;
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) && rc == 0) {
+    if (e->d_name[0] == '.') continue;
+    char s[PATH_MAX], t[PATH_MAX];
+    snprintf(s, sizeof s, "%s/%s", src, e->d_name);
+    snprintf(t, sizeof t, "%s/%s", dst, e->d_name);
+    struct stat st;
+    if (stat(s, &st) != 0) rc = -1;
+    else if (S_ISDIR(st.st_mode)) rc = link_copy(s, t);
+    else {
+      char *abs = realpath(s, NULL);
+      unlink(t);
+      rc = abs && symlink(abs, t) == 0 ? 0 : -1;
+      free(abs);
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
+/* Removes every *.safetensors link under dir (one level of component folders). */
+static int drop_weights(const char *dir) {
+  static const char *const comps[] = {"text_encoder", "transformer", "vae"};
+  int n = 0;
+  for (size_t i = 0; i < sizeof comps / sizeof *comps; i++) {
+    char c[PATH_MAX];
+    snprintf(c, sizeof c, "%s/%s", dir, comps[i]);
+    DIR *d = opendir(c);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      size_t l = strlen(e->d_name);
+      if (l > 12 && !strcmp(e->d_name + l - 12, ".safetensors")) {
+        char f[PATH_MAX + 256];
+        snprintf(f, sizeof f, "%s/%s", c, e->d_name);
+        n += unlink(f) == 0;
+      }
+    }
+    if (d) closedir(d);
+  }
+  return n;
+}
+
+static void test_resident(dit_ctx *ctx, const char *name) {
+  char src[4096], copy[4096];
+  snprintf(src, sizeof src, "%s/models/%s", g_data, name);
+  snprintf(copy, sizeof copy, "%s/%s-links", g_tmp, name);
+  CHECK_MSG(link_copy(src, copy) == 0, "cannot make %s", copy);
+  dit_gen_params p;
+  dit_image ref[2] = {{0}}, img = {0};
+  for (int i = 0; i < 2; i++) {
+    params(&p, src, 42 + i);
+    CHECK_MSG(dit_generate(ctx, &p, &ref[i], NULL) == DIT_OK, "%s: %s", name, dit_ctx_last_error(ctx));
+  }
+  dit_model *all = NULL, *none = NULL;
+  dit_model_opts o;
+  dit_model_opts_default(&o);
+  CHECK(o.keep == DIT_KEEP_ALL && o.device == DIT_DEVICE_CPU);
+  CHECK_MSG(dit_model_load(ctx, copy, &o, &all) == DIT_OK, "%s: %s", name, dit_ctx_last_error(ctx));
+  o.keep = 0;
+  CHECK_MSG(dit_model_load(ctx, copy, &o, &none) == DIT_OK, "%s: %s", name, dit_ctx_last_error(ctx));
+  dit_gen_defaults d;
+  if (all) dit_model_get_defaults(all, &d);
+  CHECK(all && d.width == 1024 && d.size_multiple == 16);
+  int dropped = drop_weights(copy);
+  CHECK_MSG(dropped >= 3, "%s: removed %d weight files", name, dropped);
+  for (int i = 0; all && i < 2; i++) {
+    params(&p, NULL, 42 + i); /* the model's folder is its own: p.model_dir is not read */
+    dit_gen_stats st;
+    dit_status s = dit_model_generate(all, &p, &img, &st);
+    CHECK_MSG(s == DIT_OK, "%s: resident generate %d without weight files: %s", name, i, dit_ctx_last_error(ctx));
+    CHECK_MSG(same_image(&img, &ref[i]), "%s: resident image %d differs from dit_generate's", name, i);
+    CHECK(st.steps == 2);
+    dit_image_free(&img);
+  }
+  if (none) {
+    params(&p, NULL, 42);
+    dit_status s = dit_model_generate(none, &p, &img, NULL);
+    CHECK_MSG(s != DIT_OK && img.rgb == NULL, "%s: a model that keeps nothing ran without its weight files", name);
+  }
+  dit_model_free(all);
+  dit_model_free(none);
+  dit_image_free(&ref[0]);
+  dit_image_free(&ref[1]);
+}
+
+typedef struct cancel_at {
+  int step, calls;
+} cancel_at;
+
+static int cancel_cb(void *user, int step, int total, const float *lat, size_t n, double secs) {
+  (void)total, (void)lat, (void)n, (void)secs;
+  cancel_at *c = user;
+  c->calls++;
+  return step == c->step;
+}
+
+static void test_cancel(dit_ctx *ctx) {
+  char src[4096];
+  snprintf(src, sizeof src, "%s/models/zimage-tiny", g_data);
+  dit_model *m = NULL;
+  CHECK(dit_model_load(ctx, src, NULL, &m) == DIT_OK);
+  dit_gen_params p;
+  params(&p, NULL, 1);
+  p.steps = 4;
+  cancel_at c = {.step = 1};
+  p.on_step = cancel_cb;
+  p.user = &c;
+  dit_image img = {0};
+  dit_status s = m ? dit_model_generate(m, &p, &img, NULL) : DIT_ERR_INTERNAL;
+  CHECK_MSG(s == DIT_ERR_CANCELLED && img.rgb == NULL && c.calls == 2, "cancel: status %d, %d calls", (int)s,
+            c.calls);
+  CHECK(strstr(dit_ctx_last_error(ctx), "cancelled") != NULL);
+  CHECK(dit_status_exit_code(DIT_ERR_CANCELLED) == 1 && !strcmp(dit_status_str(DIT_ERR_CANCELLED), "cancelled"));
+  /* the model is still usable after a cancel */
+  c.step = -1;
+  s = m ? dit_model_generate(m, &p, &img, NULL) : DIT_ERR_INTERNAL;
+  CHECK(s == DIT_OK && img.rgb && c.calls == 6);
+  dit_image_free(&img);
+  dit_model_free(m);
+}
+
+static void test_unsupported(dit_ctx *ctx) {
+  char dir[4096], f[4200];
+  snprintf(dir, sizeof dir, "%s/sdxl", g_tmp);
+  mkdir(dir, 0777);
+  snprintf(f, sizeof f, "%s/model_index.json", dir);
+  FILE *fp = fopen(f, "w");
+  if (fp) fputs("{\"_class_name\": \"StableDiffusionXLPipeline\"}", fp), fclose(fp);
+  dit_model *m = (dit_model *)1;
+  CHECK(dit_model_load(ctx, dir, NULL, &m) == DIT_ERR_UNSUPPORTED && m == NULL);
+  const char *msg = dit_ctx_last_error(ctx);
+  CHECK_MSG(strstr(msg, "StableDiffusionXLPipeline") && strstr(msg, "ZImagePipeline") &&
+                strstr(msg, "Flux2KleinPipeline"),
+            "message: %s", msg);
+  dit_model_opts o;
+  dit_model_opts_default(&o);
+  o.keep = 64;
+  snprintf(dir, sizeof dir, "%s/models/zimage-tiny", g_data);
+  CHECK(dit_model_load(ctx, dir, &o, &m) == DIT_ERR_INVALID_ARG && m == NULL);
+}
+
+typedef struct job {
+  const char *model;
+  uint64_t seed;
+  dit_image img;
+  dit_status s;
+} job;
+
+static void *run_job(void *arg) {
+  job *j = arg;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  cp.n_threads = 1;
+  dit_ctx *ctx = NULL;
+  j->s = dit_ctx_create(&cp, &ctx);
+  dit_model *m = NULL;
+  if (j->s == DIT_OK) j->s = dit_model_load(ctx, j->model, NULL, &m);
+  dit_gen_params p;
+  params(&p, NULL, j->seed);
+  if (j->s == DIT_OK) j->s = dit_model_generate(m, &p, &j->img, NULL);
+  dit_model_free(m);
+  dit_ctx_free(ctx);
+  return NULL;
+}
+
+static void test_side_by_side(void) {
+  char zi[4096], kl[4096];
+  snprintf(zi, sizeof zi, "%s/models/zimage-tiny", g_data);
+  snprintf(kl, sizeof kl, "%s/models/flux2-klein-tiny", g_data);
+  job alone[2] = {{zi, 3, {0}, 0}, {kl, 4, {0}, 0}}, both[2] = {{zi, 3, {0}, 0}, {kl, 4, {0}, 0}};
+  for (int i = 0; i < 2; i++) run_job(&alone[i]);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, run_job, &both[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    CHECK_MSG(alone[i].s == DIT_OK && both[i].s == DIT_OK, "job %d: %d %d", i, (int)alone[i].s, (int)both[i].s);
+    CHECK_MSG(same_image(&alone[i].img, &both[i].img), "job %d: side by side differs from alone", i);
+    dit_image_free(&alone[i].img);
+    dit_image_free(&both[i].img);
+  }
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  snprintf(g_data, sizeof g_data, "%s", a.data);
+  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  dit_ctx *ctx = NULL;
+  if (dit_ctx_create(NULL, &ctx) != DIT_OK) return 1;
+  test_resident(ctx, "zimage-tiny");
+  test_resident(ctx, "flux2-klein-tiny");
+  test_cancel(ctx);
+  test_unsupported(ctx);
+  test_side_by_side();
+  dit_ctx_free(ctx);
+  return dt_finish();
+}

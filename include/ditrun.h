@@ -198,6 +198,10 @@ void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
  * *out is empty; DIT_ERR_CANCELLED when p->on_step asked to stop. stats may be NULL. */
 dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
 void dit_model_free(dit_model *m);
+/* The model families this build runs (the registry's rows), for listings: the i-th
+ * family's short name ("zimage"), a title and its NULL-ended pipeline class names (the
+ * model_index.json _class_name values it answers to). Returns 0 past the last family. */
+int dit_family_get(size_t i, const char **name, const char **title, const char *const **pipelines);
 
 /* ---- generation parameters as text (PNG "parameters" chunk) -------------------- */
 /* The text Stable Diffusion web UIs, civitai and most PNG-info readers parse: the prompt
@@ -257,7 +261,7 @@ void dit_tokenizer_free(dit_tokenizer *tok);
 #define DIT_BENCH_MAX_OPS 24
 #define DIT_BENCH_MAX_SHAPES 48
 typedef struct dit_bench_params {
-  const char *arch;             /* "zimage", "flux2-klein-4b" or "flux2-klein-9b" */
+  const char *arch;             /* one of dit_bench_arch_get's names: "zimage", "flux2-klein-4b", ... */
   int res;                      /* square image side in pixels (multiple of 16); default 1024 */
   int text_len;                 /* caption tokens; default 128 */
   dit_device_kind device;
@@ -326,6 +330,9 @@ typedef struct dit_bench_e2e_result {
 dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps, dit_bench_e2e_result *r);
 void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *out);
 
+/* The architectures dit_bench_run knows, for listings: the i-th one's name, its model
+ * family and its default caption length. Returns 0 past the last. */
+int dit_bench_arch_get(size_t i, const char **name, const char **family, int *text_len);
 void dit_bench_params_default(dit_bench_params *p);
 dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r);
 /* Human-readable table (json == 0) or one JSON object (json != 0). */

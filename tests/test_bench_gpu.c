@@ -339,7 +339,6 @@ int main(int argc, char **argv) {
   test_vae(be, &a);
   test_real_width(be);
   test_replay(be);
-  if (be->ops->destroy) be->ops->destroy(be);
   dit_backend_free(be);
 #else
   (void)nmse;

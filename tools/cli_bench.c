@@ -44,6 +44,15 @@ typedef struct bench_opts {
   int e2e; /* --e2e STEPS: end to end instead of one forward */
 } bench_opts;
 
+/* The default caption length of an architecture of the bench table, -1 when unknown. */
+static int arch_text_len(const char *arch) {
+  const char *name;
+  int tl;
+  for (size_t k = 0; dit_bench_arch_get(k, &name, NULL, &tl); k++)
+    if (!strcmp(name, arch)) return tl;
+  return -1;
+}
+
 static bool parse_device(const char *v, dit_bench_params *p) {
   if (!strcmp(v, "cpu")) {
     p->device = DIT_DEVICE_CPU;
@@ -96,9 +105,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (!strcmp(a, "--json")) o->json = true;
     else if (!strcmp(a, "--no-profile")) p->profile = 0;
     else if (OPT("--arch")) {
-      if (!bad && strcmp(v, "zimage") && strcmp(v, "flux2-klein-4b") && strcmp(v, "flux2-klein-9b")) {
-        fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported: zimage, flux2-klein-4b, "
-                        "flux2-klein-9b)\n", v);
+      if (!bad && arch_text_len(v) < 0) {
+        fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported:", v);
+        const char *name;
+        for (size_t k = 0; dit_bench_arch_get(k, &name, NULL, NULL); k++) fprintf(stderr, "%s %s", k ? "," : "", name);
+        fprintf(stderr, ")\n");
         return 2;
       }
       if (!bad) p->arch = v; /* argv outlives the run */
@@ -124,7 +135,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun bench: %s needs a value\n", a); return 2; }
   }
-  if (!o->p.text_len) o->p.text_len = strcmp(o->p.arch, "zimage") ? 512 : 128; /* 512: klein's max_sequence_length */
+  if (!o->p.text_len) o->p.text_len = arch_text_len(o->p.arch);
   if (o->p.res % 16) {
     fprintf(stderr, "ditrun bench: --res %d is not a multiple of 16\n", o->p.res);
     return 2;

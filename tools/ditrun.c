@@ -12,11 +12,19 @@ static void usage(FILE *f) {
           "commands:\n"
           "  generate -m DIR -p PROMPT [-o out.png]  generate an image (see generate --help)\n"
           "  version            print the version\n"
-          "  info PATH          describe a model folder, component or weights file\n"
+          "  info PATH          describe a model folder, component, weights file or generated PNG\n"
           "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
           "  bench --arch zimage  time a DiT forward at the real geometry, random weights\n"
-          "Run 'ditrun COMMAND --help' for a command's options.\n",
+          "model families (diffusers folders whose model_index.json names one of these pipelines):\n",
           DITRUN_VERSION);
+  const char *name, *title;
+  const char *const *pipes;
+  for (size_t i = 0; dit_family_get(i, &name, &title, &pipes); i++) {
+    fprintf(f, "  %-12s %s:", name, title);
+    for (; *pipes; pipes++) fprintf(f, " %s", *pipes);
+    fputc('\n', f);
+  }
+  fprintf(f, "Run 'ditrun COMMAND --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv) {

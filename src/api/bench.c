@@ -9,10 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef DIT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "core/timer.h"
@@ -42,20 +38,55 @@ void dit_bench_params_default(dit_bench_params *p) {
   p->seed = 42;
 }
 
-/* 0 zimage, 1 flux2-klein-4b, 2 flux2-klein-9b, -1 unknown. */
-static int arch_id(const char *a) {
-  if (!a) return -1;
-  if (!strcmp(a, "zimage")) return 0;
-  if (!strcmp(a, "flux2-klein-4b")) return 1;
-  if (!strcmp(a, "flux2-klein-9b")) return 2;
-  return -1;
+static dit_status run_bench_zimage(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
+static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
+
+/* The architectures `bench --arch` knows: one row each (name, its family, the default
+ * caption length, which variant of the family's geometry, the driver). */
+typedef struct bench_arch {
+  const char *name, *family;
+  int text_len;  /* default caption tokens: 128 for Z-Image, klein's max_sequence_length 512 */
+  int variant;   /* flux2-klein: 0 = 4B, 1 = 9B */
+  dit_status (*run)(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
+} bench_arch;
+
+static const bench_arch bench_archs[] = {
+    {"zimage", "zimage", 128, 0, run_bench_zimage},
+    {"flux2-klein-4b", "flux2-klein", 512, 0, run_bench_flux2},
+    {"flux2-klein-9b", "flux2-klein", 512, 1, run_bench_flux2},
+};
+
+static const bench_arch *find_arch(const char *a) {
+  for (size_t i = 0; a && i < sizeof bench_archs / sizeof *bench_archs; i++)
+    if (!strcmp(a, bench_archs[i].name)) return &bench_archs[i];
+  return NULL;
+}
+
+int dit_bench_arch_get(size_t i, const char **name, const char **family, int *text_len) {
+  if (i >= sizeof bench_archs / sizeof *bench_archs) return 0;
+  if (name) *name = bench_archs[i].name;
+  if (family) *family = bench_archs[i].family;
+  if (text_len) *text_len = bench_archs[i].text_len;
+  return 1;
+}
+
+/* "zimage, flux2-klein-4b, ..." into buf. */
+static const char *arch_list(char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof bench_archs / sizeof *bench_archs; i++) {
+    int n = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", bench_archs[i].name);
+    if (n < 0 || (size_t)n >= len - used) break;
+    used += (size_t)n;
+  }
+  return buf;
 }
 
 dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
-  if (arch_id(p->arch) < 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED,
-                      "bench: arch \"%s\" is not supported (supported: zimage, flux2-klein-4b, flux2-klein-9b)",
-                      p->arch ? p->arch : "(null)");
+  char list[256];
+  if (!find_arch(p->arch))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: arch \"%s\" is not supported (supported: %s)",
+                      p->arch ? p->arch : "(null)", arch_list(list, sizeof list));
   if (p->res < 16 || p->res > MAX_RES || p->res % 16 != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: resolution %d must be a multiple of 16 in 16..%d", p->res,
                       MAX_RES);
@@ -74,32 +105,12 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
 }
 
 /* Device memory in use now (whole GPU), 0 on the CPU. */
-size_t dit_bench_device_used(const dit_bench_params *p) {
-#ifdef DIT_HAVE_CUDA
-  if (p->device == DIT_DEVICE_CUDA) {
-    size_t fr = 0, tot = 0;
-    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) return tot - fr;
-  }
-#endif
-  (void)p;
-  return 0;
-}
+size_t dit_bench_device_used(const dit_bench_params *p) { return dit_backend_device_used(p->device, p->cuda_device); }
 
 dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
-  if (p->device == DIT_DEVICE_CPU) {
-    DIT_TRY(dit_backend_cpu_create(ctx->params.n_threads, be, err));
-    dit_status s = dit_backend_cpu_set_precision(*be, p->cpu_precision, err);
-    if (s != DIT_OK) {
-      dit_backend_free(*be);
-      *be = NULL;
-    }
-    return s;
-  }
-#ifdef DIT_HAVE_CUDA
-  if (p->device == DIT_DEVICE_CUDA) return dit_backend_cuda_create(p->cuda_device, be, err);
-#endif
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: device %s is not available in this build",
-                    p->device == DIT_DEVICE_CUDA ? "cuda" : "?");
+  dit_status s = dit_backend_create(p->device, p->cuda_device, ctx->params.n_threads, p->cpu_precision, be, err);
+  if (s != DIT_OK) dit_error_prefix(err, "bench");
+  return s;
 }
 
 /* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs
@@ -373,7 +384,7 @@ static dit_status time_model(const dit_bench_params *p, bench_model *m, dit_back
  * RoPE split in 4 equal even axes), --layers the double blocks, --refiners the single
  * blocks, --cap-dim joint_attention_dim. */
 static dit_status flux2_bench_config(const dit_bench_params *p, dit_flux2_config *c, dit_error *err) {
-  dit_flux2_config_klein(c, arch_id(p->arch) == 2);
+  dit_flux2_config_klein(c, find_arch(p->arch)->variant == 1);
   if (p->n_heads) c->n_heads = p->n_heads;
   if (p->dim || p->n_heads) {
     const int dim = p->dim ? p->dim : c->n_heads * c->head_dim;
@@ -419,10 +430,8 @@ static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, di
   return s;
 }
 
-static dit_status run_bench(dit_ctx *ctx, const dit_bench_params *p, dit_backend *be, dit_bench_result *r,
-                            dit_error *err) {
-  (void)ctx;
-  if (arch_id(p->arch) != 0) return run_bench_flux2(p, be, r, err);
+static dit_status run_bench_zimage(const dit_bench_params *p, dit_backend *be, dit_bench_result *r,
+                                   dit_error *err) {
   dit_backend *prof = NULL;
   bench_model bm = {0};
   dit_zimage *m = NULL;
@@ -466,14 +475,13 @@ dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_resu
   dit_backend *be = NULL;
   DIT_TRY(dit_bench_make_backend(ctx, p, &be, err));
   r->device_base_bytes = base;
-  dit_status s = run_bench(ctx, p, be, r, err);
+  dit_status s = find_arch(p->arch)->run(p, be, r, err);
   size_t keep_base = r->device_base_bytes;
   if (s != DIT_OK) {
     memset(r, 0, sizeof *r);
     dit_error_prefix(err, "bench");
   }
   r->device_base_bytes = keep_base;
-  if (be && be->ops->destroy) be->ops->destroy(be);
   dit_backend_free(be);
   return s;
 }

@@ -209,7 +209,6 @@ dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps,
   }
   e2e_free(be, &m, &b);
   if (s != DIT_OK) dit_error_prefix(err, "bench e2e");
-  if (be->ops->destroy) be->ops->destroy(be);
   dit_backend_free(be);
   return s;
 }

@@ -12,6 +12,7 @@
 #include "io/json.h"
 #include "io/model_dir.h"
 #include "io/png.h"
+#include "pipeline/family.h"
 #include "io/safetensors.h"
 
 typedef struct weights_summary {
@@ -133,7 +134,10 @@ static dit_status print_model(const char *path, unsigned flags, FILE *out, dit_e
   DIT_TRY(dit_model_dir_open(path, &d, err));
   dit_status s = DIT_OK;
   uint64_t total_params = 0, total_bytes = 0;
-  fprintf(out, "model: %s\npipeline: %s\ncomponents: %zu\n", path, d->pipeline, d->n_components);
+  const dit_family *fam = dit_family_find(d->pipeline);
+  fprintf(out, "model: %s\npipeline: %s\nfamily: %s%s%s%s\ncomponents: %zu\n", path, d->pipeline,
+          fam ? fam->name : "none (this build cannot generate with it)", fam ? " (" : "", fam ? fam->title : "",
+          fam ? ")" : "", d->n_components);
   for (size_t i = 0; i < d->n_components && s == DIT_OK; i++) {
     const dit_component *c = &d->components[i];
     fprintf(out, "  %s: %s (%s)\n", c->name, c->cls, c->library);

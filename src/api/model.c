@@ -7,7 +7,6 @@
 
 #include "core/ctx.h"
 #include "pipeline/family.h"
-#include "pipeline/pipeline_common.h"
 
 struct dit_model {
   dit_model_rt rt;
@@ -32,17 +31,17 @@ void dit_model_free(dit_model *m) {
   free(m);
 }
 
-/* The host backend, and the device backend the models run on. */
+/* The host backend, and the device backend the models run on (the same one on the CPU). */
 static dit_status create_backends(dit_model *m, const dit_model_opts *o, dit_error *err) {
   if (o->device != DIT_DEVICE_CPU && o->device != DIT_DEVICE_CUDA)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown device %d", (int)o->device);
-  DIT_TRY(dit_backend_cpu_create(m->rt.ctx->params.n_threads, &m->rt.host, err));
-  DIT_TRY(dit_backend_cpu_set_precision(m->rt.host, o->cpu_precision, err));
+  const int threads = m->rt.ctx->params.n_threads;
+  DIT_TRY(dit_backend_create(DIT_DEVICE_CPU, 0, threads, o->cpu_precision, &m->rt.host, err));
   if (o->device == DIT_DEVICE_CPU) {
     m->rt.dev = m->rt.host;
     return DIT_OK;
   }
-  return dit_pipeline_device_backend(o->device, &m->rt.dev, err);
+  return dit_backend_create(o->device, 0, threads, o->cpu_precision, &m->rt.dev, err);
 }
 
 dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out) {
@@ -108,4 +107,13 @@ dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *
   dit_status s = m->family->generate(&m->rt, m->state, &q, out, stats, err);
   if (s != DIT_OK) dit_image_free(out);
   return s;
+}
+
+int dit_family_get(size_t i, const char **name, const char **title, const char *const **pipelines) {
+  const dit_family *f = dit_family_at(i);
+  if (!f) return 0;
+  if (name) *name = f->name;
+  if (title) *title = f->title;
+  if (pipelines) *pipelines = f->pipelines;
+  return 1;
 }

@@ -138,3 +138,38 @@ dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_d
   *block = blk;
   return DIT_OK;
 }
+
+void dit_backend_free(dit_backend *be) {
+  if (!be) return;
+  if (be->ops->destroy) be->ops->destroy(be); /* the backend's own state: pools, streams, handles */
+  free(be);
+}
+
+dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
+                              dit_backend **out, dit_error *err) {
+  *out = NULL;
+  if (kind == DIT_DEVICE_CPU) {
+    DIT_TRY(dit_backend_cpu_create(n_threads, out, err));
+    dit_status s = dit_backend_cpu_set_precision(*out, cpu_precision, err);
+    if (s != DIT_OK) {
+      dit_backend_free(*out);
+      *out = NULL;
+    }
+    return s;
+  }
+#ifdef DIT_HAVE_CUDA
+  if (kind == DIT_DEVICE_CUDA) return dit_backend_cuda_create(device, out, err);
+#endif
+  (void)device;
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build%s",
+                    kind == DIT_DEVICE_CUDA ? "cuda" : "?", kind == DIT_DEVICE_CUDA ? " (built without CUDA)" : "");
+}
+
+size_t dit_backend_device_used(dit_device_kind kind, int device) {
+#ifdef DIT_HAVE_CUDA
+  if (kind == DIT_DEVICE_CUDA) return dit_cuda_device_used(device);
+#endif
+  (void)kind;
+  (void)device;
+  return 0;
+}

@@ -158,9 +158,18 @@ struct dit_backend {
   void *impl;
 };
 
+/* The backend of a device kind: the CPU (n_threads <= 0: all online cores; its linear
+ * layers' precision) or CUDA device `device`. DIT_ERR_UNSUPPORTED when this build has no
+ * such device. Whoever creates a backend frees it, with dit_backend_free. */
+dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
+                              dit_backend **out, dit_error *err);
+/* Memory in use on the whole device now (total - free), 0 for the CPU or when unknown. */
+size_t dit_backend_device_used(dit_device_kind kind, int device);
+/* Destroys the backend's own state (ops->destroy) and frees it. NULL is a no-op. */
+void dit_backend_free(dit_backend *be);
+
 /* CPU backend (always available). n_threads <= 0: all online cores. */
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
-void dit_backend_free(dit_backend *be);
 /* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the
  * default: fp32 products; DIT_CPU_PRECISION_BF16: activations and weights rounded to bf16,
  * products accumulated in fp32, with vdpbf16ps where the CPU has AVX512-BF16). */
@@ -173,6 +182,8 @@ dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, d
  * stream (pageable host memory is staged before it returns; pinned memory must stay valid
  * until sync), download waits for its copy. Call ops from one host thread. */
 dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err);
+/* Memory in use on CUDA device `device` (total - free), 0 when it cannot be asked. */
+size_t dit_cuda_device_used(int device);
 #endif
 
 /* ---- generic helpers (backend.c) ---- */

@@ -41,15 +41,6 @@ dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out
   return DIT_OK;
 }
 
-dit_status dit_pipeline_device_backend(dit_device_kind device, dit_backend **out, dit_error *err) {
-  *out = NULL;
-#ifdef DIT_HAVE_CUDA
-  if (device == DIT_DEVICE_CUDA) return dit_backend_cuda_create(0, out, err);
-#endif
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build (built without CUDA)",
-                    device == DIT_DEVICE_CUDA ? "cuda" : "?");
-}
-
 void dit_fill_stats(dit_gen_stats *st, const double t[5], int steps) {
   st->encode_seconds = t[1] - t[0];
   st->load_seconds = t[2] - t[1];

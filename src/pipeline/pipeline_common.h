@@ -1,6 +1,6 @@
 /* Pieces every pipeline shares: the NaN/Inf guard that names the stage, the decoder
- * output's postprocessing to 8-bit RGB (as diffusers' VaeImageProcessor does), the device
- * backend and the stage times. */
+ * output's postprocessing to 8-bit RGB (as diffusers' VaeImageProcessor does), and the stage
+ * times. */
 #ifndef DIT_PIPELINE_COMMON_H
 #define DIT_PIPELINE_COMMON_H
 
@@ -16,10 +16,6 @@ dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_err
  * (x / 2 + 0.5).clamp(0, 1), then round(x * 255) half to even. NaN/Inf is an error
  * naming the VAE stage. On failure out is untouched. */
 dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err);
-
-/* A new backend for a device other than the CPU (free it with dit_backend_free).
- * DIT_ERR_UNSUPPORTED when this build has no such device. */
-dit_status dit_pipeline_device_backend(dit_device_kind device, dit_backend **out, dit_error *err);
 
 /* The stage times of one generate from the clock at its start, after the text encoder,
  * after the transformer's load, after the loop and at its end. */

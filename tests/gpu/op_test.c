@@ -1253,7 +1253,6 @@ int main(int argc, char **argv) {
   OK(ev.gpu->ops->sync(ev.gpu, E));
   cudaEventDestroy(ev.ev0);
   cudaEventDestroy(ev.ev1);
-  if (ev.gpu->ops->destroy) ev.gpu->ops->destroy(ev.gpu);
   dit_backend_free(ev.gpu);
   dit_backend_free(ev.cpu);
   return dt_finish();

@@ -26,8 +26,14 @@ static dit_status cpu_upload(dit_backend *be, void *dst, const void *src, size_t
 
 static dit_status cpu_sync(dit_backend *be, dit_error *err) { return DIT_OK; }
 
+static void cpu_destroy(dit_backend *be) {
+  free(be->impl);
+  be->impl = NULL;
+}
+
 static const dit_backend_ops cpu_ops = {
     .name = "cpu",
+    .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_upload,
@@ -89,13 +95,6 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
   be->impl = im;
   *out = be;
   return DIT_OK;
-}
-
-void dit_backend_free(dit_backend *be) {
-  if (!be) return;
-  if (be->ops->destroy) be->ops->destroy(be); /* device state: streams, handles, workspaces */
-  if (be->ops == &cpu_ops) free(be->impl);
-  free(be);
 }
 
 bool dit_cpu_set_simd(dit_backend *be, bool on) {

@@ -266,3 +266,13 @@ dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor 
   }
   return DIT_OK;
 }
+
+size_t dit_cuda_device_used(int device) {
+  size_t fr = 0, tot = 0;
+  int prev = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess) return 0;
+  if (cudaSetDevice(device) != cudaSuccess) return 0;
+  size_t used = cudaMemGetInfo(&fr, &tot) == cudaSuccess ? tot - fr : 0;
+  cudaSetDevice(prev);
+  return used;
+}

@@ -4,12 +4,11 @@
  * by calling our error function, which records the message and longjmps back; nothing is
  * printed and nothing aborts. */
 #include "io/png.h"
+#include "io/png_libpng.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <png.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,19 +110,18 @@ static dit_status check_target(const char *path, bool overwrite, char **dir_out,
 /* ---- libpng ----------------------------------------------------------------------- */
 
 typedef struct png_sink {
+  dit_png_jmp j;    /* first: libpng's error pointer is the sink */
   FILE *fp;
   int write_errno;  /* errno of the failed write, 0 if none */
-  char msg[256];    /* libpng's error message */
-  jmp_buf jmp;
 } png_sink;
 
-static void on_png_error(png_structp png, png_const_charp msg) {
-  png_sink *s = png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg ? msg : "libpng error");
-  longjmp(s->jmp, 1);
+void dit_png_on_error(png_structp png, png_const_charp msg) {
+  dit_png_jmp *j = png_get_error_ptr(png);
+  snprintf(j->msg, sizeof j->msg, "%s", msg ? msg : "libpng error");
+  longjmp(j->jmp, 1);
 }
 
-static void on_png_warning(png_structp png, png_const_charp msg) {
+void dit_png_on_warning(png_structp png, png_const_charp msg) {
   (void)png;
   (void)msg; /* warnings are not errors; never printed */
 }
@@ -144,18 +142,18 @@ static void on_png_flush(png_structp png) {
   }
 }
 
-/* Encodes the image into s->fp. Returns 0, or -1 with s->msg / s->write_errno set. */
+/* Encodes the image into s->fp. Returns 0, or -1 with s->j.msg / s->write_errno set. */
 static int encode(png_sink *s, const uint8_t *rgb, int width, int height, const char *const *keys,
                   const char *const *values, int n_text) {
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, s, on_png_error, on_png_warning);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, s, dit_png_on_error, dit_png_on_warning);
   if (!png) {
-    snprintf(s->msg, sizeof s->msg, "out of memory creating the PNG writer");
+    snprintf(s->j.msg, sizeof s->j.msg, "out of memory creating the PNG writer");
     return -1;
   }
   png_infop info = png_create_info_struct(png);
   png_text *volatile text = NULL;
-  if (!info || setjmp(s->jmp)) {
-    if (!info && !s->msg[0]) snprintf(s->msg, sizeof s->msg, "out of memory creating the PNG writer");
+  if (!info || setjmp(s->j.jmp)) {
+    if (!info && !s->j.msg[0]) snprintf(s->j.msg, sizeof s->j.msg, "out of memory creating the PNG writer");
     png_destroy_write_struct(&png, info ? &info : NULL);
     free(text);
     return -1;
@@ -252,7 +250,7 @@ dit_status dit_png_write(const char *path, const uint8_t *rgb, int width, int he
   } else {
     int rc = encode(&sink, rgb, width, height, keys, values, n_text);
     if (rc != 0 && sink.write_errno) st = io_error(path, "writing", sink.write_errno, err);
-    else if (rc != 0) st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: libpng: %s", path, sink.msg);
+    else if (rc != 0) st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: libpng: %s", path, sink.j.msg);
     if (st == DIT_OK && fflush(sink.fp) != 0) st = io_error(path, "writing", errno, err);
     if (st == DIT_OK && fsync(fd) != 0) st = io_error(path, "fsync", errno, err);
     if (fclose(sink.fp) != 0 && st == DIT_OK) st = io_error(path, "closing", errno, err);

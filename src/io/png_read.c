@@ -2,29 +2,13 @@
  * (tEXt, zTXt, iTXt, before or after the image data), through libpng with its limits on.
  * The pixels are decoded row by row into one row buffer and dropped: only the metadata is
  * wanted, and a damaged image still fails here rather than later in a viewer. */
-#include <png.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/png.h"
+#include "io/png_libpng.h"
 
-typedef struct png_src {
-  char msg[256];
-  jmp_buf jmp;
-} png_src;
-
-static void on_read_error(png_structp png, png_const_charp msg) {
-  png_src *s = png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg ? msg : "libpng error");
-  longjmp(s->jmp, 1);
-}
-
-static void on_read_warning(png_structp png, png_const_charp msg) {
-  (void)png;
-  (void)msg;
-}
 
 void dit_png_text_free(dit_png_text *t) {
   if (!t) return;
@@ -72,8 +56,8 @@ dit_status dit_png_read_text(const char *path, dit_png_text *out, dit_error *err
     fclose(fp);
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: not a PNG file", path);
   }
-  png_src src = {0};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, on_read_error, on_read_warning);
+  dit_png_jmp src = {0};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, dit_png_on_error, dit_png_on_warning);
   png_infop info = png ? png_create_info_struct(png) : NULL, end = png ? png_create_info_struct(png) : NULL;
   png_bytep volatile row = NULL;
   if (!png || !info || !end || setjmp(src.jmp)) {

@@ -278,9 +278,38 @@ EOF
   tar czf "$final/run.tgz" -C "$final" run && echo "logs: $final/run.tgz"
 }
 
+# Before/after timing of two ditrun binaries on the device, alternating A B A B ... (ROUNDS, 3)
+# so that clock and power drift falls on both: bench/gpu_run.sh ab OLD NEW [ARCH...] (default
+# zimage flux2-klein-4b; RES 1024, ITERS 20). Prints each run's median and the medians of both.
+ab() {
+  local old=$1 new=$2
+  shift 2
+  local archs=("$@")
+  [ ${#archs[@]} -eq 0 ] && archs=(zimage flux2-klein-4b)
+  export LD_LIBRARY_PATH="$PWD/.devlibs$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local arch r bin
+  for arch in "${archs[@]}"; do
+    for r in $(seq 1 "${ROUNDS:-3}"); do
+      for bin in "$old" "$new"; do
+        timeout 200 "$bin" bench --arch "$arch" --device cuda --res "${RES:-1024}" --iters "${ITERS:-20}" --warmup 5 \
+          --no-profile --json 2>/dev/null | python3 -c "import json,sys; b=json.load(sys.stdin); \
+print('$arch', '$bin', round(b['ms_median'], 3))" || echo "$arch $bin failed"
+      done
+    done
+  done | tee /tmp/ab.txt
+  python3 - <<'PYEOF'
+import statistics as st
+rows = [l.split() for l in open("/tmp/ab.txt") if not l.strip().endswith("failed")]
+for arch in dict.fromkeys(r[0] for r in rows):
+    m = {b: st.median(float(r[2]) for r in rows if r[0] == arch and r[1] == b) for b in dict.fromkeys(r[1] for r in rows if r[0] == arch)}
+    print(arch, "median of medians:", ", ".join(f"{b} {v:.3f} ms" for b, v in m.items()))
+PYEOF
+}
+
 case "$cmd" in
   pack) pack "$@" ;;
   run) run "$@" ;;
+  ab) ab "$@" ;;
   *)
     sed -n '2,20p' "$0"
     exit 2

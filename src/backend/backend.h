@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "backend/backend_ops.h"
 
 typedef enum dit_act {
   DIT_ACT_NONE = 0,
@@ -44,90 +45,11 @@ typedef struct dit_backend_ops {
   dit_status (*download)(dit_backend *be, void *dst_host, const void *src, size_t bytes, dit_error *err);
   dit_status (*sync)(dit_backend *be, dit_error *err);
 
-  /* y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]). x may be [..., K] (leading dims flattened).
-   * x and y may be row views (e.g. y a column slice of a wider buffer: ldc != N). b may be
-   * NULL. y must not alias x. */
-  dit_status (*linear)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                       const dit_tensor *b, dit_act act, dit_error *err);
-  /* Row-wise over the last dim D: y = x / sqrt(mean(x^2) + eps) * w (w [D] or NULL). y may alias x. */
-  dit_status (*rms_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
-                         dit_error *err);
-  /* Row-wise over the last dim: y = (x - mean) / sqrt(var + eps) * w + b (w, b [D] or NULL). y may alias x. */
-  dit_status (*layer_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                           const dit_tensor *b, float eps, dit_error *err);
-  /* x [B,C,H,W]: GroupNorm over (C/groups, H, W), affine w, b [C] (or NULL), then SiLU if silu. y may alias x. */
-  dit_status (*group_norm)(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
-                           const dit_tensor *b, float eps, bool silu, dit_error *err);
-  /* Scaled dot-product attention. q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (Hq % Hkv == 0, GQA),
-   * out [B,Sq,Hq,D]; each of q, k, v, out may be strided [B,S,H,D] (e.g. column slices of a
-   * fused QKV projection). key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks
-   * key j > query i. A query row with no visible key yields zeros. out must not overlap q, k, v. */
-  dit_status (*attention)(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
-                          const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
-                          dit_error *err);
-  /* In place: x [B,S,H,D] (strided on the CPU) rotated by angles with cos, sin [B,S,D/2] or [S,D/2] (F32). */
-  dit_status (*rope)(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
-                     dit_rope_mode mode, dit_error *err);
-  /* y = act(x), elementwise. y may alias x. */
-  dit_status (*activation)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err);
-  /* y = silu(a) * b, elementwise, same shapes; y, a, b may be row views. y may alias a or b. */
-  dit_status (*swiglu)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-  /* x [B,S,D]: y = x * (1 + scale[B,D]) + shift[B,D]; shift may be NULL. y may alias x. */
-  dit_status (*modulate)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
-                         const dit_tensor *shift, dit_error *err);
-  /* x [B,S,D] += g * y, g = gate[B,D] (tanh(gate) if tanh_gate), or 1 when gate is NULL. */
-  dit_status (*gated_add)(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
-                          bool tanh_gate, dit_error *err);
-  /* Elementwise on equal shapes; y may alias a or b. */
-  dit_status (*add)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-  dit_status (*mul)(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-  /* y = x * s. y may alias x. */
-  dit_status (*scale)(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err);
-  /* Softmax over the last dim. y may alias x. */
-  dit_status (*softmax)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
-  /* y [N,D] F32 = table[ids[n]] (table [V,D] in its stored dtype, ids [N] I32 or I64).
-   * An id outside [0, V) is DIT_ERR_INVALID_ARG. */
-  dit_status (*embedding)(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
-                          dit_error *err);
-  /* y [B,Co,Ho,Wo] = conv(x [B,Ci,H,W], w [Co,Ci,kh,kw]) + b [Co] (b may be NULL),
-   * zero padding `pad` on every side, stride `stride`. */
-  dit_status (*conv2d)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                       const dit_tensor *b, int stride, int pad, dit_error *err);
-  /* y [B,C,2H,2W] = nearest-neighbour 2x upsample of x [B,C,H,W]. */
-  dit_status (*upsample2x)(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
-  /* Sinusoidal embedding y [N,dim] of t [N] (F32), as diffusers' get_timestep_embedding:
-   * half = dim/2, freq_i = exp(-ln(max_period) * i / (half - shift)), arg = scale * t * freq,
-   * output [sin, cos] or [cos, sin] when flip_sin_to_cos; odd dim pads a zero column. */
-  dit_status (*timestep_embedding)(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
-                                   float max_period, float shift, float scale, bool flip_sin_to_cos,
-                                   dit_error *err);
-  /* dst = src element by element, any strides (views: permute, slice, concat into a
-   * slice), same shape; converts dtype when they differ (float types). */
-  dit_status (*copy)(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
-  /* ---- fused ops (optional: NULL where a backend lacks one). Call them through the
-   * dit_op_* helpers below, which run the unfused sequence when the op is NULL. Each one's
-   * result is that of its unfused sequence (intermediates may stay in fp32 on a GPU). ---- */
-  /* x [B,S,H,D] in place (may be strided): x = rope(rms_norm(x) * w) (per head row of D; w [D]
-   * or NULL). The unfused sequence runs a strided x through a temporary contiguous copy. */
-  dit_status (*rms_norm_rope)(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
-                              const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
-  /* x [B,S,D]: y = rms_norm(x) * w * (1 + scale[B,D]) (scale NULL: plain rms_norm). y may alias x. */
-  dit_status (*rms_norm_mod)(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                             const dit_tensor *scale, float eps, dit_error *err);
-  /* Gated residual between norms, x and r [B,S,D]: x += g * rms_norm(r) * wr (g as gated_add);
-   * then, when h is not NULL, h = rms_norm(x) * wh * (1 + scale) (as rms_norm_mod). r is
-   * scratch: its contents afterwards are unspecified. h must not alias x or r. */
-  dit_status (*residual_norm)(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
-                              const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
-                              const dit_tensor *scale, float eps, dit_error *err);
-  /* Gated residual, then LayerNorm + modulation (the FLUX/MMDiT block pattern), x [B,S,D]:
-   * when r is not NULL, x += g * r (g = gate[B,D], or 1 when gate is NULL; r [B,S,D] is only
-   * read); then, when h is not NULL, h = layer_norm(x) * (1 + scale[B,D]) + shift[B,D]
-   * (LayerNorm without affine; scale / shift NULL: none; a shift needs a scale). h may alias x
-   * only when r is NULL; it must not alias r. */
-  dit_status (*residual_layer_norm)(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
-                                    dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
-                                    dit_error *err);
+  /* ---- the compute ops: one field per row of DIT_BACKEND_OPS (backend_ops.h, with each
+   * op's contract) ---- */
+#define DIT_OP_FIELD(name, params, args) dit_status (*name)(dit_backend * be, DIT_EXPAND params);
+  DIT_BACKEND_OPS(DIT_OP_FIELD)
+#undef DIT_OP_FIELD
   /* ---- optional graph capture (NULL where a backend has none; CUDA graphs on the GPU).
    * Between capture_begin and capture_end the backend records the ops it is given instead of
    * running them; capture_end (keep = false discards) returns a replayable graph, and
@@ -216,7 +138,7 @@ dit_status dit_backend_check_act_dtype(const dit_backend *be, dit_dtype dt, cons
  * (live and peak). The profiler does not own inner; free it with dit_backend_profiler_free
  * (not dit_backend_free). */
 typedef enum dit_op_class { DIT_OPC_GEMM = 0, DIT_OPC_ATTENTION, DIT_OPC_ELEMENTWISE, DIT_OPC_COUNT } dit_op_class;
-#define DIT_PROF_OPS 24
+#define DIT_PROF_OPS DIT_N_OPS
 #define DIT_PROF_SHAPES 48
 typedef struct dit_prof_shape {
   int64_t m, n, k; /* y[m, n] = x[m, k] w[n, k]^T */

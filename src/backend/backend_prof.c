@@ -11,18 +11,13 @@
 #include "backend/backend.h"
 #include "core/timer.h"
 
-enum {
-  OP_LINEAR = 0, OP_RMS_NORM, OP_LAYER_NORM, OP_GROUP_NORM, OP_ATTENTION, OP_ROPE, OP_ACTIVATION, OP_SWIGLU,
-  OP_MODULATE, OP_GATED_ADD, OP_ADD, OP_MUL, OP_SCALE, OP_SOFTMAX, OP_EMBEDDING, OP_CONV2D, OP_UPSAMPLE2X,
-  OP_TIMESTEP, OP_COPY, OP_RMS_NORM_ROPE, OP_RMS_NORM_MOD, OP_RESIDUAL_NORM,
-  OP_RESIDUAL_LAYER_NORM, OP_COUNT
-};
-
-static const char *const op_names[OP_COUNT] = {
-    "linear", "rms_norm", "layer_norm", "group_norm", "attention", "rope", "activation",
-    "swiglu", "modulate", "gated_add", "add", "mul", "scale", "softmax",
-    "embedding", "conv2d", "upsample2x", "timestep_embedding", "copy",
-    "rms_norm_rope", "rms_norm_mod", "residual_norm", "residual_layer_norm"};
+/* One slot per op of DIT_BACKEND_OPS: OP_linear, OP_rms_norm, ... */
+#define PROF_OP_ENUM(name, params, args) OP_##name,
+enum { DIT_BACKEND_OPS(PROF_OP_ENUM) OP_COUNT };
+#undef PROF_OP_ENUM
+#define PROF_OP_NAME(name, params, args) #name,
+static const char *const op_names[OP_COUNT] = {DIT_BACKEND_OPS(PROF_OP_NAME)};
+#undef PROF_OP_NAME
 
 typedef struct prof_alloc {
   void *p;
@@ -50,8 +45,8 @@ typedef struct prof_backend {
 const char *dit_prof_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
 
 dit_op_class dit_prof_op_class(int op) {
-  if (op == OP_LINEAR || op == OP_CONV2D) return DIT_OPC_GEMM;
-  if (op == OP_ATTENTION) return DIT_OPC_ATTENTION;
+  if (op == OP_linear || op == OP_conv2d) return DIT_OPC_GEMM;
+  if (op == OP_attention) return DIT_OPC_ATTENTION;
   return DIT_OPC_ELEMENTWISE;
 }
 
@@ -169,87 +164,18 @@ static dit_status w_sync(dit_backend *be, dit_error *err) {
   return in->ops->sync(in, err);
 }
 
-typedef dit_tensor T;
-typedef const dit_tensor CT;
-static dit_status w_linear(dit_backend *be, T *y, CT *x, CT *w, CT *b, dit_act act, dit_error *err) {
+static dit_status w_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                           const dit_tensor *b, dit_act act, dit_error *err) {
   const int shp = shape_slot(P(be), x, w);
-  FORWARD_SHAPE(OP_LINEAR, shp, in->ops->linear(in, y, x, w, b, act, err));
+  FORWARD_SHAPE(OP_linear, shp, in->ops->linear(in, y, x, w, b, act, err));
 }
-static dit_status w_rms_norm(dit_backend *be, T *y, CT *x, CT *w, float eps, dit_error *err) {
-  FORWARD(OP_RMS_NORM, in->ops->rms_norm(in, y, x, w, eps, err));
-}
-static dit_status w_layer_norm(dit_backend *be, T *y, CT *x, CT *w, CT *b, float eps, dit_error *err) {
-  FORWARD(OP_LAYER_NORM, in->ops->layer_norm(in, y, x, w, b, eps, err));
-}
-static dit_status w_group_norm(dit_backend *be, T *y, CT *x, int g, CT *w, CT *b, float eps, bool silu,
-                               dit_error *err) {
-  FORWARD(OP_GROUP_NORM, in->ops->group_norm(in, y, x, g, w, b, eps, silu, err));
-}
-static dit_status w_attention(dit_backend *be, T *o, CT *q, CT *k, CT *v, CT *mask, float sc, bool causal,
-                              dit_error *err) {
-  FORWARD(OP_ATTENTION, in->ops->attention(in, o, q, k, v, mask, sc, causal, err));
-}
-static dit_status w_rope(dit_backend *be, T *x, CT *c, CT *s, dit_rope_mode mode, dit_error *err) {
-  FORWARD(OP_ROPE, in->ops->rope(in, x, c, s, mode, err));
-}
-static dit_status w_activation(dit_backend *be, T *y, CT *x, dit_act act, dit_error *err) {
-  FORWARD(OP_ACTIVATION, in->ops->activation(in, y, x, act, err));
-}
-static dit_status w_swiglu(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
-  FORWARD(OP_SWIGLU, in->ops->swiglu(in, y, a, b, err));
-}
-static dit_status w_modulate(dit_backend *be, T *y, CT *x, CT *sc, CT *sh, dit_error *err) {
-  FORWARD(OP_MODULATE, in->ops->modulate(in, y, x, sc, sh, err));
-}
-static dit_status w_gated_add(dit_backend *be, T *x, CT *y, CT *g, bool th, dit_error *err) {
-  FORWARD(OP_GATED_ADD, in->ops->gated_add(in, x, y, g, th, err));
-}
-static dit_status w_add(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
-  FORWARD(OP_ADD, in->ops->add(in, y, a, b, err));
-}
-static dit_status w_mul(dit_backend *be, T *y, CT *a, CT *b, dit_error *err) {
-  FORWARD(OP_MUL, in->ops->mul(in, y, a, b, err));
-}
-static dit_status w_scale(dit_backend *be, T *y, CT *x, float s, dit_error *err) {
-  FORWARD(OP_SCALE, in->ops->scale(in, y, x, s, err));
-}
-static dit_status w_softmax(dit_backend *be, T *y, CT *x, dit_error *err) {
-  FORWARD(OP_SOFTMAX, in->ops->softmax(in, y, x, err));
-}
-static dit_status w_embedding(dit_backend *be, T *y, CT *tab, CT *ids, dit_error *err) {
-  FORWARD(OP_EMBEDDING, in->ops->embedding(in, y, tab, ids, err));
-}
-static dit_status w_conv2d(dit_backend *be, T *y, CT *x, CT *w, CT *b, int stride, int pad, dit_error *err) {
-  FORWARD(OP_CONV2D, in->ops->conv2d(in, y, x, w, b, stride, pad, err));
-}
-static dit_status w_upsample2x(dit_backend *be, T *y, CT *x, dit_error *err) {
-  FORWARD(OP_UPSAMPLE2X, in->ops->upsample2x(in, y, x, err));
-}
-static dit_status w_timestep(dit_backend *be, T *y, CT *t, int dim, float mp, float sh, float sc, bool flip,
-                             dit_error *err) {
-  FORWARD(OP_TIMESTEP, in->ops->timestep_embedding(in, y, t, dim, mp, sh, sc, flip, err));
-}
-static dit_status w_copy(dit_backend *be, T *dst, CT *src, dit_error *err) {
-  FORWARD(OP_COPY, in->ops->copy(in, dst, src, err));
-}
-
-static dit_status w_rms_norm_rope(dit_backend *be, T *x, CT *w, float eps, CT *c, CT *s, dit_rope_mode mode,
-                                  dit_error *err) {
-  FORWARD(OP_RMS_NORM_ROPE, in->ops->rms_norm_rope(in, x, w, eps, c, s, mode, err));
-}
-static dit_status w_rms_norm_mod(dit_backend *be, T *y, CT *x, CT *w, CT *sc, float eps, dit_error *err) {
-  FORWARD(OP_RMS_NORM_MOD, in->ops->rms_norm_mod(in, y, x, w, sc, eps, err));
-}
-static dit_status w_residual_norm(dit_backend *be, T *x, T *r, CT *wr, CT *g, bool th, T *h, CT *wh, CT *sc,
-                                  float eps, dit_error *err) {
-  FORWARD(OP_RESIDUAL_NORM, in->ops->residual_norm(in, x, r, wr, g, th, h, wh, sc, eps, err));
-}
-
-static dit_status w_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *g,
-                                       dit_tensor *h, const dit_tensor *sc, const dit_tensor *sh, float eps,
-                                       dit_error *err) {
-  FORWARD(OP_RESIDUAL_LAYER_NORM, in->ops->residual_layer_norm(in, x, r, g, h, sc, sh, eps, err));
-}
+/* Every other op: forwarded, timed as its own slot. */
+#define PROF_FORWARDER(name, params, args)                                   \
+  static dit_status w_##name(dit_backend *be, DIT_EXPAND params) {           \
+    FORWARD(OP_##name, in->ops->name(in, DIT_EXPAND args));                   \
+  }
+DIT_BACKEND_OTHER_OPS(PROF_FORWARDER)
+#undef PROF_FORWARDER
 
 /* Graph capture passes through while the profiler is off; while it times ops, it answers
  * "not now" so the ops run one by one. */
@@ -280,35 +206,13 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
       .name = io->name, .alloc = w_alloc, .free = w_free, .upload = w_upload, .download = w_download,
       .sync = w_sync, .destroy = NULL};
   /* keep an op NULL where the inner backend lacks it */
-#define SET(f, w) p->ops.f = io->f ? w : NULL
-  SET(linear, w_linear);
-  SET(rms_norm, w_rms_norm);
-  SET(layer_norm, w_layer_norm);
-  SET(group_norm, w_group_norm);
-  SET(attention, w_attention);
-  SET(rope, w_rope);
-  SET(activation, w_activation);
-  SET(swiglu, w_swiglu);
-  SET(modulate, w_modulate);
-  SET(gated_add, w_gated_add);
-  SET(add, w_add);
-  SET(mul, w_mul);
-  SET(scale, w_scale);
-  SET(softmax, w_softmax);
-  SET(embedding, w_embedding);
-  SET(conv2d, w_conv2d);
-  SET(upsample2x, w_upsample2x);
-  SET(timestep_embedding, w_timestep);
-  SET(copy, w_copy);
-  SET(rms_norm_rope, w_rms_norm_rope);
-  SET(rms_norm_mod, w_rms_norm_mod);
-  SET(residual_norm, w_residual_norm);
-  SET(residual_layer_norm, w_residual_layer_norm);
-  SET(capture_begin, w_capture_begin);
-  SET(capture_end, w_capture_end);
-  SET(graph_launch, w_graph_launch);
-  SET(graph_free, w_graph_free);
-#undef SET
+#define SET_OP(name, params, args) p->ops.name = io->name ? w_##name : NULL;
+  DIT_BACKEND_OPS(SET_OP)
+#undef SET_OP
+  p->ops.capture_begin = io->capture_begin ? w_capture_begin : NULL;
+  p->ops.capture_end = io->capture_end ? w_capture_end : NULL;
+  p->ops.graph_launch = io->graph_launch ? w_graph_launch : NULL;
+  p->ops.graph_free = io->graph_free ? w_graph_free : NULL;
   p->be.ops = &p->ops;
   p->be.n_threads = inner->n_threads;
   p->be.impl = p;

@@ -31,6 +31,10 @@ static void cpu_destroy(dit_backend *be) {
   be->impl = NULL;
 }
 
+/* Every op of DIT_BACKEND_OPS is cpu_<op>. The fused ops are bit-identical to their unfused
+ * sequences (backend_fused.c), one pass per row (cpu_fused.c), so CPU numbers stay put; the
+ * CPU has no fused residual_layer_norm: dit_op_residual_layer_norm runs the sequence. */
+#define cpu_residual_layer_norm NULL
 static const dit_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -39,30 +43,9 @@ static const dit_backend_ops cpu_ops = {
     .upload = cpu_upload,
     .download = cpu_upload,
     .sync = cpu_sync,
-    .linear = cpu_linear,
-    .rms_norm = cpu_rms_norm,
-    .layer_norm = cpu_layer_norm,
-    .group_norm = cpu_group_norm,
-    .attention = cpu_attention,
-    .rope = cpu_rope,
-    .activation = cpu_activation,
-    .swiglu = cpu_swiglu,
-    .modulate = cpu_modulate,
-    .gated_add = cpu_gated_add,
-    .add = cpu_add,
-    .mul = cpu_mul,
-    .scale = cpu_scale,
-    .softmax = cpu_softmax,
-    .embedding = cpu_embedding,
-    .conv2d = cpu_conv2d,
-    .upsample2x = cpu_upsample2x,
-    .timestep_embedding = cpu_timestep_embedding,
-    .copy = cpu_copy,
-    /* fused ops: bit-identical to their unfused sequences (backend_fused.c), so CPU numbers
-     * stay put; one pass per row (cpu_fused.c) */
-    .rms_norm_rope = cpu_rms_norm_rope,
-    .rms_norm_mod = cpu_rms_norm_mod,
-    .residual_norm = cpu_residual_norm,
+#define CPU_OP(name, params, args) .name = cpu_##name,
+    DIT_BACKEND_OPS(CPU_OP)
+#undef CPU_OP
 };
 
 static bool detect_avx512(void) {

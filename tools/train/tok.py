@@ -114,6 +114,15 @@ class Tokenizer:
             json.dump(cfg, f, ensure_ascii=False, indent=1)
 
 
+def load(folder):
+    """The Tokenizer that save() wrote to folder (same vocabulary, merges and special ids)."""
+    with open(f"{folder}/tokenizer.json") as f:
+        tj = json.load(f)
+    tk = Tokenizer(tj["model"]["vocab"], [tuple(m) for m in tj["model"]["merges"]])
+    assert {a["content"]: a["id"] for a in tj["added_tokens"]} == tk.special, "special token ids differ"
+    return tk
+
+
 def train(texts, max_merges=4000):
     """Byte-level BPE on texts (special tokens are split off first): merges the most frequent
     adjacent pair until every piece of the corpus is one token or max_merges is reached."""

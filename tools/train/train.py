@@ -8,6 +8,10 @@ weights. The EMA weights, rounded to bf16, are what gets written. Milestone fold
 on the way (--milestones), each the same as a run stopped at that step (constant learning rate
 after warm-up), and scored on the held-out captions with the PyTorch sampler (sample.py).
 
+--resume DIR continues from a folder this script wrote: its tokenizer, VAE (weights, latent
+shift/scale) and architecture are kept, stages 1-2 are skipped, and stage 4 starts from its text
+encoder and transformer weights (the EMA too) for --dit-steps more steps.
+
     python3 train.py --out OUT_DIR [--seed 0] [--device cuda]      (see --help; README.md)"""
 import argparse
 import json
@@ -85,6 +89,11 @@ MODEL_INDEX = {
 }
 
 
+# options that --resume ignores: the tokenizer, the VAE and the architecture come from the folder
+RESUME_KEEPS = ("latent_channels", "vae_steps", "vae_batch", "vae_lr", "kl_weight", "te_hidden", "te_heads",
+                "te_layers", "dit_dim", "dit_heads", "dit_layers")
+
+
 def all_captions():
     S = shapes
     caps = [S.group_caption(n, c, s, bg) for n in (1, 2, 3) for c in S.COLOR_NAMES for s in S.SHAPES
@@ -104,11 +113,28 @@ def init_weights(module, std=0.02):
 
 
 def lr_at(step, base, warmup):
-    return base * min(1.0, (step + 1) / warmup)
+    return base * min(1.0, (step + 1) / max(warmup, 1))
 
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def read_json(*path):
+    with open(os.path.join(*path)) as f:
+        return json.load(f)
+
+
+def load_weights(module, *path):
+    module.load_state_dict(st.load(os.path.join(*path)))
+    return module
+
+
+def load_vae(folder, dev):
+    """--resume: the folder's autoencoder and its config (with the latent shift/scale it holds)."""
+    cfg = read_json(folder, "vae", "config.json")
+    vae = load_weights(modules.AutoencoderKL(cfg), folder, "vae", "diffusion_pytorch_model.safetensors")
+    return vae.to(dev).eval(), cfg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,8 +169,9 @@ def train_vae(a, dev):
 
 
 @torch.no_grad()
-def build_dataset(a, vae, tk, dev):
-    """N training scenes -> latents (the encoder's mean), their scale/shift, token ids and lengths."""
+def build_dataset(a, vae, tk, dev, norm=None):
+    """N training scenes -> latents (the encoder's mean), their scale/shift, token ids and lengths.
+    norm = (shift, scale) to use instead of the data set's own (--resume keeps the folder's)."""
     rng = np.random.default_rng(a.seed + 2)
     lat, ids, lens = [], torch.full((a.n_data, CAP_TOKENS), tk.special["<|endoftext|>"], dtype=torch.int32), []
     t0 = time.time()
@@ -171,6 +198,9 @@ def build_dataset(a, vae, tk, dev):
     shift = lat.mean().item()
     scale = 1.0 / (lat - shift).std().item()
     log(f"data: {a.n_data} scenes encoded in {time.time() - t0:.0f} s; latent shift {shift:.4f} scale {scale:.4f}")
+    if norm:
+        shift, scale = norm
+        log(f"data: normalized with the resumed folder's shift {shift:.4f} scale {scale:.4f}")
     return ((lat - shift) * scale).to(torch.bfloat16), ids.to(dev), torch.tensor(lens, device=dev), shift, scale
 
 
@@ -202,21 +232,31 @@ class EMA:
 
 def train_dit(a, data, tk, vae, vcfg, dev):
     lat, ids, lens, shift, scale = data
-    tcfg = te_config(tk.n_ids, a)
-    dcfg = dit_config(a, a.latent_channels)
-    te = init_weights(modules.Qwen3Encoder(tcfg)).to(dev)
-    dit = init_weights(modules.ZImageDiT(dcfg)).to(dev)
-    with torch.no_grad():  # adaLN-zero: every modulated block starts as the identity, the output at 0
-        for n, p in dit.named_parameters():
-            if "adaLN_modulation" in n or n.startswith("all_final_layer.2-1.linear"):
-                p.zero_()
+    done = 0  # transformer steps already trained (--resume)
+    if a.resume:
+        tcfg = read_json(a.resume, "text_encoder", "config.json")
+        dcfg = read_json(a.resume, "transformer", "config.json")
+        te = load_weights(modules.Qwen3Encoder(tcfg), a.resume, "text_encoder", "model.safetensors").to(dev)
+        dit = load_weights(modules.ZImageDiT(dcfg), a.resume, "transformer",
+                           "diffusion_pytorch_model.safetensors").to(dev)
+        done = read_json(a.resume, "training_config.json")["dit_steps_done"]
+        log(f"resumed from {a.resume} at transformer step {done}")
+    else:
+        tcfg = te_config(tk.n_ids, a)
+        dcfg = dit_config(a, a.latent_channels)
+        te = init_weights(modules.Qwen3Encoder(tcfg)).to(dev)
+        dit = init_weights(modules.ZImageDiT(dcfg)).to(dev)
+        with torch.no_grad():  # adaLN-zero: every modulated block starts as the identity, the output at 0
+            for n, p in dit.named_parameters():
+                if "adaLN_modulation" in n or n.startswith("all_final_layer.2-1.linear"):
+                    p.zero_()
     params = list(te.parameters()) + list(dit.parameters())
     log(f"text encoder {sum(p.numel() for p in te.parameters()) / 1e6:.2f} M params, transformer "
         f"{sum(p.numel() for p in dit.parameters()) / 1e6:.2f} M params")
     fused = {"fused": True} if dev.type == "cuda" else {}
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.99), weight_decay=0.0, **fused)
     ema = EMA([te, dit], a.ema)
-    g = torch.Generator(device=dev).manual_seed(a.seed + 3)
+    g = torch.Generator(device=dev).manual_seed(a.seed + 3 + done)  # new batches and noise after a resume
     empty = torch.tensor(tk.encode(tok.chat("")), dtype=torch.int32, device=dev)
     milestones = sorted(set(int(m) for m in a.milestones.split(",") if m) | {a.dit_steps})
     t0 = time.time()
@@ -242,15 +282,15 @@ def train_dit(a, data, tk, vae, vcfg, dev):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        ema.update(min(a.ema, (1 + step) / (10 + step)))
+        ema.update(min(a.ema, (1 + done + step) / (10 + done + step)))
         if step % 500 == 0:
-            log(f"dit step {step}: loss {loss.item():.4f} ({time.time() - t0:.0f} s)")
-        if step + 1 in milestones:
-            folder = f"{a.out.rstrip('/')}-step{step + 1}" if step + 1 != a.dit_steps else a.out
+            log(f"dit step {done + step}: loss {loss.item():.4f} ({time.time() - t0:.0f} s)")
+        if step + 1 in milestones:  # folders and logs count all the steps, those before a resume too
+            folder = f"{a.out.rstrip('/')}-step{done + step + 1}" if step + 1 != a.dit_steps else a.out
             te_e, dit_e = modules.Qwen3Encoder(tcfg).to(dev), modules.ZImageDiT(dcfg).to(dev)
             ema.copy_to([te_e, dit_e])
-            export(folder, a, tk, te_e, tcfg, dit_e, dcfg, vae, vcfg, shift, scale, step + 1)
-            evaluate(folder, te_e, dit_e, vae, tk, shift, scale, dev, step + 1)
+            export(folder, a, tk, te_e, tcfg, dit_e, dcfg, vae, vcfg, shift, scale, done + step + 1)
+            evaluate(folder, te_e, dit_e, vae, tk, shift, scale, dev, done + step + 1)
             del te_e, dit_e
 
 
@@ -270,11 +310,14 @@ def export(folder, a, tk, te, tcfg, dit, dcfg, vae, vcfg, shift, scale, step):
     vc = dict(vcfg, scaling_factor=round(scale, 4), shift_factor=round(shift, 4))
     dump(vc, "vae", "config.json")
     st.save(os.path.join(folder, "vae", "diffusion_pytorch_model.safetensors"), vae.state_dict())
-    args = {k: v for k, v in vars(a).items() if k not in ("out", "device")}
+    unused = RESUME_KEEPS if a.resume else ()  # taken from the resumed folder, not from these options
+    args = {k: v for k, v in vars(a).items() if k not in ("out", "device", *unused)}
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items() if v != "")
     dump({"command": f"python3 tools/train/train.py --out {folder} {flags}",
           "args": args, "dit_steps_done": step, "torch": torch.__version__,
-          "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}, "training_config.json")
+          "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+          **({"resumed_from": read_json(a.resume, "training_config.json")} if a.resume else {})},
+         "training_config.json")
     log(f"wrote {folder} (step {step})")
 
 
@@ -316,6 +359,7 @@ def main():
     p.add_argument("--ema", type=float, default=0.999)
     p.add_argument("--cap-dropout", type=float, default=0.1)
     p.add_argument("--milestones", default="", help="comma-separated steps at which to also write step<N>/")
+    p.add_argument("--resume", default="", help="model folder to continue training from (its tokenizer, VAE, architecture, weights)")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
@@ -323,10 +367,17 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    tk = tok.train([tok.chat(c) for c in all_captions()])
-    log(f"tokenizer: {len(tk.vocab)} entries, {len(tk.merges)} merges")
-    vae, vcfg = train_vae(a, dev)
-    data = build_dataset(a, vae, tk, dev)
+    if a.resume:  # the folder's tokenizer and autoencoder, so token ids and latents stay what they were
+        tk = tok.load(os.path.join(a.resume, "tokenizer"))
+        log(f"tokenizer: {len(tk.vocab)} entries, {len(tk.merges)} merges, from {a.resume}")
+        vae, vcfg = load_vae(a.resume, dev)
+        norm = (vcfg["shift_factor"], vcfg["scaling_factor"])
+    else:
+        tk = tok.train([tok.chat(c) for c in all_captions()])
+        log(f"tokenizer: {len(tk.vocab)} entries, {len(tk.merges)} merges")
+        vae, vcfg = train_vae(a, dev)
+        norm = None
+    data = build_dataset(a, vae, tk, dev, norm)
     train_dit(a, data, tk, vae, vcfg, dev)
     log(f"done in {time.time() - t0:.0f} s")
 

@@ -1,6 +1,8 @@
 /* What `ditrun generate` decides and writes around the pixels, on the shipped model
  * (models/shapes-128):
  * - its ditrun.json defaults: no -W/-H/--steps gives 128x128 and says where that came from;
+ *   "a C triangle on a white background" with no size, steps or seed shows a C triangle on
+ *   white for C = green, red, blue, yellow (checked on the pixels);
  *   no -p draws the sample prompt; bad ditrun.json files stop with exit 2 naming the key;
  * - the PNG "parameters" text, read back by a reader that follows the web UIs' rules
  *   (the last line holds >= 3 pairs matched by their regular expression; quoted values are
@@ -147,6 +149,73 @@ static int file_has(const char *path, const char *needle) {
 }
 
 /* ---- the checks -------------------------------------------------------------------------- */
+/* The shapes-128 palette (tools/train/shapes.py COLORS). */
+static const struct { const char *name; int rgb[3]; } PALETTE[] = {
+    {"red", {215, 40, 40}},     {"green", {40, 160, 60}},   {"blue", {40, 80, 215}},  {"yellow", {240, 205, 40}},
+    {"purple", {135, 60, 175}}, {"orange", {240, 135, 30}}, {"white", {240, 240, 240}}, {"black", {30, 30, 30}}};
+enum { N_PALETTE = sizeof PALETTE / sizeof *PALETTE };
+
+static int nearest_color(const unsigned char *px) {
+  int best = 0, bd = 1 << 30;
+  for (int c = 0; c < N_PALETTE; c++) {
+    int d = 0;
+    for (int k = 0; k < 3; k++) d += (px[k] - PALETTE[c].rgb[k]) * (px[k] - PALETTE[c].rgb[k]);
+    if (d < bd) bd = d, best = c;
+  }
+  return best;
+}
+
+/* "a C triangle on a white background", as a person would check it: the border is white, the
+ * other pixels are mostly C, and they fill about half of their bounding box (a triangle; a
+ * square fills all of it, a circle 79%). */
+static void check_triangle(const char *png, int want) {
+  int w = 0, h = 0, counts[N_PALETTE] = {0}, x0 = 1 << 30, y0 = 1 << 30, x1 = -1, y1 = -1, border_white = 0, border = 0;
+  unsigned char *px = dt_read_png_rgb(png, &w, &h);
+  CHECK_MSG(px && w == 128 && h == 128, "%s: %dx%d", png, w, h);
+  if (!px) return;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      int c = nearest_color(px + 3 * ((size_t)y * w + x));
+      if (x == 0 || y == 0 || x == w - 1 || y == h - 1) {
+        border++;
+        border_white += c == 6;
+        continue;
+      }
+      if (c == 6) continue;
+      counts[c]++;
+      if (c == want) {
+        if (x < x0) x0 = x;
+        if (x > x1) x1 = x;
+        if (y < y0) y0 = y;
+        if (y > y1) y1 = y;
+      }
+    }
+  int others = 0;
+  for (int c = 0; c < N_PALETTE; c++) others += c == want ? 0 : counts[c];
+  const double box = x1 >= x0 ? (double)(x1 - x0 + 1) * (y1 - y0 + 1) : 0, fill = box > 0 ? counts[want] / box : 0;
+  printf("%s: %d %s pixels, %d others, border %d/%d white, fill of its box %.2f\n", png, counts[want],
+         PALETTE[want].name, others, border_white, border, fill);
+  CHECK_MSG(border_white > border * 9 / 10, "%s: the background is not white", png);
+  CHECK_MSG(counts[want] >= 60 && counts[want] > 4 * others, "%s: no %s shape (%d pixels, %d others)", png,
+            PALETTE[want].name, counts[want], others);
+  CHECK_MSG(fill > 0.35 && fill < 0.68, "%s: the %s shape fills %.2f of its box: not a triangle", png,
+            PALETTE[want].name, fill);
+  free(px);
+}
+
+/* The first command a newcomer types, for four colors: no size, steps or seed. */
+static void test_first_prompts(void) {
+  static const int colors[] = {1, 0, 2, 3}; /* green, red, blue, yellow */
+  for (size_t i = 0; i < sizeof colors / sizeof *colors; i++) {
+    char out[4096], args[8192];
+    snprintf(out, sizeof out, "%s/first-%s.png", g_tmp, PALETTE[colors[i]].name);
+    snprintf(args, sizeof args, "-p 'a %s triangle on a white background' -o '%s' --overwrite",
+             PALETTE[colors[i]].name, out);
+    CHECK(gen(args, NULL) == 0);
+    check_triangle(out, colors[i]);
+  }
+}
+
 static void test_defaults(void) {
   char out[4096], log[4096], args[8192];
   snprintf(out, sizeof out, "%s/defaults.png", g_tmp);
@@ -377,6 +446,7 @@ int main(int argc, char **argv) {
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
   test_infotext_unit();
   test_defaults();
+  test_first_prompts();
   test_bad_defaults();
   test_parameters_text();
   test_random_seed();

@@ -38,8 +38,10 @@ void dit_bench_params_default(dit_bench_params *p) {
   p->seed = 42;
 }
 
-static dit_status run_bench_zimage(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
-static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
+static dit_status run_bench_zimage(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
+                                   dit_bench_result *r, dit_error *err);
+static dit_status run_bench_flux2(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
+                                  dit_bench_result *r, dit_error *err);
 
 /* The architectures `bench --arch` knows: one row each (name, its family, the default
  * caption length, which variant of the family's geometry, the driver). */
@@ -47,7 +49,8 @@ typedef struct bench_arch {
   const char *name, *family;
   int text_len;  /* default caption tokens: 128 for Z-Image, klein's max_sequence_length 512 */
   int variant;   /* flux2-klein: 0 = 4B, 1 = 9B */
-  dit_status (*run)(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err);
+  dit_status (*run)(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be, dit_bench_result *r,
+                    dit_error *err);
 } bench_arch;
 
 static const bench_arch bench_archs[] = {
@@ -108,7 +111,8 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
 size_t dit_bench_device_used(const dit_bench_params *p) { return dit_backend_device_used(p->device, p->cuda_device); }
 
 dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
-  dit_status s = dit_backend_create(p->device, p->cuda_device, ctx->params.n_threads, p->cpu_precision, be, err);
+  dit_status s =
+      dit_backend_create(p->device, p->cuda_device, ctx->params.n_threads, p->cpu_precision, &ctx->opts, be, err);
   if (s != DIT_OK) dit_error_prefix(err, "bench");
   return s;
 }
@@ -399,7 +403,9 @@ static dit_status flux2_bench_config(const dit_bench_params *p, dit_flux2_config
   return DIT_OK;
 }
 
-static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, dit_bench_result *r, dit_error *err) {
+static dit_status run_bench_flux2(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
+                                  dit_bench_result *r, dit_error *err) {
+  (void)o;
   dit_backend *prof = NULL;
   bench_model m = {0};
   bench_io io;
@@ -430,8 +436,8 @@ static dit_status run_bench_flux2(const dit_bench_params *p, dit_backend *be, di
   return s;
 }
 
-static dit_status run_bench_zimage(const dit_bench_params *p, dit_backend *be, dit_bench_result *r,
-                                   dit_error *err) {
+static dit_status run_bench_zimage(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
+                                   dit_bench_result *r, dit_error *err) {
   dit_backend *prof = NULL;
   bench_model bm = {0};
   dit_zimage *m = NULL;
@@ -442,6 +448,7 @@ static dit_status run_bench_zimage(const dit_bench_params *p, dit_backend *be, d
   double t0 = dit_time_now();
   dit_status s = dit_backend_profiler_create(be, &prof, err);
   if (s == DIT_OK) s = dit_zimage_create_random(prof, &c, p->dtype, p->seed, &m, err);
+  if (s == DIT_OK) dit_zimage_set_stacked_qkv(m, o->zimage_stack_qkv);
   dit_dtype adt = DIT_F32;
   if (s == DIT_OK && p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16) adt = DIT_BF16;
   if (s == DIT_OK) s = dit_zimage_set_act_dtype(m, adt, err);
@@ -475,7 +482,7 @@ dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_resu
   dit_backend *be = NULL;
   DIT_TRY(dit_bench_make_backend(ctx, p, &be, err));
   r->device_base_bytes = base;
-  dit_status s = find_arch(p->arch)->run(p, be, r, err);
+  dit_status s = find_arch(p->arch)->run(p, &ctx->opts, be, r, err);
   size_t keep_base = r->device_base_bytes;
   if (s != DIT_OK) {
     memset(r, 0, sizeof *r);

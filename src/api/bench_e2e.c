@@ -61,8 +61,8 @@ typedef struct e2e_times {
   double enc, steps, dec, total;
 } e2e_times;
 
-static dit_status e2e_setup(dit_backend *be, const dit_bench_params *p, e2e_models *m, e2e_bufs *b,
-                            dit_bench_e2e_result *r, dit_error *err) {
+static dit_status e2e_setup(dit_backend *be, const dit_bench_params *p, const dit_run_opts *o, e2e_models *m,
+                            e2e_bufs *b, dit_bench_e2e_result *r, dit_error *err) {
   dit_zimage_config zc;
   dit_bench_zimage_config(p, &zc);
   if (zc.cap_feat_dim % 8) return dit_errorf(err, DIT_ERR_INVALID_ARG, "caption width %d: a multiple of 8", zc.cap_feat_dim);
@@ -71,6 +71,7 @@ static dit_status e2e_setup(dit_backend *be, const dit_bench_params *p, e2e_mode
   dit_vae_kl_config vc = flux_vae();
   DIT_TRY(dit_qwen3_create_random(be, &qc, DIT_BF16, p->seed, &m->enc, err));
   DIT_TRY(dit_zimage_create_random(be, &zc, p->dtype, p->seed + 1, &m->dit, err));
+  dit_zimage_set_stacked_qkv(m->dit, o->zimage_stack_qkv);
   if (!dit_backend_is_host(be)) DIT_TRY(dit_zimage_set_act_dtype(m->dit, p->dtype, err));
   DIT_TRY(dit_vae_kl_create_random(be, &vc, p->seed + 2, &m->vae, err));
   if (!dit_backend_is_host(be)) DIT_TRY(dit_vae_kl_set_act_dtype(m->vae, p->dtype, err));
@@ -200,7 +201,7 @@ dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps,
   e2e_bufs b;
   memset(&b, 0, sizeof b);
   double t0 = dit_time_now();
-  dit_status s = e2e_setup(be, p, &m, &b, r, err);
+  dit_status s = e2e_setup(be, p, &ctx->opts, &m, &b, r, err);
   r->setup_s = dit_time_now() - t0;
   if (s == DIT_OK) s = e2e_measure(be, p, steps, &m, &b, r, err);
   if (s == DIT_OK) {

@@ -36,12 +36,12 @@ static dit_status create_backends(dit_model *m, const dit_model_opts *o, dit_err
   if (o->device != DIT_DEVICE_CPU && o->device != DIT_DEVICE_CUDA)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown device %d", (int)o->device);
   const int threads = m->rt.ctx->params.n_threads;
-  DIT_TRY(dit_backend_create(DIT_DEVICE_CPU, 0, threads, o->cpu_precision, &m->rt.host, err));
+  DIT_TRY(dit_backend_create(DIT_DEVICE_CPU, 0, threads, o->cpu_precision, &m->rt.ctx->opts, &m->rt.host, err));
   if (o->device == DIT_DEVICE_CPU) {
     m->rt.dev = m->rt.host;
     return DIT_OK;
   }
-  return dit_backend_create(o->device, 0, threads, o->cpu_precision, &m->rt.dev, err);
+  return dit_backend_create(o->device, 0, threads, o->cpu_precision, &m->rt.ctx->opts, &m->rt.dev, err);
 }
 
 dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out) {

@@ -146,7 +146,7 @@ void dit_backend_free(dit_backend *be) {
 }
 
 dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
-                              dit_backend **out, dit_error *err) {
+                              const dit_run_opts *opts, dit_backend **out, dit_error *err) {
   *out = NULL;
   if (kind == DIT_DEVICE_CPU) {
     DIT_TRY(dit_backend_cpu_create(n_threads, out, err));
@@ -158,9 +158,10 @@ dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, d
     return s;
   }
 #ifdef DIT_HAVE_CUDA
-  if (kind == DIT_DEVICE_CUDA) return dit_backend_cuda_create(device, out, err);
+  if (kind == DIT_DEVICE_CUDA) return dit_backend_cuda_create(device, opts, out, err);
 #endif
   (void)device;
+  (void)opts;
   return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build%s",
                     kind == DIT_DEVICE_CUDA ? "cuda" : "?", kind == DIT_DEVICE_CUDA ? " (built without CUDA)" : "");
 }

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "core/tensor.h"
 #include "backend/backend_ops.h"
 
@@ -81,10 +82,11 @@ struct dit_backend {
 };
 
 /* The backend of a device kind: the CPU (n_threads <= 0: all online cores; its linear
- * layers' precision) or CUDA device `device`. DIT_ERR_UNSUPPORTED when this build has no
+ * layers' precision) or CUDA device `device` with the run-time switches opts (NULL: the
+ * defaults). DIT_ERR_UNSUPPORTED when this build has no
  * such device. Whoever creates a backend frees it, with dit_backend_free. */
 dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
-                              dit_backend **out, dit_error *err);
+                              const dit_run_opts *opts, dit_backend **out, dit_error *err);
 /* Memory in use on the whole device now (total - free), 0 for the CPU or when unknown. */
 size_t dit_backend_device_used(dit_device_kind kind, int device);
 /* Destroys the backend's own state (ops->destroy) and frees it. NULL is a no-op. */
@@ -103,7 +105,7 @@ dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, d
  * activation operands of one call share a dtype); upload is asynchronous on the backend's
  * stream (pageable host memory is staged before it returns; pinned memory must stay valid
  * until sync), download waits for its copy. Call ops from one host thread. */
-dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err);
+dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_backend **out, dit_error *err);
 /* Memory in use on CUDA device `device` (total - free), 0 when it cannot be asked. */
 size_t dit_cuda_device_used(int device);
 #endif

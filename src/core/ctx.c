@@ -24,6 +24,8 @@ dit_status dit_ctx_create(const dit_ctx_params *p, dit_ctx **out) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     c->params.n_threads = n > 0 ? (int)n : 1;
   }
+  dit_run_opts_default(&c->opts);
+  dit_run_opts_from_env(&c->opts);
   *out = c;
   return DIT_OK;
 }

@@ -4,11 +4,13 @@
 #define DIT_CORE_CTX_H
 
 #include "core/error.h"
+#include "core/options.h"
 #include "ditrun.h"
 
 struct dit_ctx {
   dit_ctx_params params; /* n_threads resolved to >= 1 */
   dit_error err;         /* last failure of a public call */
+  dit_run_opts opts;     /* run-time switches: defaults, then the environment (core/options.h) */
 };
 
 /* Logs a printf-style message through the context's callback (or stderr). ctx may be

@@ -240,8 +240,7 @@ static dit_status bind_weights(dit_zimage *m, dit_error *err) {
 static dit_zimage *new_model(dit_backend *be) {
   dit_zimage *m = calloc(1, sizeof *m);
   if (!m) return NULL;
-  const char *sv = getenv("DIT_ZIMAGE_STACK_QKV");
-  m->stack_qkv = !(sv && strcmp(sv, "0") == 0);
+  m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
   m->adt = DIT_F32;
   m->es = sizeof(float);

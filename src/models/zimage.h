@@ -64,8 +64,9 @@ dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err)
 /* Where a block's to_q, to_k and to_v weights lie back to back in backend memory (weights
  * uploaded to a GPU, or random weights), the forward projects q, k and v with one GEMM
  * (default on; the same products, so the same numbers up to the GEMM's summation order).
- * Off: three GEMMs, as with weights read in place from files. The environment variable
- * DIT_ZIMAGE_STACK_QKV=0 sets it off for models made afterwards (for measurements). */
+ * Off: three GEMMs, as with weights read in place from files. The run option
+ * zimage_stack_qkv (DIT_ZIMAGE_STACK_QKV=0, core/options.h) turns it off where models are
+ * made: the pipeline and the benchmarks. */
 void dit_zimage_set_stacked_qkv(dit_zimage *m, bool on);
 /* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
 size_t dit_zimage_weight_bytes(const dit_zimage *m);

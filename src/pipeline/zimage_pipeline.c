@@ -210,6 +210,7 @@ static dit_status ensure_dit(const dit_model_rt *rt, zimage_state *z, dit_error 
   char path[4096];
   DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
   DIT_TRY(dit_zimage_load(rt->dev, path, &z->dit, err));
+  dit_zimage_set_stacked_qkv(z->dit, rt->ctx->opts.zimage_stack_qkv);
   dit_status s = dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(z->dit, DIT_BF16, err) : DIT_OK;
   if (s != DIT_OK) {
     dit_zimage_free(z->dit);

@@ -1240,7 +1240,7 @@ int main(int argc, char **argv) {
   memset(&ev, 0, sizeof ev);
   ev.seed = 0x5eed1234ull;
   dit_error e_;
-  if (dit_backend_cpu_create(0, &ev.cpu, E) != DIT_OK || dit_backend_cuda_create(0, &ev.gpu, E) != DIT_OK) {
+  if (dit_backend_cpu_create(0, &ev.cpu, E) != DIT_OK || dit_backend_cuda_create(0, NULL, &ev.gpu, E) != DIT_OK) {
     fprintf(stderr, "backend create failed: %s\n", e_.msg);
     return 1;
   }

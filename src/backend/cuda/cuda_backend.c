@@ -141,18 +141,12 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: device %d out of range (%d CUDA devices)", op, device, n);
   DIT_TRY(cu_check(cudaSetDevice(device), op, "cudaSetDevice", err));
   im->device = device;
-  const char *av = getenv("DIT_CUDA_ATTN");
-  im->attn_version = av && (strcmp(av, "2") == 0 || strcmp(av, "3") == 0) ? av[0] - '0' : 1;
-  const char *vv = getenv("DIT_CUDA_VEC");
-  im->vec = !(vv && strcmp(vv, "0") == 0); /* default on since the op test covers them; DIT_CUDA_VEC=0: scalar */
-  const char *fv = getenv("DIT_CUDA_FUSED");
-  im->fused = !(fv && strcmp(fv, "0") == 0);
-  const char *cv = getenv("DIT_CUDA_CUDNN");
-  im->cudnn = !(cv && strcmp(cv, "0") == 0);
-  const char *gv = getenv("DIT_CUDA_GRAPHS");
-  im->graphs = !(gv && strcmp(gv, "0") == 0);
-  const char *tv = getenv("DIT_CUDA_GEMM_TUNE");
-  im->gemm_tune = !(tv && strcmp(tv, "0") == 0);
+  im->attn_version = im->opts.cuda_attn_version;
+  im->vec = im->opts.cuda_vec;
+  im->fused = im->opts.cuda_fused;
+  im->cudnn = im->opts.cuda_cudnn;
+  im->graphs = im->opts.cuda_graphs;
+  im->gemm_tune = im->opts.cuda_gemm_tune;
   DIT_TRY(cu_check(cudaDeviceGetAttribute(&im->max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
                    "cudaDeviceGetAttribute", err));
   DIT_TRY(cu_check(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), op, "cudaStreamCreate", err));
@@ -164,7 +158,7 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   return DIT_OK;
 }
 
-dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err) {
+dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_backend **out, dit_error *err) {
   *out = NULL;
   cu_backend_box *box = calloc(1, sizeof *box);
   cu_impl *im = calloc(1, sizeof *im);
@@ -177,6 +171,8 @@ dit_status dit_backend_cuda_create(int device, dit_backend **out, dit_error *err
   box->be.ops = &box->ops;
   box->be.n_threads = 1;
   box->be.impl = im;
+  if (opts) im->opts = *opts;
+  else dit_run_opts_default(&im->opts);
   dit_status s = cu_init(im, device, err);
   if (s != DIT_OK) {
     cudaGetLastError();

@@ -109,11 +109,6 @@ static dit_status tune_one(cu_impl *im, const cu_plan *p, int c, const void *A, 
   return DIT_OK;
 }
 
-/* DIT_CUDA_GEMM_TUNE_LOG=1: one stderr line per tuned shape (read here: once per shape). */
-static bool tune_log_on(void) {
-  const char *lv = getenv("DIT_CUDA_GEMM_TUNE_LOG");
-  return lv && strcmp(lv, "1") == 0;
-}
 
 static double tflops(const cu_plan *p, float ms) {
   return ms > 0.0f ? 2.0 * (double)p->m * (double)p->n * (double)p->k / ((double)ms * 1e9) : 0.0;
@@ -136,7 +131,7 @@ static dit_status gemm_tune(cu_impl *im, cu_plan *p, const void *A, const void *
   for (int c = 1; c < p->n_cand; c++)
     if (t[c] >= 0.0f && (t[best] < 0.0f || t[c] < t[best])) best = c;
   p->algo = p->cand[best];
-  if (!tune_log_on()) return DIT_OK;
+  if (!im->opts.cuda_gemm_tune_log) return DIT_OK; /* one stderr line per tuned shape */
   char first[64] = "refused", won[64] = "none ran";
   if (t[0] >= 0.0f) snprintf(first, sizeof first, "%.4f ms (%.1f TFLOP/s)", (double)t[0], tflops(p, t[0]));
   if (t[best] >= 0.0f)
@@ -167,7 +162,7 @@ static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *
   if (gemm_tune(im, p, A, B, D, &e) != DIT_OK) {
     cudaGetLastError();
     p->algo = p->cand[0];
-    if (tune_log_on())
+    if (im->opts.cuda_gemm_tune_log)
       fprintf(stderr, "ditrun: %s (m=%lld n=%lld k=%lld: using the heuristic's first)\n", e.msg, (long long)p->m,
               (long long)p->n, (long long)p->k);
   }

@@ -35,6 +35,7 @@ typedef struct cu_plan {
 
 typedef struct cu_impl {
   int device;
+  dit_run_opts opts; /* the run-time switches it was made with (core/options.h) */
   cudaStream_t stream;
   cublasLtHandle_t lt;
   void *workspace; /* cuBLASLt workspace */
@@ -43,7 +44,7 @@ typedef struct cu_impl {
   size_t scratch_bytes;
   int *flag; /* device int: kernels report bad input (embedding ids) here */
   int max_smem; /* opt-in shared memory per block */
-  int attn_version; /* flash kernel: 1 (default), or 2 / 3 (env DIT_CUDA_ATTN; k_attention.cu) */
+  int attn_version; /* flash kernel: 1 (default), or 2 / 3 (opts.cuda_attn_version; k_attention.cu) */
   size_t attn_chunk_bytes; /* GEMM attention (D > 256): scratch bound per query chunk; 0: 256 MiB */
   bool vec; /* 16-byte elementwise kernels (k_vec.cu) where shapes allow; env DIT_CUDA_VEC=1 */
   bool fused; /* fused norm kernels (k_fused.cu) for the fused ops; env DIT_CUDA_FUSED=0: unfused sequences */

@@ -109,7 +109,7 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                              causal, &as, err);
   if (cu_im(be)->cudnn && q->dtype == DIT_BF16) { /* cuDNN's fused SDPA where it applies, else our kernel */
     bool done = false;
-    DIT_TRY(cu_sdpa_attention(&cu_im(be)->sdpa, st(be), out->data, q->data, k->data, v->data, mask, B, Sq, Sk, Hq,
+    DIT_TRY(cu_sdpa_attention(&cu_im(be)->sdpa, st(be), &cu_im(be)->opts, out->data, q->data, k->data, v->data, mask, B, Sq, Sk, Hq,
                               Hkv, D, &as, scale, causal, &done, err));
     if (done) return DIT_OK;
   }

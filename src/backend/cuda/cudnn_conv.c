@@ -598,18 +598,17 @@ static cu_conv *conv_state(cu_impl *im, bool capturing) {
   if (capturing && (!im->sdpa || !cu_sdpa_conv_get(im->sdpa))) return NULL;
   cu_cudnn lib;
   const char *why = "";
-  if (!cu_sdpa_shared(&im->sdpa, im->stream, &lib, &why)) return NULL; /* the attention state logged why */
+  if (!cu_sdpa_shared(&im->sdpa, im->stream, &im->opts, &lib, &why)) return NULL; /* the attention state logged why */
   cu_conv **slot = cu_sdpa_conv_slot(im->sdpa);
   if (*slot) return *slot;
   cu_conv *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->lib = lib;
-  const char *lv = getenv("DIT_CUDA_CUDNN_CONV_LAYOUT");
-  if (lv && strcmp(lv, "nhwc") == 0) c->lays[c->n_lays++] = LAY_NHWC;
-  else if (lv && strcmp(lv, "nchw") == 0) c->lays[c->n_lays++] = LAY_NCHW;
+  const int lay = im->opts.cuda_cudnn_conv_layout;
+  if (lay == DIT_CONV_LAYOUT_NHWC) c->lays[c->n_lays++] = LAY_NHWC;
+  else if (lay == DIT_CONV_LAYOUT_NCHW) c->lays[c->n_lays++] = LAY_NCHW;
   else c->lays[c->n_lays++] = LAY_NCHW, c->lays[c->n_lays++] = LAY_NHWC;
-  const char *tv = getenv("DIT_CUDA_CUDNN_CONV_TUNE");
-  c->tune = !(tv && strcmp(tv, "0") == 0);
+  c->tune = im->opts.cuda_cudnn_conv_tune;
   note(c, "cudnn conv: cuDNN %zu", lib.version);
   *slot = c;
   return c;

@@ -15,6 +15,8 @@
 #include <cudnn_graph.h>
 #include <cuda_runtime_api.h>
 
+#include "core/options.h"
+
 #include "backend/cuda/cudnn_sdpa.h"
 
 /* The entry points we use, resolved with dlsym. */
@@ -49,7 +51,7 @@ typedef struct cu_conv cu_conv; /* cudnn_conv.c */
 /* Creates *state on first use (loading cuDNN, creating the handle on stream st), as the first
  * attention call would. false, with the reason in *why (owned by the state), when cuDNN cannot
  * be used; *out is filled otherwise. */
-bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, cu_cudnn *out, const char **why);
+bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, cu_cudnn *out, const char **why);
 /* The conv state kept in the attention state (NULL until set); destroyed with it. */
 cu_conv **cu_sdpa_conv_slot(cu_sdpa *s);
 const cu_conv *cu_sdpa_conv_get(const cu_sdpa *s);

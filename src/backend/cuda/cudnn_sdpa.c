@@ -33,7 +33,8 @@
 #ifndef DIT_HAVE_CUDNN
 
 /* Built without cuDNN headers: never used. */
-dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
+dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, void *out, const void *q,
+                             const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
                              int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
                              bool *done, dit_error *err) {
@@ -699,24 +700,22 @@ static bool verify_first(cu_sdpa *s, sdpa_plan *p, void *out, const void *q, con
 }
 
 /* The state, created on first use (library, handle on stream st); NULL when out of host memory. */
-static cu_sdpa *sdpa_state(cu_sdpa **state, cudaStream_t st) {
+static cu_sdpa *sdpa_state(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o) {
   cu_sdpa *s = *state;
   if (s) return s;
   s = calloc(1, sizeof *s);
   if (!s) return NULL;
   *state = s;
-  const char *lv = getenv("DIT_CUDA_CUDNN_VERBOSE");
-  s->log = lv ? atoi(lv) : 1;
-  const char *vv = getenv("DIT_CUDA_CUDNN_VERIFY");
-  s->verify = !(vv && strcmp(vv, "0") == 0);
+  s->log = o->cuda_cudnn_verbose;
+  s->verify = o->cuda_cudnn_verify;
   s->broken = !open_state(s, st);
   log_msg(s, s->broken);
   return s;
 }
 
-bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, cu_cudnn *out, const char **why) {
+bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, cu_cudnn *out, const char **why) {
   memset(out, 0, sizeof *out);
-  cu_sdpa *s = sdpa_state(state, st);
+  cu_sdpa *s = sdpa_state(state, st, o);
   if (!s || s->broken) {
     *why = s ? s->msg : "cudnn: out of host memory";
     return false;
@@ -732,12 +731,13 @@ bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, cu_cudnn *out, const char 
 struct cu_conv **cu_sdpa_conv_slot(cu_sdpa *s) { return &s->conv; }
 const struct cu_conv *cu_sdpa_conv_get(const cu_sdpa *s) { return s ? s->conv : NULL; }
 
-dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
+dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, void *out, const void *q,
+                             const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
                              int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
                              bool *done, dit_error *err) {
   *done = false;
-  cu_sdpa *s = sdpa_state(state, st);
+  cu_sdpa *s = sdpa_state(state, st, o);
   if (!s) return DIT_OK; /* our kernel then */
   if (s->broken) {
     s->fallbacks++;

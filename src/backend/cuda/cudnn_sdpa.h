@@ -41,7 +41,8 @@ typedef struct cu_sdpa_info {
  * strides too); mask: device U8 [B,Sk] or NULL. Errors are returned only for failures that leave the
  * stream unusable (a failed kernel launch). A mask whose valid keys are not a prefix (or
  * are empty) is detected on the device and reported by cu_sdpa_check after a sync. */
-dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, void *out, const void *q, const void *k,
+dit_status cu_sdpa_attention(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, void *out, const void *q,
+                             const void *k,
                              const void *v, const uint8_t *mask, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq,
                              int64_t Hkv, int64_t D, const cu_attn_strides *strides, float scale, bool causal,
                              bool *done, dit_error *err);

@@ -41,11 +41,9 @@ void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d) {
   d->size_multiple = 16;
 }
 
-/* The components of a FLUX.2 [klein] model (NULL when not loaded) and what its folder says. */
+/* The components of a FLUX.2 [klein] model and what its folder says. */
 typedef struct klein_model {
-  dit_text_encoder text;
-  dit_flux2 *dit;
-  dit_vae_flux2 *vae;
+  dit_components c;
   bool distilled;          /* model_index.json is_distilled */
   int vsf;                 /* the VAE's scale factor */
 } klein_model;
@@ -71,9 +69,11 @@ static dit_status encode_prompts(const dit_model_rt *rt, klein_model *k, const d
                                  dit_error *err) {
   float *pe = NULL, *ne = NULL;
   const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
-  dit_status s = dit_text_encoder_ensure(rt, &k->text, p->text_rope_bf16, err);
-  dit_qwen3 *te = k->text.te;
-  dit_tokenizer *tok = k->text.tok;
+  dit_text_encoder *t = NULL;
+  DIT_TRY(dit_text_encoder_get(rt, &k->c, p->text_rope_bf16, &t, err));
+  dit_qwen3 *te = t->te;
+  dit_tokenizer *tok = t->tok;
+  dit_status s = DIT_OK;
   if (s == DIT_OK) s = dit_flux2_klein_encode_prompt(te, tok, p->prompt, max_len, &pe, err);
   if (s == DIT_OK && L->cfg)
     s = dit_flux2_klein_encode_prompt(te, tok, p->negative_prompt ? p->negative_prompt : "", max_len, &ne, err);
@@ -91,7 +91,7 @@ static dit_status encode_prompts(const dit_model_rt *rt, klein_model *k, const d
   }
   free(pe);
   free(ne);
-  dit_text_encoder_release(rt, &k->text, false);
+  dit_component_done(rt, &k->c, DIT_SLOT_TEXT);
   return s;
 }
 
@@ -187,25 +187,26 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
   return dit_check_finite(L->latents, L->n, "latents", err);
 }
 
-/* The VAE, loaded on rt->dev when not resident (bf16 activations on a GPU). */
-static dit_status ensure_vae(const dit_model_rt *rt, klein_model *k, dit_error *err) {
-  if (k->vae) return DIT_OK;
+/* The VAE on rt->dev (bf16 activations on a GPU). */
+static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   char path[4096];
+  dit_vae_flux2 *vae = NULL;
   DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_flux2_load(rt->dev, path, &k->vae, err));
-  dit_status s = dit_backend_is_host(rt->dev) ? DIT_OK : dit_vae_flux2_set_act_dtype(k->vae, DIT_BF16, err);
-  if (s != DIT_OK) {
-    dit_vae_flux2_free(k->vae);
-    k->vae = NULL;
-  }
+  DIT_TRY(dit_vae_flux2_load(rt->dev, path, &vae, err));
+  dit_status s = dit_rt_on_device(rt) ? dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
+  if (s != DIT_OK) dit_vae_flux2_free(vae);
+  *obj = s == DIT_OK ? vae : NULL;
   return s;
 }
+static void vae_free(void *obj) { dit_vae_flux2_free(obj); }
+static const dit_component_kind klein_vae = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
 
 /* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
 static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f2_state *L, int vae_tile,
                                  dit_image *out, dit_error *err) {
-  DIT_TRY(ensure_vae(rt, k, err));
-  dit_vae_flux2 *vae = k->vae;
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, &k->c, DIT_SLOT_VAE, &obj, err));
+  dit_vae_flux2 *vae = obj;
   dit_status s = DIT_OK;
   if (dit_vae_flux2_packed_channels(vae) != L->C)
     s = dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (4 x latent_channels = %d) differ from "
@@ -221,41 +222,39 @@ static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f
   }
   if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
   free(img);
-  if (!(rt->keep & DIT_KEEP_VAE)) {
-    dit_vae_flux2_free(k->vae);
-    k->vae = NULL;
-  }
+  dit_component_done(rt, &k->c, DIT_SLOT_VAE);
   return s;
 }
 
-/* The transformer, loaded on rt->dev when not resident (bf16 activations on a GPU). */
-static dit_status ensure_dit(const dit_model_rt *rt, klein_model *k, dit_error *err) {
-  if (k->dit) return DIT_OK;
+/* The transformer on rt->dev (bf16 activations on a GPU). */
+static dit_status dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   char path[4096];
+  dit_flux2 *m = NULL;
   DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_flux2_load(rt->dev, path, &k->dit, err));
-  const dit_flux2_config *c = dit_flux2_get_config(k->dit);
+  DIT_TRY(dit_flux2_load(rt->dev, path, &m, err));
+  const dit_flux2_config *c = dit_flux2_get_config(m);
   dit_status s = DIT_OK;
   if (c->out_channels != c->in_channels)
     s = dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
                    c->in_channels);
-  if (s == DIT_OK && dit_rt_on_device(rt)) s = dit_flux2_set_act_dtype(k->dit, DIT_BF16, err);
-  if (s != DIT_OK) {
-    dit_flux2_free(k->dit);
-    k->dit = NULL;
-  }
+  if (s == DIT_OK && dit_rt_on_device(rt)) s = dit_flux2_set_act_dtype(m, DIT_BF16, err);
+  if (s != DIT_OK) dit_flux2_free(m);
+  *obj = s == DIT_OK ? m : NULL;
   return s;
 }
+static void dit_free(void *obj) { dit_flux2_free(obj); }
+static const dit_component_kind klein_dit = {"transformer", DIT_KEEP_TRANSFORMER, dit_load, dit_free};
 
 /* Loads the transformer (unless resident) and checks it against the prompt features. */
 static dit_status load_transformer(const dit_model_rt *rt, klein_model *k, f2_state *L, dit_error *err) {
-  DIT_TRY(ensure_dit(rt, k, err));
-  const dit_flux2_config *c = dit_flux2_get_config(k->dit);
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, &k->c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const dit_flux2_config *c = dit_flux2_get_config(obj);
   if (c->joint_attention_dim != L->Jd)
     return dit_errorf(err, DIT_ERR_FORMAT,
                       "transformer joint_attention_dim %d != 3 x the text encoder's hidden size (%lld)",
                       c->joint_attention_dim, (long long)L->Jd);
-  L->dit = k->dit;
+  L->dit = obj;
   L->C = c->in_channels;
   return DIT_OK;
 }
@@ -273,36 +272,26 @@ static void state_free(f2_state *L) {
 static void klein_close(void *state) {
   klein_model *k = state;
   if (!k) return;
-  dit_qwen3_free(k->text.te);
-  dit_tok_free(k->text.tok);
-  dit_flux2_free(k->dit);
-  dit_vae_flux2_free(k->vae);
+  dit_components_close(&k->c);
   free(k);
 }
 
 static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  *state = NULL;
   klein_model *k = calloc(1, sizeof *k);
   if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  k->c.kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
+  k->c.kind[DIT_SLOT_TRANSFORMER] = &klein_dit;
+  k->c.kind[DIT_SLOT_VAE] = &klein_vae;
   dit_status s = dit_flux2_klein_is_distilled(rt->dir, &k->distilled, err);
   if (s == DIT_OK) s = vae_scale_factor(rt->dir, &k->vsf, err);
-  if (s == DIT_OK && (rt->keep & DIT_KEEP_TEXT_ENCODER)) {
-    s = dit_text_encoder_ensure(rt, &k->text, 0, err);
-    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
-  }
-  if (s == DIT_OK && (rt->keep & DIT_KEEP_TRANSFORMER)) {
-    s = ensure_dit(rt, k, err);
-    if (s != DIT_OK) dit_error_prefix(err, "transformer");
-  }
-  if (s == DIT_OK && (rt->keep & DIT_KEEP_VAE)) {
-    s = ensure_vae(rt, k, err);
-    if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
-  }
+  if (s == DIT_OK) s = dit_components_open(rt, &k->c, err);
   if (s != DIT_OK) {
-    klein_close(k);
-    k = NULL;
+    free(k);
+    return s;
   }
   *state = k;
-  return s;
+  return DIT_OK;
 }
 
 static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
@@ -346,10 +335,7 @@ static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_
   L.sigmas = sigmas;
   L.timesteps = timesteps;
   if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
-  if (!(rt->keep & DIT_KEEP_TRANSFORMER)) {
-    dit_flux2_free(k->dit);
-    k->dit = NULL;
-  }
+  dit_component_done(rt, &k->c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
   if (s == DIT_OK) {
     s = decode_latents(rt, k, &L, p->vae_tile, out, err);

@@ -1,30 +1,77 @@
-/* The pieces of the model runtime every family shares (see model_rt.h): the Qwen3 text
- * encoder slot and the sampler loop. */
+/* The pieces of the model runtime every family shares (see model_rt.h): the component slots,
+ * the Qwen3 text encoder and the sampler loop. */
 #include "pipeline/model_rt.h"
+
+#include <stdlib.h>
 
 #include "core/timer.h"
 
-dit_status dit_text_encoder_ensure(const dit_model_rt *rt, dit_text_encoder *t, int rope_bf16, dit_error *err) {
-  if (!t->te) {
-    char path[4096];
-    dit_status s = dit_model_dir_component_path(rt->dir, "tokenizer", path, sizeof path, err);
-    if (s == DIT_OK) s = dit_tok_load(path, &t->tok, err);
-    if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "text_encoder", path, sizeof path, err);
-    if (s == DIT_OK) s = dit_qwen3_load(rt->dev, path, &t->te, err);
+dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err) {
+  if (!c->obj[slot]) DIT_TRY(c->kind[slot]->load(rt, &c->obj[slot], err));
+  *obj = c->obj[slot];
+  return DIT_OK;
+}
+
+void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot) {
+  if (rt->keep & c->kind[slot]->keep_bit) return;
+  if (c->obj[slot]) c->kind[slot]->free(c->obj[slot]);
+  c->obj[slot] = NULL;
+}
+
+void dit_components_close(dit_components *c) {
+  for (int i = 0; i < DIT_N_SLOTS; i++) {
+    if (c->obj[i]) c->kind[i]->free(c->obj[i]);
+    c->obj[i] = NULL;
+  }
+}
+
+dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err) {
+  for (int i = 0; i < DIT_N_SLOTS; i++) {
+    if (!c->kind[i] || !(rt->keep & c->kind[i]->keep_bit)) continue;
+    void *obj;
+    dit_status s = dit_component_get(rt, c, i, &obj, err);
     if (s != DIT_OK) {
-      dit_text_encoder_release(rt, t, true);
+      dit_error_prefix(err, "%s", c->kind[i]->stage);
+      dit_components_close(c);
       return s;
     }
   }
-  return dit_qwen3_set_rope_freq_dtype(t->te, rope_bf16 ? DIT_BF16 : DIT_F32, err);
+  return DIT_OK;
 }
 
-void dit_text_encoder_release(const dit_model_rt *rt, dit_text_encoder *t, bool force) {
-  if (!force && (rt->keep & DIT_KEEP_TEXT_ENCODER)) return;
+static void text_encoder_free(void *obj) {
+  dit_text_encoder *t = obj;
+  if (!t) return;
   dit_qwen3_free(t->te);
   dit_tok_free(t->tok);
-  t->te = NULL;
-  t->tok = NULL;
+  free(t);
+}
+
+static dit_status text_encoder_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  dit_text_encoder *t = calloc(1, sizeof *t);
+  if (!t) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  char path[4096];
+  dit_status s = dit_model_dir_component_path(rt->dir, "tokenizer", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_tok_load(path, &t->tok, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "text_encoder", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_qwen3_load(rt->dev, path, &t->te, err);
+  if (s != DIT_OK) {
+    text_encoder_free(t);
+    t = NULL;
+  }
+  *obj = t;
+  return s;
+}
+
+const dit_component_kind dit_qwen3_text_encoder = {"text encoder", DIT_KEEP_TEXT_ENCODER, text_encoder_load,
+                                                   text_encoder_free};
+
+dit_status dit_text_encoder_get(const dit_model_rt *rt, dit_components *c, int rope_bf16, dit_text_encoder **out,
+                                dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TEXT, &obj, err));
+  *out = obj;
+  return dit_qwen3_set_rope_freq_dtype((*out)->te, rope_bf16 ? DIT_BF16 : DIT_F32, err);
 }
 
 dit_status dit_sampler_run(const dit_model_rt *rt, const dit_gen_params *p, int steps, dit_denoise_fn step,

@@ -25,17 +25,44 @@ typedef struct dit_model_rt {
 /* True when the models run on a device backend (bf16 activations there). */
 static inline bool dit_rt_on_device(const dit_model_rt *rt) { return rt->dev != rt->host; }
 
-/* The Qwen3 text encoder with its tokenizer, as both Z-Image and FLUX.2 [klein] use it. */
+/* A component of a family's model (text encoder, transformer, VAE): how to load it on
+ * rt->dev (with what the runtime asks of it: bf16 activations on a device, run options) and
+ * free it, and the keep bit that says whether it stays loaded between generates. */
+typedef struct dit_component_kind {
+  const char *stage;  /* names the stage in messages: "transformer" */
+  unsigned keep_bit;  /* DIT_KEEP_* */
+  dit_status (*load)(const dit_model_rt *rt, void **obj, dit_error *err);
+  void (*free)(void *obj);
+} dit_component_kind;
+
+enum { DIT_SLOT_TEXT = 0, DIT_SLOT_TRANSFORMER, DIT_SLOT_VAE, DIT_N_SLOTS };
+
+/* A family's components: kinds filled by the family, objects NULL until loaded. */
+typedef struct dit_components {
+  const dit_component_kind *kind[DIT_N_SLOTS];
+  void *obj[DIT_N_SLOTS];
+} dit_components;
+
+/* Loads the components rt->keep holds (a failure is prefixed with its stage; on failure
+ * nothing is left loaded). */
+dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err);
+/* The component in slot, loaded first when it is not resident. */
+dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err);
+/* After its stage: frees the component unless rt->keep holds it. */
+void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot);
+void dit_components_close(dit_components *c);
+
+/* The Qwen3 text encoder with its tokenizer, as both Z-Image and FLUX.2 [klein] use it: the
+ * kind for DIT_SLOT_TEXT (its object is a dit_text_encoder). */
 typedef struct dit_text_encoder {
   dit_tokenizer *tok;
   dit_qwen3 *te;
 } dit_text_encoder;
+extern const dit_component_kind dit_qwen3_text_encoder;
 
-/* Loads tokenizer/ and text_encoder/ on rt->dev unless already loaded; on failure nothing
- * is left loaded. Then sets the RoPE frequency dtype a generate asks for (rope_bf16). */
-dit_status dit_text_encoder_ensure(const dit_model_rt *rt, dit_text_encoder *t, int rope_bf16, dit_error *err);
-/* Frees the encoder unless rt->keep holds DIT_KEEP_TEXT_ENCODER (force: always). */
-void dit_text_encoder_release(const dit_model_rt *rt, dit_text_encoder *t, bool force);
+/* The text encoder of slot DIT_SLOT_TEXT with the RoPE frequency dtype a generate asks for. */
+dit_status dit_text_encoder_get(const dit_model_rt *rt, dit_components *c, int rope_bf16, dit_text_encoder **out,
+                                dit_error *err);
 
 /* One denoising step of a family's loop: i is 0-based. */
 typedef dit_status (*dit_denoise_fn)(void *state, int i, dit_error *err);

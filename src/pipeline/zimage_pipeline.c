@@ -39,20 +39,15 @@ typedef struct caption {
   int n_tokens;
 } caption;
 
-/* The components of a Z-Image model; NULL when not loaded. */
-typedef struct zimage_state {
-  dit_text_encoder text;
-  dit_zimage *dit;
-  dit_vae_kl *vae;
-} zimage_state;
-
 /* Encodes the prompt (and the negative prompt when guidance is on) with the text encoder,
  * loading it first when it is not resident and releasing it after unless kept. */
-static dit_status encode_prompts(const dit_model_rt *rt, zimage_state *z, const dit_gen_params *p, bool cfg,
+static dit_status encode_prompts(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, bool cfg,
                                  caption *pos, caption *neg, dit_error *err) {
-  dit_status s = dit_text_encoder_ensure(rt, &z->text, p->text_rope_bf16, err);
-  dit_qwen3 *te = z->text.te;
-  dit_tokenizer *tok = z->text.tok;
+  dit_text_encoder *t = NULL;
+  DIT_TRY(dit_text_encoder_get(rt, c, p->text_rope_bf16, &t, err));
+  dit_qwen3 *te = t->te;
+  dit_tokenizer *tok = t->tok;
+  dit_status s = DIT_OK;
   int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
   if (s == DIT_OK) s = dit_zimage_encode_prompt(te, tok, p->prompt, max_len, &pos->embeds, &pos->n_tokens, err);
   if (s == DIT_OK && cfg)
@@ -64,7 +59,7 @@ static dit_status encode_prompts(const dit_model_rt *rt, zimage_state *z, const 
     if (s == DIT_OK && cfg)
       s = dit_check_finite(neg->embeds, (size_t)neg->n_tokens * hidden, "text encoder (negative prompt)", err);
   }
-  dit_text_encoder_release(rt, &z->text, false);
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
   return s;
 }
 
@@ -145,26 +140,27 @@ dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w
   return s;
 }
 
-/* The VAE, loaded on rt->dev when not resident (bf16 activations on a GPU, as the bf16
- * reference pipeline runs its VAE). */
-static dit_status ensure_vae(const dit_model_rt *rt, zimage_state *z, dit_error *err) {
-  if (z->vae) return DIT_OK;
+/* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipeline runs it). */
+static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   char path[4096];
+  dit_vae_kl *vae = NULL;
   DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_kl_load(rt->dev, path, &z->vae, err));
-  dit_status s = dit_backend_is_host(rt->dev) ? DIT_OK : dit_vae_kl_set_act_dtype(z->vae, DIT_BF16, err);
-  if (s != DIT_OK) {
-    dit_vae_kl_free(z->vae);
-    z->vae = NULL;
-  }
+  DIT_TRY(dit_vae_kl_load(rt->dev, path, &vae, err));
+  dit_status s = dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
+  if (s != DIT_OK) dit_vae_kl_free(vae);
+  *obj = s == DIT_OK ? vae : NULL;
   return s;
 }
+static void vae_free(void *obj) { dit_vae_kl_free(obj); }
+static const dit_component_kind zimage_vae = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
 
 /* VAE stage: scales/shifts the latents, decodes, converts to 8-bit. */
-static dit_status decode_latents(const dit_model_rt *rt, zimage_state *z, const loop_state *L, int vae_tile,
+static dit_status decode_latents(const dit_model_rt *rt, dit_components *c, const loop_state *L, int vae_tile,
                                  dit_image *out, dit_error *err) {
-  DIT_TRY(ensure_vae(rt, z, err));
-  const dit_vae_kl_config *vc = dit_vae_kl_get_config(z->vae);
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
+  dit_vae_kl *vae = obj;
+  const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
   const int H = L->h * 8, W = L->w * 8;
   float *zl = malloc(L->n * sizeof(float));
   float *img = malloc(3 * (size_t)H * W * sizeof(float));
@@ -175,15 +171,12 @@ static dit_status decode_latents(const dit_model_rt *rt, zimage_state *z, const 
     for (size_t k = 0; k < L->n; k++) zl[k] = L->latents[k] / sf + sh;
     dit_tensor zt = dit_tensor_4d(DIT_F32, zl, 1, L->C, L->h, L->w);
     dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
-    s = dit_vae_kl_decode(z->vae, &zt, &it, vae_tile, err);
+    s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
   }
   if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
   free(zl);
   free(img);
-  if (!(rt->keep & DIT_KEEP_VAE)) {
-    dit_vae_kl_free(z->vae);
-    z->vae = NULL;
-  }
+  dit_component_done(rt, c, DIT_SLOT_VAE);
   return s;
 }
 
@@ -204,52 +197,47 @@ static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *
   return DIT_OK;
 }
 
-/* The transformer, loaded on rt->dev when not resident (bf16 activations on a GPU). */
-static dit_status ensure_dit(const dit_model_rt *rt, zimage_state *z, dit_error *err) {
-  if (z->dit) return DIT_OK;
+/* The transformer on rt->dev (bf16 activations on a GPU; q/k/v stacked unless the run
+ * options say no). */
+static dit_status dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   char path[4096];
+  dit_zimage *m = NULL;
   DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_zimage_load(rt->dev, path, &z->dit, err));
-  dit_zimage_set_stacked_qkv(z->dit, rt->ctx->opts.zimage_stack_qkv);
-  dit_status s = dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(z->dit, DIT_BF16, err) : DIT_OK;
-  if (s != DIT_OK) {
-    dit_zimage_free(z->dit);
-    z->dit = NULL;
-  }
+  DIT_TRY(dit_zimage_load(rt->dev, path, &m, err));
+  dit_zimage_set_stacked_qkv(m, rt->ctx->opts.zimage_stack_qkv);
+  dit_status s = dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
+  if (s != DIT_OK) dit_zimage_free(m);
+  *obj = s == DIT_OK ? m : NULL;
   return s;
 }
+static void dit_free(void *obj) { dit_zimage_free(obj); }
+static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, dit_load, dit_free};
 
 static void zimage_close(void *state) {
-  zimage_state *z = state;
-  if (!z) return;
-  dit_qwen3_free(z->text.te);
-  dit_tok_free(z->text.tok);
-  dit_zimage_free(z->dit);
-  dit_vae_kl_free(z->vae);
-  free(z);
+  if (!state) return;
+  dit_components_close(state);
+  free(state);
 }
 
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {
-  zimage_state *z = calloc(1, sizeof *z);
-  if (!z) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  dit_status s = DIT_OK;
-  if (rt->keep & DIT_KEEP_TEXT_ENCODER) {
-    s = dit_text_encoder_ensure(rt, &z->text, 0, err);
-    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
-  }
-  if (s == DIT_OK && (rt->keep & DIT_KEEP_TRANSFORMER)) s = ensure_dit(rt, z, err);
-  if (s == DIT_OK && (rt->keep & DIT_KEEP_VAE)) s = ensure_vae(rt, z, err);
+  *state = NULL;
+  dit_components *c = calloc(1, sizeof *c);
+  if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  c->kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
+  c->kind[DIT_SLOT_TRANSFORMER] = &zimage_dit;
+  c->kind[DIT_SLOT_VAE] = &zimage_vae;
+  dit_status s = dit_components_open(rt, c, err);
   if (s != DIT_OK) {
-    zimage_close(z);
-    z = NULL;
+    free(c);
+    return s;
   }
-  *state = z;
-  return s;
+  *state = c;
+  return DIT_OK;
 }
 
 static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                                   dit_gen_stats *st, dit_error *err) {
-  zimage_state *z = state;
+  dit_components *c = state;
   dit_gen_defaults d;
   dit_zimage_defaults(&d);
   const int W = p->width, H = p->height, steps = p->steps;
@@ -268,13 +256,14 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
 
   /* every model runs on rt->dev: the text encoder, the transformer and the VAE */
-  if (s == DIT_OK) s = encode_prompts(rt, z, p, cfg, &L.pos, &L.neg, err);
+  if (s == DIT_OK) s = encode_prompts(rt, c, p, cfg, &L.pos, &L.neg, err);
   if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   t[1] = dit_time_now();
 
-  if (s == DIT_OK) s = ensure_dit(rt, z, err);
+  void *dit = NULL;
+  if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &dit, err);
   if (s == DIT_OK) {
-    L.dit = z->dit;
+    L.dit = dit;
     L.C = (int)dit_zimage_get_config(L.dit)->in_channels;
     L.h = 2 * (H / 16);
     L.w = 2 * (W / 16);
@@ -296,12 +285,9 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   L.sigmas = sigmas;
   L.timesteps = timesteps;
   if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
-  if (!(rt->keep & DIT_KEEP_TRANSFORMER)) {
-    dit_zimage_free(z->dit);
-    z->dit = NULL;
-  }
+  dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
-  if (s == DIT_OK) s = decode_latents(rt, z, &L, p->vae_tile, out, err);
+  if (s == DIT_OK) s = decode_latents(rt, c, &L, p->vae_tile, out, err);
   t[4] = dit_time_now();
   if (st && s == DIT_OK) dit_fill_stats(st, t, steps);
   free(L.pos.embeds);

@@ -9,6 +9,7 @@
  *   tokenizer_json  `ditrun tokenize -m DIR TEXT` (and --chat)
  *   tokenize        `ditrun tokenize -m zimage-tiny -- BYTES` (up to the first NUL)
  *   cli             `ditrun SUBCOMMAND ARGS...` (NUL-separated), in a scratch folder
+ *   png             `ditrun info FILE` on the bytes after the selector
  * At most DIT_FUZZ_CORPUS_MAX files (default 120) per extra corpus folder, spread evenly. */
 #include <dirent.h>
 #include <errno.h>
@@ -181,6 +182,18 @@ static void one_tokenize(const char *file, const unsigned char *d, size_t n) {
   check_run("tokenize --chat", file, argv2, g_tmp);
 }
 
+/* fuzz_png inputs: the bytes after the selector as an image for `ditrun info` (PNG files, and
+ * parameters texts, which are then simply not PNGs). */
+static void one_png(const char *file, const unsigned char *d, size_t n) {
+  if (n < 1) return;
+  char path[4600];
+  snprintf(path, sizeof path, "%s/in.png", g_tmp);
+  write_file(path, d + 1, n - 1);
+  char *argv[] = {"ditrun", "info", path, NULL};
+  check_run("png", file, argv, g_tmp);
+  unlink(path);
+}
+
 static void one_cli(const char *file, const unsigned char *d, size_t n) {
   if (n < 1) return;
   static const char *const names[] = {"generate", "tokenize", "info"};
@@ -259,6 +272,7 @@ int main(int argc, char **argv) {
   static const struct { const char *name; one_fn fn; } targets[] = {
       {"safetensors", one_safetensors}, {"config", one_config}, {"tokenizer_json", one_tokenizer_json},
       {"tokenize", one_tokenize},       {"cli", one_cli},
+      {"png", one_png},
   };
   const char *extra = getenv("DIT_FUZZ_CORPUS");
   const char *max_s = getenv("DIT_FUZZ_CORPUS_MAX");

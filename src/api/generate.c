@@ -1,10 +1,8 @@
 /* The one-shot generation API: dit_generate (a model loaded with nothing kept, one image,
  * freed), the model's defaults, and the image helpers. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "core/ctx.h"
 #include "io/model_dir.h"
 #include "io/png.h"

@@ -168,49 +168,20 @@ dit_status dit_backend_profiler_finish(dit_backend *prof, dit_error *err);
 const dit_prof_stats *dit_backend_profiler_stats(const dit_backend *prof);
 void dit_backend_profiler_free(dit_backend *prof);
 
-/* Thin wrappers so model code reads like the reference modules. */
-#define dit_op_linear(be, ...) ((be)->ops->linear((be), __VA_ARGS__))
-#define dit_op_rms_norm(be, ...) ((be)->ops->rms_norm((be), __VA_ARGS__))
-#define dit_op_layer_norm(be, ...) ((be)->ops->layer_norm((be), __VA_ARGS__))
-#define dit_op_group_norm(be, ...) ((be)->ops->group_norm((be), __VA_ARGS__))
-#define dit_op_attention(be, ...) ((be)->ops->attention((be), __VA_ARGS__))
-#define dit_op_rope(be, ...) ((be)->ops->rope((be), __VA_ARGS__))
-#define dit_op_activation(be, ...) ((be)->ops->activation((be), __VA_ARGS__))
-#define dit_op_swiglu(be, ...) ((be)->ops->swiglu((be), __VA_ARGS__))
-#define dit_op_modulate(be, ...) ((be)->ops->modulate((be), __VA_ARGS__))
-#define dit_op_gated_add(be, ...) ((be)->ops->gated_add((be), __VA_ARGS__))
-#define dit_op_add(be, ...) ((be)->ops->add((be), __VA_ARGS__))
-#define dit_op_mul(be, ...) ((be)->ops->mul((be), __VA_ARGS__))
-#define dit_op_scale(be, ...) ((be)->ops->scale((be), __VA_ARGS__))
-#define dit_op_softmax(be, ...) ((be)->ops->softmax((be), __VA_ARGS__))
-#define dit_op_embedding(be, ...) ((be)->ops->embedding((be), __VA_ARGS__))
-#define dit_op_conv2d(be, ...) ((be)->ops->conv2d((be), __VA_ARGS__))
-#define dit_op_upsample2x(be, ...) ((be)->ops->upsample2x((be), __VA_ARGS__))
-#define dit_op_timestep_embedding(be, ...) ((be)->ops->timestep_embedding((be), __VA_ARGS__))
-#define dit_op_copy(be, ...) ((be)->ops->copy((be), __VA_ARGS__))
+/* Thin wrappers so model code reads like the reference modules: dit_op_linear(be, ...) and
+ * so on for every plain op, calling the backend's. */
+#define DIT_OP_WRAPPER(name, params, args) \
+  static inline dit_status dit_op_##name(dit_backend *be, DIT_EXPAND params) { return be->ops->name(be, DIT_EXPAND args); }
+DIT_BACKEND_LINEAR_OP(DIT_OP_WRAPPER)
+DIT_BACKEND_BASE_OPS(DIT_OP_WRAPPER)
+#undef DIT_OP_WRAPPER
 
-/* Fused ops (backend_fused.c): the backend's op when it has one, else the unfused sequence
- * through its other ops (the reference semantics; also what the CPU backend runs). */
-dit_status dit_op_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
-                                const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
-dit_status dit_op_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                               const dit_tensor *scale, float eps, dit_error *err);
-dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
-                                const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
-                                const dit_tensor *scale, float eps, dit_error *err);
-dit_status dit_op_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
-                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
-                                      dit_error *err);
-dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r,
-                                           const dit_tensor *gate, dit_tensor *h, const dit_tensor *scale,
-                                           const dit_tensor *shift, float eps, dit_error *err);
-dit_status dit_unfused_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
-                                     const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
-                                     dit_error *err);
-dit_status dit_unfused_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                                    const dit_tensor *scale, float eps, dit_error *err);
-dit_status dit_unfused_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
-                                     const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
-                                     const dit_tensor *scale, float eps, dit_error *err);
+/* Fused ops (backend_fused.c): dit_op_<op> runs the backend's op when it has one, else
+ * dit_unfused_<op>, the sequence of plain ops that defines it (the reference semantics; also
+ * what a backend runs for the cases its kernel does not take). */
+#define DIT_OP_FUSED_DECL(name, params, args) \
+  DIT_BACKEND_OP_DECL(dit_op_##name, params) DIT_BACKEND_OP_DECL(dit_unfused_##name, params)
+DIT_BACKEND_FUSED_OPS(DIT_OP_FUSED_DECL)
+#undef DIT_OP_FUSED_DECL
 
 #endif

@@ -58,25 +58,6 @@ dit_status dit_unfused_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor 
   return h ? dit_unfused_rms_norm_mod(be, h, x, wh, scale, eps, err) : DIT_OK;
 }
 
-dit_status dit_op_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
-                                const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
-  if (be->ops->rms_norm_rope) return be->ops->rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
-  return dit_unfused_rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
-}
-
-dit_status dit_op_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                               const dit_tensor *scale, float eps, dit_error *err) {
-  if (be->ops->rms_norm_mod) return be->ops->rms_norm_mod(be, y, x, w, scale, eps, err);
-  return dit_unfused_rms_norm_mod(be, y, x, w, scale, eps, err);
-}
-
-dit_status dit_op_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
-                                const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
-                                const dit_tensor *scale, float eps, dit_error *err) {
-  if (be->ops->residual_norm) return be->ops->residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
-  return dit_unfused_residual_norm(be, x, r, wr, gate, tanh_gate, h, wh, scale, eps, err);
-}
-
 dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r,
                                            const dit_tensor *gate, dit_tensor *h, const dit_tensor *scale,
                                            const dit_tensor *shift, float eps, dit_error *err) {
@@ -90,9 +71,11 @@ dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const
   return scale ? be->ops->modulate(be, h, h, scale, shift, err) : DIT_OK;
 }
 
-dit_status dit_op_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
-                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
-                                      dit_error *err) {
-  if (be->ops->residual_layer_norm) return be->ops->residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
-  return dit_unfused_residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
-}
+/* dit_op_<op> for every fused op: the backend's op, else its unfused sequence. */
+#define FUSED_DISPATCH(name, params, args)                            \
+  dit_status dit_op_##name(dit_backend *be, DIT_EXPAND params) {      \
+    if (be->ops->name) return be->ops->name(be, DIT_EXPAND args);     \
+    return dit_unfused_##name(be, DIT_EXPAND args);                   \
+  }
+DIT_BACKEND_FUSED_OPS(FUSED_DISPATCH)
+#undef FUSED_DISPATCH

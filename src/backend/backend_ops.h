@@ -4,7 +4,9 @@
  * per-op counts of the profiler. X(name, (parameters after `dit_backend *be`), (their names))
  * is called once per op, in table order; each op's contract is the comment above its row.
  * Conventions for all ops are at the top of backend.h. The fused ops at the end are optional
- * (NULL where a backend lacks one; the dit_op_* helpers run the unfused sequence then). */
+ * (NULL where a backend lacks one; the dit_op_* helpers run the unfused sequence then).
+ * Lists: DIT_BACKEND_LINEAR_OP, DIT_BACKEND_BASE_OPS, DIT_BACKEND_FUSED_OPS, and their unions
+ * DIT_BACKEND_OTHER_OPS (all but linear) and DIT_BACKEND_OPS (all). */
 #ifndef DIT_BACKEND_OPS_H
 #define DIT_BACKEND_OPS_H
 
@@ -19,9 +21,8 @@
     dit_error *err),                                                                                               \
     (y, x, w, b, act, err))
 
-/* The other ops, after linear (the profiler forwards these generically; linear, whose calls
- * it also splits by shape, by hand). */
-#define DIT_BACKEND_OTHER_OPS(X) \
+/* The plain ops after linear: every backend implements each of them. */
+#define DIT_BACKEND_BASE_OPS(X) \
   /* Row-wise over the last dim D: y = x / sqrt(mean(x^2) + eps) * w (w [D] or NULL). y may alias x. */            \
   X(rms_norm, (dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps, dit_error *err),                \
     (y, x, w, eps, err))                                                                                           \
@@ -88,10 +89,13 @@
   /* dst = src element by element, any strides (views: permute, slice, concat into a                               \
    * slice), same shape; converts dtype when they differ (float types). */                                         \
   X(copy, (dit_tensor *dst, const dit_tensor *src, dit_error *err),                                                \
-    (dst, src, err))                                                                                               \
-  /* ---- fused ops (optional: NULL where a backend lacks one). Call them through the                              \
-   * dit_op_* helpers below, which run the unfused sequence when the op is NULL. Each one's                        \
-   * result is that of its unfused sequence (intermediates may stay in fp32 on a GPU). ---- */                     \
+    (dst, src, err))
+
+/* The fused ops (optional: NULL where a backend lacks one). Call them through their dit_op_*
+ * helpers (backend_fused.c), which run the unfused sequence (dit_unfused_*) when the op is
+ * NULL. Each one's result is that of its unfused sequence (intermediates may stay in fp32 on
+ * a GPU). */
+#define DIT_BACKEND_FUSED_OPS(X) \
   /* x [B,S,H,D] in place (may be strided): x = rope(rms_norm(x) * w) (per head row of D; w [D]                    \
    * or NULL). The unfused sequence runs a strided x through a temporary contiguous copy. */                       \
   X(rms_norm_rope, (dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos, const dit_tensor *sin,   \
@@ -117,8 +121,19 @@
     (x, r, gate, h, scale, shift, eps, err))
 
 
+/* The ops after linear (the profiler forwards these generically; linear, whose calls it
+ * also splits by shape, by hand). */
+#define DIT_BACKEND_OTHER_OPS(X) DIT_BACKEND_BASE_OPS(X) DIT_BACKEND_FUSED_OPS(X)
+
 /* Every op, in table order. */
 #define DIT_BACKEND_OPS(X) DIT_BACKEND_LINEAR_OP(X) DIT_BACKEND_OTHER_OPS(X)
+
+/* Declares a backend's implementation of every op, `dit_status PREFIX_<op>(dit_backend *be,
+ * ...)`: a backend's internal header writes
+ *   #define MY_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(my_##name, params)
+ *   DIT_BACKEND_OPS(MY_OP_DECL)
+ * and fills its table with DIT_BACKEND_OPS(X) where X is `.name = my_##name,`. */
+#define DIT_BACKEND_OP_DECL(fn, params) dit_status fn(dit_backend *be, DIT_EXPAND params);
 
 /* How many ops there are. */
 #define DIT_OP_PLUS_ONE(name, params, args) +1

@@ -107,35 +107,8 @@ void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n) 
   }
 }
 
-static dit_status check_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-  if (t->device != DIT_DEV_CPU)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CPU tensor", op, name);
-  if (!t->data && dit_tensor_numel(t) > 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
-  return DIT_OK;
-}
-
-static dit_status check_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(check_there(op, name, t, err));
-  if (!dit_tensor_is_contiguous(t))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
-  return DIT_OK;
-}
-
-dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err) {
-  DIT_TRY(check_there(op, name, t, err));
-  if (t->dtype != DIT_F32)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32, got %s", op, name, dit_dtype_name(t->dtype));
-  if (!dit_tensor_rowview(t, v))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG,
-                      "%s: %s must be rows of its last dim (unit last stride, at most two strided groups of "
-                      "leading dims)", op, name);
-  return DIT_OK;
-}
-
 dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(check_there(op, name, t, err));
+  DIT_TRY(dit_check_placed(op, name, t, DIT_DEV_CPU, err));
   if (t->dtype != DIT_F32 || t->ndim != 4)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be a 4-D F32 tensor (got %s, %d dims)", op, name,
                       dit_dtype_name(t->dtype), t->ndim);
@@ -146,34 +119,3 @@ dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor
   return DIT_OK;
 }
 
-dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(check_present(op, name, t, err));
-  if (t->dtype != DIT_F32)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32, got %s", op, name,
-                      dit_dtype_name(t->dtype));
-  return DIT_OK;
-}
-
-dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
-  DIT_TRY(check_present(op, name, t, err));
-  if (!cpu_wdtype_ok(t->dtype))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s dtype %s unsupported (F32/BF16/F16)", op, name,
-                      dit_dtype_name(t->dtype));
-  if (n >= 0 && dit_tensor_numel(t) != n) {
-    char s[128];
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has shape %s, expected %lld elements", op, name,
-                      dit_shape_str(t->shape, t->ndim, s, sizeof s), (long long)n);
-  }
-  return DIT_OK;
-}
-
-dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                                const dit_tensor *b, dit_error *err) {
-  if (!dit_tensor_has_shape(b, a->ndim, a->shape)) {
-    char s1[128], s2[128];
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s shape %s != %s shape %s", op, an,
-                      dit_shape_str(a->shape, a->ndim, s1, sizeof s1), bn,
-                      dit_shape_str(b->shape, b->ndim, s2, sizeof s2));
-  }
-  return DIT_OK;
-}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/backend_check.h"
 
 typedef struct cpu_impl {
   bool have_avx512; /* the CPU supports avx512f/bw/vl/bf16 (detected at create) */
@@ -39,24 +40,34 @@ static inline float cpu_ld(const void *p, dit_dtype t, int64_t i) {
 /* Converts n elements of a F32/BF16/F16 array (from element off) to floats. */
 void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n);
 
-static inline bool cpu_wdtype_ok(dit_dtype t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
 
-/* Checks that t is non-NULL, on the CPU, with data, contiguous, of dtype F32. */
-dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
-/* Checks that t is non-NULL, on the CPU, with data, F32, and rows of its last dim (see
- * dit_tensor_rowview: column slices and per-batch row ranges of wider buffers); fills v. */
-dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err);
+/* Operand checks (backend_check.h) with the CPU's device and dtypes. Activations: F32,
+ * contiguous. */
+static inline dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(dit_check_present(op, name, t, DIT_DEV_CPU, err));
+  return dit_check_dtype(op, name, t, DIT_DTYPES(DIT_F32), err);
+}
+/* F32 rows of the last dim (column slices, per-batch row ranges); fills v. */
+static inline dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v,
+                                        dit_error *err) {
+  return dit_check_rows(op, name, t, DIT_DEV_CPU, DIT_DTYPES(DIT_F32), v, err);
+}
 /* Checks a strided 4-D F32 tensor [B, S, H, D]: unit last stride, non-negative strides. */
 dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
 /* Element offset of (b, s, h, 0) in a 4-D tensor. */
 static inline int64_t cpu_off4(const dit_tensor *t, int64_t b, int64_t s, int64_t h) {
   return b * t->stride[0] + s * t->stride[1] + h * t->stride[2];
 }
-/* Checks a weight-like tensor: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
-dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
-/* Checks that a and b have the same shape. */
-dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                                const dit_tensor *b, dit_error *err);
+/* A weight-like tensor: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
+static inline dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n,
+                                     dit_error *err) {
+  return dit_check_weight(op, name, t, DIT_DEV_CPU, n, err);
+}
+/* a and b have the same shape. */
+static inline dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                                              const dit_tensor *b, dit_error *err) {
+  return dit_check_same_shape(op, an, a, bn, b, false, err);
+}
 
 static inline float cpu_act(float v, dit_act a) {
   switch (a) {
@@ -103,44 +114,10 @@ dit_status cpu_rope_check(const dit_tensor *x, const dit_tensor *cos, const dit_
                           bool *shared, dit_error *err);
 
 /* Op implementations (one family per file). */
-dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                      const dit_tensor *b, dit_act act, dit_error *err);
-dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                      const dit_tensor *b, int stride, int pad, dit_error *err);
-dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
-                        dit_error *err);
-dit_status cpu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                          const dit_tensor *b, float eps, dit_error *err);
-dit_status cpu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
-                          const dit_tensor *b, float eps, bool silu, dit_error *err);
-dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
-                         const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
-                         dit_error *err);
-dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
-                    dit_rope_mode mode, dit_error *err);
-dit_status cpu_softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
-dit_status cpu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err);
-dit_status cpu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-dit_status cpu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
-                        const dit_tensor *shift, dit_error *err);
-dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
-                         bool tanh_gate, dit_error *err);
-dit_status cpu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-dit_status cpu_mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
-dit_status cpu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err);
-dit_status cpu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
-                         dit_error *err);
-dit_status cpu_upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err);
-dit_status cpu_timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
-                                  float max_period, float shift, float scale, bool flip_sin_to_cos,
-                                  dit_error *err);
-dit_status cpu_copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err);
-dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
-                             const dit_tensor *sin, dit_rope_mode mode, dit_error *err);
-dit_status cpu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                            const dit_tensor *scale, float eps, dit_error *err);
-dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
-                             const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
-                             const dit_tensor *scale, float eps, dit_error *err);
+/* The ops: cpu_<op> for every op of DIT_BACKEND_OPS (cpu_residual_layer_norm has no CPU
+ * kernel: cpu_backend.c leaves it NULL and the unfused sequence runs). */
+#define CPU_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(cpu_##name, params)
+DIT_BACKEND_OPS(CPU_OP_DECL)
+#undef CPU_OP_DECL
 
 #endif

@@ -117,11 +117,9 @@ static dit_backend_ops cu_ops_table(void) {
   o.download = cu_download;
   o.sync = cu_sync;
   o.destroy = cu_destroy;
-  o.linear = cu_linear;
-  o.conv2d = cu_conv2d;
-  o.attention = cu_attention;
-  cu_register_ops(&o);
-  cu_register_fused_ops(&o);
+#define CU_OP(name, params, args) o.name = cu_##name;
+  DIT_BACKEND_OPS(CU_OP)
+#undef CU_OP
   cu_register_graph_ops(&o);
   cu_register_timer_ops(&o);
   return o;
@@ -184,35 +182,9 @@ dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_bac
   return DIT_OK;
 }
 
-/* t is a CUDA tensor with its data (any layout). */
-static dit_status cu_placed(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  if (!t) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-  if (t->device != DIT_DEV_CUDA)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s is not a CUDA tensor", op, name);
-  if (!t->data && dit_tensor_numel(t) > 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has no data", op, name);
-  return DIT_OK;
-}
-
-static dit_status cu_there(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(cu_placed(op, name, t, err));
-  if (t->dtype != DIT_F32 && t->dtype != DIT_BF16)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32 or BF16, got %s", op, name,
-                      dit_dtype_name(t->dtype));
-  return DIT_OK;
-}
-
-dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err) {
-  DIT_TRY(cu_there(op, name, t, err));
-  if (!dit_tensor_rowview(t, v))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG,
-                      "%s: %s must be rows of its last dim (unit last stride, at most two strided groups of "
-                      "leading dims)", op, name);
-  return DIT_OK;
-}
-
 dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(cu_there(op, name, t, err));
+  DIT_TRY(dit_check_placed(op, name, t, DIT_DEV_CUDA, err));
+  DIT_TRY(dit_check_dtype(op, name, t, CU_ACT_DTYPES, err));
   if (t->ndim != 4 || (t->stride[3] != 1 && t->shape[3] > 1))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be 4-D [B, S, H, D] with unit stride on D", op, name);
   if (dit_tensor_is_contiguous(t)) return DIT_OK; /* the ops check what they need of contiguous shapes */
@@ -221,45 +193,6 @@ dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor 
       return dit_errorf(err, DIT_ERR_UNSUPPORTED,
                         "%s: %s strides must be non-negative multiples of 8 elements (16-byte rows), got %lld", op,
                         name, (long long)t->stride[i]);
-  return DIT_OK;
-}
-
-static dit_status cu_present(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(cu_placed(op, name, t, err));
-  if (!dit_tensor_is_contiguous(t))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be contiguous", op, name);
-  return DIT_OK;
-}
-
-dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(cu_present(op, name, t, err));
-  if (t->dtype != DIT_F32 && t->dtype != DIT_BF16)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s must be F32 or BF16, got %s", op, name,
-                      dit_dtype_name(t->dtype));
-  return DIT_OK;
-}
-
-dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err) {
-  DIT_TRY(cu_present(op, name, t, err));
-  if (!cu_fdtype(t->dtype))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s dtype %s unsupported (F32/BF16/F16)", op, name,
-                      dit_dtype_name(t->dtype));
-  if (n >= 0 && dit_tensor_numel(t) != n) {
-    char s[128];
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s has shape %s, expected %lld elements", op, name,
-                      dit_shape_str(t->shape, t->ndim, s, sizeof s), (long long)n);
-  }
-  return DIT_OK;
-}
-
-dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                               const dit_tensor *b, dit_error *err) {
-  if (!dit_tensor_has_shape(b, a->ndim, a->shape) || a->dtype != b->dtype) {
-    char s1[128], s2[128];
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s %s %s != %s %s %s", op, an, dit_dtype_name(a->dtype),
-                      dit_shape_str(a->shape, a->ndim, s1, sizeof s1), bn, dit_dtype_name(b->dtype),
-                      dit_shape_str(b->shape, b->ndim, s2, sizeof s2));
-  }
   return DIT_OK;
 }
 

@@ -12,7 +12,7 @@
 
 static bool al16(const dit_tensor *t) { return !t || ((uintptr_t)t->data & 15) == 0; }
 
-static dit_status rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+dit_status cu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
                                 const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
   const char *op = "cuda rms_norm_rope";
   DIT_TRY(cu_check_strided4(op, "x", x, err)); /* strided views too: q/k column slices of a fused projection */
@@ -36,7 +36,7 @@ static dit_status rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor
   return DIT_OK;
 }
 
-static dit_status rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+dit_status cu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                                const dit_tensor *scale, float eps, dit_error *err) {
   const char *op = "cuda rms_norm_mod";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -56,7 +56,7 @@ static dit_status rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor 
   return DIT_OK;
 }
 
-static dit_status residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
+dit_status cu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
                                 const dit_tensor *gate, bool tanh_gate, dit_tensor *h, const dit_tensor *wh,
                                 const dit_tensor *scale, float eps, dit_error *err) {
   const char *op = "cuda residual_norm";
@@ -92,7 +92,7 @@ static dit_status residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, c
   return DIT_OK;
 }
 
-static dit_status residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+dit_status cu_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
                                       dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
                                       dit_error *err) {
   const char *op = "cuda residual_layer_norm";
@@ -128,11 +128,4 @@ static dit_status residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_
   LAUNCH(op, "kernel", cuk_f_lnorm(h ? h->data : NULL, x->data, r ? r->data : NULL, x->dtype, B, S, D, &a,
                                    cu_im(be)->stream));
   return DIT_OK;
-}
-
-void cu_register_fused_ops(dit_backend_ops *o) {
-  o->rms_norm_rope = rms_norm_rope;
-  o->rms_norm_mod = rms_norm_mod;
-  o->residual_norm = residual_norm;
-  o->residual_layer_norm = residual_layer_norm;
 }

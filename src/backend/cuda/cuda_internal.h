@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/backend_check.h"
 
 #define CU_MAX_PLANS 128
 #define CU_MAX_CANDS 16 /* heuristic algorithms kept per plan for tuning */
@@ -69,18 +70,32 @@ dit_status cu_check_lt(cublasStatus_t s, const char *op, const char *what, dit_e
 /* Grows the scratch buffer to at least bytes (synchronizes the stream when it grows). */
 dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err);
 
-/* Argument checks: present, on the GPU, contiguous, F32 or BF16 (activations). */
-dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err);
-/* Activation row views (see dit_tensor_rowview): present, GPU, F32 or BF16; fills v. */
-dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v, dit_error *err);
+/* Operand checks (backend_check.h) with the GPU's device and dtypes. Activations: F32 or
+ * BF16, contiguous. */
+#define CU_ACT_DTYPES (DIT_DTYPES(DIT_F32) | DIT_DTYPES(DIT_BF16))
+static inline dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
+  DIT_TRY(dit_check_present(op, name, t, DIT_DEV_CUDA, err));
+  return dit_check_dtype(op, name, t, CU_ACT_DTYPES, err);
+}
+/* Activation row views (see dit_tensor_rowview): F32 or BF16; fills v. */
+static inline dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v,
+                                       dit_error *err) {
+  return dit_check_rows(op, name, t, DIT_DEV_CUDA, CU_ACT_DTYPES, v, err);
+}
 /* Strided [B, S, H, D] activations: F32/BF16, unit last stride; non-contiguous ones need strides
  * that are multiples of 8 elements (16-byte rows). */
 dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
-/* Weight-like: present, GPU, contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
-dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n, dit_error *err);
-dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                               const dit_tensor *b, dit_error *err);
-static inline bool cu_fdtype(dit_dtype t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
+/* Weight-like: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
+static inline dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n,
+                                    dit_error *err) {
+  return dit_check_weight(op, name, t, DIT_DEV_CUDA, n, err);
+}
+/* Same shape and dtype. */
+static inline dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                                             const dit_tensor *b, dit_error *err) {
+  return dit_check_same_shape(op, an, a, bn, b, true, err);
+}
+static inline bool cu_fdtype(dit_dtype t) { return dit_dtype_in(t, DIT_WEIGHT_DTYPES); }
 
 /* GEMM through cuBLASLt (column-major, like cuBLAS): D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m])
  * with epilogue epi; A and B of dtype abt, D of dtype dt; fp32 accumulation. */
@@ -88,16 +103,11 @@ dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, i
                    const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
                    int dt, const void *bias, int epi, dit_error *err);
 
-/* Op implementations (host side). */
-dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                     const dit_tensor *b, dit_act act, dit_error *err);
-dit_status cu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
-                     const dit_tensor *b, int stride, int pad, dit_error *err);
-dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
-                        const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
-                        dit_error *err);
-void cu_register_ops(dit_backend_ops *ops); /* fills the elementwise/norm ops (cuda_ops.c) */
-void cu_register_fused_ops(dit_backend_ops *ops); /* the fused ops (cuda_fused.c) */
+/* The ops: cu_<op> for every op of DIT_BACKEND_OPS (cuda_gemm.c: linear, conv2d; cuda_ops.c:
+ * attention and the plain ops; cuda_fused.c: the fused ops). */
+#define CU_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(cu_##name, params)
+DIT_BACKEND_OPS(CU_OP_DECL)
+#undef CU_OP_DECL
 void cu_register_graph_ops(dit_backend_ops *ops); /* graph capture (cuda_graph.c) */
 void cu_register_timer_ops(dit_backend_ops *ops); /* device timers (cuda_timer.c) */
 void cu_timer_destroy(cu_impl *im);

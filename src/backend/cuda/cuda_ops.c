@@ -21,7 +21,7 @@ static dit_status opt_w(const char *op, const char *name, const dit_tensor *t, i
   return t ? cu_check_w(op, name, t, n, err) : DIT_OK;
 }
 
-static dit_status rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+dit_status cu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
                            dit_error *err) {
   const char *op = "cuda rms_norm";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -40,7 +40,7 @@ static dit_status rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   return DIT_OK;
 }
 
-static dit_status layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+dit_status cu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                              const dit_tensor *b, float eps, dit_error *err) {
   const char *op = "cuda layer_norm";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -54,7 +54,7 @@ static dit_status layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x
   return DIT_OK;
 }
 
-static dit_status group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
+dit_status cu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
                              const dit_tensor *b, float eps, bool silu, dit_error *err) {
   const char *op = "cuda group_norm";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -118,7 +118,7 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
   return DIT_OK;
 }
 
-static dit_status rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+dit_status cu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
                        dit_rope_mode mode, dit_error *err) {
   const char *op = "cuda rope";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -142,7 +142,7 @@ static dit_status rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, co
   return DIT_OK;
 }
 
-static dit_status activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err) {
+dit_status cu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err) {
   const char *op = "cuda activation";
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
@@ -170,15 +170,15 @@ static dit_status binary(dit_backend *be, const char *op, dit_tensor *y, const d
   return DIT_OK;
 }
 
-static dit_status add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+dit_status cu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
   return binary(be, "cuda add", y, a, b, 0, err);
 }
-static dit_status mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+dit_status cu_mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
   return binary(be, "cuda mul", y, a, b, 1, err);
 }
 /* Contiguous operands: the flat kernels; row views (column slices of a fused projection,
  * see dit_tensor_rowview): one row kernel launch per block of rows. */
-static dit_status swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
+dit_status cu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
                          dit_error *err) {
   const char *op = "cuda swiglu";
   if (a && b && y && dit_tensor_is_contiguous(a) && dit_tensor_is_contiguous(b) && dit_tensor_is_contiguous(y))
@@ -205,7 +205,7 @@ static dit_status swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, co
   return DIT_OK;
 }
 
-static dit_status scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {
+dit_status cu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {
   const char *op = "cuda scale";
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
@@ -236,7 +236,7 @@ dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, con
   return DIT_OK;
 }
 
-static dit_status modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale_,
+dit_status cu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale_,
                            const dit_tensor *shift, dit_error *err) {
   const char *op = "cuda modulate";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -258,7 +258,7 @@ static dit_status modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   return DIT_OK;
 }
 
-static dit_status gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
+dit_status cu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
                             bool tanh_gate, dit_error *err) {
   const char *op = "cuda gated_add";
   DIT_TRY(cu_check_act(op, "x", x, err));
@@ -276,7 +276,7 @@ static dit_status gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y,
   return DIT_OK;
 }
 
-static dit_status softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
+dit_status cu_softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
   const char *op = "cuda softmax";
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
@@ -287,7 +287,7 @@ static dit_status softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, d
 }
 
 /* Waits for the lookup to report bad ids (one host sync: embeddings run once per prompt). */
-static dit_status embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
+dit_status cu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
                             dit_error *err) {
   const char *op = "cuda embedding";
   cu_impl *im = cu_im(be);
@@ -313,7 +313,7 @@ static dit_status embedding(dit_backend *be, dit_tensor *y, const dit_tensor *ta
   return DIT_OK;
 }
 
-static dit_status upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
+dit_status cu_upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
   const char *op = "cuda upsample2x";
   DIT_TRY(cu_check_act(op, "x", x, err));
   DIT_TRY(cu_check_act(op, "y", y, err));
@@ -325,7 +325,7 @@ static dit_status upsample2x(dit_backend *be, dit_tensor *y, const dit_tensor *x
   return DIT_OK;
 }
 
-static dit_status timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
+dit_status cu_timestep_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *t, int dim,
                                      float max_period, float shift, float scale_, bool flip, dit_error *err) {
   const char *op = "cuda timestep_embedding";
   DIT_TRY(cu_check_act(op, "y", y, err));
@@ -338,7 +338,7 @@ static dit_status timestep_embedding(dit_backend *be, dit_tensor *y, const dit_t
   return DIT_OK;
 }
 
-static dit_status copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err) {
+dit_status cu_copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, dit_error *err) {
   const char *op = "cuda copy";
   if (!dst || !src) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: NULL tensor", op);
   if (dst->device != DIT_DEV_CUDA || src->device != DIT_DEV_CUDA)
@@ -371,23 +371,4 @@ static dit_status copy(dit_backend *be, dit_tensor *dst, const dit_tensor *src, 
   LAUNCH(op, "strided kernel", cuk_copy(dst->data, dst->dtype, src->data, src->dtype, src->ndim, src->shape,
                                         dst->stride, src->stride, es, st(be)));
   return DIT_OK;
-}
-
-void cu_register_ops(dit_backend_ops *o) {
-  o->rms_norm = rms_norm;
-  o->layer_norm = layer_norm;
-  o->group_norm = group_norm;
-  o->rope = rope;
-  o->activation = activation;
-  o->swiglu = swiglu;
-  o->modulate = modulate;
-  o->gated_add = gated_add;
-  o->add = add;
-  o->mul = mul;
-  o->scale = scale;
-  o->softmax = softmax;
-  o->embedding = embedding;
-  o->upsample2x = upsample2x;
-  o->timestep_embedding = timestep_embedding;
-  o->copy = copy;
 }

@@ -1,0 +1,33 @@
+/* Operand checks every backend shares: an op validates each tensor it is given with these
+ * (the backend supplies its device and the dtypes it computes in), so the rules and their
+ * messages are the same on every backend. */
+#ifndef DIT_BACKEND_CHECK_H
+#define DIT_BACKEND_CHECK_H
+
+#include "backend/backend.h"
+
+/* Which activation dtypes a backend computes in (bits: 1 << dit_dtype). */
+#define DIT_DTYPES(a) (1u << (a))
+/* F32, BF16 or F16: the weight dtypes every backend reads. */
+#define DIT_WEIGHT_DTYPES (DIT_DTYPES(DIT_F32) | DIT_DTYPES(DIT_BF16) | DIT_DTYPES(DIT_F16))
+
+static inline bool dit_dtype_in(dit_dtype t, unsigned set) { return (unsigned)t < 32 && (set >> (unsigned)t) & 1u; }
+
+/* t is non-NULL, on dev, with data (any layout). */
+dit_status dit_check_placed(const char *op, const char *name, const dit_tensor *t, dit_device dev, dit_error *err);
+/* As dit_check_placed, and contiguous. */
+dit_status dit_check_present(const char *op, const char *name, const dit_tensor *t, dit_device dev, dit_error *err);
+/* t's dtype is one of `dtypes` ("must be F32 or BF16, got F16"). */
+dit_status dit_check_dtype(const char *op, const char *name, const dit_tensor *t, unsigned dtypes, dit_error *err);
+/* Placed on dev, of one of `dtypes`, and rows of its last dim (see dit_tensor_rowview:
+ * column slices and per-batch row ranges of wider buffers); fills v. */
+dit_status dit_check_rows(const char *op, const char *name, const dit_tensor *t, dit_device dev, unsigned dtypes,
+                          dit_rowview *v, dit_error *err);
+/* A weight-like tensor: present on dev, F32/BF16/F16, exactly n elements (n < 0: any). */
+dit_status dit_check_weight(const char *op, const char *name, const dit_tensor *t, dit_device dev, int64_t n,
+                            dit_error *err);
+/* a and b have the same shape (and, when same_dtype, the same dtype). */
+dit_status dit_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
+                                const dit_tensor *b, bool same_dtype, dit_error *err);
+
+#endif

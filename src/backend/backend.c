@@ -2,6 +2,7 @@
  * created in) backend memory once at load, and a profiling backend that forwards to
  * another one and accumulates per-op wall time (for `ditrun bench`). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,32 +146,97 @@ void dit_backend_free(dit_backend *be) {
   free(be);
 }
 
+/* ---- the backend registry: one row per kind of backend ---- */
+
+static dit_status cpu_create(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+                             dit_backend **out, dit_error *err) {
+  (void)device, (void)opts;
+  DIT_TRY(dit_backend_cpu_create(n_threads, out, err));
+  dit_status s = dit_backend_cpu_set_precision(*out, precision, err);
+  if (s != DIT_OK) {
+    dit_backend_free(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
+/* Physical memory and what the kernel says is available (Linux /proc/meminfo), in bytes. */
+static dit_status cpu_mem_info(int device, size_t *free_b, size_t *total_b, dit_error *err) {
+  (void)device;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "cpu memory: /proc/meminfo is not readable");
+  char line[256];
+  unsigned long long kb, tot = 0, avail = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) tot = kb;
+    else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = kb;
+  }
+  fclose(f);
+  if (!tot) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "cpu memory: no MemTotal in /proc/meminfo");
+  *total_b = (size_t)(tot * 1024ull);
+  *free_b = (size_t)(avail * 1024ull);
+  return DIT_OK;
+}
+
+static int cpu_device_count(void) { return 1; }
+
+#ifdef DIT_HAVE_CUDA
+static dit_status cuda_create(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+                              dit_backend **out, dit_error *err) {
+  (void)n_threads, (void)precision;
+  return dit_backend_cuda_create(device, opts, out, err);
+}
+#define CUDA_ROW {DIT_DEVICE_CUDA, "cuda", false, dit_cuda_device_count, cuda_create, dit_cuda_mem_info},
+#else
+#define CUDA_ROW
+#endif
+
+static const dit_backend_kind_info backend_kinds[] = {
+    {DIT_DEVICE_CPU, "cpu", true, cpu_device_count, cpu_create, cpu_mem_info},
+    CUDA_ROW
+};
+
+size_t dit_backend_kind_count(void) { return sizeof backend_kinds / sizeof *backend_kinds; }
+
+const dit_backend_kind_info *dit_backend_kind_at(size_t i) {
+  return i < dit_backend_kind_count() ? &backend_kinds[i] : NULL;
+}
+
+const dit_backend_kind_info *dit_backend_kind_get(dit_device_kind kind) {
+  for (size_t i = 0; i < dit_backend_kind_count(); i++)
+    if (backend_kinds[i].kind == kind) return &backend_kinds[i];
+  return NULL;
+}
+
 dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
                               const dit_run_opts *opts, dit_backend **out, dit_error *err) {
   *out = NULL;
-  if (kind == DIT_DEVICE_CPU) {
-    DIT_TRY(dit_backend_cpu_create(n_threads, out, err));
-    dit_status s = dit_backend_cpu_set_precision(*out, cpu_precision, err);
-    if (s != DIT_OK) {
-      dit_backend_free(*out);
-      *out = NULL;
-    }
-    return s;
-  }
-#ifdef DIT_HAVE_CUDA
-  if (kind == DIT_DEVICE_CUDA) return dit_backend_cuda_create(device, opts, out, err);
-#endif
-  (void)device;
-  (void)opts;
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build%s",
-                    kind == DIT_DEVICE_CUDA ? "cuda" : "?", kind == DIT_DEVICE_CUDA ? " (built without CUDA)" : "");
+  const dit_backend_kind_info *k = dit_backend_kind_get(kind);
+  if (!k)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build%s",
+                      kind == DIT_DEVICE_CUDA ? "cuda" : "?", kind == DIT_DEVICE_CUDA ? " (built without CUDA)" : "");
+  return k->create(device, n_threads, cpu_precision, opts, out, err);
+}
+
+dit_status dit_backend_mem_info(dit_device_kind kind, int device, size_t *free_b, size_t *total_b, dit_error *err) {
+  *free_b = *total_b = 0;
+  const dit_backend_kind_info *k = dit_backend_kind_get(kind);
+  if (!k) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "memory info: device kind %d is not in this build", (int)kind);
+  return k->mem_info(device, free_b, total_b, err);
 }
 
 size_t dit_backend_device_used(dit_device_kind kind, int device) {
-#ifdef DIT_HAVE_CUDA
-  if (kind == DIT_DEVICE_CUDA) return dit_cuda_device_used(device);
-#endif
-  (void)kind;
-  (void)device;
-  return 0;
+  size_t fr = 0, tot = 0;
+  dit_error e = {0};
+  if (kind == DIT_DEVICE_CPU || dit_backend_mem_info(kind, device, &fr, &tot, &e) != DIT_OK) return 0;
+  return tot - fr;
+}
+
+bool dit_backend_supports_op(const dit_backend *be, int op) {
+  int i = 0;
+#define SUPPORTS(name, params, args) \
+  if (i++ == op) return be->ops->name != NULL;
+  DIT_BACKEND_OPS(SUPPORTS)
+#undef SUPPORTS
+  return false;
 }

@@ -85,14 +85,36 @@ struct dit_backend {
  * layers' precision) or CUDA device `device` with the run-time switches opts (NULL: the
  * defaults). DIT_ERR_UNSUPPORTED when this build has no
  * such device. Whoever creates a backend frees it, with dit_backend_free. */
+/* The backend registry: one row per kind of backend in this build (the CPU always; CUDA
+ * when built with it). Nothing above src/backend needs a device library's header: it asks
+ * the registry. */
+typedef struct dit_backend_kind_info {
+  dit_device_kind kind;
+  const char *name;  /* "cpu", "cuda" */
+  bool host_memory;  /* its buffers are host memory */
+  int (*device_count)(void); /* devices visible now (0: none) */
+  /* A backend on `device` (CPU: n_threads threads, linear layers at `precision`). */
+  dit_status (*create)(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+                       dit_backend **out, dit_error *err);
+  /* The device's free and total memory in bytes (the CPU: available and physical RAM). */
+  dit_status (*mem_info)(int device, size_t *free_b, size_t *total_b, dit_error *err);
+} dit_backend_kind_info;
+size_t dit_backend_kind_count(void);
+const dit_backend_kind_info *dit_backend_kind_at(size_t i);
+/* The row of `kind`, or NULL when this build lacks it. */
+const dit_backend_kind_info *dit_backend_kind_get(dit_device_kind kind);
+
+/* Creates a backend of `kind` (DIT_ERR_UNSUPPORTED when the build lacks it). Whoever creates
+ * a backend frees it with dit_backend_free. */
 dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
                               const dit_run_opts *opts, dit_backend **out, dit_error *err);
-/* Memory in use on the whole device now (total - free), 0 for the CPU or when unknown. */
+dit_status dit_backend_mem_info(dit_device_kind kind, int device, size_t *free_b, size_t *total_b, dit_error *err);
+/* Device memory in use now on a GPU (whole device, every process), 0 on the CPU. */
 size_t dit_backend_device_used(dit_device_kind kind, int device);
-/* Destroys the backend's own state (ops->destroy) and frees it. NULL is a no-op. */
+/* Whether be has op number `op` (table order of DIT_BACKEND_OPS; the fused ops are optional). */
+bool dit_backend_supports_op(const dit_backend *be, int op);
 void dit_backend_free(dit_backend *be);
 
-/* CPU backend (always available). n_threads <= 0: all online cores. */
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
 /* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the
  * default: fp32 products; DIT_CPU_PRECISION_BF16: activations and weights rounded to bf16,
@@ -107,7 +129,8 @@ dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, d
  * until sync), download waits for its copy. Call ops from one host thread. */
 dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_backend **out, dit_error *err);
 /* Memory in use on CUDA device `device` (total - free), 0 when it cannot be asked. */
-size_t dit_cuda_device_used(int device);
+int dit_cuda_device_count(void);
+dit_status dit_cuda_mem_info(int device, size_t *free_b, size_t *total_b, dit_error *err);
 #endif
 
 /* ---- generic helpers (backend.c) ---- */

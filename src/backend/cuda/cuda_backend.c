@@ -196,12 +196,17 @@ dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor 
   return DIT_OK;
 }
 
-size_t dit_cuda_device_used(int device) {
-  size_t fr = 0, tot = 0;
+int dit_cuda_device_count(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+dit_status dit_cuda_mem_info(int device, size_t *free_b, size_t *total_b, dit_error *err) {
+  *free_b = *total_b = 0;
   int prev = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess) return 0;
-  if (cudaSetDevice(device) != cudaSuccess) return 0;
-  size_t used = cudaMemGetInfo(&fr, &tot) == cudaSuccess ? tot - fr : 0;
+  DIT_TRY(cu_check(cudaGetDevice(&prev), "cuda memory", "cudaGetDevice", err));
+  DIT_TRY(cu_check(cudaSetDevice(device), "cuda memory", "cudaSetDevice", err));
+  dit_status s = cu_check(cudaMemGetInfo(free_b, total_b), "cuda memory", "cudaMemGetInfo", err);
   cudaSetDevice(prev);
-  return used;
+  return s;
 }

@@ -71,6 +71,93 @@ __device__ __forceinline__ void fa_tile(__nv_bfloat16 *dst, int ld, bool transpo
   }
 }
 
+/* One key tile's online-softmax step for this thread's two query rows (qia, qib): scores s
+ * scaled by sl2 (log2 units), key mask mb (0 or -inf per key of the tile), causal mask; new
+ * row maxima m, running sums l, and the accumulators o rescaled; s becomes P. */
+template <int DP>
+__device__ __forceinline__ void fa_softmax_step(float (*s)[4], const float *mb, float sl2, int causal, int64_t k0,
+                                                int64_t qia, int64_t qib, int qc, float *m, float *l,
+                                                float (*o)[4]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int j = n * 8 + qc + (e & 1);
+      float val = s[n][e] * sl2 + mb[j];
+      if (causal && k0 + j > (e < 2 ? qia : qib)) val = -INFINITY;
+      s[n][e] = val;
+      mx[e >> 1] = fmaxf(mx[e >> 1], val);
+    }
+  }
+  float alpha[2], mu[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    float mn = fmaxf(m[r], mx[r]);
+    mu[r] = mn == -INFINITY ? 0.0f : mn;
+    alpha[r] = exp2f(m[r] - mu[r]);
+    m[r] = mn;
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int n = 0; n < FA_BN / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float p = exp2f(s[n][e] - mu[e >> 1]);
+      s[n][e] = p;
+      l[e >> 1] += p;
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < DP / 8; d++) {
+    o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
+    o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
+  }
+}
+
+/* The A fragment of P for key columns 16 j .. 16 j + 15. */
+__device__ __forceinline__ void fa_pack_p(uint32_t *a, const float (*s)[4], int j) {
+  a[0] = fa_pack(s[2 * j][0], s[2 * j][1]);
+  a[1] = fa_pack(s[2 * j][2], s[2 * j][3]);
+  a[2] = fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]);
+  a[3] = fa_pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+}
+
+/* Sums l over the row's four threads and writes O / l for rows qia and qib (zeros for a row
+ * that saw no key). */
+template <typename T, int DP>
+__device__ __forceinline__ void fa_store_rows(T *out, const cu_attn_strides &st, int b, int h, int64_t Sq, int D,
+                                              int64_t qia, int64_t qib, int qc, float *l, const float (*o)[4]) {
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  T *ob = out + (int64_t)b * st.o[0] + (int64_t)h * st.o[2];
+#pragma unroll
+  for (int d = 0; d < DP / 8; d++) {
+    int c = d * 8 + qc;
+    if (c >= D) continue;
+    if (qia < Sq) {
+      cu_st(ob, qia * st.o[1] + c, o[d][0] * inv[0]);
+      cu_st(ob, qia * st.o[1] + c + 1, o[d][1] * inv[0]);
+    }
+    if (qib < Sq) {
+      cu_st(ob, qib * st.o[1] + c, o[d][2] * inv[1]);
+      cu_st(ob, qib * st.o[1] + c + 1, o[d][3] * inv[1]);
+    }
+  }
+}
+
+/* 0 for a key j that may be attended, -inf for one past Sk or masked out. */
+__device__ __forceinline__ float fa_key_bias(const uint8_t *mask, int b, int64_t Sk, int64_t j) {
+  return (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
+}
+
 template <typename T, int DP>
 __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const T *k, const T *v, int64_t Sq,
                                                       int64_t Sk, int Hq, int Hkv, int D, const uint8_t *mask,
@@ -108,11 +195,7 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
     __syncthreads();
     fa_tile<T, DP>(Ks, LQ, false, kb, k0, Sk, st.k[1], D);
     fa_tile<T, DP>(Vt, LV, true, vb, k0, Sk, st.v[1], D);
-    if (threadIdx.x < FA_BN) {
-      int64_t j = k0 + threadIdx.x;
-      bool ok = j < Sk && (!mask || mask[(int64_t)b * Sk + j]);
-      mb[threadIdx.x] = ok ? 0.0f : -INFINITY;
-    }
+    if (threadIdx.x < FA_BN) mb[threadIdx.x] = fa_key_bias(mask, b, Sk, k0 + threadIdx.x);
     __syncthreads();
 
     float s[FA_BN / 8][4];
@@ -132,51 +215,11 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
         fa_mma(s[n], a, *reinterpret_cast<const uint32_t *>(kp), *reinterpret_cast<const uint32_t *>(kp + 8));
       }
     }
-    /* scale, mask, row max */
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int j = n * 8 + qc + (e & 1);
-        float val = s[n][e] * sl2 + mb[j];
-        if (causal && k0 + j > (e < 2 ? qia : qib)) val = -INFINITY;
-        s[n][e] = val;
-        mx[e >> 1] = fmaxf(mx[e >> 1], val);
-      }
-    }
-    float alpha[2], mu[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      float mn = fmaxf(m[r], mx[r]);
-      mu[r] = mn == -INFINITY ? 0.0f : mn;
-      alpha[r] = exp2f(m[r] - mu[r]);
-      m[r] = mn;
-      l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float p = exp2f(s[n][e] - mu[e >> 1]);
-        s[n][e] = p;
-        l[e >> 1] += p;
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < DP / 8; d++) {
-      o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
-      o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
-    }
+    fa_softmax_step<DP>(s, mb, sl2, causal, k0, qia, qib, qc, m, l, o);
 #pragma unroll
     for (int j = 0; j < FA_BN / 16; j++) {
       uint32_t a[4];
-      a[0] = fa_pack(s[2 * j][0], s[2 * j][1]);
-      a[1] = fa_pack(s[2 * j][2], s[2 * j][3]);
-      a[2] = fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]);
-      a[3] = fa_pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+      fa_pack_p(a, s, j);
 #pragma unroll
       for (int d = 0; d < DP / 8; d++) {
         const __nv_bfloat16 *vp = Vt + (d * 8 + (lane >> 2)) * LV + j * 16 + qc;
@@ -184,27 +227,7 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash(T *out, const T *q, const 
       }
     }
   }
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  }
-  T *ob = out + (int64_t)b * st.o[0] + (int64_t)h * st.o[2];
-#pragma unroll
-  for (int d = 0; d < DP / 8; d++) {
-    int c = d * 8 + qc;
-    if (c >= D) continue;
-    if (qia < Sq) {
-      cu_st(ob, qia * st.o[1] + c, o[d][0] * inv[0]);
-      cu_st(ob, qia * st.o[1] + c + 1, o[d][1] * inv[0]);
-    }
-    if (qib < Sq) {
-      cu_st(ob, qib * st.o[1] + c, o[d][2] * inv[1]);
-      cu_st(ob, qib * st.o[1] + c + 1, o[d][3] * inv[1]);
-    }
-  }
+  fa_store_rows<T, DP>(out, st, b, h, Sq, D, qia, qib, qc, l, o);
 }
 
 /* ---- version 2: 128 query rows per block (8 warps), K/V tiles row-major in a two-stage
@@ -288,10 +311,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
   if (nkt > 0) {
     f2_tile<DP>(Kb, LQ, FA_BN, kb, 0, Sk, kvs, D);
     f2_tile<DP>(Vb, LQ, FA_BN, vb, 0, Sk, vvs, D);
-    if (threadIdx.x < FA_BN) {
-      int64_t j = threadIdx.x;
-      mb[j] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
-    }
+    if (threadIdx.x < FA_BN) mb[threadIdx.x] = fa_key_bias(mask, b, Sk, threadIdx.x);
   }
   f2_commit();
 
@@ -312,10 +332,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
       const int64_t k1 = (kt + 1) * FA_BN;
       f2_tile<DP>(Kb + ns * FA_BN * LQ, LQ, FA_BN, kb, k1, Sk, kvs, D);
       f2_tile<DP>(Vb + ns * FA_BN * LQ, LQ, FA_BN, vb, k1, Sk, vvs, D);
-      if (threadIdx.x < FA_BN) {
-        int64_t j = k1 + threadIdx.x;
-        mb[ns * FA_BN + threadIdx.x] = (j < Sk && (!mask || mask[(int64_t)b * Sk + j])) ? 0.0f : -INFINITY;
-      }
+      if (threadIdx.x < FA_BN) mb[ns * FA_BN + threadIdx.x] = fa_key_bias(mask, b, Sk, k1 + threadIdx.x);
       f2_commit();
       f2_wait<1>();
     } else {
@@ -341,50 +358,11 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
         fa_mma(s[n + 1], a, bk[2], bk[3]);
       }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int j = n * 8 + qc + (e & 1);
-        float val = s[n][e] * sl2 + mbs[j];
-        if (causal && k0 + j > (e < 2 ? qia : qib)) val = -INFINITY;
-        s[n][e] = val;
-        mx[e >> 1] = fmaxf(mx[e >> 1], val);
-      }
-    }
-    float alpha[2], mu[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      float mn = fmaxf(m[r], mx[r]);
-      mu[r] = mn == -INFINITY ? 0.0f : mn;
-      alpha[r] = exp2f(m[r] - mu[r]);
-      m[r] = mn;
-      l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float p = exp2f(s[n][e] - mu[e >> 1]);
-        s[n][e] = p;
-        l[e >> 1] += p;
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < DP / 8; d++) {
-      o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
-      o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
-    }
+    fa_softmax_step<DP>(s, mbs, sl2, causal, k0, qia, qib, qc, m, l, o);
 #pragma unroll
     for (int j = 0; j < FA_BN / 16; j++) {
       uint32_t a[4];
-      a[0] = fa_pack(s[2 * j][0], s[2 * j][1]);
-      a[1] = fa_pack(s[2 * j][2], s[2 * j][3]);
-      a[2] = fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]);
-      a[3] = fa_pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+      fa_pack_p(a, s, j);
 #pragma unroll
       for (int d = 0; d < DP / 8; d += 2) {
         uint32_t bv[4];
@@ -396,27 +374,7 @@ __global__ void __launch_bounds__(F2_THREADS, MINB) k_flash2(T *out, const T *q,
     __syncthreads(); /* the next iteration overwrites the other stage; this one is read */
   }
   f2_wait<0>(); /* nkt == 0: the Q copies are still in flight */
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  }
-  T *ob = out + (int64_t)b * st.o[0] + (int64_t)h * st.o[2];
-#pragma unroll
-  for (int d = 0; d < DP / 8; d++) {
-    int c = d * 8 + qc;
-    if (c >= D) continue;
-    if (qia < Sq) {
-      cu_st(ob, qia * st.o[1] + c, o[d][0] * inv[0]);
-      cu_st(ob, qia * st.o[1] + c + 1, o[d][1] * inv[0]);
-    }
-    if (qib < Sq) {
-      cu_st(ob, qib * st.o[1] + c, o[d][2] * inv[1]);
-      cu_st(ob, qib * st.o[1] + c + 1, o[d][3] * inv[1]);
-    }
-  }
+  fa_store_rows<T, DP>(out, st, b, h, Sq, D, qia, qib, qc, l, o);
 }
 
 template <typename T, int DP>

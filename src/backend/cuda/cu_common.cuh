@@ -46,33 +46,30 @@ __device__ __forceinline__ float cu_act(float v, int a) {
   }
 }
 
-__device__ __forceinline__ float cu_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+/* Warp-wide and block-wide (blockDim.x a multiple of 32, <= 1024) sum or max; every thread
+ * gets the result. */
+template <bool MAX>
+__device__ __forceinline__ float cu_warp_reduce(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? fmaxf(v, u) : v + u;
+  }
   return v;
 }
-__device__ __forceinline__ float cu_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-/* Block-wide sum/max (blockDim.x a multiple of 32, <= 1024); every thread gets the result. */
-__device__ __forceinline__ float cu_block_sum(float v, float *sh) {
+template <bool MAX>
+__device__ __forceinline__ float cu_block_reduce(float v, float *sh) {
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = cu_warp_sum(v);
+  v = cu_warp_reduce<MAX>(v);
   __syncthreads();
   if (lane == 0) sh[w] = v;
   __syncthreads();
-  v = lane < nw ? sh[lane] : 0.0f;
-  return cu_warp_sum(v);
+  v = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+  return cu_warp_reduce<MAX>(v);
 }
-__device__ __forceinline__ float cu_block_max(float v, float *sh) {
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = cu_warp_max(v);
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : -INFINITY;
-  return cu_warp_max(v);
-}
+__device__ __forceinline__ float cu_warp_sum(float v) { return cu_warp_reduce<false>(v); }
+__device__ __forceinline__ float cu_warp_max(float v) { return cu_warp_reduce<true>(v); }
+__device__ __forceinline__ float cu_block_sum(float v, float *sh) { return cu_block_reduce<false>(v, sh); }
+__device__ __forceinline__ float cu_block_max(float v, float *sh) { return cu_block_reduce<true>(v, sh); }
 
 static inline unsigned cu_blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

@@ -13,34 +13,31 @@ __device__ __forceinline__ void st8(float *p, const float *v) {
   *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
   *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
-__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float *v) {
+/* 16-bit floats, 8 at a time through pairs: bf16 and fp16 differ only in the pair conversions. */
+__device__ __forceinline__ float2 cu_pair_f32(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 cu_pair_f32(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ void cu_f32_pair(__nv_bfloat162 *h, float a, float b) { *h = __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ void cu_f32_pair(__half2 *h, float a, float b) { *h = __floats2half2_rn(a, b); }
+template <typename P, typename T>
+__device__ __forceinline__ void ld8_pairs(const T *p, float *v) {
   uint4 u = *reinterpret_cast<const uint4 *>(p);
-  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+  const P *h = reinterpret_cast<const P *>(&u);
   for (int k = 0; k < 4; k++) {
-    float2 f = __bfloat1622float2(h[k]);
+    float2 f = cu_pair_f32(h[k]);
     v[2 * k] = f.x, v[2 * k + 1] = f.y;
   }
 }
-__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float *v) {
+template <typename P, typename T>
+__device__ __forceinline__ void st8_pairs(T *p, const float *v) {
   uint4 u;
-  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-  for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  P *h = reinterpret_cast<P *>(&u);
+  for (int k = 0; k < 4; k++) cu_f32_pair(&h[k], v[2 * k], v[2 * k + 1]);
   *reinterpret_cast<uint4 *>(p) = u;
 }
-__device__ __forceinline__ void ld8(const __half *p, float *v) {
-  uint4 u = *reinterpret_cast<const uint4 *>(p);
-  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-  for (int k = 0; k < 4; k++) {
-    float2 f = __half22float2(h[k]);
-    v[2 * k] = f.x, v[2 * k + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void st8(__half *p, const float *v) {
-  uint4 u;
-  __half2 *h = reinterpret_cast<__half2 *>(&u);
-  for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-  *reinterpret_cast<uint4 *>(p) = u;
-}
+__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float *v) { ld8_pairs<__nv_bfloat162>(p, v); }
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float *v) { st8_pairs<__nv_bfloat162>(p, v); }
+__device__ __forceinline__ void ld8(const __half *p, float *v) { ld8_pairs<__half2>(p, v); }
+__device__ __forceinline__ void st8(__half *p, const float *v) { st8_pairs<__half2>(p, v); }
 
 /* 8 elements at p[i..i+8) of a weight-like array of run-time dtype dt. */
 __device__ __forceinline__ void ld8w(const void *p, int dt, int64_t i, float *v) {

@@ -20,16 +20,11 @@ dit_status cu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w,
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
   const int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
   if (w) DIT_TRY(cu_check_w(op, "w", w, D, err));
-  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
-  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
-  const int64_t n = dit_tensor_numel(cos);
-  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != n ||
-      (n != B * S * (D / 2) && n != S * (D / 2)))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
+  int64_t csb = 0;
+  DIT_TRY(cu_check_rope_tables(op, x, cos, sin, &csb, err));
   const bool fast = cu_im(be)->fused && mode == DIT_ROPE_INTERLEAVED && D % 8 == 0 && D / 8 <= 32 && al16(x) &&
                     al16(w) && al16(cos) && al16(sin);
   if (!fast) return dit_unfused_rms_norm_rope(be, x, w, eps, cos, sin, mode, err);
-  const int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
   LAUNCH(op, "kernel", cuk_f_norm_rope(x->data, x->dtype, B, S, H, D, x->stride, w ? w->data : NULL,
                                        w ? (int)w->dtype : 0, eps, (const float *)cos->data,
                                        (const float *)sin->data, csb, cu_im(be)->stream));
@@ -39,9 +34,7 @@ dit_status cu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w,
 dit_status cu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                                const dit_tensor *scale, float eps, dit_error *err) {
   const char *op = "cuda rms_norm_mod";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t D = x->ndim ? x->shape[x->ndim - 1] : 1, B = D ? dit_tensor_numel(x) / D : 0, S = 1, vbs = 0;
   if (w) DIT_TRY(cu_check_w(op, "w", w, D, err));
   if (scale) DIT_TRY(cu_check_bsd(op, x, "scale", scale, &B, &S, &D, &vbs, err));

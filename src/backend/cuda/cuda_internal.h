@@ -95,6 +95,12 @@ static inline dit_status cu_check_same_shape(const char *op, const char *an, con
                                              const dit_tensor *b, dit_error *err) {
   return dit_check_same_shape(op, an, a, bn, b, true, err);
 }
+/* x and y: activations of the same shape and dtype. */
+dit_status cu_check_xy(const char *op, const dit_tensor *x, const dit_tensor *y, dit_error *err);
+/* RoPE tables for x [B, S, H, D]: cos, sin F32 [B, S, D/2] or [S, D/2] (*csb: batch stride, 0
+ * when shared). */
+dit_status cu_check_rope_tables(const char *op, const dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                                int64_t *csb, dit_error *err);
 static inline bool cu_fdtype(dit_dtype t) { return dit_dtype_in(t, DIT_WEIGHT_DTYPES); }
 
 /* GEMM through cuBLASLt (column-major, like cuBLAS): D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m])

@@ -21,12 +21,30 @@ static dit_status opt_w(const char *op, const char *name, const dit_tensor *t, i
   return t ? cu_check_w(op, name, t, n, err) : DIT_OK;
 }
 
+/* x and y: activations of the same shape and dtype (y may alias x). */
+dit_status cu_check_xy(const char *op, const dit_tensor *x, const dit_tensor *y, dit_error *err) {
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  DIT_TRY(cu_check_act(op, "y", y, err));
+  return cu_check_same_shape(op, "x", x, "y", y, err);
+}
+
+dit_status cu_check_rope_tables(const char *op, const dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
+                                int64_t *csb, dit_error *err) {
+  const int64_t B = x->shape[0], S = x->shape[1], D = x->shape[3];
+  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
+  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
+  const int64_t n = dit_tensor_numel(cos);
+  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != n ||
+      (n != B * S * (D / 2) && n != S * (D / 2)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
+  *csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
+  return DIT_OK;
+}
+
 dit_status cu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
                            dit_error *err) {
   const char *op = "cuda rms_norm";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
   DIT_TRY(opt_w(op, "w", w, D, err));
   if (v8(be, D, x->data, y->data, w ? w->data : NULL, NULL)) { /* row-parallel 16-byte kernels, k_fused.cu */
@@ -43,9 +61,7 @@ dit_status cu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, cons
 dit_status cu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                              const dit_tensor *b, float eps, dit_error *err) {
   const char *op = "cuda layer_norm";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
   DIT_TRY(opt_w(op, "w", w, D, err));
   DIT_TRY(opt_w(op, "b", b, D, err));
@@ -57,9 +73,7 @@ dit_status cu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, co
 dit_status cu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
                              const dit_tensor *b, float eps, bool silu, dit_error *err) {
   const char *op = "cuda group_norm";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   if (x->ndim < 2 || groups <= 0 || x->shape[1] % groups != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, C, ...] with C divisible by groups=%d", op,
                       groups);
@@ -125,13 +139,8 @@ dit_status cu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const 
   if (x->ndim != 4 || x->shape[3] % 2 != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
-  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
-  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
-  int64_t n = dit_tensor_numel(cos);
-  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != n ||
-      (n != B * S * (D / 2) && n != S * (D / 2)))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 [B, S, D/2] (or [S, D/2])", op);
-  int64_t csb = n == B * S * (D / 2) ? S * (D / 2) : 0;
+  int64_t csb = 0;
+  DIT_TRY(cu_check_rope_tables(op, x, cos, sin, &csb, err));
   if (mode == DIT_ROPE_INTERLEAVED && v8(be, D, x->data, cos->data, sin->data, NULL)) {
     LAUNCH(op, "kernel", cuk_v8_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
                                      (const float *)sin->data, csb, st(be)));
@@ -144,9 +153,7 @@ dit_status cu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const 
 
 dit_status cu_activation(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_act act, dit_error *err) {
   const char *op = "cuda activation";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t n = dit_tensor_numel(x);
   if (v8(be, n, x->data, y->data, NULL, NULL))
     LAUNCH(op, "kernel", cuk_v8_ew(y->data, x->data, NULL, x->dtype, n, 4, 1.0f, (int)act, st(be)));
@@ -207,9 +214,7 @@ dit_status cu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const 
 
 dit_status cu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {
   const char *op = "cuda scale";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t n = dit_tensor_numel(x);
   if (v8(be, n, x->data, y->data, NULL, NULL))
     LAUNCH(op, "kernel", cuk_v8_ew(y->data, x->data, NULL, x->dtype, n, 3, s, 0, st(be)));
@@ -239,9 +244,7 @@ dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, con
 dit_status cu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale_,
                            const dit_tensor *shift, dit_error *err) {
   const char *op = "cuda modulate";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   if (!scale_) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: scale is NULL", op);
   int64_t B, S, D, sbs = 0, hbs = 0;
   DIT_TRY(cu_check_bsd(op, x, "scale", scale_, &B, &S, &D, &sbs, err));
@@ -261,9 +264,7 @@ dit_status cu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, cons
 dit_status cu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, const dit_tensor *gate,
                             bool tanh_gate, dit_error *err) {
   const char *op = "cuda gated_add";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t B, S, D, gbs = 0;
   DIT_TRY(cu_check_bsd(op, x, "gate", gate, &B, &S, &D, &gbs, err));
   if (v8(be, D, x->data, y->data, NULL, NULL)) {
@@ -278,9 +279,7 @@ dit_status cu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, con
 
 dit_status cu_softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
   const char *op = "cuda softmax";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_same_shape(op, "x", x, "y", y, err));
+  DIT_TRY(cu_check_xy(op, x, y, err));
   int64_t D = last_dim(x), rows = D ? dit_tensor_numel(x) / D : 0;
   LAUNCH(op, "kernel", cuk_softmax(y->data, x->data, x->dtype, rows, D, st(be)));
   return DIT_OK;

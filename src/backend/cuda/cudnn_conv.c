@@ -122,27 +122,13 @@ typedef struct conv_bufs {
 
 /* ---------------- diagnostics ---------------- */
 
-static void note(cu_conv *c, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->msg, sizeof c->msg, fmt, ap);
-  va_end(ap);
-}
+#define note(st, ...) cu_cdn_note((st)->msg, sizeof (st)->msg, __VA_ARGS__)
 
-static void log_msg(const cu_conv *c, bool fallback) {
-  if (c->lib.log >= (fallback ? 1 : 2))
-    fprintf(stderr, "ditrun: %s%s\n", c->msg, fallback ? " (using im2col + GEMM)" : "");
-}
+/* One stderr line for events that change which kernel runs (once per shape at most). */
+static void log_msg(const cu_conv *c, bool fallback) { cu_cdn_log(c->lib.log, c->msg, fallback, "im2col + GEMM"); }
 
-/* Records "cudnn conv: what: call failed: <status> (<code>); cuDNN: <last error>" in the state's
- * message and err; DIT_ERR_UNSUPPORTED (the caller falls back). */
 static dit_status cdn_fail(cu_conv *c, cudnnStatus_t st, const char *call, const char *what, dit_error *err) {
-  char last[512] = "";
-  if (c->lib.api->GetLastErrorString) c->lib.api->GetLastErrorString(last, sizeof last);
-  const char *es = c->lib.api->GetErrorString ? c->lib.api->GetErrorString(st) : "?";
-  note(c, "cudnn conv: %s: %s failed: %s (%d)%s%s", what, call, es ? es : "?", (int)st, last[0] ? "; cuDNN: " : "",
-       last);
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s", c->msg);
+  return cu_cdn_fail(c->lib.api, st, "cudnn conv", call, what, c->msg, sizeof c->msg, err);
 }
 
 #define CK(expr, call, what)                                                 \

@@ -15,6 +15,7 @@
 #include <cudnn_graph.h>
 #include <cuda_runtime_api.h>
 
+#include "core/error.h"
 #include "core/options.h"
 
 #include "backend/cuda/cudnn_sdpa.h"
@@ -52,6 +53,17 @@ typedef struct cu_conv cu_conv; /* cudnn_conv.c */
  * attention call would. false, with the reason in *why (owned by the state), when cuDNN cannot
  * be used; *out is filled otherwise. */
 bool cu_sdpa_shared(cu_sdpa **state, cudaStream_t st, const dit_run_opts *o, cu_cudnn *out, const char **why);
+/* Diagnostics both users keep: the last event in a message buffer (msg, n bytes), printed as
+ * one stderr line when it changes which kernel runs. */
+void cu_cdn_note(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints "ditrun: msg" at log level >= 1 for a fallback (adding " (using <instead>)"), >= 2
+ * for a plan. */
+void cu_cdn_log(int log, const char *msg, bool fallback, const char *instead);
+/* Records "<who>: <what>: <call> failed: <status string> (<code>); cuDNN: <last error>" in msg
+ * and err; returns DIT_ERR_UNSUPPORTED (the caller falls back). */
+dit_status cu_cdn_fail(const cudnn_api *api, cudnnStatus_t st, const char *who, const char *call, const char *what,
+                       char *msg, size_t n, dit_error *err);
+
 /* The conv state kept in the attention state (NULL until set); destroyed with it. */
 cu_conv **cu_sdpa_conv_slot(cu_sdpa *s);
 const cu_conv *cu_sdpa_conv_get(const cu_sdpa *s);

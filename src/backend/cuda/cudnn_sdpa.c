@@ -125,28 +125,13 @@ struct cu_sdpa {
 
 /* ---------------- diagnostics ---------------- */
 
-static void note(cu_sdpa *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s->msg, sizeof s->msg, fmt, ap);
-  va_end(ap);
-}
+#define note(st, ...) cu_cdn_note((st)->msg, sizeof (st)->msg, __VA_ARGS__)
 
 /* One stderr line for events that change which kernel runs (once per shape at most). */
-static void log_msg(const cu_sdpa *s, bool fallback) {
-  if (s->log >= (fallback ? 1 : 2))
-    fprintf(stderr, "ditrun: %s%s\n", s->msg, fallback ? " (using our attention kernel)" : "");
-}
+static void log_msg(const cu_sdpa *s, bool fallback) { cu_cdn_log(s->log, s->msg, fallback, "our attention kernel"); }
 
-/* Records "cudnn sdpa: what: call failed: <status string> (<code>); cuDNN says: <last error>"
- * in the state's message and in err; returns DIT_ERR_UNSUPPORTED (the caller falls back). */
 static dit_status cdn_fail(cu_sdpa *s, cudnnStatus_t st, const char *call, const char *what, dit_error *err) {
-  char last[512] = "";
-  if (s->api.GetLastErrorString) s->api.GetLastErrorString(last, sizeof last);
-  const char *es = s->api.GetErrorString ? s->api.GetErrorString(st) : "?";
-  note(s, "cudnn sdpa: %s: %s failed: %s (%d)%s%s", what, call, es ? es : "?", (int)st, last[0] ? "; cuDNN: " : "",
-       last);
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s", s->msg);
+  return cu_cdn_fail(&s->api, st, "cudnn sdpa", call, what, s->msg, sizeof s->msg, err);
 }
 
 #define CK(s, expr, call, what)                                                 \

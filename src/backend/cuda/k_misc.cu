@@ -12,16 +12,23 @@ struct cu_strides {
   int64_t shape[8], ds[8], ss[8];
 };
 
+/* Destination and source element offsets of flat index i. */
+__device__ __forceinline__ void strided_offsets(const cu_strides &st, int64_t i, int64_t *od, int64_t *os) {
+  int64_t r = i, o_d = 0, o_s = 0;
+  for (int d = st.ndim - 1; d >= 0; d--) {
+    int64_t c = r % st.shape[d];
+    r /= st.shape[d];
+    o_d += c * st.ds[d];
+    o_s += c * st.ss[d];
+  }
+  *od = o_d, *os = o_s;
+}
+
 template <typename D, typename S>
 __global__ void k_copy(D *dst, const S *src, cu_strides st, int64_t n) {
   GS_LOOP(i, n) {
-    int64_t r = i, od = 0, os = 0;
-    for (int d = st.ndim - 1; d >= 0; d--) {
-      int64_t c = r % st.shape[d];
-      r /= st.shape[d];
-      od += c * st.ds[d];
-      os += c * st.ss[d];
-    }
+    int64_t od, os;
+    strided_offsets(st, i, &od, &os);
     cu_st(dst, od, cu_ld(src, os));
   }
 }
@@ -29,13 +36,8 @@ __global__ void k_copy(D *dst, const S *src, cu_strides st, int64_t n) {
 template <typename E>
 __global__ void k_copy_raw(E *dst, const E *src, cu_strides st, int64_t n) {
   GS_LOOP(i, n) {
-    int64_t r = i, od = 0, os = 0;
-    for (int d = st.ndim - 1; d >= 0; d--) {
-      int64_t c = r % st.shape[d];
-      r /= st.shape[d];
-      od += c * st.ds[d];
-      os += c * st.ss[d];
-    }
+    int64_t od, os;
+    strided_offsets(st, i, &od, &os);
     dst[od] = src[os];
   }
 }

@@ -22,21 +22,29 @@ __global__ void k_rms_norm(T *y, const T *x, int64_t D, const void *w, int wdt, 
   }
 }
 
+/* Mean and 1 / sqrt(centred variance + eps) of xr[0, n), two passes, over the block. */
+template <typename T>
+__device__ __forceinline__ void mean_rstd(const T *xr, int64_t n, float eps, float *sh, float *mean, float *r) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += cu_ld(xr, i);
+  const float m = cu_block_sum(s, sh) / (float)n;
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float d = cu_ld(xr, i) - m;
+    q += d * d;
+  }
+  *mean = m;
+  *r = rsqrtf(cu_block_sum(q, sh) / (float)n + eps);
+}
+
 template <typename T>
 __global__ void k_layer_norm(T *y, const T *x, int64_t D, const void *w, int wdt, const void *b, int bdt,
                              float eps) {
   __shared__ float sh[32];
   const T *xr = x + blockIdx.x * D;
   T *yr = y + blockIdx.x * D;
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += cu_ld(xr, i);
-  float mean = cu_block_sum(s, sh) / (float)D;
-  float q = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    float d = cu_ld(xr, i) - mean;
-    q += d * d;
-  }
-  float r = rsqrtf(cu_block_sum(q, sh) / (float)D + eps);
+  float mean, r;
+  mean_rstd(xr, D, eps, sh, &mean, &r);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     float v = (cu_ld(xr, i) - mean) * r;
     if (w) v *= cu_ldw(w, wdt, i);
@@ -77,15 +85,8 @@ __global__ void k_group_norm(T *y, const T *x, int64_t C, int64_t HW, int G, con
   int64_t c0 = (int64_t)(blockIdx.x % G) * cg;
   const T *xr = x + base;
   T *yr = y + base;
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += cu_ld(xr, i);
-  float mean = cu_block_sum(s, sh) / (float)n;
-  float q = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float d = cu_ld(xr, i) - mean;
-    q += d * d;
-  }
-  float r = rsqrtf(cu_block_sum(q, sh) / (float)n + eps);
+  float mean, r;
+  mean_rstd(xr, n, eps, sh, &mean, &r);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t c = c0 + i / HW;
     float v = (cu_ld(xr, i) - mean) * r;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/grow.h"
 #include "core/timer.h"
 
 /* One slot per op of DIT_BACKEND_OPS: OP_linear, OP_rms_norm, ... */
@@ -83,13 +84,9 @@ static dit_status clock_stop(prof_backend *p, const op_clock *c, int op, int sha
     if (shape >= 0) p->st.shapes[shape].ms += ms;
     return DIT_OK;
   }
-  if (p->n_recs == p->cap_recs) {
-    size_t cap = p->cap_recs ? 2 * p->cap_recs : 1024;
-    prof_rec *r = realloc(p->recs, cap * sizeof *r);
-    if (!r) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
-    p->recs = r;
-    p->cap_recs = cap;
-  }
+  prof_rec *recs = dit_grow(p->recs, p->n_recs, &p->cap_recs, sizeof *recs, 1024);
+  if (!recs) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
+  p->recs = recs;
   prof_rec *r = &p->recs[p->n_recs];
   DIT_TRY(in->ops->timer_mark(in, &r->b, err));
   r->op = op, r->shape = shape, r->a = c->mark;
@@ -125,13 +122,9 @@ static int shape_slot(prof_backend *p, const dit_tensor *x, const dit_tensor *w)
 
 static dit_status w_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
   prof_backend *p = P(be);
-  if (p->n_allocs == p->cap_allocs) {
-    size_t cap = p->cap_allocs ? 2 * p->cap_allocs : 16;
-    prof_alloc *a = realloc(p->allocs, cap * sizeof *a);
-    if (!a) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
-    p->allocs = a;
-    p->cap_allocs = cap;
-  }
+  prof_alloc *a = dit_grow(p->allocs, p->n_allocs, &p->cap_allocs, sizeof *a, 16);
+  if (!a) return dit_errorf(err, DIT_ERR_NOMEM, "profiler: out of memory");
+  p->allocs = a;
   DIT_TRY(p->inner->ops->alloc(p->inner, bytes, out, err));
   p->allocs[p->n_allocs++] = (prof_alloc){*out, bytes};
   p->st.live_bytes += bytes;

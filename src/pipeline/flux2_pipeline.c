@@ -367,4 +367,5 @@ const dit_family dit_family_flux2_klein = {
     .open = klein_open,
     .generate = klein_generate,
     .close = klein_close,
+    .bench = dit_flux2_klein_bench,
 };

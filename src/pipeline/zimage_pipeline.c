@@ -318,4 +318,5 @@ const dit_family dit_family_zimage = {
     .open = zimage_open,
     .generate = zimage_generate,
     .close = zimage_close,
+    .bench = dit_zimage_bench,
 };

@@ -221,9 +221,9 @@ static dit_flux2 *new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
-  m->dev = dit_backend_device(be);
-  m->adt = DIT_F32;
-  m->es = sizeof(float);
+  m->as.dev = dit_backend_device(be);
+  m->as.adt = DIT_F32;
+  m->as.es = sizeof(float);
   return m;
 }
 
@@ -305,15 +305,15 @@ size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");
   DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "flux2", err));
-  if (dt != m->adt && m->act) {
+  if (dt != m->as.adt && m->act) {
     /* the planned buffer's layout depends on the element size */
     m->rope_ok = false;
     m->be->ops->free(m->be, m->act);
     m->act = NULL;
     m->act_bytes = 0;
   }
-  m->adt = dt;
-  m->es = dit_dtype_size(dt);
+  m->as.adt = dt;
+  m->as.es = dit_dtype_size(dt);
   return DIT_OK;
 }
 

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "models/act_space.h"
 #include "backend/replay.h"
 #include "io/safetensors.h"
 #include "models/flux2.h"
@@ -49,9 +50,7 @@ struct dit_flux2 {
   flux2_weights w;
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
-  dit_device dev;     /* device tag of backend memory */
-  dit_dtype adt;      /* activation dtype: F32, or BF16 on GPU backends */
-  size_t es;          /* its element size */
+  dit_act_space as;   /* device tag, activation dtype (F32, or BF16 on GPU backends), element size */
   void *act;          /* activation buffer (backend memory), reused across calls that fit */
   size_t act_bytes;
   void *host;         /* host scratch for the RoPE tables and timesteps */

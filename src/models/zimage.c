@@ -242,9 +242,9 @@ static dit_zimage *new_model(dit_backend *be) {
   if (!m) return NULL;
   m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
-  m->adt = DIT_F32;
-  m->es = sizeof(float);
-  m->dev = dit_backend_device(be);
+  m->as.adt = DIT_F32;
+  m->as.es = sizeof(float);
+  m->as.dev = dit_backend_device(be);
   return m;
 }
 
@@ -328,15 +328,15 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
 dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no model");
   DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "zimage", err));
-  if (dt != m->adt) {
+  if (dt != m->as.adt) {
     /* the planned buffer's layout depends on the element size */
     if (m->act) m->be->ops->free(m->be, m->act);
     m->act = NULL;
     m->act_bytes = 0;
     m->tables_ok = false;
   }
-  m->adt = dt;
-  m->es = dit_dtype_size(dt);
+  m->as.adt = dt;
+  m->as.es = dit_dtype_size(dt);
   return DIT_OK;
 }
 

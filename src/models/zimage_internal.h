@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "models/act_space.h"
 #include "backend/replay.h"
 #include "core/arena.h"
 #include "io/safetensors.h"
@@ -80,9 +81,7 @@ struct dit_zimage {
   zimage_weights w;
   void *wblock;     /* backend copy of the weights (not on the CPU backend with files), or NULL */
   size_t wbytes;    /* its size */
-  dit_dtype adt;    /* activation dtype: F32, or BF16 on GPU backends */
-  size_t es;        /* its element size */
-  dit_device dev;   /* device tag of backend memory */
+  dit_act_space as; /* device tag, activation dtype (F32, or BF16 on GPU backends), element size */
   /* activation buffer (backend memory) reused across calls that fit */
   void *act;
   size_t act_bytes;

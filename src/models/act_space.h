@@ -1,0 +1,37 @@
+/* Where a transformer's activations live (the device tag of its backend's memory, the
+ * activation dtype and its element size) and the tensor descriptors its forward builds
+ * over that memory. */
+#ifndef DIT_MODELS_ACT_SPACE_H
+#define DIT_MODELS_ACT_SPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+typedef struct dit_act_space {
+  dit_device dev; /* device tag of backend memory */
+  dit_dtype adt;  /* activation dtype: F32, or BF16 on GPU backends */
+  size_t es;      /* its element size */
+} dit_act_space;
+
+/* A descriptor over backend memory: dtype dt, the backend's device tag. */
+static inline dit_tensor dit_act_mk(const dit_act_space *s, dit_dtype dt, void *p, int nd, const int64_t *shape) {
+  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
+  t.device = s->dev;
+  return t;
+}
+/* Activations (the activation dtype). */
+static inline dit_tensor dit_act_2d(const dit_act_space *s, void *p, int64_t a, int64_t b) {
+  return dit_act_mk(s, s->adt, p, 2, (int64_t[]){a, b});
+}
+static inline dit_tensor dit_act_3d(const dit_act_space *s, void *p, int64_t a, int64_t b, int64_t c) {
+  return dit_act_mk(s, s->adt, p, 3, (int64_t[]){a, b, c});
+}
+static inline dit_tensor dit_act_4d(const dit_act_space *s, void *p, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return dit_act_mk(s, s->adt, p, 4, (int64_t[]){a, b, c, d});
+}
+/* p advanced by n activation elements. */
+static inline void *dit_act_el(const dit_act_space *s, void *p, int64_t n) { return (char *)p + (size_t)n * s->es; }
+
+#endif

@@ -253,12 +253,7 @@ dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, con
   f->map = (void *)buf;
   f->map_size = len;
   dit_status s = parse(f, buf, len, opt, err);
-  if (s != DIT_OK) {
-    dit_st_close(f);
-    return s;
-  }
-  *out = f;
-  return DIT_OK;
+  DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
 dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
@@ -302,12 +297,7 @@ dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file 
   f->map_size = len;
   f->mapped = true;
   s = parse(f, map, len, opt, err);
-  if (s != DIT_OK) {
-    dit_st_close(f);
-    return s;
-  }
-  *out = f;
-  return DIT_OK;
+  DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
 void dit_st_close(dit_st_file *f) {

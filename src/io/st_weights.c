@@ -235,12 +235,7 @@ dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_wei
   if (!w) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", path);
   dit_status s = is_index ? open_index(w, file, opt, err) : add_file(w, file, opt, err);
   if (s == DIT_OK && !is_index) s = merge_tensors(w, err);
-  if (s != DIT_OK) {
-    dit_weights_close(w);
-    return s;
-  }
-  *out = w;
-  return DIT_OK;
+  DIT_HAND_OVER(s, w, out, dit_weights_close);
 }
 
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err) {

@@ -244,12 +244,7 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
       if (s != DIT_OK) dit_error_prefix(err, "flux2: %s", component_dir);
     }
   }
-  if (s != DIT_OK) {
-    dit_flux2_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 
 /* FLUX.2 [klein] 4B / 9B transformer configs (the published config.json values). */
@@ -292,12 +287,7 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "flux2 random weights");
   }
-  if (s != DIT_OK) {
-    dit_flux2_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 
 size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }

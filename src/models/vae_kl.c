@@ -227,12 +227,7 @@ static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_v
   m->be = be;
   m->cfg = *cfg;
   dit_status s = build_structure(m, err);
-  if (s != DIT_OK) {
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 /* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
@@ -292,13 +287,8 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
   if (s == DIT_OK) s = check_dtypes(&t, err);
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "vae load");
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s != DIT_OK) dit_error_prefix(err, "vae load");
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 /* ---- random weights --------------------------------------------------------------- */
@@ -364,12 +354,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
   }
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
-  if (s != DIT_OK) {
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 void dit_vae_kl_free(dit_vae_kl *m) {

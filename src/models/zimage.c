@@ -265,12 +265,7 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
       if (s != DIT_OK) dit_error_prefix(err, "zimage: %s", component_dir);
     }
   }
-  if (s != DIT_OK) {
-    dit_zimage_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
 void dit_zimage_config_turbo(dit_zimage_config *c) {
@@ -317,12 +312,7 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
   }
-  if (s != DIT_OK) {
-    dit_zimage_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
 dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {

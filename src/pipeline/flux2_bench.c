@@ -34,9 +34,7 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   dit_flux2 *m = NULL;
   DIT_TRY(dit_flux2_create_random(be, &c, p->dtype, p->seed, &m, err));
   dit_status s = dit_flux2_set_act_dtype(m, adt, err);
-  if (s != DIT_OK) dit_flux2_free(m);
-  *model = s == DIT_OK ? m : NULL;
-  return s;
+  DIT_HAND_OVER(s, m, model, dit_flux2_free);
 }
 
 /* FLUX.2 per forward (S = St + Si text + image tokens, D = dim, M = mlp_hidden): a

@@ -188,18 +188,11 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
 }
 
 /* The VAE on rt->dev (bf16 activations on a GPU). */
-static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_vae_flux2 *vae = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_flux2_load(rt->dev, path, &vae, err));
-  dit_status s = dit_rt_on_device(rt) ? dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
-  if (s != DIT_OK) dit_vae_flux2_free(vae);
-  *obj = s == DIT_OK ? vae : NULL;
-  return s;
+static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_flux2 *vae, dit_error *err) {
+  return dit_rt_on_device(rt) ? dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
 }
-static void vae_free(void *obj) { dit_vae_flux2_free(obj); }
-static const dit_component_kind klein_vae = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
+DIT_COMPONENT_KIND(klein_vae, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_flux2, dit_vae_flux2_load, vae_prepare,
+                   dit_vae_flux2_free);
 
 /* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
 static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f2_state *L, int vae_tile,
@@ -227,23 +220,15 @@ static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f
 }
 
 /* The transformer on rt->dev (bf16 activations on a GPU). */
-static dit_status dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_flux2 *m = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_flux2_load(rt->dev, path, &m, err));
+static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *err) {
   const dit_flux2_config *c = dit_flux2_get_config(m);
-  dit_status s = DIT_OK;
   if (c->out_channels != c->in_channels)
-    s = dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
-                   c->in_channels);
-  if (s == DIT_OK && dit_rt_on_device(rt)) s = dit_flux2_set_act_dtype(m, DIT_BF16, err);
-  if (s != DIT_OK) dit_flux2_free(m);
-  *obj = s == DIT_OK ? m : NULL;
-  return s;
+    return dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
+                      c->in_channels);
+  return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
-static void dit_free(void *obj) { dit_flux2_free(obj); }
-static const dit_component_kind klein_dit = {"transformer", DIT_KEEP_TRANSFORMER, dit_load, dit_free};
+DIT_COMPONENT_KIND(klein_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux2_load,
+                   dit_prepare, dit_flux2_free);
 
 /* Loads the transformer (unless resident) and checks it against the prompt features. */
 static dit_status load_transformer(const dit_model_rt *rt, klein_model *k, f2_state *L, dit_error *err) {
@@ -286,12 +271,7 @@ static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *er
   dit_status s = dit_flux2_klein_is_distilled(rt->dir, &k->distilled, err);
   if (s == DIT_OK) s = vae_scale_factor(rt->dir, &k->vsf, err);
   if (s == DIT_OK) s = dit_components_open(rt, &k->c, err);
-  if (s != DIT_OK) {
-    free(k);
-    return s;
-  }
-  *state = k;
-  return DIT_OK;
+  DIT_HAND_OVER(s, k, state, free);
 }
 
 static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,

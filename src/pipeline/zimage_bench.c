@@ -31,9 +31,7 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   DIT_TRY(dit_zimage_create_random(be, &c, p->dtype, p->seed, &m, err));
   dit_zimage_set_stacked_qkv(m, o->zimage_stack_qkv);
   dit_status s = dit_zimage_set_act_dtype(m, adt, err);
-  if (s != DIT_OK) dit_zimage_free(m);
-  *model = s == DIT_OK ? m : NULL;
-  return s;
+  DIT_HAND_OVER(s, m, model, dit_zimage_free);
 }
 
 /* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs

@@ -221,9 +221,7 @@ static dit_flux2 *new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
-  m->as.dev = dit_backend_device(be);
-  m->as.adt = DIT_F32;
-  m->as.es = sizeof(float);
+  dit_act_space_init(&m->as, be);
   return m;
 }
 
@@ -294,25 +292,17 @@ size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
 
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "flux2", err));
-  if (dt != m->as.adt && m->act) {
-    /* the planned buffer's layout depends on the element size */
-    m->rope_ok = false;
-    m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-  }
-  m->as.adt = dt;
-  m->as.es = dit_dtype_size(dt);
+  bool changed = false;
+  DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "flux2", &changed, err));
+  if (changed) m->rope_ok = false;
   return DIT_OK;
 }
 
 void dit_flux2_free(dit_flux2 *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
-  if (m->act) m->be->ops->free(m->be, m->act);
+  dit_act_space_release(&m->as, m->be);
   if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->host);
   free(m->rope_ids);
   free(m->w.blocks);
   free(m->w.single);

@@ -447,27 +447,6 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
   return DIT_OK;
 }
 
-/* Grows the model's activation and host buffers to fit; keeps them when they do. */
-static dit_status ensure_buffers(dit_flux2 *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
-  if (act_bytes > m->act_bytes) {
-    m->rope_ok = false;
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
-    m->act_bytes = act_bytes;
-  }
-  if (host_bytes > m->host_bytes) {
-    free(m->host);
-    m->host_bytes = 0;
-    size_t rounded = (host_bytes + 63) / 64 * 64;
-    m->host = aligned_alloc(64, rounded);
-    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate %zu bytes of tables", host_bytes);
-    m->host_bytes = rounded;
-  }
-  return DIT_OK;
-}
-
 /* One call's op sequence after the tables are uploaded: everything it touches is in the
  * model's buffers, the weights and the call's device tensors (a replayable graph). */
 typedef struct flux2_call {
@@ -536,29 +515,28 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   flux2_acts a;
   dit_arena_init_measure(&ar);
   DIT_TRY(plan(&ar, c, g, host_bytes, m->as.es, stage, staged, &a, err));
-  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
-  memset(&ar, 0, sizeof ar);
-  ar.base = m->act;
-  ar.cap = m->act_bytes;
+  bool grew = false;
+  DIT_TRY(dit_act_space_fit(&m->as, be, &ar, host_bytes, &grew, err));
+  if (grew) m->rope_ok = false;
   DIT_TRY(plan(&ar, c, g, host_bytes, m->as.es, stage, staged, &a, err));
   flux2_host_tables h;
-  table_layout(c, g, m->host, &h);
+  table_layout(c, g, m->as.host, &h);
   /* timestep.to(dtype) * 1000 in float32, as the reference */
   for (int64_t i = 0; i < g->B; i++) {
     h.t[i] = t[i] * 1000.0f;
     h.g[i] = guidance ? guidance[i] * 1000.0f : 0.0f;
   }
   if (rope_cached(m, g, a.tab, img_ids, txt_ids)) {
-    size_t off = (size_t)((char *)h.t - (char *)m->host);
+    size_t off = (size_t)((char *)h.t - (char *)m->as.host);
     DIT_TRY(be->ops->upload(be, (char *)a.tab + off, h.t, host_bytes - off, err));
   } else {
     m->rope_ok = false;
     fill_rope(c, g, img_ids, txt_ids, &h);
-    DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
+    DIT_TRY(be->ops->upload(be, a.tab, m->as.host, host_bytes, err));
     rope_remember(m, g, a.tab, img_ids, txt_ids);
   }
   flux2_call k = {.m = m, .g = g, .a = &a, .stage = stage, .use_g = guidance && c->guidance_embeds};
-#define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
+#define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->as.host)))
   const int64_t B = g->B, half = c->head_dim / 2;
   k.cos = dit_act_mk(&m->as, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
   k.sin = dit_act_mk(&m->as, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
@@ -584,7 +562,7 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   key.adt = m->as.adt;
   key.use_g = k.use_g;
   key.stage = stage;
-  key.act = m->act;
+  key.act = m->as.act;
   key.tab = a.tab;
   key.x = xd.data;
   key.txt = td.data;

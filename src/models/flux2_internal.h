@@ -50,11 +50,7 @@ struct dit_flux2 {
   flux2_weights w;
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
-  dit_act_space as;   /* device tag, activation dtype (F32, or BF16 on GPU backends), element size */
-  void *act;          /* activation buffer (backend memory), reused across calls that fit */
-  size_t act_bytes;
-  void *host;         /* host scratch for the RoPE tables and timesteps */
-  size_t host_bytes;
+  dit_act_space as;   /* activation dtype, buffer and host scratch (RoPE tables, timesteps) */
   /* ids [text; image] x 4 whose RoPE tables are uploaded at rope_tab (valid when rope_ok) */
   float *rope_ids;
   int64_t rope_St, rope_Si;

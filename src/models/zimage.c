@@ -242,9 +242,7 @@ static dit_zimage *new_model(dit_backend *be) {
   if (!m) return NULL;
   m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
-  m->as.adt = DIT_F32;
-  m->as.es = sizeof(float);
-  m->as.dev = dit_backend_device(be);
+  dit_act_space_init(&m->as, be);
   return m;
 }
 
@@ -317,16 +315,9 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
 
 dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "zimage", err));
-  if (dt != m->as.adt) {
-    /* the planned buffer's layout depends on the element size */
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    m->tables_ok = false;
-  }
-  m->as.adt = dt;
-  m->as.es = dit_dtype_size(dt);
+  bool changed = false;
+  DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "zimage", &changed, err));
+  if (changed) m->tables_ok = false;
   return DIT_OK;
 }
 
@@ -335,9 +326,8 @@ size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->wbytes : 0; 
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
-  if (m->act) m->be->ops->free(m->be, m->act);
+  dit_act_space_release(&m->as, m->be);
   if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->host);
   free(m->tab_items);
   free(m->w.noise_refiner);
   free(m->w.context_refiner);

@@ -387,44 +387,21 @@ static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor 
   return DIT_OK;
 }
 
-/* Grows the model's activation and host buffers to fit; keeps them when they do. A new
- * buffer invalidates the cached tables. */
-static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
-  if (act_bytes > m->act_bytes) {
-    m->tables_ok = false;
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
-    m->act_bytes = act_bytes;
-  }
-  if (host_bytes > m->host_bytes) {
-    m->tables_ok = false;
-    free(m->host);
-    m->host_bytes = 0;
-    size_t rounded = (host_bytes + 63) / 64 * 64;
-    m->host = aligned_alloc(64, rounded);
-    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: cannot allocate %zu bytes of tables", host_bytes);
-    m->host_bytes = rounded;
-  }
-  return DIT_OK;
-}
-
 /* Makes the device tables right for g and t: everything when the geometry changed (or
  * the buffers did), else only the timesteps. */
 static dit_status upload_tables(dit_zimage *m, const zimage_geom *g, const float *t, const zimage_acts *a,
                                 size_t host_bytes, zimage_host_tables *h, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
-  zimage_table_layout(c, g, m->host, h);
+  zimage_table_layout(c, g, m->as.host, h);
   zimage_set_timesteps(c, g->n, t, h);
   bool same = m->tables_ok && m->tab_n == g->n && !memcmp(m->tab_items, g->items, (size_t)g->n * sizeof *g->items);
   if (same) {
-    size_t off = (size_t)((char *)h->t_scaled - (char *)m->host);
+    size_t off = (size_t)((char *)h->t_scaled - (char *)m->as.host);
     return m->be->ops->upload(m->be, (char *)a->tab + off, h->t_scaled, (size_t)g->n * sizeof(float), err);
   }
   m->tables_ok = false;
   zimage_fill_tables(c, g, h);
-  DIT_TRY(m->be->ops->upload(m->be, a->tab, m->host, host_bytes, err));
+  DIT_TRY(m->be->ops->upload(m->be, a->tab, m->as.host, host_bytes, err));
   zimage_item *items = realloc(m->tab_items, (size_t)g->n * sizeof *items);
   if (!items) return DIT_OK; /* correct, just not cached */
   memcpy(items, g->items, (size_t)g->n * sizeof *items);
@@ -438,7 +415,7 @@ static dit_status upload_tables(dit_zimage *m, const zimage_geom *g, const float
 static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_host_tables *h, const zimage_acts *a,
                         zimage_stream st[3], dit_tensor *t_dev, dit_tensor *zeros) {
   const int64_t n = g->n, half = m->cfg.head_dim / 2;
-#define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->host)))
+#define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->as.host)))
   const int64_t S[3] = {g->Sx, g->Sc, g->Su};
   float *cs[3] = {h->x_cos, h->c_cos, h->u_cos}, *sn[3] = {h->x_sin, h->c_sin, h->u_sin};
   uint8_t *mks[3] = {h->x_mask, h->c_mask, h->u_mask};
@@ -490,10 +467,9 @@ static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, 
   zimage_acts a;
   dit_arena_init_measure(&ar);
   DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->as.es, &a, err));
-  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
-  memset(&ar, 0, sizeof ar);
-  ar.base = m->act;
-  ar.cap = m->act_bytes;
+  bool grew = false;
+  DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, host_bytes, &grew, err));
+  if (grew) m->tables_ok = false;
   DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->as.es, &a, err));
   if (!staged) return layers(m, g, x, cap, t, &a, host_bytes, out, err);
   dit_tensor *xd = calloc((size_t)g->n * 3, sizeof *xd);
@@ -551,7 +527,7 @@ static void *call_key(const dit_zimage *m, const zimage_geom *g, const zimage_ac
   *bytes = head + items + ptrs;
   unsigned char *k = calloc(1, *bytes);
   if (!k) return NULL;
-  const int64_t h[4] = {g->n, (int64_t)m->as.adt, (int64_t)(uintptr_t)m->act, (int64_t)(uintptr_t)a->tab};
+  const int64_t h[4] = {g->n, (int64_t)m->as.adt, (int64_t)(uintptr_t)m->as.act, (int64_t)(uintptr_t)a->tab};
   memcpy(k, h, head);
   memcpy(k + head, g->items, items);
   void **p = (void **)(k + head + items);

@@ -81,13 +81,7 @@ struct dit_zimage {
   zimage_weights w;
   void *wblock;     /* backend copy of the weights (not on the CPU backend with files), or NULL */
   size_t wbytes;    /* its size */
-  dit_act_space as; /* device tag, activation dtype (F32, or BF16 on GPU backends), element size */
-  /* activation buffer (backend memory) reused across calls that fit */
-  void *act;
-  size_t act_bytes;
-  /* host scratch for RoPE tables, masks and timesteps, reused likewise */
-  void *host;
-  size_t host_bytes;
+  dit_act_space as; /* activation dtype, buffer and host scratch (RoPE tables, masks, timesteps) */
   /* geometry whose tables are in `host` and uploaded into `act` (valid when tables_ok):
    * a sampler loop calls forward with the same shapes every step, and only the
    * timesteps change */

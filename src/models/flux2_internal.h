@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "models/act_space.h"
+#include "models/model_weights.h"
 #include "backend/replay.h"
 #include "io/safetensors.h"
 #include "models/flux2.h"
@@ -46,10 +47,8 @@ typedef struct flux2_weights {
 struct dit_flux2 {
   dit_backend *be;
   dit_flux2_config cfg;
-  dit_weights *files;
   flux2_weights w;
-  void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
-  size_t wbytes;      /* its size */
+  dit_model_weights mw; /* the checkpoint's files or the backend block w points into */
   dit_act_space as;   /* activation dtype, buffer and host scratch (RoPE tables, timesteps) */
   /* ids [text; image] x 4 whose RoPE tables are uploaded at rope_tab (valid when rope_ok) */
   float *rope_ids;

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "io/json.h"
+#include "models/model_weights.h"
 #include "models/vae_kl_internal.h"
 
 #define MAX_CHANNELS 8192
@@ -230,18 +231,6 @@ static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_v
   DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
-/* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
-static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
-  for (size_t i = 0; i < t->n; i++) {
-    const dit_tensor *d = t->entries[i].dst;
-    if (!d->data) continue;
-    if (d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
-                        t->entries[i].name, dit_dtype_name(d->dtype));
-  }
-  return DIT_OK;
-}
-
 /* On a device backend, copies every weight into one backend allocation and drops the
  * host copies (mapped files or the random blob); nothing to do on the CPU. */
 static dit_status to_device(dit_vae_kl *m, const dit_wtable *t, dit_error *err) {
@@ -284,7 +273,7 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
     s = dit_wtable_bind(&t, m->weights, "", ignore, err);
     if (s != DIT_OK) dit_error_prefix(err, "%s", component_dir);
   }
-  if (s == DIT_OK) s = check_dtypes(&t, err);
+  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
   if (s != DIT_OK) dit_error_prefix(err, "vae load");

@@ -220,18 +220,10 @@ static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
 
 /* Binds every tensor (names the first problems); on a device backend copies them into
  * one device allocation and closes the files. */
-static dit_status bind_weights(dit_zimage *m, dit_error *err) {
+static dit_status bind_weights(dit_zimage *m, const char *dir, dit_error *err) {
   dit_wtable t;
   dit_status s = build_table(m, &t, err);
-  if (s == DIT_OK) s = dit_wtable_bind(&t, m->files, "", NULL, err);
-  if (s == DIT_OK && !dit_backend_is_host(m->be)) {
-    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
-    if (s == DIT_OK) {
-      for (size_t i = 0; i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
-      dit_weights_close(m->files);
-      m->files = NULL;
-    }
-  }
+  if (s == DIT_OK) s = dit_model_weights_load(m->be, &m->mw, "zimage", dir, &t, false, err);
   if (s == DIT_OK) stack_weights(m);
   dit_wtable_free(&t);
   return s;
@@ -250,19 +242,11 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend or folder given");
   char path[4096];
-  int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
-  if (n < 0 || (size_t)n >= sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: folder path too long: %s", component_dir);
+  DIT_TRY(dit_model_config_path("zimage", component_dir, path, sizeof path, err));
   dit_zimage *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
   dit_status s = zimage_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) {
-    s = dit_weights_open(component_dir, NULL, &m->files, err);
-    if (s == DIT_OK) {
-      s = bind_weights(m, err);
-      if (s != DIT_OK) dit_error_prefix(err, "zimage: %s", component_dir);
-    }
-  }
+  if (s == DIT_OK) s = bind_weights(m, component_dir, err);
   DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
@@ -304,8 +288,7 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
   if (s == DIT_OK) {
     dit_wtable t;
     s = build_table(m, &t, err);
-    if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
-    for (size_t i = 0; s == DIT_OK && i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
+    if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, &t, wdt, seed, err);
     if (s == DIT_OK) stack_weights(m);
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
@@ -321,18 +304,17 @@ dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err)
   return DIT_OK;
 }
 
-size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->wbytes : 0; }
+size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->mw.wbytes : 0; }
 
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
   dit_act_space_release(&m->as, m->be);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
+  dit_model_weights_release(m->be, &m->mw);
   free(m->tab_items);
   free(m->w.noise_refiner);
   free(m->w.context_refiner);
   free(m->w.layers);
-  if (m->files) dit_weights_close(m->files);
   free(m);
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "models/act_space.h"
+#include "models/model_weights.h"
 #include "backend/replay.h"
 #include "core/arena.h"
 #include "io/safetensors.h"
@@ -77,10 +78,8 @@ typedef struct zimage_geom {
 struct dit_zimage {
   dit_backend *be;
   dit_zimage_config cfg;
-  dit_weights *files;
   zimage_weights w;
-  void *wblock;     /* backend copy of the weights (not on the CPU backend with files), or NULL */
-  size_t wbytes;    /* its size */
+  dit_model_weights mw; /* the checkpoint's files or the backend block w points into */
   dit_act_space as; /* activation dtype, buffer and host scratch (RoPE tables, masks, timesteps) */
   /* geometry whose tables are in `host` and uploaded into `act` (valid when tables_ok):
    * a sampler loop calls forward with the same shapes every step, and only the

@@ -43,6 +43,15 @@ typedef struct dit_bench_ops {
   const char *flops_what; /* the FLOP formula, as the report prints it */
 } dit_bench_ops;
 
+/* Defines `static const dit_bench_ops name` from the family's create, geometry, inputs and
+ * forward and the model's own prefix##_weight_bytes, prefix##_graph_counts, prefix##_free. */
+#define DIT_BENCH_OPS(name, prefix, create_fn, geometry_fn, inputs_fn, forward_fn, what)                          \
+  static size_t name##_weight_bytes(const void *m) { return prefix##_weight_bytes(m); }                          \
+  static void name##_graph_counts(const void *m, long *c, long *l) { prefix##_graph_counts(m, c, l); }           \
+  static void name##_free(void *m) { prefix##_free(m); }                                                          \
+  static const dit_bench_ops name = {create_fn,          geometry_fn,          inputs_fn, forward_fn,             \
+                                     name##_weight_bytes, name##_graph_counts, name##_free, what}
+
 struct dit_bench_variant {
   const char *name;          /* bench --arch: "flux2-klein-4b" */
   int text_len;              /* default caption tokens */

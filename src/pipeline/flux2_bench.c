@@ -81,20 +81,8 @@ static dit_status bench_forward(void *model, dit_bench_io *io, dit_error *err) {
   return dit_flux2_forward(model, &io->x, &io->cap, &t, NULL, io->img_ids, io->txt_ids, &io->out, err);
 }
 
-static size_t bench_weight_bytes(const void *model) { return dit_flux2_weight_bytes(model); }
-static void bench_graph_counts(const void *model, long *c, long *l) { dit_flux2_graph_counts(model, c, l); }
-static void bench_free(void *model) { dit_flux2_free(model); }
-
-static const dit_bench_ops klein_bench_ops = {
-    .create = bench_create,
-    .geometry = bench_geometry,
-    .inputs = bench_inputs,
-    .forward = bench_forward,
-    .weight_bytes = bench_weight_bytes,
-    .graph_counts = bench_graph_counts,
-    .free = bench_free,
-    .flops_what = "(double + single blocks) x (2*(4D^2 + 3D*M)*S + 4*D*S^2), S = text + image tokens",
-};
+DIT_BENCH_OPS(klein_bench_ops, dit_flux2, bench_create, bench_geometry, bench_inputs, bench_forward,
+              "(double + single blocks) x (2*(4D^2 + 3D*M)*S + 4*D*S^2), S = text + image tokens");
 
 /* klein's max_sequence_length 512 is the default caption length. */
 const dit_bench_variant dit_flux2_klein_bench[] = {

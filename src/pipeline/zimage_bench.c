@@ -69,20 +69,8 @@ static dit_status bench_forward(void *model, dit_bench_io *io, dit_error *err) {
   return dit_zimage_forward(model, 1, &io->x, &io->cap, &t, &io->out, err);
 }
 
-static size_t bench_weight_bytes(const void *model) { return dit_zimage_weight_bytes(model); }
-static void bench_graph_counts(const void *model, long *c, long *l) { dit_zimage_graph_counts(model, c, l); }
-static void bench_free(void *model) { dit_zimage_free(model); }
-
-static const dit_bench_ops zimage_bench_ops = {
-    .create = bench_create,
-    .geometry = bench_geometry,
-    .inputs = bench_inputs,
-    .forward = bench_forward,
-    .weight_bytes = bench_weight_bytes,
-    .graph_counts = bench_graph_counts,
-    .free = bench_free,
-    .flops_what = "2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block",
-};
+DIT_BENCH_OPS(zimage_bench_ops, dit_zimage, bench_create, bench_geometry, bench_inputs, bench_forward,
+              "2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block");
 
 const dit_bench_variant dit_zimage_bench[] = {
     {"zimage", 128, 0, &zimage_bench_ops},

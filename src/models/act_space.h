@@ -24,6 +24,15 @@ typedef struct dit_act_space {
   size_t host_bytes;
 } dit_act_space;
 
+/* In a plan pass over the arena ar (a measuring one, or the real buffer when real): ptr =
+ * the next bytes of it; on a full real arena the enclosing function returns DIT_ERR_NOMEM
+ * (err names the size). */
+#define DIT_ACT_TAKE(ar, real, ptr, bytes)           \
+  do {                                               \
+    (ptr) = dit_arena_alloc((ar), (bytes), err);     \
+    if ((real) && !(ptr)) return DIT_ERR_NOMEM;      \
+  } while (0)
+
 /* F32 activations on be's device, no buffers yet. */
 void dit_act_space_init(dit_act_space *s, const dit_backend *be);
 /* Activations in dt (checked against be as `who`); a new dtype drops the activation buffer,

@@ -146,13 +146,8 @@ static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geo
   const size_t B = (size_t)g->B, D = (size_t)c->dim, F = (size_t)c->mlp_hidden, R = B * (size_t)g->S;
   const size_t wide = 3 * D + 2 * F;
   memset(o, 0, sizeof *o);
-#define TAKE(field, count)                                                      \
-  do {                                                                          \
-    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
-    if (real && !o->field) return DIT_ERR_NOMEM;                                \
-  } while (0)
-  o->tab = dit_arena_alloc(ar, host_bytes, err);
-  if (real && !o->tab) return DIT_ERR_NOMEM;
+#define TAKE(field, count) DIT_ACT_TAKE(ar, real, o->field, (count) * es)
+  DIT_ACT_TAKE(ar, real, o->tab, host_bytes);
   TAKE(t_freq, B * (size_t)c->t_channels);
   TAKE(t_mid, B * D);
   TAKE(temb, B * D);

@@ -68,17 +68,9 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
     if ((size_t)g->items[i].cap_raw > max_cap) max_cap = (size_t)g->items[i].cap_raw;
   }
   memset(o, 0, sizeof *o);
-#define TAKE(field, count)                                                      \
-  do {                                                                          \
-    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
-    if (real && !o->field) return DIT_ERR_NOMEM;                                \
-  } while (0)
-  o->tab = dit_arena_alloc(ar, host_bytes, err);
-  if (real && !o->tab) return DIT_ERR_NOMEM;
-  if (stage_bytes) {
-    o->stage = dit_arena_alloc(ar, stage_bytes, err);
-    if (real && !o->stage) return DIT_ERR_NOMEM;
-  }
+#define TAKE(field, count) DIT_ACT_TAKE(ar, real, o->field, (count) * es)
+  DIT_ACT_TAKE(ar, real, o->tab, host_bytes);
+  if (stage_bytes) DIT_ACT_TAKE(ar, real, o->stage, stage_bytes);
   TAKE(t_freq, n * (size_t)c->t_freq_dim);
   TAKE(t_mid, n * (size_t)c->t_mid_dim);
   TAKE(adaln, n * A);

@@ -310,17 +310,11 @@ void dit_st_close(dit_st_file *f) {
   free(f);
 }
 
+static int cmp_name_tensor(const void *key, const void *elem) {
+  return strcmp(key, ((const dit_st_tensor *)elem)->name);
+}
+
 const dit_st_tensor *dit_st_find(const dit_st_file *f, const char *name) {
-  if (!f || !name) return NULL;
-  size_t lo = 0, hi = f->n_tensors;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(f->tensors[mid].name, name);
-    if (c == 0) return &f->tensors[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return NULL;
+  if (!f || !name || !f->n_tensors) return NULL;
+  return bsearch(name, f->tensors, f->n_tensors, sizeof *f->tensors, cmp_name_tensor);
 }

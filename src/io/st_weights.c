@@ -36,19 +36,15 @@ void dit_weights_close(dit_weights *w) {
   free(w);
 }
 
+static int cmp_name_tensor_ptr(const void *key, const void *elem) {
+  return strcmp(key, (*(const dit_st_tensor *const *)elem)->name);
+}
+
 const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name) {
-  if (!w || !name) return NULL;
-  size_t lo = 0, hi = w->n_tensors;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(w->tensors[mid]->name, name);
-    if (c == 0) return w->tensors[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return NULL;
+  if (!w || !name || !w->n_tensors) return NULL;
+  const dit_st_tensor *const *p =
+      bsearch(name, w->tensors, w->n_tensors, sizeof *w->tensors, cmp_name_tensor_ptr);
+  return p ? *p : NULL;
 }
 
 /* The file of w that holds t. */

@@ -67,6 +67,12 @@ dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot
 /* After its stage: frees the component unless rt->keep holds it. */
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot);
 void dit_components_close(dit_components *c);
+/* Fills c's slots with the shared Qwen3 text encoder and the family's transformer and VAE
+ * kinds, then loads what rt->keep holds (as dit_components_open). */
+dit_status dit_components_start(const dit_model_rt *rt, dit_components *c, const dit_component_kind *transformer,
+                                const dit_component_kind *vae, dit_error *err);
+/* A family's close for a malloc'd state whose first member is its dit_components. */
+void dit_components_state_close(void *state);
 
 /* The Qwen3 text encoder with its tokenizer, as both Z-Image and FLUX.2 [klein] use it: the
  * kind for DIT_SLOT_TEXT (its object is a dit_text_encoder). */

@@ -122,22 +122,16 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
   return dit_check_finite(L->latents, L->n, stage, err);
 }
 
+/* calculate_shift over the scheduler's base/max sequence lengths. */
+static double zimage_mu(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
+  (void)steps;
+  return dit_flow_calculate_shift(image_seq_len, sc);
+}
+
 dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w, float *sigmas, float *timesteps,
                                 dit_error *err) {
-  json_t *cfg = NULL;
-  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
-  dit_flow_sched_config sc;
-  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
-  json_decref(cfg);
-  if (s != DIT_OK) return s;
-  float *custom = malloc((size_t)steps * sizeof(float));
-  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
-  dit_zimage_default_sigmas(steps, custom);
-  const int image_seq_len = (h / 2) * (w / 2);
-  const double mu = dit_flow_calculate_shift(image_seq_len, &sc);
-  s = dit_flow_sched_set_timesteps(&sc, steps, mu, custom, sigmas, timesteps, err);
-  free(custom);
-  return s;
+  return dit_flow_schedule_for(dir, steps, (h / 2) * (w / 2), dit_zimage_default_sigmas, zimage_mu, sigmas, timesteps,
+                               err);
 }
 
 /* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipeline runs it). */
@@ -199,20 +193,12 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_zimage *m, dit_error *
 DIT_COMPONENT_KIND(zimage_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_zimage, dit_zimage_load,
                    dit_prepare, dit_zimage_free);
 
-static void zimage_close(void *state) {
-  if (!state) return;
-  dit_components_close(state);
-  free(state);
-}
-
+/* The state is the components alone. */
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
   if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  c->kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
-  c->kind[DIT_SLOT_TRANSFORMER] = &zimage_dit;
-  c->kind[DIT_SLOT_VAE] = &zimage_vae;
-  dit_status s = dit_components_open(rt, c, err);
+  dit_status s = dit_components_start(rt, c, &zimage_dit, &zimage_vae, err);
   DIT_HAND_OVER(s, c, state, free);
 }
 
@@ -298,6 +284,6 @@ const dit_family dit_family_zimage = {
     .defaults = zimage_family_defaults,
     .open = zimage_open,
     .generate = zimage_generate,
-    .close = zimage_close,
+    .close = dit_components_state_close,
     .bench = dit_zimage_bench,
 };

@@ -167,7 +167,8 @@ static void add_top(dit_wtable *t, const dit_flux2_config *c, flux2_weights *w) 
 }
 
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
-static dit_status build_table(dit_flux2 *m, dit_wtable *t, dit_error *err) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_flux2 *m = model;
   const dit_flux2_config *c = &m->cfg;
   flux2_weights *w = &m->w;
   dit_wtable_init(t);
@@ -179,16 +180,6 @@ static dit_status build_table(dit_flux2 *m, dit_wtable *t, dit_error *err) {
   for (int i = 0; i < c->n_layers; i++) add_double(t, c, &w->blocks[i], i);
   for (int i = 0; i < c->n_single_layers; i++) add_single(t, c, &w->single[i], i);
   return DIT_OK;
-}
-
-/* Binds every tensor (names the first problems, refuses dtypes the ops do not read); on a
- * device backend copies them into one device allocation and closes the files. */
-static dit_status bind_weights(dit_flux2 *m, const char *dir, dit_error *err) {
-  dit_wtable t;
-  dit_status s = build_table(m, &t, err);
-  if (s == DIT_OK) s = dit_model_weights_load(m->be, &m->mw, "flux2", dir, &t, true, err);
-  dit_wtable_free(&t);
-  return s;
 }
 
 static dit_flux2 *new_model(dit_backend *be) {
@@ -207,7 +198,7 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
   dit_flux2 *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
   dit_status s = flux2_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) s = bind_weights(m, component_dir, err);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux2", component_dir, build_table, m, true, err);
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 
@@ -243,13 +234,7 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
       c->joint_attention_dim < 1 || c->joint_attention_dim > MAX_DIM || c->t_channels < 2 || c->t_channels > MAX_DIM)
     s = dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 random config: a size is out of range");
   if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux2 random config", err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    s = build_table(m, &t, err);
-    if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, &t, wdt, seed, err);
-    dit_wtable_free(&t);
-    if (s != DIT_OK) dit_error_prefix(err, "flux2 random weights");
-  }
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux2", build_table, m, wdt, seed, err);
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 

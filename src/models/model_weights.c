@@ -26,28 +26,40 @@ static size_t block_bytes(const dit_wtable *t) {
   return n;
 }
 
+/* Binds t from w->files, checks the dtypes when asked, then on a device backend uploads. */
+static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *t, bool check_float, dit_error *err) {
+  DIT_TRY(dit_wtable_bind(t, w->files, "", NULL, err));
+  if (check_float) DIT_TRY(dit_wtable_check_float(t, err));
+  if (dit_backend_is_host(be)) return DIT_OK;
+  DIT_TRY(dit_backend_upload_wtable(be, t, &w->wblock, err));
+  w->wbytes = block_bytes(t);
+  dit_weights_close(w->files);
+  w->files = NULL;
+  return DIT_OK;
+}
+
 dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const char *who, const char *dir,
-                                  dit_wtable *t, bool check_float, dit_error *err) {
-  DIT_TRY(dit_weights_open(dir, NULL, &w->files, err));
-  dit_status s = dit_wtable_bind(t, w->files, "", NULL, err);
-  if (s == DIT_OK && check_float) s = dit_wtable_check_float(t, err);
-  if (s == DIT_OK && !dit_backend_is_host(be)) {
-    s = dit_backend_upload_wtable(be, t, &w->wblock, err);
-    if (s == DIT_OK) {
-      w->wbytes = block_bytes(t);
-      dit_weights_close(w->files);
-      w->files = NULL;
-    }
+                                  dit_wtable_build_fn build, void *model, bool check_float, dit_error *err) {
+  dit_wtable t;
+  dit_status s = build(model, &t, err);
+  if (s == DIT_OK) s = dit_weights_open(dir, NULL, &w->files, err);
+  if (s == DIT_OK) {
+    s = bind_place(be, w, &t, check_float, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s: %s", who, dir);
   }
-  if (s != DIT_OK) dit_error_prefix(err, "%s: %s", who, dir);
+  dit_wtable_free(&t);
   return s;
 }
 
-dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, dit_wtable *t, dit_dtype wdt, uint64_t seed,
-                                    dit_error *err) {
-  DIT_TRY(dit_backend_random_wtable(be, t, wdt, seed, &w->wblock, err));
-  w->wbytes = block_bytes(t);
-  return DIT_OK;
+dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const char *who, dit_wtable_build_fn build,
+                                    void *model, dit_dtype wdt, uint64_t seed, dit_error *err) {
+  dit_wtable t;
+  dit_status s = build(model, &t, err);
+  if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &w->wblock, err);
+  if (s == DIT_OK) w->wbytes = block_bytes(&t);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) dit_error_prefix(err, "%s random weights", who);
+  return s;
 }
 
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {

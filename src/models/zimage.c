@@ -194,7 +194,8 @@ void dit_zimage_set_stacked_qkv(dit_zimage *m, bool on) {
 }
 
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
-static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_zimage *m = model;
   const dit_zimage_config *c = &m->cfg;
   zimage_weights *w = &m->w;
   size_t nr = (size_t)c->n_refiner_layers, nl = (size_t)c->n_layers;
@@ -218,17 +219,6 @@ static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
-/* Binds every tensor (names the first problems); on a device backend copies them into
- * one device allocation and closes the files. */
-static dit_status bind_weights(dit_zimage *m, const char *dir, dit_error *err) {
-  dit_wtable t;
-  dit_status s = build_table(m, &t, err);
-  if (s == DIT_OK) s = dit_model_weights_load(m->be, &m->mw, "zimage", dir, &t, false, err);
-  if (s == DIT_OK) stack_weights(m);
-  dit_wtable_free(&t);
-  return s;
-}
-
 static dit_zimage *new_model(dit_backend *be) {
   dit_zimage *m = calloc(1, sizeof *m);
   if (!m) return NULL;
@@ -246,7 +236,8 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   dit_zimage *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
   dit_status s = zimage_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) s = bind_weights(m, component_dir, err);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "zimage", component_dir, build_table, m, false, err);
+  if (s == DIT_OK) stack_weights(m);
   DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
@@ -285,14 +276,8 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
     if (c->axes_dims[i] < 1 || c->axes_lens[i] < 1 || c->axes_lens[i] > MAX_AXIS_LEN)
       s = dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage random config: axis %d dims/lens out of range", i);
   if (s == DIT_OK) s = zimage_check_config(&m->cfg, "zimage random config", err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    s = build_table(m, &t, err);
-    if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, &t, wdt, seed, err);
-    if (s == DIT_OK) stack_weights(m);
-    dit_wtable_free(&t);
-    if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
-  }
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "zimage", build_table, m, wdt, seed, err);
+  if (s == DIT_OK) stack_weights(m);
   DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 

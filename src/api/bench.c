@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/ctx.h"
+#include "core/splitmix.h"
 #include "core/timer.h"
 #include "api/bench_internal.h"
 #include "pipeline/family.h"
@@ -80,16 +81,9 @@ dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_b
   return s;
 }
 
-static uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 /* Uniform in [-1.7, 1.7) (unit variance), deterministic. */
 static void fill_host(float *d, size_t n, uint64_t key) {
-  for (size_t i = 0; i < n; i++) d[i] = ((float)(mix(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
+  for (size_t i = 0; i < n; i++) d[i] = ((float)(dit_splitmix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
 }
 
 /* The model under test (a family's bench operations and its object) and its inputs in the

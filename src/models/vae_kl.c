@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/splitmix.h"
 #include "io/json.h"
 #include "models/model_weights.h"
 #include "models/vae_kl_internal.h"
@@ -282,11 +283,11 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
 
 /* ---- random weights --------------------------------------------------------------- */
 
+/* SplitMix64: the next output, advancing the state. */
 static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  const uint64_t z = dit_splitmix64(*s);
+  *s += DIT_SPLITMIX64_GAMMA;
+  return z;
 }
 
 /* Uniform in [-1, 1). */

@@ -1,4 +1,5 @@
-/* Public benchmark API (ditrun bench): one DiT forward (Z-Image or FLUX.2 [klein]) at the real geometry with random
+/* Public benchmark API (ditrun bench): one DiT forward of a family's bench variant
+ * (family_bench.h) at the real geometry with random
  * weights made in memory, timed un-profiled (warmup, then the median of iters) and once
  * through the profiling backend (sync after every op) for a GEMM / attention /
  * elementwise split; FLOPs from the geometry, TFLOP/s against a stated peak, and peak
@@ -11,10 +12,10 @@
 
 #include "backend/backend.h"
 #include "core/ctx.h"
+#include "core/splitmix.h"
 #include "core/timer.h"
 #include "api/bench_internal.h"
-#include "models/flux2.h"
-#include "models/zimage.h"
+#include "pipeline/family.h"
 
 #define MAX_RES 8192
 #define MAX_TEXT 4096
@@ -38,58 +39,21 @@ void dit_bench_params_default(dit_bench_params *p) {
   p->seed = 42;
 }
 
-static dit_status run_bench_zimage(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
-                                   dit_bench_result *r, dit_error *err);
-static dit_status run_bench_flux2(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
-                                  dit_bench_result *r, dit_error *err);
-
-/* The architectures `bench --arch` knows: one row each (name, its family, the default
- * caption length, which variant of the family's geometry, the driver). */
-typedef struct bench_arch {
-  const char *name, *family;
-  int text_len;  /* default caption tokens: 128 for Z-Image, klein's max_sequence_length 512 */
-  int variant;   /* flux2-klein: 0 = 4B, 1 = 9B */
-  dit_status (*run)(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be, dit_bench_result *r,
-                    dit_error *err);
-} bench_arch;
-
-static const bench_arch bench_archs[] = {
-    {"zimage", "zimage", 128, 0, run_bench_zimage},
-    {"flux2-klein-4b", "flux2-klein", 512, 0, run_bench_flux2},
-    {"flux2-klein-9b", "flux2-klein", 512, 1, run_bench_flux2},
-};
-
-static const bench_arch *find_arch(const char *a) {
-  for (size_t i = 0; a && i < sizeof bench_archs / sizeof *bench_archs; i++)
-    if (!strcmp(a, bench_archs[i].name)) return &bench_archs[i];
-  return NULL;
-}
-
 int dit_bench_arch_get(size_t i, const char **name, const char **family, int *text_len) {
-  if (i >= sizeof bench_archs / sizeof *bench_archs) return 0;
-  if (name) *name = bench_archs[i].name;
-  if (family) *family = bench_archs[i].family;
-  if (text_len) *text_len = bench_archs[i].text_len;
+  const dit_family *f = NULL;
+  const dit_bench_variant *v = dit_bench_variant_at(i, &f);
+  if (!v) return 0;
+  if (name) *name = v->name;
+  if (family) *family = f->name;
+  if (text_len) *text_len = v->text_len;
   return 1;
-}
-
-/* "zimage, flux2-klein-4b, ..." into buf. */
-static const char *arch_list(char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (size_t i = 0; i < sizeof bench_archs / sizeof *bench_archs; i++) {
-    int n = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", bench_archs[i].name);
-    if (n < 0 || (size_t)n >= len - used) break;
-    used += (size_t)n;
-  }
-  return buf;
 }
 
 dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
   char list[256];
-  if (!find_arch(p->arch))
+  if (!dit_bench_variant_find(p->arch))
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: arch \"%s\" is not supported (supported: %s)",
-                      p->arch ? p->arch : "(null)", arch_list(list, sizeof list));
+                      p->arch ? p->arch : "(null)", dit_bench_variant_list(list, sizeof list));
   if (p->res < 16 || p->res > MAX_RES || p->res % 16 != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: resolution %d must be a multiple of 16 in 16..%d", p->res,
                       MAX_RES);
@@ -117,59 +81,30 @@ dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_b
   return s;
 }
 
-/* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs
- * per token) and the SwiGLU FFN (3 D Fd), 2 flop per MAC; attention does QK^T and PV
- * (2 S^2 D MACs per stream). Main layers see the unified stream, refiners their own
- * (the same formula as bench/torch_ref.py). Embedders, adaLN and the final
- * layer are not counted (< 0.1%). */
-static double zimage_flops(const dit_zimage_config *c, double n_img, double n_cap) {
-  const double D = c->dim, Fd = c->ffn_dim, L = c->n_layers, R = c->n_refiner_layers, n = n_img + n_cap;
-  const double per_tok = 2.0 * (4.0 * D * D + 3.0 * D * Fd);
-  return per_tok * (L * n + R * n_img + R * n_cap) + 4.0 * D * (L * n * n + R * n_img * n_img + R * n_cap * n_cap);
-}
-
-/* FLUX.2 per forward (S = St + Si text + image tokens, D = dim, M = mlp_hidden): a
- * double block does, for each stream's tokens, qkv (3 D^2 MACs), out (D^2) and the SwiGLU
- * MLP in (D -> 2M) and out (M -> D): 4 D^2 + 3 D M MACs per token; a single block's fused
- * qkv+MLP-in (D -> 3D + 2M) and fused out (D + M -> D) are the same 4 D^2 + 3 D M. Both
- * attend over the joint sequence: QK^T and PV are 2 S^2 D MACs. So
- *   flops = (n_double + n_single) * (2 (4 D^2 + 3 D M) S + 4 D S^2).
- * Embedders (x, context, time), modulations and the final layer are not counted (< 0.1%
- * at klein's 1024^2 geometry). */
-static double flux2_flops(const dit_flux2_config *c, double n_img, double n_txt) {
-  const double D = c->dim, M = c->mlp_hidden, S = n_img + n_txt;
-  return (double)(c->n_layers + c->n_single_layers) * (2.0 * (4.0 * D * D + 3.0 * D * M) * S + 4.0 * D * S * S);
-}
-
-static uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 /* Uniform in [-1.7, 1.7) (unit variance), deterministic. */
 static void fill_host(float *d, size_t n, uint64_t key) {
-  for (size_t i = 0; i < n; i++) d[i] = ((float)(mix(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
+  for (size_t i = 0; i < n; i++) d[i] = ((float)(dit_splitmix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
 }
 
+/* The model under test (a family's bench operations and its object) and its inputs in the
+ * bench backend. */
+typedef struct bench_model {
+  const dit_bench_ops *ops;
+  void *obj;
+} bench_model;
+
 typedef struct bench_io {
-  dit_tensor x, cap, out;
+  dit_bench_io t;          /* the family's tensors (their data are px, pc, po) and ids */
   void *px, *pc, *po;
   float *host_out;
   size_t nx, nc;
-  float *img_ids, *txt_ids; /* FLUX.2: host (t, h, w, l) positions */
 } bench_io;
 
-/* The model under test: one of the two is set. */
-typedef struct bench_model {
-  dit_zimage *z;
-  dit_flux2 *f;
-} bench_model;
-
-/* Allocates and fills x (nx floats), the text features (nc) and out (nx) in the backend;
- * the caller sets the tensor descriptors. */
+/* Allocates and fills x (nx floats), the text features (nc) and out (nx) in the backend
+ * and points the family's tensors at them. */
 static dit_status make_inputs(dit_backend *be, const dit_bench_params *p, bench_io *io, dit_error *err) {
+  io->nx = (size_t)dit_tensor_numel(&io->t.x);
+  io->nc = (size_t)dit_tensor_numel(&io->t.cap);
   float *h = malloc((io->nx > io->nc ? io->nx : io->nc) * sizeof(float));
   io->host_out = malloc(io->nx * sizeof(float));
   if (!h || !io->host_out) {
@@ -190,43 +125,11 @@ static dit_status make_inputs(dit_backend *be, const dit_bench_params *p, bench_
   }
   if (s == DIT_OK) s = be->ops->sync(be, err);
   free(h);
+  io->t.x.data = io->px;
+  io->t.cap.data = io->pc;
+  io->t.out.data = io->po;
+  io->t.x.device = io->t.out.device = io->t.cap.device = dit_backend_device(be);
   return s;
-}
-
-static dit_status make_zimage_inputs(dit_backend *be, const dit_zimage_config *c, const dit_bench_params *p,
-                                     bench_io *io, dit_error *err) {
-  const int64_t lat = p->res / 8, C = c->in_channels;
-  io->nx = (size_t)(C * lat * lat);
-  io->nc = (size_t)p->text_len * (size_t)c->cap_feat_dim;
-  DIT_TRY(make_inputs(be, p, io, err));
-  io->x = dit_tensor_4d(DIT_F32, io->px, C, 1, lat, lat);
-  io->out = dit_tensor_4d(DIT_F32, io->po, C, 1, lat, lat);
-  io->cap = dit_tensor_2d(DIT_F32, io->pc, p->text_len, c->cap_feat_dim);
-  io->x.device = io->out.device = io->cap.device = dit_backend_device(be);
-  return DIT_OK;
-}
-
-/* FLUX.2 inputs as the klein pipeline builds them: (res/16)^2 packed image tokens with
- * ids (0, h, w, 0), text tokens with ids (0, 0, 0, l). */
-static dit_status make_flux2_inputs(dit_backend *be, const dit_flux2_config *c, const dit_bench_params *p,
-                                    bench_io *io, dit_error *err) {
-  const int64_t g = p->res / 16, si = g * g, st = p->text_len;
-  io->nx = (size_t)(si * c->in_channels);
-  io->nc = (size_t)st * (size_t)c->joint_attention_dim;
-  io->img_ids = calloc((size_t)si * 4, sizeof(float));
-  io->txt_ids = calloc((size_t)st * 4, sizeof(float));
-  if (!io->img_ids || !io->txt_ids) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory for ids");
-  for (int64_t i = 0; i < si; i++) {
-    io->img_ids[i * 4 + 1] = (float)(i / g);
-    io->img_ids[i * 4 + 2] = (float)(i % g);
-  }
-  for (int64_t l = 0; l < st; l++) io->txt_ids[l * 4 + 3] = (float)l;
-  DIT_TRY(make_inputs(be, p, io, err));
-  io->x = dit_tensor_3d(DIT_F32, io->px, 1, si, c->in_channels);
-  io->out = dit_tensor_3d(DIT_F32, io->po, 1, si, c->in_channels);
-  io->cap = dit_tensor_3d(DIT_F32, io->pc, 1, st, c->joint_attention_dim);
-  io->x.device = io->out.device = io->cap.device = dit_backend_device(be);
-  return DIT_OK;
 }
 
 static void free_inputs(dit_backend *be, bench_io *io) {
@@ -234,8 +137,8 @@ static void free_inputs(dit_backend *be, bench_io *io) {
   if (io->pc) be->ops->free(be, io->pc);
   if (io->po) be->ops->free(be, io->po);
   free(io->host_out);
-  free(io->img_ids);
-  free(io->txt_ids);
+  free(io->t.img_ids);
+  free(io->t.txt_ids);
 }
 
 /* Process CPU time (all threads), ms: on a shared machine the rate per CPU-second is what
@@ -252,10 +155,8 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static dit_status forward_once(bench_model *m, dit_backend *be, bench_io *io, double *ms, dit_error *err) {
-  const float t = 0.5f;
   double t0 = dit_time_now();
-  if (m->f) DIT_TRY(dit_flux2_forward(m->f, &io->x, &io->cap, &t, NULL, io->img_ids, io->txt_ids, &io->out, err));
-  else DIT_TRY(dit_zimage_forward(m->z, 1, &io->x, &io->cap, &t, &io->out, err));
+  DIT_TRY(m->ops->forward(m->obj, &io->t, err));
   DIT_TRY(be->ops->sync(be, err));
   *ms = (dit_time_now() - t0) * 1e3;
   return DIT_OK;
@@ -263,8 +164,7 @@ static dit_status forward_once(bench_model *m, dit_backend *be, bench_io *io, do
 
 static long graph_launches(const bench_model *m) {
   long c = 0, l = 0;
-  if (m->f) dit_flux2_graph_counts(m->f, &c, &l);
-  else dit_zimage_graph_counts(m->z, &c, &l);
+  m->ops->graph_counts(m->obj, &c, &l);
   return l;
 }
 
@@ -354,22 +254,6 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
   }
 }
 
-dit_status dit_bench_zimage_config(const dit_bench_params *p, dit_zimage_config *c) {
-  dit_zimage_config_turbo(c);
-  if (p->dim) c->dim = p->dim;
-  if (p->n_layers) c->n_layers = p->n_layers;
-  if (p->n_refiner_layers) c->n_refiner_layers = p->n_refiner_layers;
-  if (p->n_heads) c->n_heads = c->n_kv_heads = p->n_heads;
-  if (p->cap_feat_dim) c->cap_feat_dim = p->cap_feat_dim;
-  if (p->dim || p->n_heads) { /* keep the RoPE split proportional: 1/4, 3/8, 3/8 of the head */
-    int hd = c->dim / c->n_heads;
-    c->axes_dims[0] = hd / 4 / 2 * 2;
-    c->axes_dims[1] = (hd - c->axes_dims[0]) / 2 / 2 * 2;
-    c->axes_dims[2] = hd - c->axes_dims[0] - c->axes_dims[1];
-  }
-  return DIT_OK;
-}
-
 /* Shared tail of a bench: inputs made, timed, profiled and checked. */
 static dit_status time_model(const dit_bench_params *p, bench_model *m, dit_backend *prof, bench_io *io,
                              dit_bench_result *r, dit_error *err) {
@@ -384,90 +268,33 @@ static dit_status time_model(const dit_bench_params *p, bench_model *m, dit_back
   return s;
 }
 
-/* klein 4B / 9B with the test overrides: --dim is the inner dim (head_dim = dim / heads,
- * RoPE split in 4 equal even axes), --layers the double blocks, --refiners the single
- * blocks, --cap-dim joint_attention_dim. */
-static dit_status flux2_bench_config(const dit_bench_params *p, dit_flux2_config *c, dit_error *err) {
-  dit_flux2_config_klein(c, find_arch(p->arch)->variant == 1);
-  if (p->n_heads) c->n_heads = p->n_heads;
-  if (p->dim || p->n_heads) {
-    const int dim = p->dim ? p->dim : c->n_heads * c->head_dim;
-    if (dim % c->n_heads || (dim / c->n_heads) % 8)
-      return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: dim %d / heads %d must be a multiple of 8", dim, c->n_heads);
-    c->head_dim = dim / c->n_heads;
-    for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = c->head_dim / 4;
-  }
-  if (p->n_layers) c->n_layers = p->n_layers;
-  if (p->n_refiner_layers) c->n_single_layers = p->n_refiner_layers;
-  if (p->cap_feat_dim) c->joint_attention_dim = p->cap_feat_dim;
-  return DIT_OK;
-}
-
-static dit_status run_bench_flux2(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
-                                  dit_bench_result *r, dit_error *err) {
-  (void)o;
+/* One variant's bench: the family's random-weight model at p's geometry, its inputs, then
+ * timed, profiled and checked. */
+static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
+                              dit_backend *be, dit_bench_result *r, dit_error *err) {
   dit_backend *prof = NULL;
-  bench_model m = {0};
+  bench_model m = {v->ops, NULL};
   bench_io io;
   memset(&io, 0, sizeof io);
-  dit_flux2_config c;
+  const dit_dtype adt = p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16 ? DIT_BF16 : DIT_F32;
   double t0 = dit_time_now();
-  dit_status s = flux2_bench_config(p, &c, err);
-  if (s == DIT_OK) s = dit_backend_profiler_create(be, &prof, err);
-  if (s == DIT_OK) s = dit_flux2_create_random(prof, &c, p->dtype, p->seed, &m.f, err);
-  dit_dtype adt = DIT_F32;
-  if (s == DIT_OK && p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16) adt = DIT_BF16;
-  if (s == DIT_OK) s = dit_flux2_set_act_dtype(m.f, adt, err);
+  dit_status s = dit_backend_profiler_create(be, &prof, err);
+  if (s == DIT_OK) s = v->ops->create(v, p, o, prof, adt, &m.obj, err);
   if (s == DIT_OK) {
-    c = *dit_flux2_get_config(m.f);
     fill_header(p, be, adt, r);
-    r->img_tokens = (int64_t)(p->res / 16) * (p->res / 16); /* no padding in FLUX.2 */
-    r->cap_tokens = p->text_len;
-    r->flops = flux2_flops(&c, (double)r->img_tokens, (double)r->cap_tokens);
-    r->weight_bytes = dit_flux2_weight_bytes(m.f);
-    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype));
-    s = make_flux2_inputs(prof, &c, p, &io, err);
+    int64_t img = 0, cap = 0;
+    v->ops->geometry(m.obj, p, &img, &cap, &r->flops);
+    r->img_tokens = img;
+    r->cap_tokens = cap;
+    r->weight_bytes = v->ops->weight_bytes(m.obj);
+    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype)); /* pieces are 256-byte aligned: ~exact */
+    s = v->ops->inputs(m.obj, p, &io.t, err);
+    if (s == DIT_OK) s = make_inputs(prof, p, &io, err);
   }
   r->setup_s = dit_time_now() - t0;
   if (s == DIT_OK) s = time_model(p, &m, prof, &io, r, err);
   if (prof) free_inputs(prof, &io);
-  dit_flux2_free(m.f);
-  dit_backend_profiler_free(prof);
-  return s;
-}
-
-static dit_status run_bench_zimage(const dit_bench_params *p, const dit_run_opts *o, dit_backend *be,
-                                   dit_bench_result *r, dit_error *err) {
-  dit_backend *prof = NULL;
-  bench_model bm = {0};
-  dit_zimage *m = NULL;
-  bench_io io;
-  memset(&io, 0, sizeof io);
-  dit_zimage_config c;
-  dit_bench_zimage_config(p, &c);
-  double t0 = dit_time_now();
-  dit_status s = dit_backend_profiler_create(be, &prof, err);
-  if (s == DIT_OK) s = dit_zimage_create_random(prof, &c, p->dtype, p->seed, &m, err);
-  if (s == DIT_OK) dit_zimage_set_stacked_qkv(m, o->zimage_stack_qkv);
-  dit_dtype adt = DIT_F32;
-  if (s == DIT_OK && p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16) adt = DIT_BF16;
-  if (s == DIT_OK) s = dit_zimage_set_act_dtype(m, adt, err);
-  if (s == DIT_OK) {
-    c = *dit_zimage_get_config(m);
-    fill_header(p, be, adt, r);
-    const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c.patch_size;
-    r->img_tokens = (side * side + q - 1) / q * q;
-    r->cap_tokens = ((int64_t)p->text_len + q - 1) / q * q;
-    r->flops = zimage_flops(&c, (double)r->img_tokens, (double)r->cap_tokens);
-    r->weight_bytes = dit_zimage_weight_bytes(m);
-    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype)); /* pieces are 256-byte aligned: ~exact */
-    s = make_zimage_inputs(prof, &c, p, &io, err);
-  }
-  r->setup_s = dit_time_now() - t0;
-  bm.z = m;
-  if (s == DIT_OK) s = time_model(p, &bm, prof, &io, r, err);
-  if (prof) free_inputs(prof, &io);
-  dit_zimage_free(m);
+  if (m.obj) v->ops->free(m.obj);
   dit_backend_profiler_free(prof);
   return s;
 }
@@ -482,7 +309,7 @@ dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_resu
   dit_backend *be = NULL;
   DIT_TRY(dit_bench_make_backend(ctx, p, &be, err));
   r->device_base_bytes = base;
-  dit_status s = find_arch(p->arch)->run(p, &ctx->opts, be, r, err);
+  dit_status s = run_variant(dit_bench_variant_find(p->arch), p, &ctx->opts, be, r, err);
   size_t keep_base = r->device_base_bytes;
   if (s != DIT_OK) {
     memset(r, 0, sizeof *r);
@@ -557,12 +384,8 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
           r->arch, r->res, r->res, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype, r->device,
           r->threads, r->threads == 1 ? "" : "s");
   fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
-  if (!strncmp(r->arch, "flux2", 5))
-    fprintf(f, "  FLOP per forward %.4g ((double + single blocks) x (2*(4D^2 + 3D*M)*S + 4*D*S^2), S = text + "
-               "image tokens)\n", r->flops);
-  else
-    fprintf(f, "  FLOP per forward %.4g (2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block)\n",
-            r->flops);
+  const dit_bench_variant *v = dit_bench_variant_find(r->arch);
+  fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");
   fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);
   if (strcmp(r->device, "cpu"))
     fprintf(f, "  %ld of the %d timed runs replayed one captured graph (DIT_CUDA_GRAPHS=0: op by op)\n",

@@ -5,7 +5,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "ditrun.h"
-#include "models/zimage.h"
+#include "pipeline/zimage_pipeline.h"
 
 /* Range checks of p (arch, resolution, text length, iterations, dtype, overrides). */
 dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err);
@@ -13,7 +13,5 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err);
 size_t dit_bench_device_used(const dit_bench_params *p);
 /* The backend p asks for (CPU with its precision, or CUDA device p->cuda_device). */
 dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err);
-/* Z-Image-Turbo's transformer config with p's geometry overrides. */
-dit_status dit_bench_zimage_config(const dit_bench_params *p, dit_zimage_config *c);
 
 #endif

@@ -64,12 +64,7 @@ dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_o
   if (s == DIT_OK) s = dit_family_model_defaults(m->family, m->rt.dir, &m->defaults, err);
   if (s == DIT_OK) s = create_backends(m, o, err);
   if (s == DIT_OK) s = m->family->open(&m->rt, &m->state, err);
-  if (s != DIT_OK) {
-    dit_model_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_model_free);
 }
 
 void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out) { *out = m->defaults; }

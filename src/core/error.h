@@ -27,4 +27,17 @@ void dit_error_clear(dit_error *e);
     if (dit_try_s_ != DIT_OK) return dit_try_s_; \
   } while (0)
 
+/* The end of a constructor that built obj with status s: on failure frees obj with
+ * free_fn(obj) and returns s (leaving *out as it was: constructors set it to NULL first);
+ * on success hands obj to *out and returns DIT_OK. */
+#define DIT_HAND_OVER(s, obj, out, free_fn) \
+  do {                                      \
+    if ((s) != DIT_OK) {                    \
+      free_fn(obj);                         \
+      return (s);                           \
+    }                                       \
+    *(out) = (obj);                         \
+    return DIT_OK;                          \
+  } while (0)
+
 #endif

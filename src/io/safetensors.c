@@ -253,12 +253,7 @@ dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, con
   f->map = (void *)buf;
   f->map_size = len;
   dit_status s = parse(f, buf, len, opt, err);
-  if (s != DIT_OK) {
-    dit_st_close(f);
-    return s;
-  }
-  *out = f;
-  return DIT_OK;
+  DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
 dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
@@ -302,12 +297,7 @@ dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file 
   f->map_size = len;
   f->mapped = true;
   s = parse(f, map, len, opt, err);
-  if (s != DIT_OK) {
-    dit_st_close(f);
-    return s;
-  }
-  *out = f;
-  return DIT_OK;
+  DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
 void dit_st_close(dit_st_file *f) {
@@ -320,17 +310,11 @@ void dit_st_close(dit_st_file *f) {
   free(f);
 }
 
+static int cmp_name_tensor(const void *key, const void *elem) {
+  return strcmp(key, ((const dit_st_tensor *)elem)->name);
+}
+
 const dit_st_tensor *dit_st_find(const dit_st_file *f, const char *name) {
-  if (!f || !name) return NULL;
-  size_t lo = 0, hi = f->n_tensors;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(f->tensors[mid].name, name);
-    if (c == 0) return &f->tensors[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return NULL;
+  if (!f || !name || !f->n_tensors) return NULL;
+  return bsearch(name, f->tensors, f->n_tensors, sizeof *f->tensors, cmp_name_tensor);
 }

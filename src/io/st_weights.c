@@ -36,19 +36,15 @@ void dit_weights_close(dit_weights *w) {
   free(w);
 }
 
+static int cmp_name_tensor_ptr(const void *key, const void *elem) {
+  return strcmp(key, (*(const dit_st_tensor *const *)elem)->name);
+}
+
 const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name) {
-  if (!w || !name) return NULL;
-  size_t lo = 0, hi = w->n_tensors;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(w->tensors[mid]->name, name);
-    if (c == 0) return w->tensors[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return NULL;
+  if (!w || !name || !w->n_tensors) return NULL;
+  const dit_st_tensor *const *p =
+      bsearch(name, w->tensors, w->n_tensors, sizeof *w->tensors, cmp_name_tensor_ptr);
+  return p ? *p : NULL;
 }
 
 /* The file of w that holds t. */
@@ -235,12 +231,7 @@ dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_wei
   if (!w) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", path);
   dit_status s = is_index ? open_index(w, file, opt, err) : add_file(w, file, opt, err);
   if (s == DIT_OK && !is_index) s = merge_tensors(w, err);
-  if (s != DIT_OK) {
-    dit_weights_close(w);
-    return s;
-  }
-  *out = w;
-  return DIT_OK;
+  DIT_HAND_OVER(s, w, out, dit_weights_close);
 }
 
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err) {

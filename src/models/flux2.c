@@ -166,19 +166,9 @@ static void add_top(dit_wtable *t, const dit_flux2_config *c, flux2_weights *w) 
   dit_wtable_add(t, &w->proj_out, false, 2, (int64_t[]){c->out_channels, D}, "proj_out.weight");
 }
 
-/* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
-static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
-  for (size_t i = 0; i < t->n; i++) {
-    const dit_tensor *d = t->entries[i].dst;
-    if (d->data && d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
-                        t->entries[i].name, dit_dtype_name(d->dtype));
-  }
-  return DIT_OK;
-}
-
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
-static dit_status build_table(dit_flux2 *m, dit_wtable *t, dit_error *err) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_flux2 *m = model;
   const dit_flux2_config *c = &m->cfg;
   flux2_weights *w = &m->w;
   dit_wtable_init(t);
@@ -192,38 +182,11 @@ static dit_status build_table(dit_flux2 *m, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
-static size_t table_bytes(const dit_wtable *t) {
-  size_t n = 0;
-  for (size_t i = 0; i < t->n; i++) n += (dit_tensor_nbytes(t->entries[i].dst) + 255) / 256 * 256;
-  return n;
-}
-
-/* Binds every tensor (names the first problems); on a device backend copies them into
- * one device allocation and closes the files. */
-static dit_status bind_weights(dit_flux2 *m, dit_error *err) {
-  dit_wtable t;
-  dit_status s = build_table(m, &t, err);
-  if (s == DIT_OK) s = dit_wtable_bind(&t, m->files, "", NULL, err);
-  if (s == DIT_OK) s = check_dtypes(&t, err);
-  if (s == DIT_OK && !dit_backend_is_host(m->be)) {
-    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
-    if (s == DIT_OK) {
-      m->wbytes = table_bytes(&t);
-      dit_weights_close(m->files);
-      m->files = NULL;
-    }
-  }
-  dit_wtable_free(&t);
-  return s;
-}
-
 static dit_flux2 *new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
-  m->dev = dit_backend_device(be);
-  m->adt = DIT_F32;
-  m->es = sizeof(float);
+  dit_act_space_init(&m->as, be);
   return m;
 }
 
@@ -231,25 +194,12 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or folder given");
   char path[4096];
-  int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
-  if (n < 0 || (size_t)n >= sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: folder path too long: %s", component_dir);
+  DIT_TRY(dit_model_config_path("flux2", component_dir, path, sizeof path, err));
   dit_flux2 *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
   dit_status s = flux2_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) {
-    s = dit_weights_open(component_dir, NULL, &m->files, err);
-    if (s == DIT_OK) {
-      s = bind_weights(m, err);
-      if (s != DIT_OK) dit_error_prefix(err, "flux2: %s", component_dir);
-    }
-  }
-  if (s != DIT_OK) {
-    dit_flux2_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux2", component_dir, build_table, m, true, err);
+  DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 
 /* FLUX.2 [klein] 4B / 9B transformer configs (the published config.json values). */
@@ -284,49 +234,28 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
       c->joint_attention_dim < 1 || c->joint_attention_dim > MAX_DIM || c->t_channels < 2 || c->t_channels > MAX_DIM)
     s = dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 random config: a size is out of range");
   if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux2 random config", err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    s = build_table(m, &t, err);
-    if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
-    if (s == DIT_OK) m->wbytes = table_bytes(&t);
-    dit_wtable_free(&t);
-    if (s != DIT_OK) dit_error_prefix(err, "flux2 random weights");
-  }
-  if (s != DIT_OK) {
-    dit_flux2_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux2", build_table, m, wdt, seed, err);
+  DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
 
-size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->wbytes : 0; }
+size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->mw.wbytes : 0; }
 
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "flux2", err));
-  if (dt != m->adt && m->act) {
-    /* the planned buffer's layout depends on the element size */
-    m->rope_ok = false;
-    m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-  }
-  m->adt = dt;
-  m->es = dit_dtype_size(dt);
+  bool changed = false;
+  DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "flux2", &changed, err));
+  if (changed) m->rope_ok = false;
   return DIT_OK;
 }
 
 void dit_flux2_free(dit_flux2 *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
-  if (m->act) m->be->ops->free(m->be, m->act);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->host);
+  dit_act_space_release(&m->as, m->be);
+  dit_model_weights_release(m->be, &m->mw);
   free(m->rope_ids);
   free(m->w.blocks);
   free(m->w.single);
-  if (m->files) dit_weights_close(m->files);
   free(m);
 }
 

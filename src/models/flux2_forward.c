@@ -63,34 +63,16 @@ typedef struct flux2_host_tables {
   float *g;             /* [B] guidance * 1000 */
 } flux2_host_tables;
 
-/* Descriptors over backend memory: dtype dt, the backend's device tag. */
-static dit_tensor mk(const dit_flux2 *m, dit_dtype dt, void *p, int nd, const int64_t *shape) {
-  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
-  t.device = m->dev;
-  return t;
-}
-/* Activations (the model's activation dtype). */
-static dit_tensor t2(const dit_flux2 *m, void *p, int64_t a, int64_t b) {
-  return mk(m, m->adt, p, 2, (int64_t[]){a, b});
-}
-static dit_tensor t3(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c) {
-  return mk(m, m->adt, p, 3, (int64_t[]){a, b, c});
-}
-static dit_tensor t4(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c, int64_t e) {
-  return mk(m, m->adt, p, 4, (int64_t[]){a, b, c, e});
-}
 /* A strided 3-D activation view: [a, b, c] with strides (sa, sb, 1). */
 static dit_tensor v3(const dit_flux2 *m, void *p, int64_t a, int64_t b, int64_t c, int64_t sa, int64_t sb) {
-  dit_tensor t = t3(m, p, a, b, c);
+  dit_tensor t = dit_act_3d(&m->as, p, a, b, c);
   t.stride[0] = sa;
   t.stride[1] = sb;
   return t;
 }
-/* p advanced by n activation elements. */
-static void *el(const dit_flux2 *m, void *p, int64_t n) { return (char *)p + (size_t)n * m->es; }
 
 static void *chunk(const dit_flux2 *m, const flux2_acts *a, const flux2_geom *g, int k) {
-  return el(m, a->chunks, (int64_t)k * g->B * m->cfg.dim);
+  return dit_act_el(&m->as, a->chunks, (int64_t)k * g->B * m->cfg.dim);
 }
 
 static size_t host_bytes_of(const dit_flux2_config *c, const flux2_geom *g) {
@@ -164,13 +146,8 @@ static dit_status plan(dit_arena *ar, const dit_flux2_config *c, const flux2_geo
   const size_t B = (size_t)g->B, D = (size_t)c->dim, F = (size_t)c->mlp_hidden, R = B * (size_t)g->S;
   const size_t wide = 3 * D + 2 * F;
   memset(o, 0, sizeof *o);
-#define TAKE(field, count)                                                      \
-  do {                                                                          \
-    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
-    if (real && !o->field) return DIT_ERR_NOMEM;                                \
-  } while (0)
-  o->tab = dit_arena_alloc(ar, host_bytes, err);
-  if (real && !o->tab) return DIT_ERR_NOMEM;
+#define TAKE(field, count) DIT_ACT_TAKE(ar, real, o->field, (count) * es)
+  DIT_ACT_TAKE(ar, real, o->tab, host_bytes);
   TAKE(t_freq, B * (size_t)c->t_channels);
   TAKE(t_mid, B * D);
   TAKE(temb, B * D);
@@ -212,15 +189,15 @@ static dit_status modulation(dit_flux2 *m, const flux2_geom *g, const dit_tensor
                              dit_error *err) {
   dit_backend *be = m->be;
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor ts = t2(m, a->temb_silu, B, D), raw = t2(m, a->mod_raw, B, n * D);
+  dit_tensor ts = dit_act_2d(&m->as, a->temb_silu, B, D), raw = dit_act_2d(&m->as, a->mod_raw, B, n * D);
   if (B == 1) { /* [1, nD] is chunks k0 .. k0 + n - 1 laid end to end: no split needed */
-    dit_tensor dst = t2(m, chunk(m, a, g, k0), 1, n * D);
+    dit_tensor dst = dit_act_2d(&m->as, chunk(m, a, g, k0), 1, n * D);
     return dit_op_linear(be, &dst, &ts, w, NULL, DIT_ACT_NONE, err);
   }
   DIT_TRY(dit_op_linear(be, &raw, &ts, w, NULL, DIT_ACT_NONE, err));
   for (int i = 0; i < n; i++) {
-    dit_tensor dst = t2(m, chunk(m, a, g, k0 + i), B, D);
-    dit_tensor src = t2(m, el(m, a->mod_raw, i * D), B, D);
+    dit_tensor dst = dit_act_2d(&m->as, chunk(m, a, g, k0 + i), B, D);
+    dit_tensor src = dit_act_2d(&m->as, dit_act_el(&m->as, a->mod_raw, i * D), B, D);
     src.stride[0] = n * D;
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
   }
@@ -233,7 +210,7 @@ static dit_status embed_scalar(dit_flux2 *m, const flux2_geom *g, const dit_tens
   dit_backend *be = m->be;
   const dit_flux2_config *c = &m->cfg;
   const int64_t B = g->B, D = c->dim;
-  dit_tensor tf = t2(m, a->t_freq, B, c->t_channels), tm = t2(m, a->t_mid, B, D), out = t2(m, y, B, D);
+  dit_tensor tf = dit_act_2d(&m->as, a->t_freq, B, c->t_channels), tm = dit_act_2d(&m->as, a->t_mid, B, D), out = dit_act_2d(&m->as, y, B, D);
   DIT_TRY(dit_op_timestep_embedding(be, &tf, v, c->t_channels, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
   DIT_TRY(dit_op_linear(be, &tm, &tf, l1, NULL, DIT_ACT_SILU, err));
   return dit_op_linear(be, &out, &tm, l2, NULL, DIT_ACT_NONE, err);
@@ -246,10 +223,10 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
   const flux2_weights *w = &m->w;
   const int64_t B = g->B, D = m->cfg.dim;
   DIT_TRY(embed_scalar(m, g, t_dev, &w->t_linear_1, &w->t_linear_2, a->temb, a, err));
-  dit_tensor te = t2(m, a->temb, B, D), ts = t2(m, a->temb_silu, B, D);
+  dit_tensor te = dit_act_2d(&m->as, a->temb, B, D), ts = dit_act_2d(&m->as, a->temb_silu, B, D);
   if (g_dev) {
     DIT_TRY(embed_scalar(m, g, g_dev, &w->g_linear_1, &w->g_linear_2, a->g_emb, a, err));
-    dit_tensor ge = t2(m, a->g_emb, B, D);
+    dit_tensor ge = dit_act_2d(&m->as, a->g_emb, B, D);
     DIT_TRY(dit_op_add(be, &te, &te, &ge, err));
   }
   DIT_TRY(dit_op_activation(be, &ts, &te, DIT_ACT_SILU, err));
@@ -265,8 +242,8 @@ static dit_status time_embed(dit_flux2 *m, const flux2_geom *g, const dit_tensor
 static dit_status res_norm(dit_flux2 *m, const flux2_geom *g, void *x, int64_t Ss, void *r, void *gate, void *hn,
                            void *shift, void *scale, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor tx = t3(m, x, B, Ss, D), tr = t3(m, r, B, Ss, D), th = t3(m, hn, B, Ss, D);
-  dit_tensor tg = t2(m, gate, B, D), sc = t2(m, scale, B, D), sh = t2(m, shift, B, D);
+  dit_tensor tx = dit_act_3d(&m->as, x, B, Ss, D), tr = dit_act_3d(&m->as, r, B, Ss, D), th = dit_act_3d(&m->as, hn, B, Ss, D);
+  dit_tensor tg = dit_act_2d(&m->as, gate, B, D), sc = dit_act_2d(&m->as, scale, B, D), sh = dit_act_2d(&m->as, shift, B, D);
   return dit_op_residual_layer_norm(m->be, &tx, r ? &tr : NULL, r ? &tg : NULL, hn ? &th : NULL, &sc, &sh,
                                     m->cfg.eps, err);
 }
@@ -280,7 +257,7 @@ static dit_status norm_mod(dit_flux2 *m, const flux2_geom *g, void *x, int64_t S
 /* A strided [B, Ss, H, hd] view of rows [off, off + Ss) of a [B, S, ld] buffer at p. */
 static dit_tensor heads(const dit_flux2 *m, void *p, const flux2_geom *g, int64_t Ss, int64_t off, int64_t ld) {
   const int64_t H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  dit_tensor t = t4(m, el(m, p, off * ld), g->B, Ss, H, hd);
+  dit_tensor t = dit_act_4d(&m->as, dit_act_el(&m->as, p, off * ld), g->B, Ss, H, hd);
   t.stride[0] = g->S * ld, t.stride[1] = ld, t.stride[2] = hd;
   return t;
 }
@@ -288,7 +265,7 @@ static dit_tensor heads(const dit_flux2 *m, void *p, const flux2_geom *g, int64_
 /* RoPE table rows [off, off + Ss) ([Ss, hd/2], shared by the batch). */
 static dit_tensor rope_rows(const dit_flux2 *m, const dit_tensor *tab, int64_t Ss, int64_t off) {
   const int64_t half = m->cfg.head_dim / 2;
-  return mk(m, DIT_F32, (float *)tab->data + off * half, 2, (int64_t[]){Ss, half});
+  return dit_act_mk(&m->as, DIT_F32, (float *)tab->data + off * half, 2, (int64_t[]){Ss, half});
 }
 
 /* One stream's projection written straight into rows [off, off + Ss) of the joint buffer
@@ -297,7 +274,7 @@ static dit_status project_into(dit_flux2 *m, const flux2_geom *g, int64_t Ss, in
                                const dit_tensor *w, const dit_tensor *norm, const dit_tensor *cos, const dit_tensor *sin,
                                void *dst, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor hn = t3(m, hin, B, Ss, D), d = v3(m, el(m, dst, off * D), B, Ss, D, g->S * D, D);
+  dit_tensor hn = dit_act_3d(&m->as, hin, B, Ss, D), d = v3(m, dit_act_el(&m->as, dst, off * D), B, Ss, D, g->S * D, D);
   DIT_TRY(dit_op_linear(m->be, &d, &hn, w, NULL, DIT_ACT_NONE, err));
   if (!norm) return DIT_OK;
   dit_tensor d4 = heads(m, dst, g, Ss, off, D), c = rope_rows(m, cos, Ss, off), sn = rope_rows(m, sin, Ss, off);
@@ -310,10 +287,10 @@ static dit_status feed_forward(dit_flux2 *m, int64_t rows, void *hin, const dit_
                                flux2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
-  dit_tensor hn = t2(m, hin, rows, D), big = t2(m, a->big, rows, 2 * F), p = t2(m, a->p, rows, D);
-  dit_tensor ga = t2(m, a->ga, rows, F);
+  dit_tensor hn = dit_act_2d(&m->as, hin, rows, D), big = dit_act_2d(&m->as, a->big, rows, 2 * F), p = dit_act_2d(&m->as, a->p, rows, D);
+  dit_tensor ga = dit_act_2d(&m->as, a->ga, rows, F);
   DIT_TRY(dit_op_linear(be, &big, &hn, w_in, NULL, DIT_ACT_NONE, err));
-  dit_tensor sa = t2(m, a->big, rows, F), sb = t2(m, el(m, a->big, F), rows, F);
+  dit_tensor sa = dit_act_2d(&m->as, a->big, rows, F), sb = dit_act_2d(&m->as, dit_act_el(&m->as, a->big, F), rows, F);
   sa.stride[0] = sb.stride[0] = 2 * F;
   DIT_TRY(dit_op_swiglu(be, &ga, &sa, &sb, err));
   return dit_op_linear(be, &p, &ga, w_out, NULL, DIT_ACT_NONE, err);
@@ -328,8 +305,8 @@ static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_
                               bool next, const dit_tensor *w_o, const dit_tensor *w_in, const dit_tensor *w_out,
                               flux2_acts *a, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor p = t3(m, a->p, B, Ss, D);
-  dit_tensor os = v3(m, el(m, a->o, off * D), B, Ss, D, g->S * D, D);
+  dit_tensor p = dit_act_3d(&m->as, a->p, B, Ss, D);
+  dit_tensor os = v3(m, dit_act_el(&m->as, a->o, off * D), B, Ss, D, g->S * D, D);
   DIT_TRY(dit_op_linear(m->be, &p, &os, w_o, NULL, DIT_ACT_NONE, err));
   DIT_TRY(res_norm(m, g, x, Ss, a->p, chunk(m, a, g, mk + 2), hin, chunk(m, a, g, mk + 3), chunk(m, a, g, mk + 4),
                    err));
@@ -345,7 +322,7 @@ static dit_status stream_tail(dit_flux2 *m, const flux2_geom *g, void *x, int64_
 static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux2_geom *g, const dit_tensor *cos,
                                const dit_tensor *sin, bool normed, bool next, flux2_acts *a, dit_error *err) {
   const int64_t St = g->St, Si = g->Si, B = g->B, S = g->S, H = m->cfg.n_heads, hd = m->cfg.head_dim;
-  void *hn_t = a->hn, *hn_i = el(m, a->hn, B * St * m->cfg.dim);
+  void *hn_t = a->hn, *hn_i = dit_act_el(&m->as, a->hn, B * St * m->cfg.dim);
   if (!normed) {
     DIT_TRY(norm_mod(m, g, a->txt, St, hn_t, chunk(m, a, g, M_TXT), chunk(m, a, g, M_TXT + 1), err));
     DIT_TRY(norm_mod(m, g, a->img, Si, hn_i, chunk(m, a, g, M_IMG), chunk(m, a, g, M_IMG + 1), err));
@@ -356,8 +333,8 @@ static dit_status double_block(dit_flux2 *m, const flux2_double_w *b, const flux
   DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_q, &b->norm_q, cos, sin, a->q, err));
   DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_k, &b->norm_k, cos, sin, a->k, err));
   DIT_TRY(project_into(m, g, Si, St, hn_i, &b->to_v, NULL, cos, sin, a->v, err));
-  dit_tensor q4 = t4(m, a->q, B, S, H, hd), k4 = t4(m, a->k, B, S, H, hd), v4 = t4(m, a->v, B, S, H, hd);
-  dit_tensor o4 = t4(m, a->o, B, S, H, hd);
+  dit_tensor q4 = dit_act_4d(&m->as, a->q, B, S, H, hd), k4 = dit_act_4d(&m->as, a->k, B, S, H, hd), v4 = dit_act_4d(&m->as, a->v, B, S, H, hd);
+  dit_tensor o4 = dit_act_4d(&m->as, a->o, B, S, H, hd);
   DIT_TRY(dit_op_attention(m->be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
   DIT_TRY(stream_tail(m, g, a->img, Si, St, M_IMG, hn_i, next, &b->to_out_0, &b->ff_linear_in, &b->ff_linear_out, a,
                       err));
@@ -378,19 +355,19 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
   const float eps = m->cfg.eps;
   if (!normed)
     DIT_TRY(norm_mod(m, g, a->joint, S, a->hn, chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err));
-  dit_tensor hn = t2(m, a->hn, R, D), big = t2(m, a->big, R, W);
+  dit_tensor hn = dit_act_2d(&m->as, a->hn, R, D), big = dit_act_2d(&m->as, a->big, R, W);
   DIT_TRY(dit_op_linear(be, &big, &hn, &b->to_qkv_mlp_proj, NULL, DIT_ACT_NONE, err));
-  dit_tensor q4 = heads(m, a->big, g, S, 0, W), k4 = heads(m, el(m, a->big, D), g, S, 0, W);
-  dit_tensor v4 = heads(m, el(m, a->big, 2 * D), g, S, 0, W), o4 = heads(m, a->cat, g, S, 0, C);
+  dit_tensor q4 = heads(m, a->big, g, S, 0, W), k4 = heads(m, dit_act_el(&m->as, a->big, D), g, S, 0, W);
+  dit_tensor v4 = heads(m, dit_act_el(&m->as, a->big, 2 * D), g, S, 0, W), o4 = heads(m, a->cat, g, S, 0, C);
   DIT_TRY(dit_op_rms_norm_rope(be, &q4, &b->norm_q, eps, cos, sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_rms_norm_rope(be, &k4, &b->norm_k, eps, cos, sin, DIT_ROPE_INTERLEAVED, err));
   DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
-  dit_tensor ma = t2(m, el(m, a->big, 3 * D), R, F), mb = t2(m, el(m, a->big, 3 * D + F), R, F);
-  dit_tensor mo = t2(m, el(m, a->cat, D), R, F);
+  dit_tensor ma = dit_act_2d(&m->as, dit_act_el(&m->as, a->big, 3 * D), R, F), mb = dit_act_2d(&m->as, dit_act_el(&m->as, a->big, 3 * D + F), R, F);
+  dit_tensor mo = dit_act_2d(&m->as, dit_act_el(&m->as, a->cat, D), R, F);
   ma.stride[0] = mb.stride[0] = W;
   mo.stride[0] = C;
   DIT_TRY(dit_op_swiglu(be, &mo, &ma, &mb, err));
-  dit_tensor cat = t2(m, a->cat, R, C), p2 = t2(m, a->p, R, D);
+  dit_tensor cat = dit_act_2d(&m->as, a->cat, R, C), p2 = dit_act_2d(&m->as, a->p, R, D);
   DIT_TRY(dit_op_linear(be, &p2, &cat, &b->to_out, NULL, DIT_ACT_NONE, err));
   return res_norm(m, g, a->joint, S, a->p, chunk(m, a, g, M_SINGLE + 2), next ? a->hn : NULL,
                   chunk(m, a, g, M_SINGLE), chunk(m, a, g, M_SINGLE + 1), err);
@@ -400,8 +377,8 @@ static dit_status single_block(dit_flux2 *m, const flux2_single_w *b, const flux
 static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
   dit_tensor dt = v3(m, a->joint, B, g->St, D, g->S * D, D),
-             di = v3(m, el(m, a->joint, g->St * D), B, g->Si, D, g->S * D, D);
-  dit_tensor st = t3(m, a->txt, B, g->St, D), si = t3(m, a->img, B, g->Si, D);
+             di = v3(m, dit_act_el(&m->as, a->joint, g->St * D), B, g->Si, D, g->S * D, D);
+  dit_tensor st = dit_act_3d(&m->as, a->txt, B, g->St, D), si = dit_act_3d(&m->as, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &dt, &st, err));
   return dit_op_copy(m->be, &di, &si, err);
 }
@@ -409,13 +386,13 @@ static dit_status join_streams(dit_flux2 *m, const flux2_geom *g, flux2_acts *a,
 /* Image rows of the joint stream -> norm_out (AdaLayerNormContinuous) -> proj_out. */
 static dit_status final_layer(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, dit_tensor *out, dit_error *err) {
   const int64_t B = g->B, D = m->cfg.dim;
-  dit_tensor src = v3(m, el(m, a->joint, g->St * D), B, g->Si, D, g->S * D, D),
-             img = t3(m, a->img, B, g->Si, D);
+  dit_tensor src = v3(m, dit_act_el(&m->as, a->joint, g->St * D), B, g->Si, D, g->S * D, D),
+             img = dit_act_3d(&m->as, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &img, &src, err));
   DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(m, a, g, M_OUT + 1), chunk(m, a, g, M_OUT), err));
-  dit_tensor hn = t3(m, a->hn, B, g->Si, D);
+  dit_tensor hn = dit_act_3d(&m->as, a->hn, B, g->Si, D);
   if (!a->out_act) return dit_op_linear(m->be, out, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err);
-  dit_tensor o = t3(m, a->out_act, B, g->Si, m->cfg.out_channels);
+  dit_tensor o = dit_act_3d(&m->as, a->out_act, B, g->Si, m->cfg.out_channels);
   DIT_TRY(dit_op_linear(m->be, &o, &hn, &m->w.proj_out, NULL, DIT_ACT_NONE, err));
   return dit_op_copy(m->be, out, &o, err);
 }
@@ -465,27 +442,6 @@ static dit_status check_args(const dit_flux2_config *c, const dit_tensor *x, con
   return DIT_OK;
 }
 
-/* Grows the model's activation and host buffers to fit; keeps them when they do. */
-static dit_status ensure_buffers(dit_flux2 *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
-  if (act_bytes > m->act_bytes) {
-    m->rope_ok = false;
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
-    m->act_bytes = act_bytes;
-  }
-  if (host_bytes > m->host_bytes) {
-    free(m->host);
-    m->host_bytes = 0;
-    size_t rounded = (host_bytes + 63) / 64 * 64;
-    m->host = aligned_alloc(64, rounded);
-    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate %zu bytes of tables", host_bytes);
-    m->host_bytes = rounded;
-  }
-  return DIT_OK;
-}
-
 /* One call's op sequence after the tables are uploaded: everything it touches is in the
  * model's buffers, the weights and the call's device tensors (a replayable graph). */
 typedef struct flux2_call {
@@ -514,11 +470,11 @@ static dit_status call_ops(void *ctx, dit_error *err) {
   flux2_acts *a = k->a;
   const int64_t B = g->B, D = c->dim;
   DIT_TRY(time_embed(m, g, &k->t_dev, k->use_g ? &k->g_dev : NULL, a, err));
-  dit_tensor img = t3(m, a->img, B, g->Si, D), tx = t3(m, a->txt, B, g->St, D);
+  dit_tensor img = dit_act_3d(&m->as, a->img, B, g->Si, D), tx = dit_act_3d(&m->as, a->txt, B, g->St, D);
   dit_tensor xs = *k->x, ts = *k->txt;
   if (k->stage) {
-    xs = t3(m, a->x_in, B, g->Si, c->in_channels);
-    ts = t3(m, a->txt_in, B, g->St, c->joint_attention_dim);
+    xs = dit_act_3d(&m->as, a->x_in, B, g->Si, c->in_channels);
+    ts = dit_act_3d(&m->as, a->txt_in, B, g->St, c->joint_attention_dim);
     DIT_TRY(dit_op_copy(be, &xs, k->x, err));
     DIT_TRY(dit_op_copy(be, &ts, k->txt, err));
   }
@@ -548,46 +504,45 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   const dit_flux2_config *c = &m->cfg;
   dit_backend *be = m->be;
   const size_t host_bytes = host_bytes_of(c, g);
-  const bool stage = m->adt != DIT_F32; /* inputs/outputs are F32: convert through staging buffers */
-  const bool staged = x->device != m->dev; /* host tensors with a GPU model: upload / download */
+  const bool stage = m->as.adt != DIT_F32; /* inputs/outputs are F32: convert through staging buffers */
+  const bool staged = x->device != m->as.dev; /* host tensors with a GPU model: upload / download */
   dit_arena ar;
   flux2_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, staged, &a, err));
-  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
-  memset(&ar, 0, sizeof ar);
-  ar.base = m->act;
-  ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, m->es, stage, staged, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->as.es, stage, staged, &a, err));
+  bool grew = false;
+  DIT_TRY(dit_act_space_fit(&m->as, be, &ar, host_bytes, &grew, err));
+  if (grew) m->rope_ok = false;
+  DIT_TRY(plan(&ar, c, g, host_bytes, m->as.es, stage, staged, &a, err));
   flux2_host_tables h;
-  table_layout(c, g, m->host, &h);
+  table_layout(c, g, m->as.host, &h);
   /* timestep.to(dtype) * 1000 in float32, as the reference */
   for (int64_t i = 0; i < g->B; i++) {
     h.t[i] = t[i] * 1000.0f;
     h.g[i] = guidance ? guidance[i] * 1000.0f : 0.0f;
   }
   if (rope_cached(m, g, a.tab, img_ids, txt_ids)) {
-    size_t off = (size_t)((char *)h.t - (char *)m->host);
+    size_t off = (size_t)((char *)h.t - (char *)m->as.host);
     DIT_TRY(be->ops->upload(be, (char *)a.tab + off, h.t, host_bytes - off, err));
   } else {
     m->rope_ok = false;
     fill_rope(c, g, img_ids, txt_ids, &h);
-    DIT_TRY(be->ops->upload(be, a.tab, m->host, host_bytes, err));
+    DIT_TRY(be->ops->upload(be, a.tab, m->as.host, host_bytes, err));
     rope_remember(m, g, a.tab, img_ids, txt_ids);
   }
   flux2_call k = {.m = m, .g = g, .a = &a, .stage = stage, .use_g = guidance && c->guidance_embeds};
-#define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->host)))
+#define DEV(ptr) ((void *)((char *)a.tab + ((const char *)(ptr) - (const char *)m->as.host)))
   const int64_t B = g->B, half = c->head_dim / 2;
-  k.cos = mk(m, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
-  k.sin = mk(m, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
-  k.t_dev = mk(m, DIT_F32, DEV(h.t), 1, (int64_t[]){B});
-  k.g_dev = mk(m, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
+  k.cos = dit_act_mk(&m->as, DIT_F32, DEV(h.cos), 2, (int64_t[]){g->S, half});
+  k.sin = dit_act_mk(&m->as, DIT_F32, DEV(h.sin), 2, (int64_t[]){g->S, half});
+  k.t_dev = dit_act_mk(&m->as, DIT_F32, DEV(h.t), 1, (int64_t[]){B});
+  k.g_dev = dit_act_mk(&m->as, DIT_F32, DEV(h.g), 1, (int64_t[]){B});
 #undef DEV
   dit_tensor xd = *x, td = *txt, od = *out;
   if (staged) {
-    xd = mk(m, DIT_F32, a.x_f32, 3, x->shape);
-    td = mk(m, DIT_F32, a.txt_f32, 3, txt->shape);
-    od = mk(m, DIT_F32, a.out_f32, 3, out->shape);
+    xd = dit_act_mk(&m->as, DIT_F32, a.x_f32, 3, x->shape);
+    td = dit_act_mk(&m->as, DIT_F32, a.txt_f32, 3, txt->shape);
+    od = dit_act_mk(&m->as, DIT_F32, a.out_f32, 3, out->shape);
     DIT_TRY(be->ops->upload(be, a.x_f32, x->data, dit_tensor_nbytes(x), err));
     DIT_TRY(be->ops->upload(be, a.txt_f32, txt->data, dit_tensor_nbytes(txt), err));
   }
@@ -599,10 +554,10 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   key.B = g->B;
   key.Si = g->Si;
   key.St = g->St;
-  key.adt = m->adt;
+  key.adt = m->as.adt;
   key.use_g = k.use_g;
   key.stage = stage;
-  key.act = m->act;
+  key.act = m->as.act;
   key.tab = a.tab;
   key.x = xd.data;
   key.txt = td.data;

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "models/act_space.h"
+#include "models/model_weights.h"
 #include "backend/replay.h"
 #include "io/safetensors.h"
 #include "models/flux2.h"
@@ -45,17 +47,9 @@ typedef struct flux2_weights {
 struct dit_flux2 {
   dit_backend *be;
   dit_flux2_config cfg;
-  dit_weights *files;
   flux2_weights w;
-  void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
-  size_t wbytes;      /* its size */
-  dit_device dev;     /* device tag of backend memory */
-  dit_dtype adt;      /* activation dtype: F32, or BF16 on GPU backends */
-  size_t es;          /* its element size */
-  void *act;          /* activation buffer (backend memory), reused across calls that fit */
-  size_t act_bytes;
-  void *host;         /* host scratch for the RoPE tables and timesteps */
-  size_t host_bytes;
+  dit_model_weights mw; /* the checkpoint's files or the backend block w points into */
+  dit_act_space as;   /* activation dtype, buffer and host scratch (RoPE tables, timesteps) */
   /* ids [text; image] x 4 whose RoPE tables are uploaded at rope_tab (valid when rope_ok) */
   float *rope_ids;
   int64_t rope_St, rope_Si;

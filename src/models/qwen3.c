@@ -254,12 +254,7 @@ dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 
     if (!m->layers) s = dit_errorf(err, DIT_ERR_NOMEM, "qwen3: out of memory for %d layers", m->cfg.num_layers);
   }
   if (s == DIT_OK) s = bind_weights(m, component_dir, err);
-  if (s != DIT_OK) {
-    dit_qwen3_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_qwen3_free);
 }
 
 dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, dit_dtype wdt, uint64_t seed,
@@ -284,12 +279,7 @@ dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, d
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "qwen3 random weights");
   }
-  if (s != DIT_OK) {
-    dit_qwen3_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_qwen3_free);
 }
 
 void dit_qwen3_free(dit_qwen3 *m) {

@@ -98,12 +98,7 @@ dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_va
     s = read_bn(m, component_dir, eps, err);
     if (s != DIT_OK) dit_error_prefix(err, "flux2 vae load: %s", component_dir);
   }
-  if (s != DIT_OK) {
-    dit_vae_flux2_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_vae_flux2_free);
 }
 
 void dit_vae_flux2_free(dit_vae_flux2 *m) {

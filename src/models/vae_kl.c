@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/splitmix.h"
 #include "io/json.h"
+#include "models/model_weights.h"
 #include "models/vae_kl_internal.h"
 
 #define MAX_CHANNELS 8192
@@ -227,24 +229,7 @@ static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_v
   m->be = be;
   m->cfg = *cfg;
   dit_status s = build_structure(m, err);
-  if (s != DIT_OK) {
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
-}
-
-/* The ops read weights in F32, BF16 or F16; anything else is refused by name. */
-static dit_status check_dtypes(const dit_wtable *t, dit_error *err) {
-  for (size_t i = 0; i < t->n; i++) {
-    const dit_tensor *d = t->entries[i].dst;
-    if (!d->data) continue;
-    if (d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
-                        t->entries[i].name, dit_dtype_name(d->dtype));
-  }
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 /* On a device backend, copies every weight into one backend allocation and drops the
@@ -289,25 +274,20 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
     s = dit_wtable_bind(&t, m->weights, "", ignore, err);
     if (s != DIT_OK) dit_error_prefix(err, "%s", component_dir);
   }
-  if (s == DIT_OK) s = check_dtypes(&t, err);
+  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "vae load");
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s != DIT_OK) dit_error_prefix(err, "vae load");
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 /* ---- random weights --------------------------------------------------------------- */
 
+/* SplitMix64: the next output, advancing the state. */
 static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  const uint64_t z = dit_splitmix64(*s);
+  *s += DIT_SPLITMIX64_GAMMA;
+  return z;
 }
 
 /* Uniform in [-1, 1). */
@@ -364,12 +344,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
   }
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
-  if (s != DIT_OK) {
-    dit_vae_kl_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 void dit_vae_kl_free(dit_vae_kl *m) {

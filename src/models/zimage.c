@@ -194,7 +194,8 @@ void dit_zimage_set_stacked_qkv(dit_zimage *m, bool on) {
 }
 
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
-static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_zimage *m = model;
   const dit_zimage_config *c = &m->cfg;
   zimage_weights *w = &m->w;
   size_t nr = (size_t)c->n_refiner_layers, nl = (size_t)c->n_layers;
@@ -218,33 +219,12 @@ static dit_status build_table(dit_zimage *m, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
-/* Binds every tensor (names the first problems); on a device backend copies them into
- * one device allocation and closes the files. */
-static dit_status bind_weights(dit_zimage *m, dit_error *err) {
-  dit_wtable t;
-  dit_status s = build_table(m, &t, err);
-  if (s == DIT_OK) s = dit_wtable_bind(&t, m->files, "", NULL, err);
-  if (s == DIT_OK && !dit_backend_is_host(m->be)) {
-    s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);
-    if (s == DIT_OK) {
-      for (size_t i = 0; i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
-      dit_weights_close(m->files);
-      m->files = NULL;
-    }
-  }
-  if (s == DIT_OK) stack_weights(m);
-  dit_wtable_free(&t);
-  return s;
-}
-
 static dit_zimage *new_model(dit_backend *be) {
   dit_zimage *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
-  m->adt = DIT_F32;
-  m->es = sizeof(float);
-  m->dev = dit_backend_device(be);
+  dit_act_space_init(&m->as, be);
   return m;
 }
 
@@ -252,25 +232,13 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend or folder given");
   char path[4096];
-  int n = snprintf(path, sizeof path, "%s/config.json", component_dir);
-  if (n < 0 || (size_t)n >= sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: folder path too long: %s", component_dir);
+  DIT_TRY(dit_model_config_path("zimage", component_dir, path, sizeof path, err));
   dit_zimage *m = new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
   dit_status s = zimage_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) {
-    s = dit_weights_open(component_dir, NULL, &m->files, err);
-    if (s == DIT_OK) {
-      s = bind_weights(m, err);
-      if (s != DIT_OK) dit_error_prefix(err, "zimage: %s", component_dir);
-    }
-  }
-  if (s != DIT_OK) {
-    dit_zimage_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "zimage", component_dir, build_table, m, false, err);
+  if (s == DIT_OK) stack_weights(m);
+  DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
 void dit_zimage_config_turbo(dit_zimage_config *c) {
@@ -308,51 +276,30 @@ dit_status dit_zimage_create_random(dit_backend *be, const dit_zimage_config *c,
     if (c->axes_dims[i] < 1 || c->axes_lens[i] < 1 || c->axes_lens[i] > MAX_AXIS_LEN)
       s = dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage random config: axis %d dims/lens out of range", i);
   if (s == DIT_OK) s = zimage_check_config(&m->cfg, "zimage random config", err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    s = build_table(m, &t, err);
-    if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
-    for (size_t i = 0; s == DIT_OK && i < t.n; i++) m->wbytes += (dit_tensor_nbytes(t.entries[i].dst) + 255) / 256 * 256;
-    if (s == DIT_OK) stack_weights(m);
-    dit_wtable_free(&t);
-    if (s != DIT_OK) dit_error_prefix(err, "zimage random weights");
-  }
-  if (s != DIT_OK) {
-    dit_zimage_free(m);
-    return s;
-  }
-  *out = m;
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "zimage", build_table, m, wdt, seed, err);
+  if (s == DIT_OK) stack_weights(m);
+  DIT_HAND_OVER(s, m, out, dit_zimage_free);
 }
 
 dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "zimage", err));
-  if (dt != m->adt) {
-    /* the planned buffer's layout depends on the element size */
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    m->tables_ok = false;
-  }
-  m->adt = dt;
-  m->es = dit_dtype_size(dt);
+  bool changed = false;
+  DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "zimage", &changed, err));
+  if (changed) m->tables_ok = false;
   return DIT_OK;
 }
 
-size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->wbytes : 0; }
+size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->mw.wbytes : 0; }
 
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
-  if (m->act) m->be->ops->free(m->be, m->act);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->host);
+  dit_act_space_release(&m->as, m->be);
+  dit_model_weights_release(m->be, &m->mw);
   free(m->tab_items);
   free(m->w.noise_refiner);
   free(m->w.context_refiner);
   free(m->w.layers);
-  if (m->files) dit_weights_close(m->files);
   free(m);
 }
 

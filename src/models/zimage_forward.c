@@ -48,29 +48,10 @@ typedef struct zimage_stream {
   bool masked;               /* lengths differ: pass the mask */
 } zimage_stream;
 
-/* Descriptors over backend memory: dtype dt, the backend's device tag. */
-static dit_tensor mk(const dit_zimage *m, dit_dtype dt, void *p, int nd, const int64_t *shape) {
-  dit_tensor t = dit_tensor_make(dt, p, nd, shape);
-  t.device = m->dev;
-  return t;
-}
-/* Activations (the model's activation dtype). */
-static dit_tensor t2(const dit_zimage *m, void *p, int64_t a, int64_t b) {
-  return mk(m, m->adt, p, 2, (int64_t[]){a, b});
-}
-static dit_tensor t3(const dit_zimage *m, void *p, int64_t a, int64_t b, int64_t c) {
-  return mk(m, m->adt, p, 3, (int64_t[]){a, b, c});
-}
-static dit_tensor t4(const dit_zimage *m, void *p, int64_t a, int64_t b, int64_t c, int64_t d) {
-  return mk(m, m->adt, p, 4, (int64_t[]){a, b, c, d});
-}
-/* p advanced by n activation elements. */
-static void *el(const dit_zimage *m, void *p, int64_t n) { return (char *)p + (size_t)n * m->es; }
-
 /* A strided view (shape and strides in elements). */
 static dit_tensor view(const dit_zimage *m, dit_dtype dt, void *p, int nd, const int64_t *shape,
                        const int64_t *stride) {
-  dit_tensor t = mk(m, dt, p, nd, shape);
+  dit_tensor t = dit_act_mk(&m->as, dt, p, nd, shape);
   for (int i = 0; i < nd; i++) t.stride[i] = stride[i];
   return t;
 }
@@ -87,17 +68,9 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
     if ((size_t)g->items[i].cap_raw > max_cap) max_cap = (size_t)g->items[i].cap_raw;
   }
   memset(o, 0, sizeof *o);
-#define TAKE(field, count)                                                      \
-  do {                                                                          \
-    o->field = dit_arena_alloc(ar, (count) * es, err);                          \
-    if (real && !o->field) return DIT_ERR_NOMEM;                                \
-  } while (0)
-  o->tab = dit_arena_alloc(ar, host_bytes, err);
-  if (real && !o->tab) return DIT_ERR_NOMEM;
-  if (stage_bytes) {
-    o->stage = dit_arena_alloc(ar, stage_bytes, err);
-    if (real && !o->stage) return DIT_ERR_NOMEM;
-  }
+#define TAKE(field, count) DIT_ACT_TAKE(ar, real, o->field, (count) * es)
+  DIT_ACT_TAKE(ar, real, o->tab, host_bytes);
+  if (stage_bytes) DIT_ACT_TAKE(ar, real, o->stage, stage_bytes);
   TAKE(t_freq, n * (size_t)c->t_freq_dim);
   TAKE(t_mid, n * (size_t)c->t_mid_dim);
   TAKE(adaln, n * A);
@@ -126,7 +99,7 @@ static dit_status plan(dit_arena *ar, const dit_zimage_config *c, const zimage_g
 static dit_status fill_rows(const dit_zimage *m, void *dst, int64_t rows, int64_t D, const dit_tensor *row,
                             dit_error *err) {
   if (rows <= 0) return DIT_OK;
-  dit_tensor d = t2(m, dst, rows, D);
+  dit_tensor d = dit_act_2d(&m->as, dst, rows, D);
   dit_tensor s = view(m, row->dtype, row->data, 2, (int64_t[]){rows, D}, (int64_t[]){0, 1});
   s.device = row->device;
   return dit_op_copy(m->be, &d, &s, err);
@@ -139,9 +112,9 @@ static dit_status time_embed(dit_zimage *m, const zimage_geom *g, const dit_tens
   const dit_zimage_config *c = &m->cfg;
   const zimage_weights *w = &m->w;
   const int64_t n = g->n;
-  dit_tensor tf = t2(m, a->t_freq, n, c->t_freq_dim), tm = t2(m, a->t_mid, n, c->t_mid_dim);
-  dit_tensor ad = t2(m, a->adaln, n, c->adaln_dim), ads = t2(m, a->adaln_silu, n, c->adaln_dim);
-  dit_tensor fs = t2(m, a->fscale, n, c->dim);
+  dit_tensor tf = dit_act_2d(&m->as, a->t_freq, n, c->t_freq_dim), tm = dit_act_2d(&m->as, a->t_mid, n, c->t_mid_dim);
+  dit_tensor ad = dit_act_2d(&m->as, a->adaln, n, c->adaln_dim), ads = dit_act_2d(&m->as, a->adaln_silu, n, c->adaln_dim);
+  dit_tensor fs = dit_act_2d(&m->as, a->fscale, n, c->dim);
   DIT_TRY(dit_op_timestep_embedding(be, &tf, t_dev, c->t_freq_dim, TIME_MAX_PERIOD, 0.0f, 1.0f, true, err));
   DIT_TRY(dit_op_linear(be, &tm, &tf, &w->t_embedder_mlp_0_w, &w->t_embedder_mlp_0_b, DIT_ACT_SILU, err));
   DIT_TRY(dit_op_linear(be, &ad, &tm, &w->t_embedder_mlp_2_w, &w->t_embedder_mlp_2_b, DIT_ACT_NONE, err));
@@ -155,15 +128,15 @@ static dit_status modulation(dit_zimage *m, const zimage_block_w *b, int64_t n, 
                              dit_error *err) {
   dit_backend *be = m->be;
   const int64_t D = m->cfg.dim;
-  dit_tensor ad = t2(m, a->adaln, n, m->cfg.adaln_dim), mod = t2(m, a->mod, n, 4 * D);
+  dit_tensor ad = dit_act_2d(&m->as, a->adaln, n, m->cfg.adaln_dim), mod = dit_act_2d(&m->as, a->mod, n, 4 * D);
   DIT_TRY(dit_op_linear(be, &mod, &ad, &b->adaLN_modulation_0_w, &b->adaLN_modulation_0_b, DIT_ACT_NONE, err));
   if (n == 1) { /* a chunk of one row is already contiguous: no copies */
-    for (int k = 0; k < 4; k++) sm[k] = t2(m, el(m, a->mod, k * D), 1, D);
+    for (int k = 0; k < 4; k++) sm[k] = dit_act_2d(&m->as, dit_act_el(&m->as, a->mod, k * D), 1, D);
     return DIT_OK;
   }
   for (int k = 0; k < 4; k++) {
-    sm[k] = t2(m, el(m, a->mod4, k * n * D), n, D);
-    dit_tensor src = view(m, m->adt, el(m, a->mod, k * D), 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
+    sm[k] = dit_act_2d(&m->as, dit_act_el(&m->as, a->mod4, k * n * D), n, D);
+    dit_tensor src = view(m, m->as.adt, dit_act_el(&m->as, a->mod, k * D), 2, (int64_t[]){n, D}, (int64_t[]){4 * D, 1});
     DIT_TRY(dit_op_copy(be, &sm[k], &src, err));
   }
   return DIT_OK;
@@ -176,20 +149,20 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   dit_backend *be = m->be;
   const dit_zimage_config *c = &m->cfg;
   const int64_t S = st->S, D = c->dim, H = c->n_heads, hd = c->head_dim;
-  dit_tensor hn = t3(m, a->hn, n, S, D), q4, k4, v4, o4 = t4(m, a->hn, n, S, H, hd);
+  dit_tensor hn = dit_act_3d(&m->as, a->hn, n, S, D), q4, k4, v4, o4 = dit_act_4d(&m->as, a->hn, n, S, H, hd);
   if (m->stack_qkv && b->attention_qkv.data) { /* one GEMM; heads read in place as column slices */
-    dit_tensor qkv = t3(m, a->qkv, n, S, 3 * D);
+    dit_tensor qkv = dit_act_3d(&m->as, a->qkv, n, S, 3 * D);
     DIT_TRY(dit_op_linear(be, &qkv, &hn, &b->attention_qkv, NULL, DIT_ACT_NONE, err));
     const int64_t sh[4] = {n, S, H, hd}, st[4] = {S * 3 * D, 3 * D, hd, 1};
-    q4 = view(m, m->adt, a->qkv, 4, sh, st);
-    k4 = view(m, m->adt, el(m, a->qkv, D), 4, sh, st);
-    v4 = view(m, m->adt, el(m, a->qkv, 2 * D), 4, sh, st);
+    q4 = view(m, m->as.adt, a->qkv, 4, sh, st);
+    k4 = view(m, m->as.adt, dit_act_el(&m->as, a->qkv, D), 4, sh, st);
+    v4 = view(m, m->as.adt, dit_act_el(&m->as, a->qkv, 2 * D), 4, sh, st);
   } else {
-    dit_tensor q = t3(m, a->q, n, S, D), k = t3(m, a->k, n, S, D), v = t3(m, a->v, n, S, D);
+    dit_tensor q = dit_act_3d(&m->as, a->q, n, S, D), k = dit_act_3d(&m->as, a->k, n, S, D), v = dit_act_3d(&m->as, a->v, n, S, D);
     DIT_TRY(dit_op_linear(be, &q, &hn, &b->attention_to_q, NULL, DIT_ACT_NONE, err));
     DIT_TRY(dit_op_linear(be, &k, &hn, &b->attention_to_k, NULL, DIT_ACT_NONE, err));
     DIT_TRY(dit_op_linear(be, &v, &hn, &b->attention_to_v, NULL, DIT_ACT_NONE, err));
-    q4 = t4(m, a->q, n, S, H, hd), k4 = t4(m, a->k, n, S, H, hd), v4 = t4(m, a->v, n, S, H, hd);
+    q4 = dit_act_4d(&m->as, a->q, n, S, H, hd), k4 = dit_act_4d(&m->as, a->k, n, S, H, hd), v4 = dit_act_4d(&m->as, a->v, n, S, H, hd);
   }
   if (c->qk_norm) { /* per-head RMSNorm then RoPE, one pass over q and one over k where fused */
     DIT_TRY(dit_op_rms_norm_rope(be, &q4, &b->attention_norm_q, QK_NORM_EPS, &st->cos, &st->sin,
@@ -202,7 +175,7 @@ static dit_status attention(dit_zimage *m, const zimage_block_w *b, const zimage
   }
   DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, st->masked ? &st->mask : NULL, 1.0f / sqrtf((float)hd), false,
                            err));
-  dit_tensor att = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
+  dit_tensor att = dit_act_3d(&m->as, a->hn, n, S, D), o = dit_act_3d(&m->as, a->q, n, S, D);
   return dit_op_linear(be, &o, &att, &b->attention_to_out_0, NULL, DIT_ACT_NONE, err);
 }
 
@@ -219,7 +192,7 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   dit_tensor sm[4];
   const bool md = b->modulation;
   if (md) DIT_TRY(modulation(m, b, n, a, sm, err));
-  dit_tensor x = t3(m, st->x, n, S, D), hn = t3(m, a->hn, n, S, D), o = t3(m, a->q, n, S, D);
+  dit_tensor x = dit_act_3d(&m->as, st->x, n, S, D), hn = dit_act_3d(&m->as, a->hn, n, S, D), o = dit_act_3d(&m->as, a->q, n, S, D);
   /* attention: hn = norm1(x) * (1 + scale_msa); x += tanh(gate_msa) * norm2(attn(hn)) */
   DIT_TRY(dit_op_rms_norm_mod(be, &hn, &x, &b->attention_norm1, md ? &sm[0] : NULL, eps, err));
   DIT_TRY(attention(m, b, st, n, a, err));
@@ -227,7 +200,7 @@ static dit_status block(dit_zimage *m, const zimage_block_w *b, const zimage_str
   DIT_TRY(dit_op_residual_norm(be, &x, &o, &b->attention_norm2, md ? &sm[1] : NULL, true, &hn, &b->ffn_norm1,
                                md ? &sm[2] : NULL, eps, err));
   /* feed-forward: w2(silu(w1 h) * w3 h); x += tanh(gate_mlp) * ffn_norm2(ff) */
-  dit_tensor fa = t3(m, a->ff_a, n, S, Fd), fb = t3(m, a->ff_b, n, S, Fd);
+  dit_tensor fa = dit_act_3d(&m->as, a->ff_a, n, S, Fd), fb = dit_act_3d(&m->as, a->ff_b, n, S, Fd);
   DIT_TRY(dit_op_linear(be, &fa, &hn, &b->feed_forward_w1, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_linear(be, &fb, &hn, &b->feed_forward_w3, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_swiglu(be, &fa, &fa, &fb, err));
@@ -249,13 +222,13 @@ static dit_status embed_image(dit_zimage *m, const zimage_geom *g, const dit_ten
     int64_t sstr[7] = {pf * H * W, p * W, p, H * W, W, 1, F * H * W};
     dit_tensor src = view(m, DIT_F32, x[i].data, 7, shape, sstr);
     src.device = x[i].device;
-    dit_tensor dst = mk(m, m->adt, a->patches, 7, shape);
+    dit_tensor dst = dit_act_mk(&m->as, m->as.adt, a->patches, 7, shape);
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
-    void *rows = el(m, a->xs, i * g->Sx * D);
-    dit_tensor pin = t2(m, a->patches, it->n_img, P), y = t2(m, rows, it->n_img, D);
+    void *rows = dit_act_el(&m->as, a->xs, i * g->Sx * D);
+    dit_tensor pin = dit_act_2d(&m->as, a->patches, it->n_img, P), y = dit_act_2d(&m->as, rows, it->n_img, D);
     DIT_TRY(dit_op_linear(be, &y, &pin, &m->w.x_embedder_w, &m->w.x_embedder_b, DIT_ACT_NONE, err));
-    DIT_TRY(fill_rows(m, el(m, rows, it->n_img * D), it->x_len - it->n_img, D, &m->w.x_pad_token, err));
-    DIT_TRY(fill_rows(m, el(m, rows, it->x_len * D), g->Sx - it->x_len, D, zeros, err));
+    DIT_TRY(fill_rows(m, dit_act_el(&m->as, rows, it->n_img * D), it->x_len - it->n_img, D, &m->w.x_pad_token, err));
+    DIT_TRY(fill_rows(m, dit_act_el(&m->as, rows, it->x_len * D), g->Sx - it->x_len, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -268,18 +241,18 @@ static dit_status embed_caption(dit_zimage *m, const zimage_geom *g, const dit_t
   const int64_t D = c->dim;
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
-    dit_tensor cn = t2(m, a->capn, it->cap_raw, c->cap_feat_dim);
-    if (m->adt == cap[i].dtype) {
+    dit_tensor cn = dit_act_2d(&m->as, a->capn, it->cap_raw, c->cap_feat_dim);
+    if (m->as.adt == cap[i].dtype) {
       DIT_TRY(dit_op_rms_norm(be, &cn, &cap[i], &m->w.cap_embedder_0_w, c->norm_eps, err));
     } else { /* the norm's operands share a dtype: convert the F32 features first */
       DIT_TRY(dit_op_copy(be, &cn, &cap[i], err));
       DIT_TRY(dit_op_rms_norm(be, &cn, &cn, &m->w.cap_embedder_0_w, c->norm_eps, err));
     }
-    void *rows = el(m, a->cs, i * g->Sc * D);
-    dit_tensor y = t2(m, rows, it->cap_raw, D);
+    void *rows = dit_act_el(&m->as, a->cs, i * g->Sc * D);
+    dit_tensor y = dit_act_2d(&m->as, rows, it->cap_raw, D);
     DIT_TRY(dit_op_linear(be, &y, &cn, &m->w.cap_embedder_1_w, &m->w.cap_embedder_1_b, DIT_ACT_NONE, err));
-    DIT_TRY(fill_rows(m, el(m, rows, it->cap_raw * D), it->cap_len - it->cap_raw, D, &m->w.cap_pad_token, err));
-    DIT_TRY(fill_rows(m, el(m, rows, it->cap_len * D), g->Sc - it->cap_len, D, zeros, err));
+    DIT_TRY(fill_rows(m, dit_act_el(&m->as, rows, it->cap_raw * D), it->cap_len - it->cap_raw, D, &m->w.cap_pad_token, err));
+    DIT_TRY(fill_rows(m, dit_act_el(&m->as, rows, it->cap_len * D), g->Sc - it->cap_len, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -291,14 +264,14 @@ static dit_status unify(dit_zimage *m, const zimage_geom *g, const dit_tensor *z
   const int64_t D = m->cfg.dim;
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
-    void *u = el(m, a->us, i * g->Su * D);
-    dit_tensor ux = t2(m, u, it->x_len, D), sx = t2(m, el(m, a->xs, i * g->Sx * D), it->x_len, D);
-    dit_tensor uc = t2(m, el(m, u, it->x_len * D), it->cap_len, D);
-    dit_tensor sc = t2(m, el(m, a->cs, i * g->Sc * D), it->cap_len, D);
+    void *u = dit_act_el(&m->as, a->us, i * g->Su * D);
+    dit_tensor ux = dit_act_2d(&m->as, u, it->x_len, D), sx = dit_act_2d(&m->as, dit_act_el(&m->as, a->xs, i * g->Sx * D), it->x_len, D);
+    dit_tensor uc = dit_act_2d(&m->as, dit_act_el(&m->as, u, it->x_len * D), it->cap_len, D);
+    dit_tensor sc = dit_act_2d(&m->as, dit_act_el(&m->as, a->cs, i * g->Sc * D), it->cap_len, D);
     DIT_TRY(dit_op_copy(be, &ux, &sx, err));
     DIT_TRY(dit_op_copy(be, &uc, &sc, err));
     int64_t used = it->x_len + it->cap_len;
-    DIT_TRY(fill_rows(m, el(m, u, used * D), g->Su - used, D, zeros, err));
+    DIT_TRY(fill_rows(m, dit_act_el(&m->as, u, used * D), g->Su - used, D, zeros, err));
   }
   return DIT_OK;
 }
@@ -308,8 +281,8 @@ static dit_status final_layer(dit_zimage *m, const zimage_geom *g, zimage_acts *
   dit_backend *be = m->be;
   const dit_zimage_config *c = &m->cfg;
   const int64_t n = g->n, D = c->dim, P = c->patch_dim, p = c->patch_size, pf = c->f_patch_size;
-  dit_tensor us = t3(m, a->us, n, g->Su, D), hn = t3(m, a->hn, n, g->Su, D), fs = t2(m, a->fscale, n, D);
-  dit_tensor fo = t3(m, a->fo, n, g->Su, P);
+  dit_tensor us = dit_act_3d(&m->as, a->us, n, g->Su, D), hn = dit_act_3d(&m->as, a->hn, n, g->Su, D), fs = dit_act_2d(&m->as, a->fscale, n, D);
+  dit_tensor fo = dit_act_3d(&m->as, a->fo, n, g->Su, P);
   DIT_TRY(dit_op_layer_norm(be, &hn, &us, NULL, NULL, FINAL_NORM_EPS, err));
   DIT_TRY(dit_op_modulate(be, &hn, &hn, &fs, NULL, err));
   DIT_TRY(dit_op_linear(be, &fo, &hn, &m->w.final_linear_w, &m->w.final_linear_b, DIT_ACT_NONE, err));
@@ -319,8 +292,8 @@ static dit_status final_layer(dit_zimage *m, const zimage_geom *g, zimage_acts *
     /* rows (f, h, w) x cols (pf, ph, pw, c) -> [C, Ft, pF, Ht, pH, Wt, pW] = [C, F, H, W] */
     int64_t shape[7] = {C, it->Ft, pf, Ht, p, Wt, p};
     int64_t sstr[7] = {1, Ht * Wt * P, p * p * C, Wt * P, p * C, P, C};
-    dit_tensor src = view(m, m->adt, el(m, a->fo, i * g->Su * P), 7, shape, sstr);
-    dit_tensor dst = mk(m, DIT_F32, out[i].data, 7, shape);
+    dit_tensor src = view(m, m->as.adt, dit_act_el(&m->as, a->fo, i * g->Su * P), 7, shape, sstr);
+    dit_tensor dst = dit_act_mk(&m->as, DIT_F32, out[i].data, 7, shape);
     DIT_TRY(dit_op_copy(be, &dst, &src, err));
   }
   return DIT_OK;
@@ -406,44 +379,21 @@ static dit_status make_geom(const dit_zimage_config *c, int n, const dit_tensor 
   return DIT_OK;
 }
 
-/* Grows the model's activation and host buffers to fit; keeps them when they do. A new
- * buffer invalidates the cached tables. */
-static dit_status ensure_buffers(dit_zimage *m, size_t act_bytes, size_t host_bytes, dit_error *err) {
-  if (act_bytes > m->act_bytes) {
-    m->tables_ok = false;
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL;
-    m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, act_bytes, &m->act, err));
-    m->act_bytes = act_bytes;
-  }
-  if (host_bytes > m->host_bytes) {
-    m->tables_ok = false;
-    free(m->host);
-    m->host_bytes = 0;
-    size_t rounded = (host_bytes + 63) / 64 * 64;
-    m->host = aligned_alloc(64, rounded);
-    if (!m->host) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: cannot allocate %zu bytes of tables", host_bytes);
-    m->host_bytes = rounded;
-  }
-  return DIT_OK;
-}
-
 /* Makes the device tables right for g and t: everything when the geometry changed (or
  * the buffers did), else only the timesteps. */
 static dit_status upload_tables(dit_zimage *m, const zimage_geom *g, const float *t, const zimage_acts *a,
                                 size_t host_bytes, zimage_host_tables *h, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
-  zimage_table_layout(c, g, m->host, h);
+  zimage_table_layout(c, g, m->as.host, h);
   zimage_set_timesteps(c, g->n, t, h);
   bool same = m->tables_ok && m->tab_n == g->n && !memcmp(m->tab_items, g->items, (size_t)g->n * sizeof *g->items);
   if (same) {
-    size_t off = (size_t)((char *)h->t_scaled - (char *)m->host);
+    size_t off = (size_t)((char *)h->t_scaled - (char *)m->as.host);
     return m->be->ops->upload(m->be, (char *)a->tab + off, h->t_scaled, (size_t)g->n * sizeof(float), err);
   }
   m->tables_ok = false;
   zimage_fill_tables(c, g, h);
-  DIT_TRY(m->be->ops->upload(m->be, a->tab, m->host, host_bytes, err));
+  DIT_TRY(m->be->ops->upload(m->be, a->tab, m->as.host, host_bytes, err));
   zimage_item *items = realloc(m->tab_items, (size_t)g->n * sizeof *items);
   if (!items) return DIT_OK; /* correct, just not cached */
   memcpy(items, g->items, (size_t)g->n * sizeof *items);
@@ -457,7 +407,7 @@ static dit_status upload_tables(dit_zimage *m, const zimage_geom *g, const float
 static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_host_tables *h, const zimage_acts *a,
                         zimage_stream st[3], dit_tensor *t_dev, dit_tensor *zeros) {
   const int64_t n = g->n, half = m->cfg.head_dim / 2;
-#define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->host)))
+#define DEV(ptr) ((void *)((char *)a->tab + ((const char *)(ptr) - (const char *)m->as.host)))
   const int64_t S[3] = {g->Sx, g->Sc, g->Su};
   float *cs[3] = {h->x_cos, h->c_cos, h->u_cos}, *sn[3] = {h->x_sin, h->c_sin, h->u_sin};
   uint8_t *mks[3] = {h->x_mask, h->c_mask, h->u_mask};
@@ -466,13 +416,13 @@ static void table_views(const dit_zimage *m, const zimage_geom *g, const zimage_
   for (int s = 0; s < 3; s++) {
     st[s].x = xs[s];
     st[s].S = S[s];
-    st[s].cos = mk(m, DIT_F32, DEV(cs[s]), 3, (int64_t[]){n, S[s], half});
-    st[s].sin = mk(m, DIT_F32, DEV(sn[s]), 3, (int64_t[]){n, S[s], half});
-    st[s].mask = mk(m, DIT_U8, DEV(mks[s]), 2, (int64_t[]){n, S[s]});
+    st[s].cos = dit_act_mk(&m->as, DIT_F32, DEV(cs[s]), 3, (int64_t[]){n, S[s], half});
+    st[s].sin = dit_act_mk(&m->as, DIT_F32, DEV(sn[s]), 3, (int64_t[]){n, S[s], half});
+    st[s].mask = dit_act_mk(&m->as, DIT_U8, DEV(mks[s]), 2, (int64_t[]){n, S[s]});
     st[s].masked = rag[s];
   }
-  *t_dev = mk(m, DIT_F32, DEV(h->t_scaled), 1, (int64_t[]){n});
-  *zeros = mk(m, DIT_F32, DEV(h->zeros), 2, (int64_t[]){1, m->cfg.dim});
+  *t_dev = dit_act_mk(&m->as, DIT_F32, DEV(h->t_scaled), 1, (int64_t[]){n});
+  *zeros = dit_act_mk(&m->as, DIT_F32, DEV(h->zeros), 2, (int64_t[]){1, m->cfg.dim});
 #undef DEV
 }
 
@@ -504,21 +454,20 @@ static dit_status run(dit_zimage *m, const zimage_geom *g, const dit_tensor *x, 
                       dit_tensor *out, bool staged, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
   size_t host_bytes = zimage_host_bytes(c, g);
-  size_t stage_bytes = staged ? stage_layout(g, x, cap, NULL, m->dev, NULL, NULL, NULL) : 0;
+  size_t stage_bytes = staged ? stage_layout(g, x, cap, NULL, m->as.dev, NULL, NULL, NULL) : 0;
   dit_arena ar;
   zimage_acts a;
   dit_arena_init_measure(&ar);
-  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->es, &a, err));
-  DIT_TRY(ensure_buffers(m, ar.peak, host_bytes, err));
-  memset(&ar, 0, sizeof ar);
-  ar.base = m->act;
-  ar.cap = m->act_bytes;
-  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->es, &a, err));
+  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->as.es, &a, err));
+  bool grew = false;
+  DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, host_bytes, &grew, err));
+  if (grew) m->tables_ok = false;
+  DIT_TRY(plan(&ar, c, g, host_bytes, stage_bytes, m->as.es, &a, err));
   if (!staged) return layers(m, g, x, cap, t, &a, host_bytes, out, err);
   dit_tensor *xd = calloc((size_t)g->n * 3, sizeof *xd);
   if (!xd) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
   dit_tensor *cd = xd + g->n, *od = cd + g->n;
-  stage_layout(g, x, cap, a.stage, m->dev, xd, cd, od);
+  stage_layout(g, x, cap, a.stage, m->as.dev, xd, cd, od);
   dit_backend *be = m->be;
   dit_status s = DIT_OK;
   for (int i = 0; i < g->n && s == DIT_OK; i++) {
@@ -570,7 +519,7 @@ static void *call_key(const dit_zimage *m, const zimage_geom *g, const zimage_ac
   *bytes = head + items + ptrs;
   unsigned char *k = calloc(1, *bytes);
   if (!k) return NULL;
-  const int64_t h[4] = {g->n, (int64_t)m->adt, (int64_t)(uintptr_t)m->act, (int64_t)(uintptr_t)a->tab};
+  const int64_t h[4] = {g->n, (int64_t)m->as.adt, (int64_t)(uintptr_t)m->as.act, (int64_t)(uintptr_t)a->tab};
   memcpy(k, h, head);
   memcpy(k + head, g->items, items);
   void **p = (void **)(k + head + items);
@@ -602,8 +551,8 @@ dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const d
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: no model");
   zimage_geom g;
   /* host tensors with a GPU model: staged through the model's buffer */
-  const bool staged = m->dev != DIT_DEV_CPU && n >= 1 && x && x[0].device == DIT_DEV_CPU;
-  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, staged ? DIT_DEV_CPU : m->dev, &g, err);
+  const bool staged = m->as.dev != DIT_DEV_CPU && n >= 1 && x && x[0].device == DIT_DEV_CPU;
+  dit_status s = make_geom(&m->cfg, n, x, cap, t, out, staged ? DIT_DEV_CPU : m->as.dev, &g, err);
   if (s == DIT_OK) {
     s = run(m, &g, x, cap, t, out, staged, err);
     if (s != DIT_OK) dit_error_prefix(err, "zimage forward");

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "models/act_space.h"
+#include "models/model_weights.h"
 #include "backend/replay.h"
 #include "core/arena.h"
 #include "io/safetensors.h"
@@ -76,19 +78,9 @@ typedef struct zimage_geom {
 struct dit_zimage {
   dit_backend *be;
   dit_zimage_config cfg;
-  dit_weights *files;
   zimage_weights w;
-  void *wblock;     /* backend copy of the weights (not on the CPU backend with files), or NULL */
-  size_t wbytes;    /* its size */
-  dit_dtype adt;    /* activation dtype: F32, or BF16 on GPU backends */
-  size_t es;        /* its element size */
-  dit_device dev;   /* device tag of backend memory */
-  /* activation buffer (backend memory) reused across calls that fit */
-  void *act;
-  size_t act_bytes;
-  /* host scratch for RoPE tables, masks and timesteps, reused likewise */
-  void *host;
-  size_t host_bytes;
+  dit_model_weights mw; /* the checkpoint's files or the backend block w points into */
+  dit_act_space as; /* activation dtype, buffer and host scratch (RoPE tables, masks, timesteps) */
   /* geometry whose tables are in `host` and uploaded into `act` (valid when tables_ok):
    * a sampler loop calls forward with the same shapes every step, and only the
    * timesteps change */

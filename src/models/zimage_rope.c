@@ -77,9 +77,29 @@ static void image_pos(const zimage_item *it, int64_t r, int64_t pos[3]) {
 
 /* Caption token j: (1 + j, 0, 0), the padded caption's tokens included (diffusers
  * builds the caption grid over the padded length). */
-static void caption_pos(int64_t j, int64_t pos[3]) {
+static void caption_pos(const zimage_item *it, int64_t j, int64_t pos[3]) {
+  (void)it;
   pos[0] = 1 + j;
   pos[1] = pos[2] = 0;
+}
+
+/* Item i's rows of one stream's table pair ([n, S, half] each): row r < len from the
+ * position pos_of(it, r), the batch-padding rows after it zero. */
+static void fill_stream(const dit_zimage_config *c, const double *freq, const zimage_item *it, int i, int64_t S,
+                        int64_t len, void (*pos_of)(const zimage_item *, int64_t, int64_t *), float *cos,
+                        float *sin) {
+  const size_t half = (size_t)c->head_dim / 2;
+  for (int64_t r = 0; r < S; r++) {
+    size_t o = ((size_t)i * (size_t)S + (size_t)r) * half;
+    int64_t pos[3];
+    if (r >= len) {
+      memset(cos + o, 0, half * sizeof(float));
+      memset(sin + o, 0, half * sizeof(float));
+      continue;
+    }
+    pos_of(it, r, pos);
+    rope_row(c, freq, pos, cos + o, sin + o);
+  }
 }
 
 /* Fills the three RoPE table pairs. Batch-padding rows are zero (like pad_sequence). */
@@ -89,28 +109,8 @@ static void fill_rope(const dit_zimage_config *c, const zimage_geom *g, const zi
   rope_freqs(c, freq);
   for (int i = 0; i < g->n; i++) {
     const zimage_item *it = &g->items[i];
-    for (int64_t r = 0; r < g->Sx; r++) {
-      size_t o = ((size_t)i * (size_t)g->Sx + (size_t)r) * half;
-      int64_t pos[3];
-      if (r >= it->x_len) {
-        memset(t->x_cos + o, 0, half * sizeof(float));
-        memset(t->x_sin + o, 0, half * sizeof(float));
-        continue;
-      }
-      image_pos(it, r, pos);
-      rope_row(c, freq, pos, t->x_cos + o, t->x_sin + o);
-    }
-    for (int64_t r = 0; r < g->Sc; r++) {
-      size_t o = ((size_t)i * (size_t)g->Sc + (size_t)r) * half;
-      int64_t pos[3];
-      if (r >= it->cap_len) {
-        memset(t->c_cos + o, 0, half * sizeof(float));
-        memset(t->c_sin + o, 0, half * sizeof(float));
-        continue;
-      }
-      caption_pos(r, pos);
-      rope_row(c, freq, pos, t->c_cos + o, t->c_sin + o);
-    }
+    fill_stream(c, freq, it, i, g->Sx, it->x_len, image_pos, t->x_cos, t->x_sin);
+    fill_stream(c, freq, it, i, g->Sc, it->cap_len, caption_pos, t->c_cos, t->c_sin);
     /* unified: [image tokens (x_len), caption tokens (cap_len)]: copy the rows */
     for (int64_t r = 0; r < g->Su; r++) {
       size_t o = ((size_t)i * (size_t)g->Su + (size_t)r) * half;

@@ -1,12 +1,13 @@
 /* The family registry: one row per model family (Z-Image, FLUX.2 [klein], ...). Everything
  * that lists or dispatches on families (dit_model_load, dit_gen_defaults_for, tokenize's chat
- * style, error messages, the CLI's help) reads this table. Adding a family = its pipeline file
- * and one row in family.c. */
+ * style, error messages, the CLI's help, `bench --arch`) reads this table. Adding a family = its
+ * pipeline (and bench) file and one row in family.c. */
 #ifndef DIT_PIPELINE_FAMILY_H
 #define DIT_PIPELINE_FAMILY_H
 
 #include <stddef.h>
 
+#include "pipeline/family_bench.h"
 #include "pipeline/model_rt.h"
 #include "text/chat.h"
 
@@ -23,6 +24,8 @@ typedef struct dit_family {
   dit_status (*generate)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                          dit_gen_stats *st, dit_error *err);
   void (*close)(void *state);
+  /* Its `ditrun bench --arch` variants (family_bench.h), ended by a row whose name is NULL. */
+  const dit_bench_variant *bench;
 } dit_family;
 
 /* The row whose pipelines include class_name, or NULL. */
@@ -36,5 +39,13 @@ dit_status dit_family_of(const dit_model_dir *dir, const dit_family **out, dit_e
 /* The model's defaults: the family's, then the folder's ditrun.json over them. */
 dit_status dit_family_model_defaults(const dit_family *f, const dit_model_dir *dir, dit_gen_defaults *d,
                                      dit_error *err);
+
+/* The i-th benchmark variant over every family's list, in table order (and its family in
+ * *fam when fam is not NULL), or NULL past the last. */
+const dit_bench_variant *dit_bench_variant_at(size_t i, const dit_family **fam);
+/* The variant named name (bench --arch), or NULL. */
+const dit_bench_variant *dit_bench_variant_find(const char *name);
+/* "zimage, flux2-klein-4b, ..." (every variant's name) into buf. */
+const char *dit_bench_variant_list(char *buf, size_t len);
 
 #endif

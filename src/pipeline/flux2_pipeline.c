@@ -43,7 +43,7 @@ void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d) {
 
 /* The components of a FLUX.2 [klein] model and what its folder says. */
 typedef struct klein_model {
-  dit_components c;
+  dit_components c;        /* first: the state closes with dit_components_state_close */
   bool distilled;          /* model_index.json is_distilled */
   int vsf;                 /* the VAE's scale factor */
 } klein_model;
@@ -95,23 +95,17 @@ static dit_status encode_prompts(const dit_model_rt *rt, klein_model *k, const d
   return s;
 }
 
+/* compute_empirical_mu: the scheduler's shift bounds play no part. */
+static double klein_mu(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
+  (void)sc;
+  return dit_flux2_empirical_mu(image_seq_len, steps);
+}
+
 dit_status dit_flux2_klein_schedule(const dit_model_dir *dir, int steps, int image_seq_len, float *sigmas,
                                     float *timesteps, dit_error *err) {
   if (steps < 1 || steps > DIT_FLOW_MAX_STEPS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "steps = %d is outside 1..%d", steps, DIT_FLOW_MAX_STEPS);
-  json_t *cfg = NULL;
-  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
-  dit_flow_sched_config sc;
-  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
-  json_decref(cfg);
-  if (s != DIT_OK) return s;
-  float *custom = malloc((size_t)steps * sizeof(float));
-  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
-  dit_flux2_default_sigmas(steps, custom);
-  const double mu = dit_flux2_empirical_mu(image_seq_len, steps);
-  s = dit_flow_sched_set_timesteps(&sc, steps, mu, custom, sigmas, timesteps, err);
-  free(custom);
-  return s;
+  return dit_flow_schedule_for(dir, steps, image_seq_len, dit_flux2_default_sigmas, klein_mu, sigmas, timesteps, err);
 }
 
 /* 2^(len(vae block_out_channels) - 1): the pipeline's vae_scale_factor. */
@@ -188,18 +182,11 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
 }
 
 /* The VAE on rt->dev (bf16 activations on a GPU). */
-static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_vae_flux2 *vae = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_flux2_load(rt->dev, path, &vae, err));
-  dit_status s = dit_rt_on_device(rt) ? dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
-  if (s != DIT_OK) dit_vae_flux2_free(vae);
-  *obj = s == DIT_OK ? vae : NULL;
-  return s;
+static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_flux2 *vae, dit_error *err) {
+  return dit_rt_on_device(rt) ? dit_vae_flux2_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
 }
-static void vae_free(void *obj) { dit_vae_flux2_free(obj); }
-static const dit_component_kind klein_vae = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
+DIT_COMPONENT_KIND(klein_vae, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_flux2, dit_vae_flux2_load, vae_prepare,
+                   dit_vae_flux2_free);
 
 /* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
 static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f2_state *L, int vae_tile,
@@ -227,23 +214,15 @@ static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f
 }
 
 /* The transformer on rt->dev (bf16 activations on a GPU). */
-static dit_status dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_flux2 *m = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_flux2_load(rt->dev, path, &m, err));
+static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *err) {
   const dit_flux2_config *c = dit_flux2_get_config(m);
-  dit_status s = DIT_OK;
   if (c->out_channels != c->in_channels)
-    s = dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
-                   c->in_channels);
-  if (s == DIT_OK && dit_rt_on_device(rt)) s = dit_flux2_set_act_dtype(m, DIT_BF16, err);
-  if (s != DIT_OK) dit_flux2_free(m);
-  *obj = s == DIT_OK ? m : NULL;
-  return s;
+    return dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
+                      c->in_channels);
+  return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
-static void dit_free(void *obj) { dit_flux2_free(obj); }
-static const dit_component_kind klein_dit = {"transformer", DIT_KEEP_TRANSFORMER, dit_load, dit_free};
+DIT_COMPONENT_KIND(klein_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux2_load,
+                   dit_prepare, dit_flux2_free);
 
 /* Loads the transformer (unless resident) and checks it against the prompt features. */
 static dit_status load_transformer(const dit_model_rt *rt, klein_model *k, f2_state *L, dit_error *err) {
@@ -269,29 +248,14 @@ static void state_free(f2_state *L) {
   memset(L, 0, sizeof *L);
 }
 
-static void klein_close(void *state) {
-  klein_model *k = state;
-  if (!k) return;
-  dit_components_close(&k->c);
-  free(k);
-}
-
 static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   klein_model *k = calloc(1, sizeof *k);
   if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  k->c.kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
-  k->c.kind[DIT_SLOT_TRANSFORMER] = &klein_dit;
-  k->c.kind[DIT_SLOT_VAE] = &klein_vae;
   dit_status s = dit_flux2_klein_is_distilled(rt->dir, &k->distilled, err);
   if (s == DIT_OK) s = vae_scale_factor(rt->dir, &k->vsf, err);
-  if (s == DIT_OK) s = dit_components_open(rt, &k->c, err);
-  if (s != DIT_OK) {
-    free(k);
-    return s;
-  }
-  *state = k;
-  return DIT_OK;
+  if (s == DIT_OK) s = dit_components_start(rt, &k->c, &klein_dit, &klein_vae, err);
+  DIT_HAND_OVER(s, k, state, free);
 }
 
 static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
@@ -366,5 +330,6 @@ const dit_family dit_family_flux2_klein = {
     .defaults = klein_family_defaults,
     .open = klein_open,
     .generate = klein_generate,
-    .close = klein_close,
+    .close = dit_components_state_close,
+    .bench = dit_flux2_klein_bench,
 };

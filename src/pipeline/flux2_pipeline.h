@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "io/model_dir.h"
+#include "pipeline/family_bench.h"
 
 /* model_index.json's is_distilled (absent = false, the pipeline's default); a value
  * that is not a boolean is DIT_ERR_FORMAT. */
@@ -27,5 +28,8 @@ void dit_flux2_klein_defaults(bool distilled, dit_gen_defaults *d);
  * compute_empirical_mu(image_seq_len, steps), the scheduler's dynamic shift). */
 dit_status dit_flux2_klein_schedule(const dit_model_dir *dir, int steps, int image_seq_len, float *sigmas,
                                     float *timesteps, dit_error *err);
+
+/* The benchmark variants of the family's row ("flux2-klein-4b", "-9b"; flux2_bench.c). */
+extern const dit_bench_variant dit_flux2_klein_bench[];
 
 #endif

@@ -25,6 +25,20 @@ void dit_components_close(dit_components *c) {
   }
 }
 
+dit_status dit_components_start(const dit_model_rt *rt, dit_components *c, const dit_component_kind *transformer,
+                                const dit_component_kind *vae, dit_error *err) {
+  c->kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
+  c->kind[DIT_SLOT_TRANSFORMER] = transformer;
+  c->kind[DIT_SLOT_VAE] = vae;
+  return dit_components_open(rt, c, err);
+}
+
+void dit_components_state_close(void *state) {
+  if (!state) return;
+  dit_components_close(state);
+  free(state);
+}
+
 dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err) {
   for (int i = 0; i < DIT_N_SLOTS; i++) {
     if (!c->kind[i] || !(rt->keep & c->kind[i]->keep_bit)) continue;

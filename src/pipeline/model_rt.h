@@ -35,6 +35,22 @@ typedef struct dit_component_kind {
   void (*free)(void *obj);
 } dit_component_kind;
 
+/* Defines `static const dit_component_kind kind` for a model of type T in the folder's
+ * component `folder`: loaded on rt->dev by load_fn(rt->dev, path, &(T *), err), then made
+ * ready for the runtime by prepare_fn(rt, (T *), err) (on failure it is freed again), freed
+ * by free_fn. */
+#define DIT_COMPONENT_KIND(kind, stage_name, keep, folder, T, load_fn, prepare_fn, free_fn) \
+  static dit_status kind##_load(const dit_model_rt *rt, void **obj, dit_error *err) {       \
+    char path[4096];                                                                         \
+    T *m = NULL;                                                                             \
+    DIT_TRY(dit_model_dir_component_path(rt->dir, folder, path, sizeof path, err));         \
+    DIT_TRY(load_fn(rt->dev, path, &m, err));                                                \
+    dit_status s = prepare_fn(rt, m, err);                                                   \
+    DIT_HAND_OVER(s, m, obj, free_fn);                                                       \
+  }                                                                                          \
+  static void kind##_free(void *obj) { free_fn(obj); }                                       \
+  static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free}
+
 enum { DIT_SLOT_TEXT = 0, DIT_SLOT_TRANSFORMER, DIT_SLOT_VAE, DIT_N_SLOTS };
 
 /* A family's components: kinds filled by the family, objects NULL until loaded. */
@@ -51,6 +67,12 @@ dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot
 /* After its stage: frees the component unless rt->keep holds it. */
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot);
 void dit_components_close(dit_components *c);
+/* Fills c's slots with the shared Qwen3 text encoder and the family's transformer and VAE
+ * kinds, then loads what rt->keep holds (as dit_components_open). */
+dit_status dit_components_start(const dit_model_rt *rt, dit_components *c, const dit_component_kind *transformer,
+                                const dit_component_kind *vae, dit_error *err);
+/* A family's close for a malloc'd state whose first member is its dit_components. */
+void dit_components_state_close(void *state);
 
 /* The Qwen3 text encoder with its tokenizer, as both Z-Image and FLUX.2 [klein] use it: the
  * kind for DIT_SLOT_TEXT (its object is a dit_text_encoder). */

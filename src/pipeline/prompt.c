@@ -128,10 +128,5 @@ dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok
   free(ids);
   free(mask);
   free(hs);
-  if (s != DIT_OK) {
-    free(out);
-    return s;
-  }
-  *embeds = out;
-  return DIT_OK;
+  DIT_HAND_OVER(s, out, embeds, free);
 }

@@ -8,6 +8,7 @@
 #include "pipeline/scheduler.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/json.h"
@@ -291,4 +292,21 @@ void dit_flow_euler_step(float *sample, const float *model_out, size_t n, float 
     float d = dt * model_out[i];
     sample[i] = sample[i] + d;
   }
+}
+
+dit_status dit_flow_schedule_for(const dit_model_dir *dir, int steps, int image_seq_len,
+                                 void (*default_sigmas)(int steps, float *out), dit_flow_mu_fn mu, float *sigmas,
+                                 float *timesteps, dit_error *err) {
+  json_t *cfg = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
+  dit_flow_sched_config sc;
+  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
+  json_decref(cfg);
+  if (s != DIT_OK) return s;
+  float *custom = malloc((size_t)steps * sizeof(float));
+  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
+  default_sigmas(steps, custom);
+  s = dit_flow_sched_set_timesteps(&sc, steps, mu(&sc, image_seq_len, steps), custom, sigmas, timesteps, err);
+  free(custom);
+  return s;
 }

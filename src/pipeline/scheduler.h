@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "io/model_dir.h"
 
 #define DIT_FLOW_MAX_STEPS 1000
 
@@ -67,6 +68,16 @@ double dit_flux2_empirical_mu(int image_seq_len, int steps);
  * FLUX.2:  np.linspace(1.0, 1/steps, steps) in float64, rounded to float32. */
 void dit_zimage_default_sigmas(int steps, float *out);
 void dit_flux2_default_sigmas(int steps, float *out);
+
+/* A pipeline's mu for image_seq_len latent tokens and steps (sc: the folder's scheduler). */
+typedef double (*dit_flow_mu_fn)(const dit_flow_sched_config *sc, int image_seq_len, int steps);
+
+/* The schedule a pipeline computes from its folder's scheduler config (the "scheduler"
+ * component): its default sigmas (default_sigmas(steps, out)), shifted with
+ * mu(sc, image_seq_len, steps); as dit_flow_sched_set_timesteps otherwise. */
+dit_status dit_flow_schedule_for(const dit_model_dir *dir, int steps, int image_seq_len,
+                                 void (*default_sigmas)(int steps, float *out), dit_flow_mu_fn mu, float *sigmas,
+                                 float *timesteps, dit_error *err);
 
 /* In place: sample[i] += (sigma_next - sigma) * model_out[i], each operation rounded to
  * float32 as torch does (dt first, then the product, then the sum; no fused multiply-add). */

@@ -122,37 +122,24 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
   return dit_check_finite(L->latents, L->n, stage, err);
 }
 
+/* calculate_shift over the scheduler's base/max sequence lengths. */
+static double zimage_mu(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
+  (void)steps;
+  return dit_flow_calculate_shift(image_seq_len, sc);
+}
+
 dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w, float *sigmas, float *timesteps,
                                 dit_error *err) {
-  json_t *cfg = NULL;
-  DIT_TRY(dit_model_dir_component_config(dir, "scheduler", &cfg, err));
-  dit_flow_sched_config sc;
-  dit_status s = dit_flow_sched_config_from_json(cfg, &sc, err);
-  json_decref(cfg);
-  if (s != DIT_OK) return s;
-  float *custom = malloc((size_t)steps * sizeof(float));
-  if (!custom) return dit_errorf(err, DIT_ERR_NOMEM, "scheduler: out of memory");
-  dit_zimage_default_sigmas(steps, custom);
-  const int image_seq_len = (h / 2) * (w / 2);
-  const double mu = dit_flow_calculate_shift(image_seq_len, &sc);
-  s = dit_flow_sched_set_timesteps(&sc, steps, mu, custom, sigmas, timesteps, err);
-  free(custom);
-  return s;
+  return dit_flow_schedule_for(dir, steps, (h / 2) * (w / 2), dit_zimage_default_sigmas, zimage_mu, sigmas, timesteps,
+                               err);
 }
 
 /* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipeline runs it). */
-static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_vae_kl *vae = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
-  DIT_TRY(dit_vae_kl_load(rt->dev, path, &vae, err));
-  dit_status s = dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
-  if (s != DIT_OK) dit_vae_kl_free(vae);
-  *obj = s == DIT_OK ? vae : NULL;
-  return s;
+static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_kl *vae, dit_error *err) {
+  return dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
 }
-static void vae_free(void *obj) { dit_vae_kl_free(obj); }
-static const dit_component_kind zimage_vae = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
+DIT_COMPONENT_KIND(zimage_vae, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_kl, dit_vae_kl_load, vae_prepare,
+                   dit_vae_kl_free);
 
 /* VAE stage: scales/shifts the latents, decodes, converts to 8-bit. */
 static dit_status decode_latents(const dit_model_rt *rt, dit_components *c, const loop_state *L, int vae_tile,
@@ -199,40 +186,20 @@ static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *
 
 /* The transformer on rt->dev (bf16 activations on a GPU; q/k/v stacked unless the run
  * options say no). */
-static dit_status dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  char path[4096];
-  dit_zimage *m = NULL;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "transformer", path, sizeof path, err));
-  DIT_TRY(dit_zimage_load(rt->dev, path, &m, err));
+static dit_status dit_prepare(const dit_model_rt *rt, dit_zimage *m, dit_error *err) {
   dit_zimage_set_stacked_qkv(m, rt->ctx->opts.zimage_stack_qkv);
-  dit_status s = dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
-  if (s != DIT_OK) dit_zimage_free(m);
-  *obj = s == DIT_OK ? m : NULL;
-  return s;
+  return dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
-static void dit_free(void *obj) { dit_zimage_free(obj); }
-static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, dit_load, dit_free};
+DIT_COMPONENT_KIND(zimage_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_zimage, dit_zimage_load,
+                   dit_prepare, dit_zimage_free);
 
-static void zimage_close(void *state) {
-  if (!state) return;
-  dit_components_close(state);
-  free(state);
-}
-
+/* The state is the components alone. */
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
   if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  c->kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
-  c->kind[DIT_SLOT_TRANSFORMER] = &zimage_dit;
-  c->kind[DIT_SLOT_VAE] = &zimage_vae;
-  dit_status s = dit_components_open(rt, c, err);
-  if (s != DIT_OK) {
-    free(c);
-    return s;
-  }
-  *state = c;
-  return DIT_OK;
+  dit_status s = dit_components_start(rt, c, &zimage_dit, &zimage_vae, err);
+  DIT_HAND_OVER(s, c, state, free);
 }
 
 static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
@@ -317,5 +284,6 @@ const dit_family dit_family_zimage = {
     .defaults = zimage_family_defaults,
     .open = zimage_open,
     .generate = zimage_generate,
-    .close = zimage_close,
+    .close = dit_components_state_close,
+    .bench = dit_zimage_bench,
 };

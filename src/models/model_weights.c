@@ -1,0 +1,70 @@
+/* A transformer's weights (see model_weights.h). */
+#include "models/model_weights.h"
+
+#include <stdio.h>
+
+dit_status dit_model_config_path(const char *who, const char *dir, char *path, size_t len, dit_error *err) {
+  int n = snprintf(path, len, "%s/config.json", dir);
+  if (n < 0 || (size_t)n >= len) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: folder path too long: %s", who, dir);
+  return DIT_OK;
+}
+
+dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err) {
+  for (size_t i = 0; i < t->n; i++) {
+    const dit_tensor *d = t->entries[i].dst;
+    if (d->data && d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
+                        t->entries[i].name, dit_dtype_name(d->dtype));
+  }
+  return DIT_OK;
+}
+
+/* Bytes of t's tensors as one backend block (each piece 256-byte aligned). */
+static size_t block_bytes(const dit_wtable *t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) n += (dit_tensor_nbytes(t->entries[i].dst) + 255) / 256 * 256;
+  return n;
+}
+
+/* Binds t from w->files, checks the dtypes when asked, then on a device backend uploads. */
+static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *t, bool check_float, dit_error *err) {
+  DIT_TRY(dit_wtable_bind(t, w->files, "", NULL, err));
+  if (check_float) DIT_TRY(dit_wtable_check_float(t, err));
+  if (dit_backend_is_host(be)) return DIT_OK;
+  DIT_TRY(dit_backend_upload_wtable(be, t, &w->wblock, err));
+  w->wbytes = block_bytes(t);
+  dit_weights_close(w->files);
+  w->files = NULL;
+  return DIT_OK;
+}
+
+dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const char *who, const char *dir,
+                                  dit_wtable_build_fn build, void *model, bool check_float, dit_error *err) {
+  dit_wtable t;
+  dit_status s = build(model, &t, err);
+  if (s == DIT_OK) s = dit_weights_open(dir, NULL, &w->files, err);
+  if (s == DIT_OK) {
+    s = bind_place(be, w, &t, check_float, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s: %s", who, dir);
+  }
+  dit_wtable_free(&t);
+  return s;
+}
+
+dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const char *who, dit_wtable_build_fn build,
+                                    void *model, dit_dtype wdt, uint64_t seed, dit_error *err) {
+  dit_wtable t;
+  dit_status s = build(model, &t, err);
+  if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &w->wblock, err);
+  if (s == DIT_OK) w->wbytes = block_bytes(&t);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) dit_error_prefix(err, "%s random weights", who);
+  return s;
+}
+
+void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
+  if (w->wblock) be->ops->free(be, w->wblock);
+  if (w->files) dit_weights_close(w->files);
+  w->wblock = NULL;
+  w->files = NULL;
+}

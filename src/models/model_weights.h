@@ -1,0 +1,45 @@
+/* A transformer's weights: the checkpoint's files while the tensors point into them (the
+ * CPU backend), or one backend block holding every tensor (a device backend, or random
+ * weights), and that block's size. The loading steps both transformers share. */
+#ifndef DIT_MODELS_MODEL_WEIGHTS_H
+#define DIT_MODELS_MODEL_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+
+typedef struct dit_model_weights {
+  dit_weights *files; /* open checkpoint, or NULL once copied into wblock */
+  void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
+  size_t wbytes;      /* its size */
+} dit_model_weights;
+
+/* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */
+dit_status dit_model_config_path(const char *who, const char *dir, char *path, size_t len, dit_error *err);
+
+/* Lists every tensor of a model in t (initialising t first, also on failure: the caller
+ * frees it). */
+typedef dit_status (*dit_wtable_build_fn)(void *model, dit_wtable *t, dit_error *err);
+
+/* Opens the checkpoint in dir and binds every tensor build(model) lists (naming the first
+ * problems, after "who: dir"); with check_float, a tensor that is not F32, BF16 or F16 is
+ * refused by name. On a device backend then copies them into one block and closes the
+ * files. */
+dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const char *who, const char *dir,
+                                  dit_wtable_build_fn build, void *model, bool check_float, dit_error *err);
+
+/* Random weights (wdt, seed) for every tensor build(model) lists, in one block of be (a
+ * failure is prefixed "who random weights"). */
+dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const char *who, dit_wtable_build_fn build,
+                                    void *model, dit_dtype wdt, uint64_t seed, dit_error *err);
+
+/* DIT_ERR_UNSUPPORTED naming the first bound tensor of t that is not F32, BF16 or F16 (the
+ * dtypes the ops read weights in). */
+dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err);
+
+void dit_model_weights_release(dit_backend *be, dit_model_weights *w);
+
+#endif

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/splitmix.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
 
@@ -65,18 +66,11 @@ dit_status dit_backend_check_act_dtype(const dit_backend *be, dit_dtype dt, cons
 
 /* ---- random weights ---- */
 
-static uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 /* Elements [first, first + n) of entry `e` (key: seed and entry index) into dst. */
 static void fill_random(void *dst, dit_dtype dt, int64_t first, int64_t n, uint64_t key, float center, float amp) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; j++) {
-    uint64_t h = splitmix(key ^ (uint64_t)(first + j) * 0xD1B54A32D192ED03ull);
+    uint64_t h = dit_splitmix64(key ^ (uint64_t)(first + j) * 0xD1B54A32D192ED03ull);
     float u = (float)((double)(h >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
     float v = center + amp * u;
     if (dt == DIT_F32) ((float *)dst)[j] = v;
@@ -120,7 +114,7 @@ dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_d
     d->device = dev;
     float center, amp;
     init_law(&t->entries[i], &center, &amp);
-    const uint64_t key = splitmix(seed ^ splitmix((uint64_t)i + 1));
+    const uint64_t key = dit_splitmix64(seed ^ dit_splitmix64((uint64_t)i + 1));
     const int64_t n = dit_tensor_numel(d), chunk = (int64_t)(STAGE_BYTES / es);
     if (host) fill_random(d->data, dt, 0, n, key, center, amp);
     for (int64_t j = 0; !host && j < n && s == DIT_OK; j += chunk) {

@@ -7,10 +7,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ditrun.h"
+
 /* Each returns true on success; on failure prints "ditrun CMD: OPTION: why" to stderr. */
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, long max, int *out);
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 bool cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max, double *out);
+
+/* The index of s in names[0..n); -1 after printing "ditrun CMD: OPTION: 's' is not A, B or C"
+ * when it is none of them. */
+int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char *const *names, size_t n);
+
+/* --cpu-precision fp32 | bf16. */
+bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);
+
+/* A context with `threads` threads (0: all online cores), or NULL after printing
+ * "ditrun CMD: out of memory". */
+dit_ctx *cli_ctx_open(const char *cmd, int threads);
 
 /* Option matching: for "--width" style options accepts "--width V" and "--width=V";
  * short aliases ("-W") take the next argument. Returns the value or NULL (and sets *bad

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "ditrun.h"
 
 static void info_usage(FILE *f) {
@@ -52,11 +53,8 @@ int cli_info(int argc, char **argv) {
   if (r) return r == 1 ? 0 : 2;
   const char *path = o.path;
   unsigned flags = o.flags;
-  dit_ctx *ctx;
-  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun info: out of memory\n");
-    return 1;
-  }
+  dit_ctx *ctx = cli_ctx_open("info", 0);
+  if (!ctx) return 1;
   dit_status s = dit_info_print_ex(ctx, path, flags, stdout);
   fflush(stdout);
   if (s != DIT_OK) fprintf(stderr, "ditrun info: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "ditrun.h"
 
 static void tokenize_usage(FILE *f) {
@@ -74,11 +75,8 @@ int cli_tokenize(int argc, char **argv) {
   if (r) return r == 1 ? 0 : 2;
   const char *model = o.model, *text = o.text;
   int chat = o.chat;
-  dit_ctx *ctx;
-  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun tokenize: out of memory\n");
-    return 1;
-  }
+  dit_ctx *ctx = cli_ctx_open("tokenize", 0);
+  if (!ctx) return 1;
   dit_tokenizer *tok = NULL;
   int32_t *ids = NULL;
   size_t n = 0;

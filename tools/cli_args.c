@@ -94,7 +94,10 @@ bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *
   return k >= 0;
 }
 
-dit_ctx *cli_ctx_open(const char *cmd, int threads) {
+dit_ctx *cli_start(const char *cmd, int parsed, int threads, int *code) {
+  *code = parsed == 1 ? 0 : 2;
+  if (parsed) return NULL;
+  *code = 1;
   dit_ctx_params cp;
   dit_ctx_params_default(&cp);
   cp.n_threads = threads;

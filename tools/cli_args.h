@@ -21,9 +21,11 @@ int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char
 /* --cpu-precision fp32 | bf16. */
 bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);
 
-/* A context with `threads` threads (0: all online cores), or NULL after printing
- * "ditrun CMD: out of memory". */
-dit_ctx *cli_ctx_open(const char *cmd, int threads);
+/* The start of a subcommand, given what its option parser returned (0 run, 1 --help
+ * printed, 2 bad usage): a context with `threads` threads (0: all online cores) to run
+ * with, or NULL and the exit code in *code (0 after --help, 2 bad usage, 1 when out of
+ * memory: "ditrun CMD: out of memory" printed). */
+dit_ctx *cli_start(const char *cmd, int parsed, int threads, int *code);
 
 /* Option matching: for "--width" style options accepts "--width V" and "--width=V";
  * short aliases ("-W") take the next argument. Returns the value or NULL (and sets *bad

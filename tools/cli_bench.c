@@ -133,10 +133,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 int cli_bench(int argc, char **argv) {
   bench_opts o;
-  int r = parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  dit_ctx *ctx = cli_ctx_open("bench", o.threads);
-  if (!ctx) return 1;
+  int r = parse(argc, argv, &o), code; /* parsed before o.threads is read */
+  dit_ctx *ctx = cli_start("bench", r, o.threads, &code);
+  if (!ctx) return code;
   dit_bench_result res;
   dit_bench_e2e_result e2e;
   dit_status s = o.e2e ? dit_bench_e2e_run(ctx, &o.p, o.e2e, &e2e) : dit_bench_run(ctx, &o.p, &res);

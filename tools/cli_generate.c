@@ -265,14 +265,13 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
 
 int cli_generate(int argc, char **argv) {
   cli_gen_opts o;
-  int r = cli_generate_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  if (!check_outputs(&o)) return 2;
-  dit_ctx *ctx = cli_ctx_open("generate", o.threads);
-  if (!ctx) return 1;
+  int r = cli_generate_parse(argc, argv, &o), code;
+  if (r == 0 && !check_outputs(&o)) r = 2;
+  dit_ctx *ctx = cli_start("generate", r, o.threads, &code);
+  if (!ctx) return code;
   dit_gen_defaults d;
   dit_status s = dit_gen_defaults_for(ctx, o.p.model_dir, &d);
-  int code = 2;
+  code = 2;
   if (s == DIT_OK && ((o.p.width && o.p.width % d.size_multiple) || (o.p.height && o.p.height % d.size_multiple))) {
     fprintf(stderr, "ditrun generate: width and height must be multiples of %d for this model (got %dx%d)\n",
             d.size_multiple, o.p.width ? o.p.width : d.width, o.p.height ? o.p.height : d.height);

@@ -45,10 +45,9 @@ int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
 
 int cli_info(int argc, char **argv) {
   cli_info_opts o;
-  int r = cli_info_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  dit_ctx *ctx = cli_ctx_open("info", 0);
-  if (!ctx) return 1;
+  int code;
+  dit_ctx *ctx = cli_start("info", cli_info_parse(argc, argv, &o), 0, &code);
+  if (!ctx) return code;
   dit_status s = dit_info_print_ex(ctx, o.path, o.flags, stdout);
   fflush(stdout);
   if (s != DIT_OK) fprintf(stderr, "ditrun info: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));

@@ -66,10 +66,9 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
 
 int cli_tokenize(int argc, char **argv) {
   cli_tok_opts o;
-  int r = cli_tokenize_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  dit_ctx *ctx = cli_ctx_open("tokenize", 0);
-  if (!ctx) return 1;
+  int code;
+  dit_ctx *ctx = cli_start("tokenize", cli_tokenize_parse(argc, argv, &o), 0, &code);
+  if (!ctx) return code;
   dit_tokenizer *tok = NULL;
   int32_t *ids = NULL;
   size_t n = 0;

@@ -9,23 +9,18 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "bench_util.h"
 
-static double clk(clockid_t id) {
-  struct timespec ts;
-  clock_gettime(id, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
   long S = 4224, H = 30, D = 128;
   int reps = 3, threads = 0, portable = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--seq") && i + 1 < argc) S = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--heads") && i + 1 < argc) H = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--dim") && i + 1 < argc) D = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--portable")) portable = 1;
+    if (bench_opt_long(argc, argv, &i, "--seq", &S) || bench_opt_long(argc, argv, &i, "--heads", &H) ||
+        bench_opt_long(argc, argv, &i, "--dim", &D) || bench_opt_int(argc, argv, &i, "--reps", &reps) ||
+        bench_opt_int(argc, argv, &i, "--threads", &threads))
+      continue;
+    if (!strcmp(argv[i], "--portable")) portable = 1;
     else {
       fprintf(stderr, "usage: %s [--seq S] [--heads H] [--dim D] [--reps N] [--threads T] [--portable]\n", argv[0]);
       return 2;
@@ -52,12 +47,12 @@ int main(int argc, char **argv) {
   printf("attention S=%ld H=%ld D=%ld, %d threads, %s path: %.1f GFLOP per call\n", S, H, D, be->n_threads,
          simd ? "AVX-512" : "portable C", flop / 1e9);
   for (int i = 0; i < reps; i++) {
-    double t0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = bench_clock(CLOCK_MONOTONIC), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
     if (dit_op_attention(be, &to, &tq, &tk, &tv, NULL, 0.0883883f, false, &err) != DIT_OK) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }
-    double t = clk(CLOCK_MONOTONIC) - t0, c = clk(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double t = bench_clock(CLOCK_MONOTONIC) - t0, c = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
     bw = t < bw ? t : bw;
     bc = c < bc ? c : bc;
   }

@@ -15,23 +15,11 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include "core/timer.h"
+#include "bench_util.h"
 
 #ifdef DIT_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU seconds used by the whole process (all threads). */
-static double cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -40,30 +28,27 @@ static int cmp_d(const void *a, const void *b) {
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* 24 independent zmm FMA chains: the most one core can issue (no memory traffic). */
-__attribute__((target("avx512f"), noipa)) static float fma_loop(long iters, float seed) {
+/* 24 independent zmm chains, FMA (bf16 false: the most one core can issue, no memory
+ * traffic) or vdpbf16ps (64 flop each: the bf16 dot-product peak); returns their sum so
+ * the work is not optimized away. bf is a constant in each caller. */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline float chains(bool bf, long iters,
+                                                                                      float seed) {
   __m512 acc[24], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  __m512bh p = (__m512bh)_mm512_set1_epi32(0x3f803f80), q = (__m512bh)_mm512_set1_epi32(0x33803380);
   for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps(seed + (float)i);
   for (long it = 0; it < iters; it++) {
 #pragma GCC unroll 24
-    for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+    for (int i = 0; i < 24; i++) acc[i] = bf ? _mm512_dpbf16_ps(acc[i], p, q) : _mm512_fmadd_ps(acc[i], m, a);
   }
   __m512 s = acc[0];
   for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
   return _mm512_reduce_add_ps(s);
 }
-/* 24 independent zmm vdpbf16ps chains (64 flop each): the bf16 dot-product peak. */
+__attribute__((target("avx512f,avx512bf16"), noipa)) static float fma_loop(long iters, float seed) {
+  return chains(false, iters, seed);
+}
 __attribute__((target("avx512f,avx512bf16"), noipa)) static float dp_loop(long iters, float seed) {
-  __m512 acc[24];
-  __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x33803380);
-  for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps(seed + (float)i);
-  for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 24
-    for (int i = 0; i < 24; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  }
-  __m512 s = acc[0];
-  for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  return chains(true, iters, seed);
 }
 
 /* Measured fp32 FMA peak (bf16: vdpbf16ps peak) over nt threads, GFLOP/s: each thread's
@@ -108,9 +93,9 @@ int main(int argc, char **argv) {
   int reps = 5, threads = 0, portable = 0, blas = 1, nshapes = 0, bf16 = 0;
   long shapes[16][3];
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--portable")) portable = 1;
+    if (bench_opt_int(argc, argv, &i, "--reps", &reps) || bench_opt_int(argc, argv, &i, "--threads", &threads))
+      continue;
+    if (!strcmp(argv[i], "--portable")) portable = 1;
     else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
     else if (!strcmp(argv[i], "--no-blas")) blas = 0;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc && nshapes < 16) {
@@ -165,9 +150,9 @@ int main(int argc, char **argv) {
     if (rr > 100) rr = 100;
     dit_op_linear(be, &ty, &tx, &tw, NULL, DIT_ACT_NONE, &err); /* warm-up */
     for (int i = 0; i < rr; i++) {
-      double t0 = now_s(), c0 = cpu_s();
+      double t0 = bench_clock(CLOCK_MONOTONIC), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
       dit_op_linear(be, &ty, &tx, &tw, NULL, DIT_ACT_NONE, &err);
-      t[i] = now_s() - t0, c[i] = cpu_s() - c0;
+      t[i] = bench_clock(CLOCK_MONOTONIC) - t0, c[i] = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
     }
     report("ditrun linear (bf16 w)", flop, t, c, rr, peak, be->n_threads);
 #ifdef DIT_HAVE_OPENBLAS
@@ -184,10 +169,10 @@ int main(int argc, char **argv) {
         mr = fabs(y2[i]) > mr ? fabs(y2[i]) : mr;
       }
       for (int i = 0; i < rr; i++) {
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = bench_clock(CLOCK_MONOTONIC), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w32, (int)K,
                     0.0f, y2, (int)N);
-        t[i] = now_s() - t0, c[i] = cpu_s() - c0;
+        t[i] = bench_clock(CLOCK_MONOTONIC) - t0, c[i] = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
       }
       report("OpenBLAS sgemm (f32 w)", flop, t, c, rr, peak, be->n_threads);
       printf("  max |ditrun - openblas| / max |openblas| = %.2e; fp32 weight copy for OpenBLAS: %.1f MiB\n",

@@ -13,15 +13,9 @@
 #include <sys/resource.h>
 
 #include "backend/backend.h"
+#include "bench_util.h"
 #include "core/timer.h"
 #include "models/qwen3.h"
-
-static double cpu_seconds(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-         ru.ru_stime.tv_usec * 1e-6;
-}
 
 static double peak_rss_gib(void) {
   struct rusage ru;
@@ -32,11 +26,10 @@ static double peak_rss_gib(void) {
 int main(int argc, char **argv) {
   int threads = 0, tokens = 100, reps = 2, bf16 = 0, layers = 36;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
+    if (bench_opt_int(argc, argv, &i, "--threads", &threads) || bench_opt_int(argc, argv, &i, "--tokens", &tokens) ||
+        bench_opt_int(argc, argv, &i, "--reps", &reps) || bench_opt_int(argc, argv, &i, "--layers", &layers))
+      continue;
+    if (!strcmp(argv[i], "--bf16")) bf16 = 1;
     else {
       fprintf(stderr, "usage: %s [--threads N] [--tokens T] [--reps R] [--bf16] [--layers L]\n", argv[0]);
       return 2;
@@ -74,12 +67,12 @@ int main(int argc, char **argv) {
   int which = -2;
   float *outs[1] = {out};
   for (int r = 0; r <= reps; r++) {
-    double w0 = dit_time_now(), c0 = cpu_seconds();
+    double w0 = dit_time_now(), c0 = bench_cpu_seconds();
     if (dit_qwen3_encode(m, 1, tokens, ids, NULL, 1, &which, outs, &err) != DIT_OK) {
       fprintf(stderr, "bench_qwen3: %s\n", err.msg);
       return 1;
     }
-    double w = dit_time_now() - w0, cs = cpu_seconds() - c0;
+    double w = dit_time_now() - w0, cs = bench_cpu_seconds() - c0;
     printf("  %s: wall %.2f s (%.1f GFLOP/s), CPU %.2f s (%.1f GFLOP/s per CPU-second x %d = %.1f%% of nominal %.0f)"
            ", %.1f GFLOP\n",
            r == 0 ? "first (cold)" : "run         ", w, flop / w / 1e9, cs, flop / (cs / be->n_threads) / 1e9,

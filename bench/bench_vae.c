@@ -13,15 +13,9 @@
 #include <sys/resource.h>
 
 #include "backend/backend.h"
+#include "bench_util.h"
 #include "core/timer.h"
 #include "models/vae_kl.h"
-
-static double cpu_seconds(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-         ru.ru_stime.tv_usec * 1e-6;
-}
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
   char *end;
@@ -108,12 +102,12 @@ int main(int argc, char **argv) {
     dit_tensor tz = dit_tensor_4d(DIT_F32, z, 1, 16, lat, lat), ti = dit_tensor_4d(DIT_F32, img, 1, 3, px, px);
     double best = 1e30, best_cpu = 0;
     for (int r = 0; r < reps && !rc; r++) {
-      double t0 = dit_time_now(), c0 = cpu_seconds();
+      double t0 = dit_time_now(), c0 = bench_cpu_seconds();
       if (dit_vae_kl_decode(m, &tz, &ti, tile, &err) != DIT_OK) {
         fprintf(stderr, "bench_vae: %s\n", err.msg);
         rc = 1;
       }
-      double dt = dit_time_now() - t0, dc = cpu_seconds() - c0;
+      double dt = dit_time_now() - t0, dc = bench_cpu_seconds() - c0;
       if (dt < best) {
         best = dt;
         best_cpu = dc;

@@ -87,6 +87,23 @@ for g in sorted(b.get("gemm_shapes", []), key=lambda g: -g["ms"]):
 PYEOF
 }
 
+# psnr_check LABEL PNG REFERENCE KEY: PSNR of the image PNG against the float reference image
+# KEY of the safetensors file REFERENCE (values in 0..1, or 0..255), with the 35 dB bar.
+psnr_check() {
+  python3 - "$2" "$3" "$4" "$1" <<'PYEOF'
+import sys, numpy as np
+from PIL import Image
+from safetensors.numpy import load_file
+img = np.asarray(Image.open(sys.argv[1]).convert("RGB"), dtype=np.float64) / 255.0
+ref = load_file(sys.argv[2])[sys.argv[3]].astype(np.float64)
+ref = ref / 255.0 if ref.max() > 1.5 else ref
+mse = float(np.mean((img - ref) ** 2))
+psnr = 10 * np.log10(1.0 / mse) if mse > 0 else float("inf")
+print(f"{sys.argv[4]} vs diffusers float32 reference: PSNR {psnr:.2f} dB (bar: 35), "
+      f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
+PYEOF
+}
+
 skip() { case ",${SKIP:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
 run() {
@@ -136,17 +153,8 @@ run() {
     timeout 120 .devbin/ditrun generate -m tests/fixtures/models/zimage-tiny -p "$prompt" -W 96 -H 128 --steps 4 --guidance 0 \
       --seed 42 --device cuda -o "$OUT/gpu_turbo.png" --overwrite >"$OUT/gpu_generate.log" 2>&1
     echo "generate --device cuda: rc=$?"
-    python3 - "$OUT/gpu_turbo.png" tests/fixtures/models/zimage-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate.log"
-import sys, numpy as np
-from PIL import Image
-from safetensors.numpy import load_file
-img = np.asarray(Image.open(sys.argv[1]).convert("RGB"), dtype=np.float64) / 255.0
-ref = load_file(sys.argv[2])["turbo_image"].astype(np.float64)
-mse = float(np.mean((img - ref) ** 2))
-psnr = 10 * np.log10(1.0 / mse) if mse > 0 else float("inf")
-print(f"GPU pipeline image vs diffusers float32 reference: PSNR {psnr:.2f} dB (bar: 35), "
-      f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
-PYEOF
+    psnr_check "GPU pipeline image" "$OUT/gpu_turbo.png" tests/fixtures/models/zimage-tiny/reference.safetensors \
+      turbo_image 2>&1 | tee -a "$OUT/gpu_generate.log"
   fi
   if ! skip generate; then
     # FLUX.2 [klein]: text encoder, transformer (bf16) and VAE on the GPU, against the float reference image
@@ -155,18 +163,8 @@ PYEOF
     timeout 120 .devbin/ditrun generate -m tests/fixtures/models/flux2-klein-tiny -p "$f2p" -W 96 -H 128 --steps 4 \
       --seed 42 --device cuda -o "$OUT/gpu_flux2.png" --overwrite >"$OUT/gpu_generate_flux2.log" 2>&1
     echo "generate flux2 --device cuda: rc=$? $(tail -n 3 "$OUT/gpu_generate_flux2.log" | head -c 400)"
-    python3 - "$OUT/gpu_flux2.png" tests/fixtures/models/flux2-klein-tiny/reference.safetensors <<'PYEOF' 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
-import sys, numpy as np
-from PIL import Image
-from safetensors.numpy import load_file
-img = np.asarray(Image.open(sys.argv[1]).convert("RGB"), dtype=np.float64) / 255.0
-ref = load_file(sys.argv[2])["image"].astype(np.float64)
-ref = ref / 255.0 if ref.max() > 1.5 else ref
-mse = float(np.mean((img - ref) ** 2))
-psnr = 10 * np.log10(1.0 / mse) if mse > 0 else float("inf")
-print(f"FLUX.2 GPU pipeline image vs diffusers float32 reference: PSNR {psnr:.2f} dB (bar: 35), "
-      f"max diff {np.max(np.abs(img - ref)) * 255:.1f} levels -> {'PASS' if psnr >= 35 else 'FAIL'}")
-PYEOF
+    psnr_check "FLUX.2 GPU pipeline image" "$OUT/gpu_flux2.png" tests/fixtures/models/flux2-klein-tiny/reference.safetensors \
+      image 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
   fi
   if ! skip bench; then
     # clocks, power and temperature once a second while ditrun benches (leaves the card's settings alone)

@@ -61,14 +61,20 @@ static void run_model_index(const char *dir) {
   dit_ctx_free(ctx);
 }
 
-static void run_scheduler(const uint8_t *data, size_t size) {
+/* The input parsed as JSON (named `what`), or NULL when it is not JSON (explained). */
+static json_t *parse_input(const uint8_t *data, size_t size, const char *what) {
   dit_error err = {0};
   json_t *j = NULL;
-  dit_status s = dit_json_parse((const char *)data, size, "scheduler_config.json", &j, &err);
-  must_explain(s, &err);
-  if (s != DIT_OK) return;
+  must_explain(dit_json_parse((const char *)data, size, what, &j, &err), &err);
+  return j;
+}
+
+static void run_scheduler(const uint8_t *data, size_t size) {
+  json_t *j = parse_input(data, size, "scheduler_config.json");
+  if (!j) return;
+  dit_error err = {0};
   dit_flow_sched_config c;
-  s = dit_flow_sched_config_from_json(j, &c, &err);
+  dit_status s = dit_flow_sched_config_from_json(j, &c, &err);
   must_explain(s, &err);
   if (s == DIT_OK) {
     float sig[9], ts[8];
@@ -80,11 +86,8 @@ static void run_scheduler(const uint8_t *data, size_t size) {
 }
 
 static void run_raw_json(const uint8_t *data, size_t size) {
-  dit_error err = {0};
-  json_t *j = NULL;
-  dit_status s = dit_json_parse((const char *)data, size, "fuzz.json", &j, &err);
-  must_explain(s, &err);
-  if (s != DIT_OK) return;
+  json_t *j = parse_input(data, size, "fuzz.json");
+  if (!j) return;
   int64_t iv, arr[8];
   double dv;
   bool bv;
@@ -142,54 +145,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_write("model_index.json", data, size);
     run_model_index(dir);
     break;
-  case 1: {
-    fz_write("transformer/config.json", data, size);
-    snprintf(path, sizeof path, "%s/transformer", dir);
-    dit_zimage *m = NULL;
-    s = dit_zimage_load(cfg_backend(), path, &m, &err);
-    must_explain(s, &err);
-    if (m) dit_zimage_free(m);
-    break;
+  /* a component config written as SUB/config.json, then its loader run on SUB */
+#define LOAD_CASE(n, sub, type, load, unload)                                          \
+  case n: {                                                                            \
+    fz_write(sub "/config.json", data, size);                                          \
+    snprintf(path, sizeof path, "%s/" sub, dir);                                       \
+    type *m = NULL;                                                                    \
+    s = load(cfg_backend(), path, &m, &err);                                           \
+    must_explain(s, &err);                                                             \
+    if (m) unload(m);                                                                  \
+    break;                                                                             \
   }
-  case 2: {
-    fz_write("text_encoder/config.json", data, size);
-    snprintf(path, sizeof path, "%s/text_encoder", dir);
-    dit_qwen3 *m = NULL;
-    s = dit_qwen3_load(cfg_backend(), path, &m, &err);
-    must_explain(s, &err);
-    if (m) dit_qwen3_free(m);
-    break;
-  }
-  case 3: {
-    fz_write("vae/config.json", data, size);
-    snprintf(path, sizeof path, "%s/vae", dir);
-    dit_vae_kl *m = NULL;
-    s = dit_vae_kl_load(cfg_backend(), path, &m, &err);
-    must_explain(s, &err);
-    if (m) dit_vae_kl_free(m);
-    break;
-  }
+  LOAD_CASE(1, "transformer", dit_zimage, dit_zimage_load, dit_zimage_free)
+  LOAD_CASE(2, "text_encoder", dit_qwen3, dit_qwen3_load, dit_qwen3_free)
+  LOAD_CASE(3, "vae", dit_vae_kl, dit_vae_kl_load, dit_vae_kl_free)
+  LOAD_CASE(7, "flux2", dit_flux2, dit_flux2_load, dit_flux2_free)
+  LOAD_CASE(8, "vae2", dit_vae_flux2, dit_vae_flux2_load, dit_vae_flux2_free)
+#undef LOAD_CASE
   case 4:
     run_scheduler(data, size);
     break;
-  case 7: {
-    fz_write("flux2/config.json", data, size);
-    snprintf(path, sizeof path, "%s/flux2", dir);
-    dit_flux2 *m = NULL;
-    s = dit_flux2_load(cfg_backend(), path, &m, &err);
-    must_explain(s, &err);
-    if (m) dit_flux2_free(m);
-    break;
-  }
-  case 8: {
-    fz_write("vae2/config.json", data, size);
-    snprintf(path, sizeof path, "%s/vae2", dir);
-    dit_vae_flux2 *m = NULL;
-    s = dit_vae_flux2_load(cfg_backend(), path, &m, &err);
-    must_explain(s, &err);
-    if (m) dit_vae_flux2_free(m);
-    break;
-  }
   case 5:
     run_index(dir, data, size);
     break;

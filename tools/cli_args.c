@@ -29,11 +29,17 @@ static bool plain_decimal(const char *s, bool allow_sign, bool allow_frac) {
   return digits;
 }
 
+/* s is a plain decimal number of the kind asked for; else prints "ditrun CMD: OPT: 's' is
+ * not WHAT" and returns false. */
+static bool decimal_text(const char *cmd, const char *opt, const char *s, bool allow_sign, bool allow_frac,
+                         const char *what) {
+  if (plain_decimal(s, allow_sign, allow_frac)) return true;
+  fprintf(stderr, "ditrun %s: %s: '%s' is not %s\n", cmd, opt, s ? s : "", what);
+  return false;
+}
+
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, long max, int *out) {
-  if (!plain_decimal(s, true, false)) {
-    fprintf(stderr, "ditrun %s: %s: '%s' is not an integer\n", cmd, opt, s ? s : "");
-    return false;
-  }
+  if (!decimal_text(cmd, opt, s, true, false, "an integer")) return false;
   errno = 0;
   long v = strtol(s, NULL, 10);
   if (errno == ERANGE || v < min || v > max) {
@@ -45,10 +51,7 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, lo
 }
 
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
-  if (!plain_decimal(s, false, false)) {
-    fprintf(stderr, "ditrun %s: %s: '%s' is not a non-negative integer\n", cmd, opt, s ? s : "");
-    return false;
-  }
+  if (!decimal_text(cmd, opt, s, false, false, "a non-negative integer")) return false;
   errno = 0;
   unsigned long long v = strtoull(s, NULL, 10);
   if (errno == ERANGE) {
@@ -60,10 +63,7 @@ bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *ou
 }
 
 bool cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max, double *out) {
-  if (!plain_decimal(s, true, true)) {
-    fprintf(stderr, "ditrun %s: %s: '%s' is not a decimal number\n", cmd, opt, s ? s : "");
-    return false;
-  }
+  if (!decimal_text(cmd, opt, s, true, true, "a decimal number")) return false;
   errno = 0;
   double v = strtod(s, NULL);
   if (errno == ERANGE || !isfinite(v)) {
@@ -76,6 +76,37 @@ bool cli_parse_double(const char *cmd, const char *opt, const char *s, double mi
   }
   *out = v;
   return true;
+}
+
+int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char *const *names, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (s && !strcmp(s, names[k])) return (int)k;
+  fprintf(stderr, "ditrun %s: %s: '%s' is not ", cmd, opt, s ? s : "");
+  for (size_t k = 0; k < n; k++) fprintf(stderr, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ", names[k]);
+  fprintf(stderr, "\n");
+  return -1;
+}
+
+bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out) {
+  static const char *const names[] = {"fp32", "bf16"}; /* index: dit_cpu_precision */
+  int k = cli_parse_choice(cmd, "--cpu-precision", s, names, 2);
+  if (k >= 0) *out = (dit_cpu_precision)k;
+  return k >= 0;
+}
+
+dit_ctx *cli_start(const char *cmd, int parsed, int threads, int *code) {
+  *code = parsed == 1 ? 0 : 2;
+  if (parsed) return NULL;
+  *code = 1;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  cp.n_threads = threads;
+  dit_ctx *ctx = NULL;
+  if (dit_ctx_create(&cp, &ctx) != DIT_OK) {
+    fprintf(stderr, "ditrun %s: out of memory\n", cmd);
+    return NULL;
+  }
+  return ctx;
 }
 
 const char *cli_opt_value(int argc, char **argv, int *i, const char *shrt, const char *lng, bool *matched,

@@ -7,10 +7,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ditrun.h"
+
 /* Each returns true on success; on failure prints "ditrun CMD: OPTION: why" to stderr. */
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, long max, int *out);
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 bool cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max, double *out);
+
+/* The index of s in names[0..n); -1 after printing "ditrun CMD: OPTION: 's' is not A, B or C"
+ * when it is none of them. */
+int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char *const *names, size_t n);
+
+/* --cpu-precision fp32 | bf16. */
+bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);
+
+/* The start of a subcommand, given what its option parser returned (0 run, 1 --help
+ * printed, 2 bad usage): a context with `threads` threads (0: all online cores) to run
+ * with, or NULL and the exit code in *code (0 after --help, 2 bad usage, 1 when out of
+ * memory: "ditrun CMD: out of memory" printed). */
+dit_ctx *cli_start(const char *cmd, int parsed, int threads, int *code);
 
 /* Option matching: for "--width" style options accepts "--width V" and "--width=V";
  * short aliases ("-W") take the next argument. Returns the value or NULL (and sets *bad

@@ -71,23 +71,11 @@ static bool parse_device(const char *v, dit_bench_params *p) {
 }
 
 static bool parse_dtype(const char *v, dit_bench_params *p) {
-  if (!strcmp(v, "bf16")) p->dtype = DIT_BF16;
-  else if (!strcmp(v, "f32")) p->dtype = DIT_F32;
-  else {
-    fprintf(stderr, "ditrun bench: --dtype: '%s' is not bf16 or f32\n", v);
-    return false;
-  }
-  return true;
-}
-
-static bool parse_cpu_precision(const char *v, dit_bench_params *p) {
-  if (!strcmp(v, "fp32")) p->cpu_precision = DIT_CPU_PRECISION_FP32;
-  else if (!strcmp(v, "bf16")) p->cpu_precision = DIT_CPU_PRECISION_BF16;
-  else {
-    fprintf(stderr, "ditrun bench: --cpu-precision: '%s' is not fp32 or bf16\n", v);
-    return false;
-  }
-  return true;
+  static const char *const names[] = {"bf16", "f32"};
+  static const dit_dtype dtypes[] = {DIT_BF16, DIT_F32};
+  int k = cli_parse_choice("bench", "--dtype", v, names, 2);
+  if (k >= 0) p->dtype = dtypes[k];
+  return k >= 0;
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage. */
@@ -116,7 +104,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     else if (OPT("--device")) { if (!bad && !parse_device(v, p)) return 2; }
     else if (OPT("--dtype")) { if (!bad && !parse_dtype(v, p)) return 2; }
-    else if (OPT("--cpu-precision")) { if (!bad && !parse_cpu_precision(v, p)) return 2; }
+    else if (OPT("--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("bench", v, &p->cpu_precision)) return 2; }
     else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
     else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
     else INT("--e2e", 1, 1000, &o->e2e)
@@ -145,16 +133,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 int cli_bench(int argc, char **argv) {
   bench_opts o;
-  int r = parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  dit_ctx_params cp;
-  dit_ctx_params_default(&cp);
-  cp.n_threads = o.threads;
-  dit_ctx *ctx = NULL;
-  if (dit_ctx_create(&cp, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun bench: out of memory\n");
-    return 1;
-  }
+  int r = parse(argc, argv, &o), code; /* parsed before o.threads is read */
+  dit_ctx *ctx = cli_start("bench", r, o.threads, &code);
+  if (!ctx) return code;
   dit_bench_result res;
   dit_bench_e2e_result e2e;
   dit_status s = o.e2e ? dit_bench_e2e_run(ctx, &o.p, o.e2e, &e2e) : dit_bench_run(ctx, &o.p, &res);

@@ -163,15 +163,12 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       }
     }
     else if (OPT(NULL, "--device")) {
-      if (!bad && !strcmp(v, "cpu")) o->p.device = DIT_DEVICE_CPU;
-      else if (!bad && !strcmp(v, "cuda")) o->p.device = DIT_DEVICE_CUDA;
-      else if (!bad) { fprintf(stderr, "ditrun generate: --device: '%s' is not cpu or cuda\n", v); return 2; }
+      static const char *const devices[] = {"cpu", "cuda"}; /* index: dit_device_kind */
+      int k = bad ? 0 : cli_parse_choice("generate", "--device", v, devices, 2);
+      if (k < 0) return 2;
+      if (!bad) o->p.device = (dit_device_kind)k;
     }
-    else if (OPT(NULL, "--cpu-precision")) {
-      if (!bad && !strcmp(v, "fp32")) o->p.cpu_precision = DIT_CPU_PRECISION_FP32;
-      else if (!bad && !strcmp(v, "bf16")) o->p.cpu_precision = DIT_CPU_PRECISION_BF16;
-      else if (!bad) { fprintf(stderr, "ditrun generate: --cpu-precision: '%s' is not fp32 or bf16\n", v); return 2; }
-    }
+    else if (OPT(NULL, "--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("generate", v, &o->p.cpu_precision)) return 2; }
     else { cli_unknown_option("generate", a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
@@ -268,20 +265,13 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
 
 int cli_generate(int argc, char **argv) {
   cli_gen_opts o;
-  int r = cli_generate_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  if (!check_outputs(&o)) return 2;
-  dit_ctx_params cp;
-  dit_ctx_params_default(&cp);
-  cp.n_threads = o.threads;
-  dit_ctx *ctx = NULL;
-  if (dit_ctx_create(&cp, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun generate: out of memory\n");
-    return 1;
-  }
+  int r = cli_generate_parse(argc, argv, &o), code;
+  if (r == 0 && !check_outputs(&o)) r = 2;
+  dit_ctx *ctx = cli_start("generate", r, o.threads, &code);
+  if (!ctx) return code;
   dit_gen_defaults d;
   dit_status s = dit_gen_defaults_for(ctx, o.p.model_dir, &d);
-  int code = 2;
+  code = 2;
   if (s == DIT_OK && ((o.p.width && o.p.width % d.size_multiple) || (o.p.height && o.p.height % d.size_multiple))) {
     fprintf(stderr, "ditrun generate: width and height must be multiples of %d for this model (got %dx%d)\n",
             d.size_multiple, o.p.width ? o.p.width : d.width, o.p.height ? o.p.height : d.height);

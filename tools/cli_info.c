@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "ditrun.h"
 
 static void info_usage(FILE *f) {
@@ -16,48 +17,38 @@ static void info_usage(FILE *f) {
 }
 
 int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
-  const char *path = NULL;
-  unsigned flags = 0;
   memset(o, 0, sizeof *o);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       info_usage(stdout);
       return 1;
     } else if (!strcmp(argv[i], "--tensors")) {
-      flags |= DIT_INFO_TENSORS;
+      o->flags |= DIT_INFO_TENSORS;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "ditrun info: unknown option '%s'\n", argv[i]);
       info_usage(stderr);
       return 2;
-    } else if (path) {
-      fprintf(stderr, "ditrun info: more than one PATH ('%s' and '%s')\n", path, argv[i]);
+    } else if (o->path) {
+      fprintf(stderr, "ditrun info: more than one PATH ('%s' and '%s')\n", o->path, argv[i]);
       return 2;
     } else {
-      path = argv[i];
+      o->path = argv[i];
     }
   }
-  if (!path || !*path) {
-    if (path) fprintf(stderr, "ditrun info: PATH is empty\n");
+  if (!o->path || !*o->path) {
+    if (o->path) fprintf(stderr, "ditrun info: PATH is empty\n");
     info_usage(stderr);
     return 2;
   }
-  o->path = path;
-  o->flags = flags;
   return 0;
 }
 
 int cli_info(int argc, char **argv) {
   cli_info_opts o;
-  int r = cli_info_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  const char *path = o.path;
-  unsigned flags = o.flags;
-  dit_ctx *ctx;
-  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun info: out of memory\n");
-    return 1;
-  }
-  dit_status s = dit_info_print_ex(ctx, path, flags, stdout);
+  int code;
+  dit_ctx *ctx = cli_start("info", cli_info_parse(argc, argv, &o), 0, &code);
+  if (!ctx) return code;
+  dit_status s = dit_info_print_ex(ctx, o.path, o.flags, stdout);
   fflush(stdout);
   if (s != DIT_OK) fprintf(stderr, "ditrun info: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));
   dit_ctx_free(ctx);

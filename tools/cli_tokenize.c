@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "ditrun.h"
 
 static void tokenize_usage(FILE *f) {
@@ -19,8 +20,6 @@ static void tokenize_usage(FILE *f) {
 }
 
 int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
-  const char *model = NULL, *text = NULL;
-  int chat = 0;
   memset(o, 0, sizeof *o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -32,11 +31,11 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
         fprintf(stderr, "ditrun tokenize: %s needs a folder\n", a);
         return 2;
       }
-      model = argv[++i];
+      o->model = argv[++i];
     } else if (!strcmp(a, "--chat")) {
-      chat = 1;
+      o->chat = 1;
     } else if (!strcmp(a, "--")) {
-      if (i + 1 < argc && !text) text = argv[++i];
+      if (i + 1 < argc && !o->text) o->text = argv[++i];
       if (i + 1 < argc) {
         fprintf(stderr, "ditrun tokenize: more than one TEXT argument\n");
         return 2;
@@ -45,45 +44,36 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
       fprintf(stderr, "ditrun tokenize: unknown option '%s'\n", a);
       tokenize_usage(stderr);
       return 2;
-    } else if (text) {
+    } else if (o->text) {
       fprintf(stderr, "ditrun tokenize: more than one TEXT argument (quote the text)\n");
       return 2;
     } else {
-      text = a;
+      o->text = a;
     }
   }
-  if (!model || !*model) {
+  if (!o->model || !*o->model) {
     fprintf(stderr, "ditrun tokenize: missing -m MODEL_DIR (or it is empty)\n");
     tokenize_usage(stderr);
     return 2;
   }
-  if (!text) {
+  if (!o->text) {
     fprintf(stderr, "ditrun tokenize: missing TEXT\n");
     tokenize_usage(stderr);
     return 2;
   }
-  o->model = model;
-  o->text = text;
-  o->chat = chat;
   return 0;
 }
 
 int cli_tokenize(int argc, char **argv) {
   cli_tok_opts o;
-  int r = cli_tokenize_parse(argc, argv, &o);
-  if (r) return r == 1 ? 0 : 2;
-  const char *model = o.model, *text = o.text;
-  int chat = o.chat;
-  dit_ctx *ctx;
-  if (dit_ctx_create(NULL, &ctx) != DIT_OK) {
-    fprintf(stderr, "ditrun tokenize: out of memory\n");
-    return 1;
-  }
+  int code;
+  dit_ctx *ctx = cli_start("tokenize", cli_tokenize_parse(argc, argv, &o), 0, &code);
+  if (!ctx) return code;
   dit_tokenizer *tok = NULL;
   int32_t *ids = NULL;
   size_t n = 0;
-  dit_status s = dit_tokenizer_load(ctx, model, &tok);
-  if (s == DIT_OK) s = dit_tokenizer_encode(ctx, tok, text, strlen(text), chat, &ids, &n);
+  dit_status s = dit_tokenizer_load(ctx, o.model, &tok);
+  if (s == DIT_OK) s = dit_tokenizer_encode(ctx, tok, o.text, strlen(o.text), o.chat, &ids, &n);
   if (s == DIT_OK) {
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
     putchar('\n');

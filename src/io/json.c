@@ -64,6 +64,19 @@ static dit_status member(const json_t *obj, const char *key, const json_t **v, b
   return DIT_OK;
 }
 
+static bool is_number(const json_t *v) { return json_is_number(v); }
+static bool is_boolean(const json_t *v) { return json_is_boolean(v); }
+static bool is_string(const json_t *v) { return json_is_string(v); }
+static bool is_array(const json_t *v) { return json_is_array(v); }
+
+/* member() whose value, when there is one, must pass `is`: else "field must <must>". */
+static dit_status typed_member(const json_t *obj, const char *key, const json_t **v, bool optional,
+                               bool (*is)(const json_t *), const char *must, const char *what, dit_error *err) {
+  DIT_TRY(member(obj, key, v, optional, what, err));
+  if (*v && !is(*v)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must %s", what, key, must);
+  return DIT_OK;
+}
+
 static dit_status get_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
                           bool optional, const char *what, dit_error *err) {
   const json_t *v;
@@ -98,10 +111,8 @@ dit_status dit_json_int_opt(const json_t *obj, const char *key, int64_t min, int
 static dit_status get_double(const json_t *obj, const char *key, double *out, bool optional,
                              const char *what, dit_error *err) {
   const json_t *v;
-  DIT_TRY(member(obj, key, &v, optional, what, err));
+  DIT_TRY(typed_member(obj, key, &v, optional, is_number, "be a number", what, err));
   if (!v) return DIT_OK;
-  if (!json_is_number(v))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be a number", what, key);
   double x = json_number_value(v);
   if (!isfinite(x)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" is not finite", what, key);
   *out = x;
@@ -119,22 +130,16 @@ dit_status dit_json_double_opt(const json_t *obj, const char *key, double *out, 
 
 dit_status dit_json_bool_opt(const json_t *obj, const char *key, bool *out, const char *what, dit_error *err) {
   const json_t *v;
-  DIT_TRY(member(obj, key, &v, true, what, err));
-  if (!v) return DIT_OK;
-  if (!json_is_boolean(v))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be true or false", what, key);
-  *out = json_is_true(v);
+  DIT_TRY(typed_member(obj, key, &v, true, is_boolean, "be true or false", what, err));
+  if (v) *out = json_is_true(v);
   return DIT_OK;
 }
 
 static dit_status get_string(const json_t *obj, const char *key, const char **out, bool optional,
                              const char *what, dit_error *err) {
   const json_t *v;
-  DIT_TRY(member(obj, key, &v, optional, what, err));
-  if (!v) return DIT_OK;
-  if (!json_is_string(v))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be a string", what, key);
-  *out = json_string_value(v);
+  DIT_TRY(typed_member(obj, key, &v, optional, is_string, "be a string", what, err));
+  if (v) *out = json_string_value(v);
   return DIT_OK;
 }
 
@@ -151,9 +156,7 @@ dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **
 dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
                               size_t cap, size_t *n, const char *what, dit_error *err) {
   const json_t *v;
-  DIT_TRY(member(obj, key, &v, false, what, err));
-  if (!json_is_array(v))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" must be an array", what, key);
+  DIT_TRY(typed_member(obj, key, &v, false, is_array, "be an array", what, err));
   size_t len = json_array_size(v);
   if (len > cap)
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries, at most %zu allowed", what, key,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "text/tok_internal.h"
 
 typedef struct tok_heap_item {
@@ -23,13 +24,9 @@ uint32_t tok_byte_to_cp(uint8_t b) {
 }
 
 dit_status tok_ids_push(tok_ids *o, int32_t id, dit_error *err) {
-  if (o->n == o->cap) {
-    size_t cap = o->cap ? o->cap * 2 : 256;
-    int32_t *v = realloc(o->v, cap * sizeof *v);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the id list to %zu entries", cap);
-    o->v = v;
-    o->cap = cap;
-  }
+  int32_t *v = dit_grow(o->v, o->n, &o->cap, sizeof *v, 256);
+  if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the id list past %zu entries", o->n);
+  o->v = v;
   o->v[o->n++] = id;
   return DIT_OK;
 }
@@ -67,13 +64,9 @@ typedef struct heap {
 } heap;
 
 static dit_status heap_push(heap *h, tok_heap_item it, dit_error *err) {
-  if (h->n == h->cap) {
-    size_t cap = h->cap ? h->cap * 2 : 64;
-    tok_heap_item *v = realloc(h->v, cap * sizeof *v);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the merge heap");
-    h->v = v;
-    h->cap = cap;
-  }
+  tok_heap_item *v = dit_grow(h->v, h->n, &h->cap, sizeof *v, 64);
+  if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the merge heap");
+  h->v = v;
   size_t i = h->n++;
   while (i > 0) {
     size_t parent = (i - 1) / 2;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/grow.h"
 #include "text/tok_internal.h"
 
 /* A piece of text being pre-tokenized: points into the caller's text, a normalized
@@ -106,25 +107,17 @@ static bool is_word(uint32_t c) {
 
 static dit_status pieces_push(piece_list *l, const char *p, size_t n, dit_error *err) {
   if (n == 0) return DIT_OK;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    piece *v = realloc(l->v, cap * sizeof *v);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the piece list");
-    l->v = v;
-    l->cap = cap;
-  }
+  piece *v = dit_grow(l->v, l->n, &l->cap, sizeof *v, 64);
+  if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the piece list");
+  l->v = v;
   l->v[l->n++] = (piece){p, n};
   return DIT_OK;
 }
 
 static dit_status span_push(enc_state *st, size_t s, size_t e, bool match, dit_error *err) {
-  if (st->n_spans == st->cap_spans) {
-    size_t cap = st->cap_spans ? st->cap_spans * 2 : 64;
-    span *v = realloc(st->spans, cap * sizeof *v);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the split list");
-    st->spans = v;
-    st->cap_spans = cap;
-  }
+  span *v = dit_grow(st->spans, st->n_spans, &st->cap_spans, sizeof *v, 64);
+  if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: cannot grow the split list");
+  st->spans = v;
   st->spans[st->n_spans++] = (span){s, e, match};
   return DIT_OK;
 }

@@ -322,17 +322,32 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
 
 /* ---- normalizer and pre_tokenizer ------------------------------------------------ */
 
-static dit_status load_normalizer(dit_tokenizer *t, const json_t *n, int depth, dit_error *err) {
-  if (!n || json_is_null(n)) return DIT_OK;
-  const char *type = json_string_value(json_object_get(n, "type"));
-  if (!type) return dit_errorf(err, DIT_ERR_FORMAT, "normalizer needs a string \"type\"");
-  if (!strcmp(type, "Sequence")) {
-    const json_t *list = json_object_get(n, "normalizers");
-    if (!json_is_array(list) || depth > 4)
-      return dit_errorf(err, DIT_ERR_FORMAT, "normalizer Sequence needs a \"normalizers\" array");
-    for (size_t i = 0; i < json_array_size(list); i++) DIT_TRY(load_normalizer(t, json_array_get(list, i), depth + 1, err));
+typedef dit_status (*step_loader)(dit_tokenizer *t, const json_t *j, int depth, dit_error *err);
+
+/* The start of loading a normalizer or pre_tokenizer j (`what` in messages): none (absent
+ * or null) and a "Sequence", whose steps (the array `list`) go through load one by one,
+ * leave *type NULL; any other step gives its "type". */
+static dit_status step_type(dit_tokenizer *t, const json_t *j, int depth, const char *what, const char *list,
+                            step_loader load, const char **type, dit_error *err) {
+  *type = NULL;
+  if (!j || json_is_null(j)) return DIT_OK;
+  const char *ty = json_string_value(json_object_get(j, "type"));
+  if (!ty) return dit_errorf(err, DIT_ERR_FORMAT, "%s needs a string \"type\"", what);
+  if (strcmp(ty, "Sequence")) {
+    *type = ty;
     return DIT_OK;
   }
+  const json_t *steps = json_object_get(j, list);
+  if (!json_is_array(steps) || depth > 4)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s Sequence needs a \"%s\" array", what, list);
+  for (size_t i = 0; i < json_array_size(steps); i++) DIT_TRY(load(t, json_array_get(steps, i), depth + 1, err));
+  return DIT_OK;
+}
+
+static dit_status load_normalizer(dit_tokenizer *t, const json_t *n, int depth, dit_error *err) {
+  const char *type;
+  DIT_TRY(step_type(t, n, depth, "normalizer", "normalizers", load_normalizer, &type, err));
+  if (!type) return DIT_OK;
   static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD"};
   for (int k = 0; k < 4; k++) {
     if (strcmp(type, names[k])) continue;
@@ -438,16 +453,9 @@ static dit_status load_split(tok_pre_step *s, const json_t *p, dit_error *err) {
 }
 
 static dit_status load_pre(dit_tokenizer *t, const json_t *p, int depth, dit_error *err) {
-  if (!p || json_is_null(p)) return DIT_OK;
-  const char *type = json_string_value(json_object_get(p, "type"));
-  if (!type) return dit_errorf(err, DIT_ERR_FORMAT, "pre_tokenizer needs a string \"type\"");
-  if (!strcmp(type, "Sequence")) {
-    const json_t *list = json_object_get(p, "pretokenizers");
-    if (!json_is_array(list) || depth > 4)
-      return dit_errorf(err, DIT_ERR_FORMAT, "pre_tokenizer Sequence needs a \"pretokenizers\" array");
-    for (size_t i = 0; i < json_array_size(list); i++) DIT_TRY(load_pre(t, json_array_get(list, i), depth + 1, err));
-    return DIT_OK;
-  }
+  const char *type;
+  DIT_TRY(step_type(t, p, depth, "pre_tokenizer", "pretokenizers", load_pre, &type, err));
+  if (!type) return DIT_OK;
   if (t->n_pre == TOK_MAX_STEPS) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "too many pre_tokenizers");
   tok_pre_step *s = &t->pre[t->n_pre];
   memset(s, 0, sizeof *s);

@@ -387,30 +387,32 @@ class Upsample(nn.Module):
         return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
 
 
-class DownBlock(nn.Module):
+class _ResnetStack(nn.Module):
+    """n ResnetBlocks, then, when resample (Downsample or Upsample) is given, one of it
+    under `attr` (diffusers' weight names: downsamplers.0 / upsamplers.0); built in that
+    order, so a seeded initialisation draws the same numbers."""
+
+    def __init__(self, cin, cout, n, groups, attr, resample):
+        super().__init__()
+        self.resnets = nn.ModuleList([ResnetBlock(cin if i == 0 else cout, cout, groups) for i in range(n)])
+        self._attr = attr
+        if resample is not None:
+            setattr(self, attr, nn.ModuleList([resample(cout)]))
+
+    def forward(self, x):
+        for r in self.resnets:
+            x = r(x)
+        return getattr(self, self._attr)[0](x) if hasattr(self, self._attr) else x
+
+
+class DownBlock(_ResnetStack):
     def __init__(self, cin, cout, n, groups, down):
-        super().__init__()
-        self.resnets = nn.ModuleList([ResnetBlock(cin if i == 0 else cout, cout, groups) for i in range(n)])
-        if down:
-            self.downsamplers = nn.ModuleList([Downsample(cout)])
-
-    def forward(self, x):
-        for r in self.resnets:
-            x = r(x)
-        return self.downsamplers[0](x) if hasattr(self, "downsamplers") else x
+        super().__init__(cin, cout, n, groups, "downsamplers", Downsample if down else None)
 
 
-class UpBlock(nn.Module):
+class UpBlock(_ResnetStack):
     def __init__(self, cin, cout, n, groups, up):
-        super().__init__()
-        self.resnets = nn.ModuleList([ResnetBlock(cin if i == 0 else cout, cout, groups) for i in range(n)])
-        if up:
-            self.upsamplers = nn.ModuleList([Upsample(cout)])
-
-    def forward(self, x):
-        for r in self.resnets:
-            x = r(x)
-        return self.upsamplers[0](x) if hasattr(self, "upsamplers") else x
+        super().__init__(cin, cout, n, groups, "upsamplers", Upsample if up else None)
 
 
 class Encoder(nn.Module):

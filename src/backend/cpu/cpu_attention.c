@@ -259,11 +259,8 @@ dit_status cpu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const
 }
 
 dit_status cpu_softmax(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_error *err) {
-  DIT_TRY(cpu_check_act("softmax", "x", x, err));
-  DIT_TRY(cpu_check_act("softmax", "y", y, err));
-  DIT_TRY(cpu_check_same_shape("softmax", "y", y, "x", x, err));
-  if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "softmax: x must have at least 1 dim");
-  int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
+  int64_t rows, D;
+  DIT_TRY(cpu_check_rowwise("softmax", y, x, &rows, &D, err));
   const float *xd = x->data;
   float *yd = y->data;
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)

@@ -72,9 +72,9 @@ dit_status cpu_swiglu(dit_backend *be, dit_tensor *y, const dit_tensor *a, const
   return DIT_OK;
 }
 
-/* Checks x [B, S, D] against a per-(batch, channel) tensor p with B*D elements. */
-static dit_status check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
-                           dit_error *err) {
+dit_status cpu_check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
+                        dit_error *err) {
+  if (!p) return DIT_OK;
   DIT_TRY(cpu_check_act(op, name, p, err));
   if (x->ndim != 3) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, D], got %d dims", op, x->ndim);
   int64_t B = x->shape[0], D = x->shape[2];
@@ -89,8 +89,8 @@ static dit_status check_bd(const char *op, const char *name, const dit_tensor *x
 dit_status cpu_modulate(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
                         const dit_tensor *shift, dit_error *err) {
   DIT_TRY(check_unary("modulate", y, x, err));
-  DIT_TRY(check_bd("modulate", "scale", x, scale, err));
-  if (shift) DIT_TRY(check_bd("modulate", "shift", x, shift, err));
+  DIT_TRY(cpu_check_bd("modulate", "scale", x, scale, err));
+  DIT_TRY(cpu_check_bd("modulate", "shift", x, shift, err));
   int64_t B = x->shape[0], S = x->shape[1], D = x->shape[2];
   const float *xd = x->data, *sc = scale->data, *sh = shift ? shift->data : NULL;
   float *yd = y->data;
@@ -109,7 +109,7 @@ dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, co
   DIT_TRY(cpu_check_act("gated_add", "x", x, err));
   DIT_TRY(cpu_check_act("gated_add", "y", y, err));
   DIT_TRY(cpu_check_same_shape("gated_add", "y", y, "x", x, err));
-  if (gate) DIT_TRY(check_bd("gated_add", "gate", x, gate, err));
+  if (gate) DIT_TRY(cpu_check_bd("gated_add", "gate", x, gate, err));
   else if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gated_add: x has no dims");
   int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
   int64_t S = gate ? x->shape[1] : 1;
@@ -135,24 +135,29 @@ dit_status cpu_gated_add(dit_backend *be, dit_tensor *x, const dit_tensor *y, co
   return DIT_OK;
 }
 
-dit_status cpu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
-  DIT_TRY(check_binary("add", y, a, b, err));
+/* y = a + b or a * b, elementwise. */
+static dit_status binary(dit_backend *be, const char *op, dit_tensor *y, const dit_tensor *a, const dit_tensor *b,
+                         bool mul, dit_error *err) {
+  DIT_TRY(check_binary(op, y, a, b, err));
   int64_t n = dit_tensor_numel(a);
   const float *ad = a->data, *bd = b->data;
   float *yd = y->data;
+  if (mul) {
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t i = 0; i < n; i++) yd[i] = ad[i] + bd[i];
+    for (int64_t i = 0; i < n; i++) yd[i] = ad[i] * bd[i];
+  } else {
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) yd[i] = ad[i] + bd[i];
+  }
   return DIT_OK;
 }
 
+dit_status cpu_add(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
+  return binary(be, "add", y, a, b, false, err);
+}
+
 dit_status cpu_mul(dit_backend *be, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
-  DIT_TRY(check_binary("mul", y, a, b, err));
-  int64_t n = dit_tensor_numel(a);
-  const float *ad = a->data, *bd = b->data;
-  float *yd = y->data;
-#pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t i = 0; i < n; i++) yd[i] = ad[i] * bd[i];
-  return DIT_OK;
+  return binary(be, "mul", y, a, b, true, err);
 }
 
 dit_status cpu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s, dit_error *err) {

@@ -6,41 +6,6 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-/* A [B, D] per-(batch, channel) F32 tensor for x [B, S, D] (NULL allowed). */
-static dit_status check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
-                           dit_error *err) {
-  if (!p) return DIT_OK;
-  DIT_TRY(cpu_check_act(op, name, p, err));
-  if (x->ndim != 3) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, D], got %d dims", op, x->ndim);
-  int64_t B = x->shape[0], D = x->shape[2];
-  if (dit_tensor_numel(p) != B * D || p->shape[p->ndim - 1] != D || p->shape[0] != B) {
-    char s[128];
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s shape %s, expected [%lld, %lld]", op, name,
-                      dit_shape_str(p->shape, p->ndim, s, sizeof s), (long long)B, (long long)D);
-  }
-  return DIT_OK;
-}
-
-/* A norm weight [D] as fp32 (NULL when w is NULL); *bad set on allocation failure. */
-static float *weight_f32(const dit_tensor *w, int64_t D, bool *bad) {
-  if (!w) return NULL;
-  float *f = malloc(sizeof(float) * (size_t)(D ? D : 1));
-  if (!f) *bad = true;
-  else cpu_ld_row(f, w->data, w->dtype, 0, D);
-  return f;
-}
-
-/* y = rms_norm(x) * w, then * (1 + s) + 0 when s (as rms_norm then modulate). */
-static inline void norm_mod_row(float *y, const float *x, const float *w, const float *s, int64_t D, float eps) {
-  float inv = cpu_rms_inv(x, D, eps);
-  if (w)
-    for (int64_t i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
-  else
-    for (int64_t i = 0; i < D; i++) y[i] = x[i] * inv;
-  if (s)
-    for (int64_t i = 0; i < D; i++) y[i] = y[i] * (1.0f + s[i]) + 0.0f;
-}
-
 dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
                              const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
   bool shared;
@@ -48,7 +13,7 @@ dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3], h2 = D / 2;
   if (w) DIT_TRY(cpu_check_w("rms_norm", "w", w, D, err));
   bool bad = false;
-  float *wf = weight_f32(w, D, &bad);
+  float *wf = cpu_weight_f32(w, D, &bad);
   if (bad) return dit_errorf(err, DIT_ERR_NOMEM, "rms_norm_rope: out of memory for the weight");
   float *xd = x->data;
   const float *cd = cos->data, *sd = sin->data;
@@ -57,7 +22,7 @@ dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w
     int64_t crow = shared ? bs % S : bs;
     for (int64_t h = 0; h < H; h++) {
       float *xr = xd + cpu_off4(x, bs / S, bs % S, h);
-      norm_mod_row(xr, xr, wf, NULL, D, eps);
+      cpu_norm_mod_row(xr, xr, wf, NULL, D, eps);
       cpu_rope_row(xr, cd + crow * h2, sd + crow * h2, h2, mode);
     }
   }
@@ -67,23 +32,7 @@ dit_status cpu_rms_norm_rope(dit_backend *be, dit_tensor *x, const dit_tensor *w
 
 dit_status cpu_rms_norm_mod(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                             const dit_tensor *scale, float eps, dit_error *err) {
-  DIT_TRY(cpu_check_act("rms_norm_mod", "x", x, err));
-  DIT_TRY(cpu_check_act("rms_norm_mod", "y", y, err));
-  DIT_TRY(cpu_check_same_shape("rms_norm_mod", "y", y, "x", x, err));
-  if (x->ndim < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "rms_norm_mod: x must have at least 1 dim");
-  int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
-  if (w) DIT_TRY(cpu_check_w("rms_norm_mod", "w", w, D, err));
-  DIT_TRY(check_bd("rms_norm_mod", "scale", x, scale, err));
-  int64_t S = scale ? x->shape[1] : 1;
-  bool bad = false;
-  float *wf = weight_f32(w, D, &bad);
-  if (bad) return dit_errorf(err, DIT_ERR_NOMEM, "rms_norm_mod: out of memory for the weight");
-  const float *xd = x->data, *sd = scale ? scale->data : NULL;
-  float *yd = y->data;
-#pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t r = 0; r < rows; r++) norm_mod_row(yd + r * D, xd + r * D, wf, sd ? sd + (r / S) * D : NULL, D, eps);
-  free(wf);
-  return DIT_OK;
+  return cpu_rms_norm_scaled(be, "rms_norm_mod", y, x, w, scale, eps, err);
 }
 
 dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const dit_tensor *wr,
@@ -103,11 +52,11 @@ dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, cons
   int64_t D = x->shape[x->ndim - 1], rows = D ? dit_tensor_numel(x) / D : 0;
   if (wr) DIT_TRY(cpu_check_w(op, "wr", wr, D, err));
   if (h && wh) DIT_TRY(cpu_check_w(op, "wh", wh, D, err));
-  DIT_TRY(check_bd(op, "gate", x, gate, err));
-  if (h) DIT_TRY(check_bd(op, "scale", x, scale, err));
+  DIT_TRY(cpu_check_bd(op, "gate", x, gate, err));
+  if (h) DIT_TRY(cpu_check_bd(op, "scale", x, scale, err));
   int64_t S = x->ndim == 3 ? x->shape[1] : 1;
   bool bad = false;
-  float *wrf = weight_f32(wr, D, &bad), *whf = h ? weight_f32(wh, D, &bad) : NULL, *tg = NULL;
+  float *wrf = cpu_weight_f32(wr, D, &bad), *whf = h ? cpu_weight_f32(wh, D, &bad) : NULL, *tg = NULL;
   if (gate && tanh_gate && !bad) {
     int64_t ng = dit_tensor_numel(gate);
     tg = malloc(sizeof(float) * (size_t)(ng ? ng : 1));
@@ -124,12 +73,12 @@ dit_status cpu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, cons
   for (int64_t row = 0; row < rows; row++) {
     float *xr = xd + row * D, *rr = rd + row * D;
     const float *g = gd ? gd + (row / S) * D : NULL;
-    norm_mod_row(rr, rr, wrf, NULL, D, eps);
+    cpu_norm_mod_row(rr, rr, wrf, NULL, D, eps);
     if (g)
       for (int64_t i = 0; i < D; i++) xr[i] += g[i] * rr[i];
     else
       for (int64_t i = 0; i < D; i++) xr[i] += rr[i];
-    if (hd) norm_mod_row(hd + row * D, xr, whf, sd ? sd + (row / S) * D : NULL, D, eps);
+    if (hd) cpu_norm_mod_row(hd + row * D, xr, whf, sd ? sd + (row / S) * D : NULL, D, eps);
   }
   free(wrf), free(whf), free(tg);
   return DIT_OK;

@@ -9,20 +9,17 @@
  * - small-M "stream" kernels that read W rows in place (no packing) as dot products
  *   along k: 6 rows x 4 columns of 16-lane accumulators, reduced at the end; the fp32
  *   one converts bf16/f16 weights to fp32 in registers, the bf16 one feeds vdpbf16ps. */
-#include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_avx512.h"
 
 #include <string.h>
 
 #if defined(DIT_CPU_X86)
-#include <immintrin.h>
-
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#define INL static inline __attribute__((always_inline)) TGT
+#define TGT CPU_AVX512_TGT
+#define INL CPU_AVX512_INL
 #define BF_MR 12
 #define BF_NR 32
 
 static inline __mmask32 mask32(int64_t n) { return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1); }
-static inline __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
 
 /* Up to 32 elements (mask m) of a F32/BF16/F16 row starting at element off, as 32 bf16
  * (zero where masked off). */
@@ -52,34 +49,6 @@ TGT static void round_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t
   }
 }
 
-/* In-register transpose of a 16x16 block of 32-bit words (as in cpu_gemm_avx512.c). */
-INL void tr16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 4; i++) {
-    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-#pragma GCC unroll 16
-  for (int c = 0; c < 4; c++) {
-    __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
-    __m512 v0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44), v1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
-    t[c] = _mm512_shuffle_f32x4(u0, v0, 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(u0, v0, 0xDD);
-    t[8 + c] = _mm512_shuffle_f32x4(u1, v1, 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(u1, v1, 0xDD);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
 /* Rows n0 .. n0+nc of w, columns k0 .. k0+kc, into bf16 panels of 32 columns: with
  * kp = (kc+1)/2 pairs, panel p holds wp[p*kp*64 + q*64 + 2*j + e] = w[n0+p*32+j][k0+2q+e]
  * (zero beyond nc and kc). */
@@ -98,7 +67,7 @@ TGT static void pack_bf16(uint16_t *wp, const void *w, dit_dtype wt, int64_t ldw
           int64_t n = p * BF_NR + h * 16 + j;
           r[j] = n < nc ? (__m512)ld32bf(w, wt, (n0 + n) * ldw + k0 + 2 * q, m) : _mm512_setzero_ps();
         }
-        tr16(r);
+        cpu_tr16(r);
         for (int i = 0; i < qn; i++) _mm512_store_ps((float *)(dst + (q + i) * 2 * BF_NR) + h * 16, r[i]);
       }
     }
@@ -140,29 +109,10 @@ INL void kern_rows(const int MR, int nr, int64_t kp, const uint16_t *x, int64_t 
       c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
     }
   }
-  __mmask16 m0 = mask16(nr), m1 = nr > 16 ? mask16(nr - 16) : 0;
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; i++) {
-    float *yr = y + i * ldy;
-    if (acc) {
-      c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, yr));
-      c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, yr + 16));
-    }
-    _mm512_mask_storeu_ps(yr, m0, c0[i]);
-    _mm512_mask_storeu_ps(yr + 16, m1, c1[i]);
-  }
+  cpu_store_rows32(MR, nr, c0, c1, y, ldy, acc);
 }
 
-TGT static void kern_bf16(int mr, int nr, int64_t kp, const uint16_t *x, int64_t ldx, const uint16_t *wp, float *y,
-                          int64_t ldy, bool acc) {
-  switch (mr) {
-#define CASE(n) \
-  case n: kern_rows(n, nr, kp, x, ldx, wp, y, ldy, acc); break;
-    CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-    default: break;
-  }
-}
+CPU_KERN_ENTRY(kern_bf16, uint16_t)
 
 /* ---- small M: W rows read in place, dot products along k --------------------------- */
 #define ST_MR 6
@@ -187,80 +137,67 @@ INL void st_store(const int MR, int nr, __m512 c[ST_MR][ST_NR], float *y, int64_
   }
 }
 
-/* Up to 16 elements (mask m) of a F32/BF16/F16 row as fp32. */
-INL __m512 ld16f(const void *p, dit_dtype wt, int64_t off, __mmask16 m) {
-  if (wt == DIT_BF16) {
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + off);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  if (wt == DIT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + off));
-  return _mm512_maskz_loadu_ps(m, (const float *)p + off);
-}
-
-/* fp32: y[i][j] (+)= sum_k x[i][k] * w[j][k], k < kc, i < MR, j < nr (<= 4); w rows ldw apart. */
-INL void st_rows_f32(const int MR, int nr, int64_t kc, const float *x, int64_t ldx, const void *w, dit_dtype wt,
-                     int64_t ldw, float *y, int64_t ldy, bool acc) {
+/* y[i][j] (+)= sum_k x[i][k] * w[j][k], k < kc, i < MR, j < nr (<= 4); w rows ldw apart.
+ * fp32 (bf false): x fp32, bf16/f16 weights converted to fp32 in registers; bf16: x bf16
+ * (rows ldx apart, even-padded), w rounded to bf16, vdpbf16ps. bf is a constant where it
+ * is inlined, so each instance holds only its own loop body. */
+INL void st_rows(const bool bf, const int MR, int nr, int64_t kc, const void *x, int64_t ldx, const void *w,
+                 dit_dtype wt, int64_t ldw, float *y, int64_t ldy, bool acc) {
   __m512 c[ST_MR][ST_NR];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_setzero_ps();
   int64_t r1 = nr > 1 ? ldw : 0, r2 = nr > 2 ? 2 * ldw : 0, r3 = nr > 3 ? 3 * ldw : 0;
-  for (int64_t k = 0; k < kc; k += 16) {
-    __mmask16 m = mask16(kc - k);
-    __m512 b[ST_NR] = {ld16f(w, wt, k, m), ld16f(w, wt, r1 + k, m), ld16f(w, wt, r2 + k, m),
-                       ld16f(w, wt, r3 + k, m)};
+  if (bf) {
+    const uint16_t *xb = x;
+    for (int64_t k = 0; k < kc; k += 32) {
+      __mmask32 m = mask32(kc - k);
+      __m512bh b[ST_NR] = {(__m512bh)ld32bf(w, wt, k, m), (__m512bh)ld32bf(w, wt, r1 + k, m),
+                           (__m512bh)ld32bf(w, wt, r2 + k, m), (__m512bh)ld32bf(w, wt, r3 + k, m)};
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-      __m512 a = _mm512_maskz_loadu_ps(m, x + i * ldx + k);
+      for (int i = 0; i < MR; i++) {
+        __m512bh a = (__m512bh)_mm512_maskz_loadu_epi16(m, xb + i * ldx + k);
 #pragma GCC unroll 4
-      for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
+        for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_dpbf16_ps(c[i][j], a, b[j]);
+      }
+    }
+  } else {
+    const float *xf = x;
+    for (int64_t k = 0; k < kc; k += 16) {
+      __mmask16 m = cpu_mask16(kc - k);
+      __m512 b[ST_NR] = {cpu_ld16f(w, wt, k, m), cpu_ld16f(w, wt, r1 + k, m), cpu_ld16f(w, wt, r2 + k, m),
+                         cpu_ld16f(w, wt, r3 + k, m)};
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; i++) {
+        __m512 a = _mm512_maskz_loadu_ps(m, xf + i * ldx + k);
+#pragma GCC unroll 4
+        for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
+      }
     }
   }
   st_store(MR, nr, c, y, ldy, acc);
 }
 
-/* bf16: as st_rows_f32 with x bf16 (rows ldx apart, even-padded) and w rounded to bf16. */
-INL void st_rows_bf16(const int MR, int nr, int64_t kc, const uint16_t *x, int64_t ldx, const void *w,
-                      dit_dtype wt, int64_t ldw, float *y, int64_t ldy, bool acc) {
-  __m512 c[ST_MR][ST_NR];
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_setzero_ps();
-  int64_t r1 = nr > 1 ? ldw : 0, r2 = nr > 2 ? 2 * ldw : 0, r3 = nr > 3 ? 3 * ldw : 0;
-  for (int64_t k = 0; k < kc; k += 32) {
-    __mmask32 m = mask32(kc - k);
-    __m512bh b[ST_NR] = {(__m512bh)ld32bf(w, wt, k, m), (__m512bh)ld32bf(w, wt, r1 + k, m),
-                         (__m512bh)ld32bf(w, wt, r2 + k, m), (__m512bh)ld32bf(w, wt, r3 + k, m)};
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-      __m512bh a = (__m512bh)_mm512_maskz_loadu_epi16(m, x + i * ldx + k);
-#pragma GCC unroll 4
-      for (int j = 0; j < ST_NR; j++) c[i][j] = _mm512_dpbf16_ps(c[i][j], a, b[j]);
-    }
+/* st_rows instantiated for each row count 1 .. ST_MR. */
+INL void stream_rows(const bool bf, int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w,
+                     dit_dtype wt, int64_t ldw, float *y, int64_t ldy, bool acc) {
+  switch (mr) {
+#define CASE(n) \
+  case n: st_rows(bf, n, nr, kc, x, ldx, w, wt, ldw, y, ldy, acc); break;
+    CPU_MR_CASES_6(CASE)
+#undef CASE
+    default: break;
   }
-  st_store(MR, nr, c, y, ldy, acc);
 }
 
 TGT static void stream_f32(int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w, dit_dtype wt,
                            int64_t ldw, float *y, int64_t ldy, bool acc) {
-  switch (mr) {
-#define CASE(n) \
-  case n: st_rows_f32(n, nr, kc, (const float *)x, ldx, w, wt, ldw, y, ldy, acc); break;
-    CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-    default: break;
-  }
+  stream_rows(false, mr, nr, kc, x, ldx, w, wt, ldw, y, ldy, acc);
 }
 
 TGT static void stream_bf16(int mr, int nr, int64_t kc, const void *x, int64_t ldx, const void *w, dit_dtype wt,
                             int64_t ldw, float *y, int64_t ldy, bool acc) {
-  switch (mr) {
-#define CASE(n) \
-  case n: st_rows_bf16(n, nr, kc, (const uint16_t *)x, ldx, w, wt, ldw, y, ldy, acc); break;
-    CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-    default: break;
-  }
+  stream_rows(true, mr, nr, kc, x, ldx, w, wt, ldw, y, ldy, acc);
 }
 
 const cpu_gemm_bf16_path cpu_gemm_bf16_avx512 = {BF_MR,      BF_NR,      ST_MR,      ST_NR,           round_rows,

@@ -68,6 +68,13 @@ static inline dit_status cpu_check_same_shape(const char *op, const char *an, co
                                               const dit_tensor *b, dit_error *err) {
   return dit_check_same_shape(op, an, a, bn, b, false, err);
 }
+/* Checks a row-wise op's x and y (F32, contiguous, the same shape, at least 1 dim); gives
+ * the row length D (x's last dim) and the number of rows. */
+dit_status cpu_check_rowwise(const char *op, dit_tensor *y, const dit_tensor *x, int64_t *rows, int64_t *D,
+                             dit_error *err);
+/* Checks a per-(batch, channel) F32 tensor p [B, D] for x [B, S, D] (NULL p: nothing to check). */
+dit_status cpu_check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
+                        dit_error *err);
 
 static inline float cpu_act(float v, dit_act a) {
   switch (a) {
@@ -91,6 +98,24 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
 /* 1 / sqrt(mean(x^2) + eps) of one row of D floats, as cpu_rms_norm computes it (the
  * fused ops use it so they stay bit-identical to their unfused sequences). */
 float cpu_rms_inv(const float *xr, int64_t D, float eps);
+
+/* y = rms_norm(x) * w (w: fp32 [D], or NULL), then * (1 + s) + 0 when s: one row (in place
+ * when y == x), the arithmetic of rms_norm and of rms_norm then modulate. */
+static inline void cpu_norm_mod_row(float *y, const float *x, const float *w, const float *s, int64_t D, float eps) {
+  float inv = cpu_rms_inv(x, D, eps);
+  if (w)
+    for (int64_t i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
+  else
+    for (int64_t i = 0; i < D; i++) y[i] = x[i] * inv;
+  if (s)
+    for (int64_t i = 0; i < D; i++) y[i] = y[i] * (1.0f + s[i]) + 0.0f;
+}
+/* A norm weight w [D] as fp32 (malloc'd; NULL when w is NULL); *bad set when out of memory. */
+float *cpu_weight_f32(const dit_tensor *w, int64_t D, bool *bad);
+/* rms_norm over the rows of x, then * (1 + scale) when scale (per (batch, channel), x
+ * [B, S, D]) is given: rms_norm and rms_norm_mod, named op in messages. */
+dit_status cpu_rms_norm_scaled(dit_backend *be, const char *op, dit_tensor *y, const dit_tensor *x,
+                               const dit_tensor *w, const dit_tensor *scale, float eps, dit_error *err);
 
 /* Rotates one head row x[0..2*h2) by cos/sin c, s [h2] (pairs (2i, 2i+1) or (i, i+h2)). */
 static inline void cpu_rope_row(float *xr, const float *c, const float *s, int64_t h2, dit_rope_mode mode) {

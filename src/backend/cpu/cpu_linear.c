@@ -150,11 +150,20 @@ typedef struct gemm_job {
   dit_act act;
   float *y;
   int64_t MC, NC, nmb, nnb;
-  bool round_w; /* portable bf16 precision: round the packed W to bf16 values */
+  bool round_w;       /* portable bf16 precision: round the packed W to bf16 values */
+  const uint16_t *xb; /* the bf16 packed GEMM: x rounded to bf16 rows, ldxb apart */
+  int64_t ldxb;
 } gemm_job;
 
-static void gemm_item(const cpu_gemm_path *P, float *wp, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
+/* Computes one work item of J, y rows m0 .. m0+mc and columns n0 .. n0+nc, with a kernel
+ * path and the thread's packing buffer wp. */
+typedef void (*gemm_item_fn)(const void *path, void *wp, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
+                             int64_t nc);
+
+static void gemm_item(const void *path, void *wpv, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
                       int64_t nc) {
+  const cpu_gemm_path *P = path;
+  float *wp = wpv;
   const float *x = J->x;
   int64_t K = J->K, ldx = J->ldx, ldy = J->ldy;
   float *y = J->y;
@@ -209,27 +218,33 @@ static int gemm_plan(gemm_job *J, int mr, int nr, int nt, int64_t min_m) {
   return nmb * nnb < nt ? (int)(nmb * nnb) : nt;
 }
 
+/* Runs J's items over nt threads (dynamic balance), each thread packing into its own
+ * per-byte piece of buf, the bias and activation applied per item. Items are in N-major
+ * order: consecutive items share the same W block in L3. */
+static void run_items(gemm_item_fn item, const void *path, int nt, const gemm_job *J, char *buf, size_t per) {
+  int64_t items = J->nmb * J->nnb;
+#pragma omp parallel num_threads(nt)
+  {
+    void *wp = buf + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t nb = it / J->nmb, mb = it % J->nmb;
+      int64_t m0 = mb * J->MC, n0 = nb * J->NC;
+      int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
+      int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
+      item(path, wp, J, m0, mc, n0, nc);
+      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
+    }
+  }
+}
+
 /* fp32 packed GEMM (and, with round_w and an x already rounded, the portable bf16 one). */
 static dit_status gemm_f32(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
   nt = gemm_plan(J, P->mr, P->nr, nt, 192);
   size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64);
   float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
   if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for packing buffers");
-  int64_t items = J->nmb * J->nnb;
-#pragma omp parallel num_threads(nt)
-  {
-    float *wp = buf + per * (size_t)omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) {
-      /* N-major order: consecutive items share the same W block in L3. */
-      int64_t nb = it / J->nmb, mb = it % J->nmb;
-      int64_t m0 = mb * J->MC, n0 = nb * J->NC;
-      int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
-      int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
-      gemm_item(P, wp, J, m0, mc, n0, nc);
-      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
-    }
-  }
+  run_items(gemm_item, P, nt, J, (char *)buf, per * sizeof(float));
   free(buf);
   return DIT_OK;
 }
@@ -263,8 +278,12 @@ static uint16_t *round_x(const cpu_gemm_bf16_path *B, int nt, const gemm_job *J,
   return xb;
 }
 
-static void gemm_item_bf16(const cpu_gemm_bf16_path *B, uint16_t *wp, const gemm_job *J, const uint16_t *xb,
-                           int64_t ldxb, int64_t m0, int64_t mc, int64_t n0, int64_t nc) {
+static void gemm_item_bf16(const void *path, void *wpv, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
+                           int64_t nc) {
+  const cpu_gemm_bf16_path *B = path;
+  uint16_t *wp = wpv;
+  const uint16_t *xb = J->xb;
+  int64_t ldxb = J->ldxb;
   for (int64_t k0 = 0; k0 < J->K; k0 += GEMM_KC_BF) {
     int64_t kc = J->K - k0 < GEMM_KC_BF ? J->K - k0 : GEMM_KC_BF, kp = (kc + 1) / 2;
     B->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc);
@@ -285,8 +304,7 @@ static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, di
   /* 384: packing is relatively twice as costly next to vdpbf16ps (measured at M=384,
    * K=3840, N=3840: 425-408 GFLOP/s per CPU-second with 192, 452-533 with 384) */
   nt = gemm_plan(J, B->mr, B->nr, nt, 384);
-  int64_t ldxb;
-  uint16_t *xb = round_x(B, nt, J, &ldxb);
+  uint16_t *xb = round_x(B, nt, J, &J->ldxb);
   size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64);
   uint16_t *buf = aligned_alloc(64, per * 2 * (size_t)nt);
   if (!xb || !buf) {
@@ -294,20 +312,8 @@ static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, di
     free(buf);
     return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations and packing buffers");
   }
-  int64_t items = J->nmb * J->nnb;
-#pragma omp parallel num_threads(nt)
-  {
-    uint16_t *wp = buf + per * (size_t)omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) {
-      int64_t nb = it / J->nmb, mb = it % J->nmb;
-      int64_t m0 = mb * J->MC, n0 = nb * J->NC;
-      int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
-      int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
-      gemm_item_bf16(B, wp, J, xb, ldxb, m0, mc, n0, nc);
-      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
-    }
-  }
+  J->xb = xb;
+  run_items(gemm_item_bf16, B, nt, J, (char *)buf, per * 2);
   free(buf);
   free(xb);
   return DIT_OK;
@@ -361,7 +367,7 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
                     const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
-  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false};
+  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false, NULL, 0};
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
 #if defined(DIT_CPU_X86)

@@ -5,8 +5,8 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-static dit_status check_rowwise(const char *op, dit_tensor *y, const dit_tensor *x, int64_t *rows, int64_t *D,
-                                dit_error *err) {
+dit_status cpu_check_rowwise(const char *op, dit_tensor *y, const dit_tensor *x, int64_t *rows, int64_t *D,
+                             dit_error *err) {
   DIT_TRY(cpu_check_act(op, "x", x, err));
   DIT_TRY(cpu_check_act(op, "y", y, err));
   DIT_TRY(cpu_check_same_shape(op, "y", y, "x", x, err));
@@ -27,40 +27,42 @@ float cpu_rms_inv(const float *xr, int64_t D, float eps) {
   return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
 
-dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
-                        dit_error *err) {
+float *cpu_weight_f32(const dit_tensor *w, int64_t D, bool *bad) {
+  if (!w) return NULL;
+  float *f = malloc(sizeof(float) * (size_t)(D ? D : 1));
+  if (!f) *bad = true;
+  else cpu_ld_row(f, w->data, w->dtype, 0, D);
+  return f;
+}
+
+dit_status cpu_rms_norm_scaled(dit_backend *be, const char *op, dit_tensor *y, const dit_tensor *x,
+                               const dit_tensor *w, const dit_tensor *scale, float eps, dit_error *err) {
   int64_t rows, D;
-  DIT_TRY(check_rowwise("rms_norm", y, x, &rows, &D, err));
-  if (w) DIT_TRY(cpu_check_w("rms_norm", "w", w, D, err));
-  const float *xs = x->data;
-  float *ys = y->data;
-  const void *wd = w ? w->data : NULL;
-  dit_dtype wt = w ? w->dtype : DIT_F32;
-  float *wf = NULL; /* the weight as fp32 once, not converted per element */
-  if (wd) {
-    wf = malloc(sizeof(float) * (size_t)(D ? D : 1));
-    if (!wf) return dit_errorf(err, DIT_ERR_NOMEM, "rms_norm: out of memory for the weight");
-    cpu_ld_row(wf, wd, wt, 0, D);
-  }
+  DIT_TRY(cpu_check_rowwise(op, y, x, &rows, &D, err));
+  if (w) DIT_TRY(cpu_check_w(op, "w", w, D, err));
+  DIT_TRY(cpu_check_bd(op, "scale", x, scale, err));
+  int64_t S = scale ? x->shape[1] : 1;
+  bool bad = false;
+  float *wf = cpu_weight_f32(w, D, &bad); /* the weight as fp32 once, not converted per element */
+  if (bad) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory for the weight", op);
+  const float *xd = x->data, *sd = scale ? scale->data : NULL;
+  float *yd = y->data;
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = xs + r * D;
-    float *yr = ys + r * D;
-    float inv = cpu_rms_inv(xr, D, eps);
-    int64_t i;
-    if (wf)
-      for (i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
-    else
-      for (i = 0; i < D; i++) yr[i] = xr[i] * inv;
-  }
+  for (int64_t r = 0; r < rows; r++)
+    cpu_norm_mod_row(yd + r * D, xd + r * D, wf, sd ? sd + (r / S) * D : NULL, D, eps);
   free(wf);
   return DIT_OK;
+}
+
+dit_status cpu_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, float eps,
+                        dit_error *err) {
+  return cpu_rms_norm_scaled(be, "rms_norm", y, x, w, NULL, eps, err);
 }
 
 dit_status cpu_layer_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                           const dit_tensor *b, float eps, dit_error *err) {
   int64_t rows, D;
-  DIT_TRY(check_rowwise("layer_norm", y, x, &rows, &D, err));
+  DIT_TRY(cpu_check_rowwise("layer_norm", y, x, &rows, &D, err));
   if (w) DIT_TRY(cpu_check_w("layer_norm", "w", w, D, err));
   if (b) DIT_TRY(cpu_check_w("layer_norm", "b", b, D, err));
   const float *xs = x->data;

@@ -30,4 +30,27 @@ dit_status dit_check_weight(const char *op, const char *name, const dit_tensor *
 dit_status dit_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
                                 const dit_tensor *b, bool same_dtype, dit_error *err);
 
+/* A backend's check functions, PREFIX_check_act / _rows / _w / _same_shape, for its device
+ * DEV, activation dtypes ACT (a DIT_DTYPES set) and whether operands of the same shape must
+ * also share a dtype (SAME_DTYPE). Activations: contiguous, of ACT; rows: row views of ACT
+ * (fills v); weights: contiguous, F32/BF16/F16, n elements (n < 0: any). */
+#define DIT_BACKEND_CHECKS(PREFIX, DEV, ACT, SAME_DTYPE)                                                        \
+  static inline dit_status PREFIX##_check_act(const char *op, const char *name, const dit_tensor *t,            \
+                                              dit_error *err) {                                                 \
+    DIT_TRY(dit_check_present(op, name, t, DEV, err));                                                          \
+    return dit_check_dtype(op, name, t, ACT, err);                                                              \
+  }                                                                                                             \
+  static inline dit_status PREFIX##_check_rows(const char *op, const char *name, const dit_tensor *t,           \
+                                               dit_rowview *v, dit_error *err) {                                \
+    return dit_check_rows(op, name, t, DEV, ACT, v, err);                                                       \
+  }                                                                                                             \
+  static inline dit_status PREFIX##_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n,   \
+                                            dit_error *err) {                                                   \
+    return dit_check_weight(op, name, t, DEV, n, err);                                                          \
+  }                                                                                                             \
+  static inline dit_status PREFIX##_check_same_shape(const char *op, const char *an, const dit_tensor *a,       \
+                                                     const char *bn, const dit_tensor *b, dit_error *err) {     \
+    return dit_check_same_shape(op, an, a, bn, b, SAME_DTYPE, err);                                             \
+  }
+
 #endif

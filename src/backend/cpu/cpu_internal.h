@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/act_math.h"
 #include "backend/backend_check.h"
 
 typedef struct cpu_impl {
@@ -41,32 +42,14 @@ static inline float cpu_ld(const void *p, dit_dtype t, int64_t i) {
 void cpu_ld_row(float *dst, const void *p, dit_dtype t, int64_t off, int64_t n);
 
 
-/* Operand checks (backend_check.h) with the CPU's device and dtypes. Activations: F32,
- * contiguous. */
-static inline dit_status cpu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(dit_check_present(op, name, t, DIT_DEV_CPU, err));
-  return dit_check_dtype(op, name, t, DIT_DTYPES(DIT_F32), err);
-}
-/* F32 rows of the last dim (column slices, per-batch row ranges); fills v. */
-static inline dit_status cpu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v,
-                                        dit_error *err) {
-  return dit_check_rows(op, name, t, DIT_DEV_CPU, DIT_DTYPES(DIT_F32), v, err);
-}
+/* Operand checks (backend_check.h) with the CPU's device and dtypes: cpu_check_act (F32,
+ * contiguous), cpu_check_rows (F32 row views), cpu_check_w, cpu_check_same_shape. */
+DIT_BACKEND_CHECKS(cpu, DIT_DEV_CPU, DIT_DTYPES(DIT_F32), false)
 /* Checks a strided 4-D F32 tensor [B, S, H, D]: unit last stride, non-negative strides. */
 dit_status cpu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
 /* Element offset of (b, s, h, 0) in a 4-D tensor. */
 static inline int64_t cpu_off4(const dit_tensor *t, int64_t b, int64_t s, int64_t h) {
   return b * t->stride[0] + s * t->stride[1] + h * t->stride[2];
-}
-/* A weight-like tensor: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
-static inline dit_status cpu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n,
-                                     dit_error *err) {
-  return dit_check_weight(op, name, t, DIT_DEV_CPU, n, err);
-}
-/* a and b have the same shape. */
-static inline dit_status cpu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                                              const dit_tensor *b, dit_error *err) {
-  return dit_check_same_shape(op, an, a, bn, b, false, err);
 }
 /* Checks a row-wise op's x and y (F32, contiguous, the same shape, at least 1 dim); gives
  * the row length D (x's last dim) and the number of rows. */
@@ -76,17 +59,7 @@ dit_status cpu_check_rowwise(const char *op, dit_tensor *y, const dit_tensor *x,
 dit_status cpu_check_bd(const char *op, const char *name, const dit_tensor *x, const dit_tensor *p,
                         dit_error *err);
 
-static inline float cpu_act(float v, dit_act a) {
-  switch (a) {
-    case DIT_ACT_SILU: return v / (1.0f + expf(-v));
-    case DIT_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case DIT_ACT_GELU_TANH: {
-      float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-      return 0.5f * v * (1.0f + tanhf(u));
-    }
-    default: return v;
-  }
-}
+static inline float cpu_act(float v, dit_act a) { return dit_act_apply(v, (int)a); }
 
 /* y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n]) for m < M, n < N: x fp32 with row stride
  * ldx, w in its stored dtype wt with row stride ldw, b (NULL or [N] in dtype bt), y fp32

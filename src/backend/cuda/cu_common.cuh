@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/act_math.h"
+
 #define CU_DT_F32 0 /* dit_dtype values */
 #define CU_DT_BF16 1
 #define CU_DT_F16 2
@@ -34,17 +36,7 @@ __device__ __forceinline__ float cu_ldw(const void *p, int dt, int64_t i) {
   return ((const float *)p)[i];
 }
 
-__device__ __forceinline__ float cu_act(float v, int a) {
-  switch (a) {
-    case CU_ACT_SILU: return v / (1.0f + expf(-v));
-    case CU_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case CU_ACT_GELU_TANH: {
-      float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-      return 0.5f * v * (1.0f + tanhf(u));
-    }
-    default: return v;
-  }
-}
+__device__ __forceinline__ float cu_act(float v, int a) { return dit_act_apply(v, a); }
 
 /* Warp-wide and block-wide (blockDim.x a multiple of 32, <= 1024) sum or max; every thread
  * gets the result. */

@@ -70,31 +70,14 @@ dit_status cu_check_lt(cublasStatus_t s, const char *op, const char *what, dit_e
 /* Grows the scratch buffer to at least bytes (synchronizes the stream when it grows). */
 dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err);
 
-/* Operand checks (backend_check.h) with the GPU's device and dtypes. Activations: F32 or
- * BF16, contiguous. */
+/* Operand checks (backend_check.h) with the GPU's device and dtypes: cu_check_act (F32 or
+ * BF16, contiguous), cu_check_rows (row views), cu_check_w, cu_check_same_shape (shape and
+ * dtype). */
 #define CU_ACT_DTYPES (DIT_DTYPES(DIT_F32) | DIT_DTYPES(DIT_BF16))
-static inline dit_status cu_check_act(const char *op, const char *name, const dit_tensor *t, dit_error *err) {
-  DIT_TRY(dit_check_present(op, name, t, DIT_DEV_CUDA, err));
-  return dit_check_dtype(op, name, t, CU_ACT_DTYPES, err);
-}
-/* Activation row views (see dit_tensor_rowview): F32 or BF16; fills v. */
-static inline dit_status cu_check_rows(const char *op, const char *name, const dit_tensor *t, dit_rowview *v,
-                                       dit_error *err) {
-  return dit_check_rows(op, name, t, DIT_DEV_CUDA, CU_ACT_DTYPES, v, err);
-}
+DIT_BACKEND_CHECKS(cu, DIT_DEV_CUDA, CU_ACT_DTYPES, true)
 /* Strided [B, S, H, D] activations: F32/BF16, unit last stride; non-contiguous ones need strides
  * that are multiples of 8 elements (16-byte rows). */
 dit_status cu_check_strided4(const char *op, const char *name, const dit_tensor *t, dit_error *err);
-/* Weight-like: contiguous, F32/BF16/F16, exactly n elements (n < 0: any). */
-static inline dit_status cu_check_w(const char *op, const char *name, const dit_tensor *t, int64_t n,
-                                    dit_error *err) {
-  return dit_check_weight(op, name, t, DIT_DEV_CUDA, n, err);
-}
-/* Same shape and dtype. */
-static inline dit_status cu_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
-                                             const dit_tensor *b, dit_error *err) {
-  return dit_check_same_shape(op, an, a, bn, b, true, err);
-}
 /* x and y: activations of the same shape and dtype. */
 dit_status cu_check_xy(const char *op, const dit_tensor *x, const dit_tensor *y, dit_error *err);
 /* RoPE tables for x [B, S, H, D]: cos, sin F32 [B, S, D/2] or [S, D/2] (*csb: batch stride, 0

@@ -31,23 +31,9 @@ static int on_step(void *user, int step, int total, const float *lat, size_t n, 
   capture *c = user;
   char name[64];
   snprintf(name, sizeof name, "latents_step%d", step);
-  float *ref;
-  int64_t shape[8];
-  int nd;
-  if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
-    CHECK_MSG(0, "missing %s", name);
-    return 0;
-  }
-  size_t rn = 1;
-  for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
-  CHECK_MSG(rn == n, "%s: %zu elements, reference has %zu", name, n, rn);
-  if (rn == n) {
-    double e = dt_rel_err(lat, ref, n);
-    CHECK_MSG(e <= c->tol, "%s: relative error %.3g > %.3g", name, e, c->tol);
-    printf("%s: relative error %.3g\n", name, e);
-    if (e > c->worst) c->worst = e;
-  }
-  free(ref);
+  double e;
+  if (dt_check_latents(c->ref, name, lat, n, c->tol, &e) != 0) return 0;
+  if (e > c->worst) c->worst = e;
   c->steps_seen++;
   return 0;
 }
@@ -257,14 +243,9 @@ static void test_base_variant(dit_ctx *ctx, const char *fixture, const char *tmp
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  char fixture[4096], ref_file[4200], ref_json[4200];
-  if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.data);
-  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
-  snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
-  json_error_t je;
-  json_t *rj = json_load_file(ref_json, 0, &je);
-  CHECK_MSG(rj != NULL, "cannot read %s", ref_json);
+  char fixture[4096], ref_file[4200];
+  dt_model_dir(&a, a.data, "flux2-klein-tiny", fixture, sizeof fixture);
+  json_t *rj = dt_load_reference(fixture, ref_file, sizeof ref_file);
   if (!rj) return dt_finish();
   const int W = (int)json_integer_value(json_object_get(rj, "width"));
   const int H = (int)json_integer_value(json_object_get(rj, "height"));

@@ -89,6 +89,15 @@ static void fake_init(fake *f, bool with_capture) {
   f->be.ops = &f->ops;
 }
 
+/* A fresh fake backend (with or without capture), its work counters and an empty replay cache. */
+static void setup(fake *f, work *w, dit_replay *r, bool with_capture) {
+  fake_init(f, with_capture);
+  memset(w, 0, sizeof *w);
+  w->f = f;
+  f->w = w;
+  memset(r, 0, sizeof *r);
+}
+
 static dit_status call(dit_replay *r, fake *f, work *w, int key) {
   dit_error err = {0};
   return dit_replay_run(r, &f->be, &key, sizeof key, ops_fn, w, &err);
@@ -96,11 +105,9 @@ static dit_status call(dit_replay *r, fake *f, work *w, int key) {
 
 static void test_sequence(void) {
   fake f;
-  fake_init(&f, true);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, true);
   CHECK(call(&r, &f, &w, 7) == DIT_OK);
   CHECK(w.ran == 1 && w.recorded == 0 && w.launched_ops == 0); /* first: run */
   CHECK(call(&r, &f, &w, 7) == DIT_OK);
@@ -127,11 +134,9 @@ static void test_sequence(void) {
 
 static void test_failures(void) {
   fake f;
-  fake_init(&f, true);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, true);
   /* an op that cannot be recorded: the call still runs the ops, and the key is not tried again */
   w.fail_capture = true;
   CHECK(call(&r, &f, &w, 1) == DIT_OK);
@@ -168,11 +173,9 @@ static void test_failures(void) {
 
 static void test_no_capture(void) {
   fake f;
-  fake_init(&f, false);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, false);
   for (int i = 0; i < 3; i++) CHECK(call(&r, &f, &w, 5) == DIT_OK);
   CHECK(w.ran == 3 && w.recorded == 0 && r.captures == 0);
   dit_replay_clear(&r, &f.be);

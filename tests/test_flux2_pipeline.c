@@ -18,26 +18,6 @@
 #include "pipeline/rng_torch.h"
 #include "testing.h"
 
-typedef struct capture {
-  double tol;
-  const char *ref;
-  int steps_seen;
-  double worst;
-} capture;
-
-static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
-  (void)total;
-  (void)secs;
-  capture *c = user;
-  char name[64];
-  snprintf(name, sizeof name, "latents_step%d", step);
-  double e;
-  if (dt_check_latents(c->ref, name, lat, n, c->tol, &e) != 0) return 0;
-  if (e > c->worst) c->worst = e;
-  c->steps_seen++;
-  return 0;
-}
-
 /* latents_init is randn(1, C, h, w) with the seed, packed to [h*w, C]. */
 static void test_noise(const char *ref_file, int seed) {
   float *ref;
@@ -100,9 +80,9 @@ static void test_generate(dit_ctx *ctx, const char *fixture, const char *ref_fil
   p.steps = (int)json_integer_value(json_object_get(rj, "steps"));
   p.guidance = json_number_value(json_object_get(rj, "guidance_scale"));
   p.guidance_set = 1;
-  capture cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, 0, 0};
+  dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, NULL, 0, 0};
   p.text_rope_bf16 = rope_bf16;
-  p.on_step = on_step;
+  p.on_step = dt_step_check_cb;
   p.user = &cap;
   dit_image img;
   dit_gen_stats st;

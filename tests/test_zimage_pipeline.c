@@ -13,25 +13,6 @@
 #include "pipeline/zimage_pipeline.h"
 #include "testing.h"
 
-typedef struct capture {
-  double tol;          /* relative error bound on the latents */
-  const char *ref;     /* reference.safetensors */
-  const char *prefix;  /* "turbo" / "cfg" */
-  int steps_seen;
-} capture;
-
-static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
-  (void)total;
-  (void)secs;
-  capture *c = user;
-  char name[64];
-  snprintf(name, sizeof name, "%s_latents_step%d", c->prefix, step);
-  double e;
-  if (dt_check_latents(c->ref, name, lat, n, c->tol, &e) != 0) return 0;
-  c->steps_seen++;
-  return 0;
-}
-
 /* rope_bf16: the fixtures' generator cast the text encoder to bf16 and back, which
  * rounded its RoPE frequencies; with the same rounding the latents match to ~1e-6, with
  * transformers' fp32 frequencies (the default) to ~1e-4. */
@@ -51,9 +32,9 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
   p.steps = (int)json_integer_value(json_object_get(cs, "steps"));
   p.guidance = json_number_value(json_object_get(cs, "guidance_scale"));
   p.guidance_set = 1;
-  capture cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, prefix, 0};
+  dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, prefix, 0, 0};
   p.text_rope_bf16 = rope_bf16;
-  p.on_step = on_step;
+  p.on_step = dt_step_check_cb;
   p.user = &cap;
 
   /* sigmas and timesteps as the pipeline computes them */

@@ -44,39 +44,42 @@ static int load_raw(const char *file, const char *name, void **raw, dit_dtype *d
   return 0;
 }
 
-/* load_raw, then a malloc'd output of as many elements of elem bytes; NULL (after printing
- * why, with nothing left allocated) on failure. */
-static void *load_with_output(const char *file, const char *name, size_t elem, void **raw, dit_dtype *dtype,
-                              size_t *numel, int64_t *shape, int *ndim) {
-  if (load_raw(file, name, raw, dtype, numel, shape, ndim)) return NULL;
-  void *out = malloc(*numel ? *numel * elem : 1);
+/* Converts n raw elements of dtype dt into out; 0, or -1 after printing why. */
+typedef int (*convert_fn)(void *out, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name);
+
+/* load_raw, then a malloc'd output of as many elements of elem bytes filled by convert;
+ * NULL after a failure (printed, nothing left allocated). */
+static void *load_converted(const char *file, const char *name, size_t elem, convert_fn convert, int64_t *shape,
+                            int *ndim) {
+  void *raw;
+  dit_dtype dt;
+  size_t n;
+  if (load_raw(file, name, &raw, &dt, &n, shape, ndim)) return NULL;
+  void *out = malloc(n ? n * elem : 1);
   if (!out) {
-    free(*raw);
+    free(raw);
     fprintf(stderr, "fixture: %s: out of memory for \"%s\"\n", file, name);
+    return NULL;
+  }
+  int rc = convert(out, raw, dt, n, file, name);
+  free(raw);
+  if (rc) {
+    free(out);
+    return NULL;
   }
   return out;
 }
 
-int dt_load_f32(const char *file, const char *name, float **data, int64_t *shape, int *ndim) {
-  void *raw;
-  dit_dtype dt;
-  size_t n;
-  *data = NULL;
-  float *out = load_with_output(file, name, sizeof *out, &raw, &dt, &n, shape, ndim);
-  if (!out) return -1;
+static int convert_f32(void *out, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name) {
+  (void)file;
+  (void)name;
   dit_convert_to_f32(out, raw, dt, n);
-  free(raw);
-  *data = out;
   return 0;
 }
 
-int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *shape, int *ndim) {
-  void *raw;
-  dit_dtype dt;
-  size_t n;
-  *data = NULL;
-  int32_t *out = load_with_output(file, name, sizeof *out, &raw, &dt, &n, shape, ndim);
-  if (!out) return -1;
+/* Integer and bool dtypes, or floats holding integral values in the int32 range. */
+static int convert_i32(void *out_, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name) {
+  int32_t *out = out_;
   const unsigned char *p = raw;
   for (size_t i = 0; i < n; i++) {
     double v;
@@ -115,15 +118,21 @@ int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *sha
     }
     if (!(v >= INT32_MIN && v <= INT32_MAX) || v != floor(v)) {
       fprintf(stderr, "fixture: %s: \"%s\" element %zu (%g) is not an int32 value\n", file, name, i, v);
-      free(raw);
-      free(out);
       return -1;
     }
     out[i] = (int32_t)v;
   }
-  free(raw);
-  *data = out;
   return 0;
+}
+
+int dt_load_f32(const char *file, const char *name, float **data, int64_t *shape, int *ndim) {
+  *data = load_converted(file, name, sizeof **data, convert_f32, shape, ndim);
+  return *data ? 0 : -1;
+}
+
+int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *shape, int *ndim) {
+  *data = load_converted(file, name, sizeof **data, convert_i32, shape, ndim);
+  return *data ? 0 : -1;
 }
 
 json_t *dt_load_reference(const char *dir, char *ref_file, size_t len) {
@@ -154,6 +163,20 @@ int dt_check_latents(const char *ref_file, const char *name, const float *lat, s
     printf("%s: relative error %.3g (bound %.3g)\n", name, e, tol);
   }
   free(ref);
+  return 0;
+}
+
+int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n, double secs) {
+  (void)total;
+  (void)secs;
+  dt_step_check *c = user;
+  char name[64];
+  if (c->prefix) snprintf(name, sizeof name, "%s_latents_step%d", c->prefix, step);
+  else snprintf(name, sizeof name, "latents_step%d", step);
+  double e;
+  if (dt_check_latents(c->ref, name, lat, n, c->tol, &e) != 0) return 0;
+  if (e > c->worst) c->worst = e;
+  c->steps_seen++;
   return 0;
 }
 

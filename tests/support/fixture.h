@@ -23,6 +23,17 @@ json_t *dt_load_reference(const char *dir, char *ref_file, size_t len);
  * count and a relative error <= tol; prints the error and stores it in *rel (-1 when the
  * sizes differ). Returns 0, or -1 after a failed check when the tensor is missing. */
 int dt_check_latents(const char *ref_file, const char *name, const float *lat, size_t n, double tol, double *rel);
+/* The on_step callback of a pipeline test: each step's latents checked against
+ * [prefix_]latents_step<i> of ref (dt_check_latents); counts the steps whose reference was
+ * found and keeps the largest error. */
+typedef struct dt_step_check {
+  double tol;         /* relative error bound on the latents */
+  const char *ref;    /* reference.safetensors */
+  const char *prefix; /* names' prefix ("turbo" for turbo_latents_step0), or NULL */
+  int steps_seen;
+  double worst;
+} dt_step_check;
+int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n, double secs);
 /* Checks a PNG written by the CLI against image ref_name of ref_file (values in [0, 1]):
  * readable, w x h, within one 8-bit level everywhere; prints the largest difference. */
 void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int w, int h);

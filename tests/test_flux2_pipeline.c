@@ -71,15 +71,7 @@ static void test_schedule(const char *fixture, const char *ref_file, int steps, 
  * closely (1e-5), with transformers' fp32 default it stays within the 1e-4 tolerance. */
 static void test_generate(dit_ctx *ctx, const char *fixture, const char *ref_file, json_t *rj, int rope_bf16) {
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = fixture;
-  p.prompt = json_string_value(json_object_get(rj, "prompt"));
-  p.width = (int)json_integer_value(json_object_get(rj, "width"));
-  p.height = (int)json_integer_value(json_object_get(rj, "height"));
-  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
-  p.steps = (int)json_integer_value(json_object_get(rj, "steps"));
-  p.guidance = json_number_value(json_object_get(rj, "guidance_scale"));
-  p.guidance_set = 1;
+  dt_gen_params_from_reference(&p, fixture, rj, rj);
   dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, NULL, 0, 0};
   p.text_rope_bf16 = rope_bf16;
   p.on_step = dt_step_check_cb;

@@ -103,7 +103,7 @@ static dit_status call(dit_replay *r, fake *f, work *w, int key) {
   return dit_replay_run(r, &f->be, &key, sizeof key, ops_fn, w, &err);
 }
 
-static void test_sequence(void) {
+static void test_sequence(const dt_args *args) {
   fake f;
   work w;
   dit_replay r;
@@ -132,7 +132,7 @@ static void test_sequence(void) {
   CHECK(f.graphs_live == 0);
 }
 
-static void test_failures(void) {
+static void test_failures(const dt_args *args) {
   fake f;
   work w;
   dit_replay r;
@@ -171,7 +171,7 @@ static void test_failures(void) {
   CHECK(f.graphs_live == 0);
 }
 
-static void test_no_capture(void) {
+static void test_no_capture(const dt_args *args) {
   fake f;
   work w;
   dit_replay r;
@@ -182,10 +182,6 @@ static void test_no_capture(void) {
 }
 
 int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
-  test_sequence();
-  test_failures();
-  test_no_capture();
-  return dt_finish();
+  static void (*const cases[])(const dt_args *) = {test_sequence, test_failures, test_no_capture};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

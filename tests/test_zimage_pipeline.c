@@ -22,16 +22,8 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
   CHECK_MSG(cs != NULL, "reference.json has no case %s", case_name);
   if (!cs) return;
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = fixture;
-  p.prompt = json_string_value(json_object_get(rj, "prompt"));
+  dt_gen_params_from_reference(&p, fixture, rj, cs);
   p.negative_prompt = json_string_value(json_object_get(rj, "negative_prompt"));
-  p.width = (int)json_integer_value(json_object_get(rj, "width"));
-  p.height = (int)json_integer_value(json_object_get(rj, "height"));
-  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
-  p.steps = (int)json_integer_value(json_object_get(cs, "steps"));
-  p.guidance = json_number_value(json_object_get(cs, "guidance_scale"));
-  p.guidance_set = 1;
   dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, prefix, 0, 0};
   p.text_rope_bf16 = rope_bf16;
   p.on_step = dt_step_check_cb;

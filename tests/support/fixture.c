@@ -180,6 +180,18 @@ int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n
   return 0;
 }
 
+void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const json_t *rj, const json_t *run) {
+  dit_gen_params_default(p);
+  p->model_dir = model;
+  p->prompt = json_string_value(json_object_get(rj, "prompt"));
+  p->width = (int)json_integer_value(json_object_get(rj, "width"));
+  p->height = (int)json_integer_value(json_object_get(rj, "height"));
+  p->seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
+  p->steps = (int)json_integer_value(json_object_get(run, "steps"));
+  p->guidance = json_number_value(json_object_get(run, "guidance_scale"));
+  p->guidance_set = 1;
+}
+
 void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int want_w, int want_h) {
   int w = 0, h = 0;
   unsigned char *px = dt_read_png_rgb(png, &w, &h);

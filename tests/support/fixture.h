@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "ditrun.h"
 
 /* Loads tensor `name` of a .safetensors file as freshly malloc'd float32 (converting from
  * any dtype); shape/ndim out (shape must hold 8 values); returns 0 on success, prints the
@@ -34,6 +35,10 @@ typedef struct dt_step_check {
   double worst;
 } dt_step_check;
 int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n, double secs);
+/* Generation parameters of a reference run: defaults, then model_dir = model, prompt,
+ * width, height and seed from reference.json rj, steps and guidance_scale (set) from run
+ * (rj itself or one of its cases). */
+void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const json_t *rj, const json_t *run);
 /* Checks a PNG written by the CLI against image ref_name of ref_file (values in [0, 1]):
  * readable, w x h, within one 8-bit level everywhere; prints the largest difference. */
 void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int w, int h);

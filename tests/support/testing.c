@@ -68,6 +68,13 @@ int dt_finish(void) {
   return dt_failed ? 1 : 0;
 }
 
+int dt_main(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  for (size_t i = 0; i < n; i++) cases[i](&a);
+  return dt_finish();
+}
+
 const char *dt_path(char *buf, size_t len, const char *a, const char *b) {
   snprintf(buf, len, "%s/%s", a, b);
   return buf;

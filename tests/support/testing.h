@@ -28,6 +28,8 @@ extern int dt_passed, dt_failed; /* test-binary globals: counters of this proces
 void dt_init(int argc, char **argv, dt_args *a);
 /* Prints the summary; returns the process exit code. */
 int dt_finish(void);
+/* The main of a test binary: dt_init, then cases[0..n) in order, then dt_finish. */
+int dt_main(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n);
 /* Path helpers: snprintf into a static-per-call buffer supplied by caller. */
 const char *dt_path(char *buf, size_t len, const char *a, const char *b);
 

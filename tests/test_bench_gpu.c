@@ -33,8 +33,7 @@ static void gpu_forward(dit_backend *be, dit_zimage *m, dt_zimage_case *d, int f
   int ok = 1;
   for (int j = 0; j < n; j++) {
     int i = first + j;
-    x[j] = dit_tensor_make(DIT_F32, NULL, 4, d->xs[i]);
-    cap[j] = dit_tensor_make(DIT_F32, NULL, 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[j], &cap[j]); /* data: device copies below */
     nx[j] = (size_t)dit_tensor_numel(&x[j]);
     float *poison = malloc(nx[j] * sizeof(float));
     for (size_t k = 0; poison && k < nx[j]; k++) poison[k] = NAN;
@@ -76,8 +75,7 @@ static void test_staged(dit_zimage *m, dt_zimage_case *d) {
   dit_tensor x[2], cap[2], out[2];
   float *o[2];
   for (int i = 0; i < 2; i++) {
-    x[i] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[i] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[i], &cap[i]);
     size_t nx = (size_t)dit_tensor_numel(&x[i]);
     o[i] = malloc(nx * sizeof(float));
     for (size_t k = 0; o[i] && k < nx; k++) o[i][k] = NAN;

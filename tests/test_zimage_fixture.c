@@ -20,8 +20,7 @@ static void check_forward(dit_zimage *m, dt_zimage_case *d, int first, int n) {
   size_t numel[2];
   for (int j = 0; j < n; j++) {
     int i = first + j;
-    x[j] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[j] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[j], &cap[j]);
     numel[j] = (size_t)dit_tensor_numel(&x[j]);
     o[j] = malloc(numel[j] * sizeof(float));
     out[j] = dit_tensor_make(DIT_F32, o[j], 4, d->xs[i]);
@@ -45,8 +44,7 @@ static void check_timestep_change(dit_zimage *m, dt_zimage_case *d) {
   dit_tensor x[2], cap[2], out[2];
   float *o[2];
   for (int i = 0; i < 2; i++) {
-    x[i] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[i] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[i], &cap[i]);
     o[i] = malloc((size_t)dit_tensor_numel(&x[i]) * sizeof(float));
     out[i] = dit_tensor_make(DIT_F32, o[i], 4, d->xs[i]);
   }

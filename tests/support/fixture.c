@@ -254,6 +254,11 @@ void dt_flux2_case_free(dt_flux2_case *c) {
   free(c->ref);
 }
 
+void dt_zimage_case_item(const dt_zimage_case *d, int i, dit_tensor *x, dit_tensor *cap) {
+  *x = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
+  *cap = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+}
+
 void *dt_to_device(dit_backend *be, const float *h, size_t n) {
   void *p = NULL;
   dit_error err = {0};

@@ -51,6 +51,8 @@ typedef struct dt_zimage_case {
 /* Loads the case from file (d zeroed first); 0, or -1 when a tensor is missing or mis-shaped. */
 int dt_zimage_case_load(const char *file, dt_zimage_case *d);
 void dt_zimage_case_free(dt_zimage_case *d);
+/* Host tensors of item i of the case: x [C, F, H, W] and cap [L, D]. */
+void dt_zimage_case_item(const dt_zimage_case *d, int i, dit_tensor *x, dit_tensor *cap);
 /* The flux2-klein-tiny transformer case of components.safetensors: hidden [1, S, C],
  * encoder [1, L, J], timestep t, image / text position ids and the output dit_out. */
 typedef struct dt_flux2_case {

@@ -5,7 +5,7 @@
 #include "backend/backend.h"
 #include "testing.h"
 
-static void test_kinds(void) {
+static void test_kinds(const dt_args *args) {
   CHECK(dit_backend_kind_count() >= 1);
   const dit_backend_kind_info *cpu = dit_backend_kind_get(DIT_DEVICE_CPU);
   CHECK(cpu != NULL);
@@ -29,7 +29,7 @@ static void test_kinds(void) {
 #endif
 }
 
-static void test_cpu_memory(void) {
+static void test_cpu_memory(const dt_args *args) {
   size_t fr = 0, tot = 0;
   dit_error err = {0};
   CHECK(dit_backend_mem_info(DIT_DEVICE_CPU, 0, &fr, &tot, &err) == DIT_OK);
@@ -38,7 +38,7 @@ static void test_cpu_memory(void) {
   CHECK(dit_backend_device_used(DIT_DEVICE_CPU, 0) == 0);
 }
 
-static void test_cpu_backend(void) {
+static void test_cpu_backend(const dt_args *args) {
   dit_backend *be = NULL;
   dit_error err = {0};
   CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, DIT_CPU_PRECISION_FP32, NULL, &be, &err) == DIT_OK);
@@ -64,10 +64,6 @@ static void test_cpu_backend(void) {
 }
 
 int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
-  test_kinds();
-  test_cpu_memory();
-  test_cpu_backend();
-  return dt_finish();
+  static void (*const cases[])(const dt_args *) = {test_kinds, test_cpu_memory, test_cpu_backend};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -15,53 +15,22 @@
  *     SIGXFSZ ignored (write fails with EFBIG).
  * Models load from a symlinked copy of zimage-tiny whose tokenizer.json is small (the
  * 11 MB one would dominate the run time); generate runs at 64x64, 1 step. */
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "small_model.h"
 #include "testing.h"
-#include "text/tok_internal.h"
 
-static char g_cli[4096], g_fix[4096], g_tmp[4096], g_model[4200], g_out[4200], g_log[4200];
+static dt_cli_env g;
+static char g_copy[4200], g_out[4200], g_log[4200];
 
 /* Runs argv (argv[0] = "ditrun" is replaced by the CLI path) with stdout+stderr to
  * g_log, a 120 s alarm, and optionally RLIMIT_FSIZE = fsize bytes with SIGXFSZ ignored.
  * Returns the exit code, or -signal. */
-static int run_cli(char **argv, long fsize) {
-  pid_t pid = fork();
-  if (pid < 0) return -1000;
-  if (pid == 0) {
-    int fd = open(g_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    if (fsize > 0) {
-      signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
-      setrlimit(RLIMIT_FSIZE, &rl);
-    }
-    alarm(120);
-    argv[0] = g_cli;
-    execv(g_cli, argv);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(st)) return -WTERMSIG(st);
-  return WEXITSTATUS(st);
-}
+static int run_cli(char **argv, long fsize) { return dt_run_argv(g.cli, argv, g_log, NULL, fsize); }
 
 static bool exists(const char *path) {
   struct stat st;
@@ -71,9 +40,9 @@ static bool exists(const char *path) {
 /* Number of entries in dir whose name starts with prefix (left-over temp files). */
 static int count_prefix(const char *dir, const char *prefix) {
   char cmd[8192], out[64];
-  snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '^%s' > '%s/count.txt'", dir, prefix, g_tmp);
+  snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '^%s' > '%s/count.txt'", dir, prefix, g.tmp);
   dt_run(cmd, NULL);
-  snprintf(cmd, sizeof cmd, "%s/count.txt", g_tmp);
+  snprintf(cmd, sizeof cmd, "%s/count.txt", g.tmp);
   return dt_read_file(cmd, out, sizeof out) > 0 ? atoi(out) : -1;
 }
 
@@ -95,50 +64,19 @@ static void expect(const char *what, int rc, int want_rc, const char *needle, co
 
 /* ---- the model folder copy ---------------------------------------------------------- */
 
-static bool write_small_tokenizer(const char *path) {
-  json_t *vocab = json_object();
-  for (int i = 0; i < 256; i++) {
-    uint32_t cp = tok_byte_to_cp((uint8_t)i);
-    char k[4] = {0};
-    if (cp < 0x80) k[0] = (char)cp;
-    else k[0] = (char)(0xc0 | (cp >> 6)), k[1] = (char)(0x80 | (cp & 0x3f));
-    json_object_set_new(vocab, k, json_integer(i));
-  }
-  json_t *added = json_array();
-  static const char *const sp[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
-  for (int i = 0; i < 5; i++)
-    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b}", "id", 256 + i, "content", sp[i], "special", 1,
-                                           "normalized", 0));
-  json_t *root = json_pack("{s:s,s:o,s:n,s:{s:s,s:b,s:b},s:{s:s,s:o,s:[]}}", "version", "1.0", "added_tokens", added,
-                           "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1,
-                           "model", "type", "BPE", "vocab", vocab, "merges");
-  int r = root ? json_dump_file(root, path, 0) : -1;
-  json_decref(root);
-  return r == 0;
-}
-
-/* g_model = symlinks to the fixture's files, components as real folders of symlinks so a
+/* g_copy = symlinks to the fixture's files, components as real folders of symlinks so a
  * config can be replaced; a small tokenizer. */
 static bool make_model(void) {
-  char cmd[20000];
-  snprintf(g_model, sizeof g_model, "%s/model", g_tmp);
-  snprintf(cmd, sizeof cmd,
-           "rm -rf '%s' && mkdir -p '%s/tokenizer' && ln -s '%s/model_index.json' '%s/' && "
-           "for c in scheduler text_encoder transformer vae; do mkdir '%s'/$c && "
-           "for f in '%s'/$c/*; do ln -s \"$f\" '%s'/$c/ || exit 1; done; done",
-           g_model, g_model, g_fix, g_model, g_model, g_fix, g_model);
-  if (dt_run(cmd, NULL) != 0) return false;
-  char path[4400];
-  snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", g_model);
-  return write_small_tokenizer(path);
+  snprintf(g_copy, sizeof g_copy, "%s/model", g.tmp);
+  return dt_make_small_model(g.model, g_copy);
 }
 
 /* Replaces component/<file> with the fixture's JSON where key = value (JSON text;
  * NULL value deletes the key; key "a.b" sets a member of an object member). */
 static bool set_config(const char *comp, const char *file, const char *key, const char *value) {
   char src[4400], dst[4400];
-  snprintf(src, sizeof src, "%s/%s/%s", g_fix, comp, file);
-  snprintf(dst, sizeof dst, "%s/%s/%s", g_model, comp, file);
+  snprintf(src, sizeof src, "%s/%s/%s", g.model, comp, file);
+  snprintf(dst, sizeof dst, "%s/%s/%s", g_copy, comp, file);
   json_error_t je;
   json_t *j = json_load_file(src, 0, &je);
   if (!j) return false;
@@ -166,14 +104,14 @@ static bool set_config(const char *comp, const char *file, const char *key, cons
 
 static void restore_config(const char *comp, const char *file) {
   char src[4400], dst[4400];
-  snprintf(src, sizeof src, "%s/%s/%s", g_fix, comp, file);
-  snprintf(dst, sizeof dst, "%s/%s/%s", g_model, comp, file);
+  snprintf(src, sizeof src, "%s/%s/%s", g.model, comp, file);
+  snprintf(dst, sizeof dst, "%s/%s/%s", g_copy, comp, file);
   unlink(dst);
   CHECK(symlink(src, dst) == 0);
 }
 
 static int generate(const char *out, const char *extra1, const char *extra2, long fsize) {
-  char *argv[] = {"ditrun", "generate", "-m", g_model, "-p", "a fox", "-W", "64", "-H", "64", "--steps", "1",
+  char *argv[] = {"ditrun", "generate", "-m", g_copy, "-p", "a fox", "-W", "64", "-H", "64", "--steps", "1",
                   "-q", "-o", (char *)out, (char *)extra1, (char *)extra2, NULL};
   return run_cli(argv, fsize);
 }
@@ -251,7 +189,7 @@ static void test_configs(void) {
   }
   /* not JSON, and JSON nested past the parser's depth cap */
   char path[4400];
-  snprintf(path, sizeof path, "%s/transformer/config.json", g_model);
+  snprintf(path, sizeof path, "%s/transformer/config.json", g_copy);
   unlink(path);
   FILE *f = fopen(path, "wb");
   if (f) {
@@ -265,25 +203,13 @@ static void test_configs(void) {
 
 /* ---- shard indexes through `ditrun info` --------------------------------------------- */
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-  unlink(path);
-  FILE *f = fopen(path, "wb");
-  if (f) {
-    fwrite(p, 1, n, f);
-    fclose(f);
-  }
-}
-
 static void test_indexes(void) {
   printf("shard indexes (ditrun info):\n");
   char dir[4400], path[4600];
-  snprintf(dir, sizeof dir, "%s/idx", g_tmp);
+  snprintf(dir, sizeof dir, "%s/idx", g.tmp);
   mkdir(dir, 0755);
-  static const char hdr[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
-  unsigned char shard[8 + sizeof hdr - 1 + 8] = {(unsigned char)(sizeof hdr - 1)};
-  memcpy(shard + 8, hdr, sizeof hdr - 1);
   snprintf(path, sizeof path, "%s/a.safetensors", dir);
-  write_bytes(path, shard, sizeof shard);
+  dt_write_one_tensor_shard(path);
   static const struct { const char *json, *needle; } cases[] = {
       {"{\"weight_map\": []}", "weight_map"},
       {"{\"metadata\": {}}", "weight_map"},
@@ -299,13 +225,13 @@ static void test_indexes(void) {
   char what[256], idx[4600];
   snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    write_bytes(idx, cases[i].json, strlen(cases[i].json));
+    dt_write_bytes(idx, cases[i].json, strlen(cases[i].json));
     char *argv[] = {"ditrun", "info", idx, NULL};
     snprintf(what, sizeof what, "index %.36s", cases[i].json);
     expect(what, run_cli(argv, 0), 2, cases[i].needle, NULL);
   }
   /* the good index is accepted (the table's files are otherwise right) */
-  write_bytes(idx, "{\"weight_map\": {\"w\": \"a.safetensors\"}}", 38);
+  dt_write_bytes(idx, "{\"weight_map\": {\"w\": \"a.safetensors\"}}", 38);
   char *argv[] = {"ditrun", "info", idx, NULL};
   expect("index good", run_cli(argv, 0), 0, "tensors: 1", NULL);
 }
@@ -332,10 +258,10 @@ static void test_cli(void) {
     expect(what, generate(g_out, gen[i].a, gen[i].b, 0), 2, gen[i].needle, g_out);
   }
   /* strings: empty output path, invalid UTF-8 prompt, empty model folder */
-  char *e1[] = {"ditrun", "generate", "-m", g_model, "-p", "x", "-o", "", NULL};
+  char *e1[] = {"ditrun", "generate", "-m", g_copy, "-p", "x", "-o", "", NULL};
   expect("generate -o ''", run_cli(e1, 0), 2, "--output", NULL);
   unlink(g_out);
-  char *e2[] = {"ditrun", "generate", "-m", g_model, "-p", "caf\xc3 \xff", "-W", "64", "-H", "64", "--steps", "1",
+  char *e2[] = {"ditrun", "generate", "-m", g_copy, "-p", "caf\xc3 \xff", "-W", "64", "-H", "64", "--steps", "1",
                 "-q", "-o", g_out, NULL};
   expect("generate invalid UTF-8 prompt", run_cli(e2, 0), 2, "UTF-8", g_out);
   unlink(g_out);
@@ -350,25 +276,25 @@ static void test_cli(void) {
   expect("tokenize (nothing)", run_cli(t1, 0), 2, "-m", NULL);
   char *t2[] = {"ditrun", "tokenize", "-m", NULL};
   expect("tokenize -m", run_cli(t2, 0), 2, "-m", NULL);
-  char *t3[] = {"ditrun", "tokenize", "-m", g_model, "--bogus", "x", NULL};
+  char *t3[] = {"ditrun", "tokenize", "-m", g_copy, "--bogus", "x", NULL};
   expect("tokenize --bogus", run_cli(t3, 0), 2, "--bogus", NULL);
-  char *t4[] = {"ditrun", "tokenize", "-m", g_model, "a", "b", NULL};
+  char *t4[] = {"ditrun", "tokenize", "-m", g_copy, "a", "b", NULL};
   expect("tokenize two texts", run_cli(t4, 0), 2, "more than one", NULL);
-  char *t5[] = {"ditrun", "tokenize", "-m", g_model, "\xed\xa0\x80", NULL};
+  char *t5[] = {"ditrun", "tokenize", "-m", g_copy, "\xed\xa0\x80", NULL};
   expect("tokenize invalid UTF-8 (surrogate)", run_cli(t5, 0), 2, "UTF-8", NULL);
-  char *t6[] = {"ditrun", "tokenize", "-m", g_tmp, "x", NULL};
+  char *t6[] = {"ditrun", "tokenize", "-m", g.tmp, "x", NULL};
   expect("tokenize folder without tokenizer", run_cli(t6, 0), 2, "tokenizer.json", NULL);
-  char *t7[] = {"ditrun", "tokenize", "-m", g_model, "--chat", "", NULL};
+  char *t7[] = {"ditrun", "tokenize", "-m", g_copy, "--chat", "", NULL};
   expect("tokenize --chat ''", run_cli(t7, 0), 0, NULL, NULL);
   /* info */
   char *i1[] = {"ditrun", "info", NULL};
   expect("info (nothing)", run_cli(i1, 0), 2, "usage", NULL);
-  char *i2[] = {"ditrun", "info", g_model, g_model, NULL};
+  char *i2[] = {"ditrun", "info", g_copy, g_copy, NULL};
   expect("info two paths", run_cli(i2, 0), 2, "more than one", NULL);
   char *i3[] = {"ditrun", "info", "--bogus", NULL};
   expect("info --bogus", run_cli(i3, 0), 2, "--bogus", NULL);
   char nowhere[4400];
-  snprintf(nowhere, sizeof nowhere, "%s/no/such/thing", g_tmp);
+  snprintf(nowhere, sizeof nowhere, "%s/no/such/thing", g.tmp);
   char *i4[] = {"ditrun", "info", nowhere, NULL};
   int rc = run_cli(i4, 0);
   CHECK_MSG(rc == 1 || rc == 2, "info on a missing path: exit %d", rc);
@@ -382,7 +308,7 @@ static void test_cli(void) {
 
 /* ---- output paths and a full disk -------------------------------------------------- */
 
-static void put_precious(const char *path) { write_bytes(path, "precious", 8); }
+static void put_precious(const char *path) { dt_write_bytes(path, "precious", 8); }
 static bool is_precious(const char *path) {
   char buf[64];
   return dt_read_file(path, buf, sizeof buf) == 8 && !memcmp(buf, "precious", 8);
@@ -404,8 +330,8 @@ static void umount_dir(const char *dir) {
 static void test_outputs(void) {
   printf("output paths:\n");
   char target[4400], link_path[4400], fifo[4400], dir[4400];
-  snprintf(target, sizeof target, "%s/target.png", g_tmp);
-  snprintf(link_path, sizeof link_path, "%s/link.png", g_tmp);
+  snprintf(target, sizeof target, "%s/target.png", g.tmp);
+  snprintf(link_path, sizeof link_path, "%s/link.png", g.tmp);
   put_precious(target);
   unlink(link_path);
   CHECK(symlink(target, link_path) == 0);
@@ -413,7 +339,7 @@ static void test_outputs(void) {
   CHECK_MSG(is_precious(target), "the symlink's target was changed");
   /* a dangling symlink: never followed to create its target */
   char dangling_target[4400];
-  snprintf(dangling_target, sizeof dangling_target, "%s/dangling-target.png", g_tmp);
+  snprintf(dangling_target, sizeof dangling_target, "%s/dangling-target.png", g.tmp);
   unlink(dangling_target);
   unlink(link_path);
   CHECK(symlink(dangling_target, link_path) == 0);
@@ -422,14 +348,14 @@ static void test_outputs(void) {
   CHECK_MSG(!exists(dangling_target), "a dangling symlink's target was created");
   unlink(link_path);
   /* a FIFO: refused without blocking, with or without --overwrite */
-  snprintf(fifo, sizeof fifo, "%s/out.fifo", g_tmp);
+  snprintf(fifo, sizeof fifo, "%s/out.fifo", g.tmp);
   unlink(fifo);
   if (mkfifo(fifo, 0644) == 0) {
     expect("-o FIFO", generate(fifo, NULL, NULL, 0), 2, "exists", NULL);
     expect("-o FIFO --overwrite", generate(fifo, "--overwrite", NULL, 0), 2, "not a regular file", NULL);
     unlink(fifo);
   }
-  CHECK_MSG(count_prefix(g_tmp, ".ditrun-png-") == 0, "temporary files left in %s", g_tmp);
+  CHECK_MSG(count_prefix(g.tmp, ".ditrun-png-") == 0, "temporary files left in %s", g.tmp);
 
   /* a full disk, by RLIMIT_FSIZE (works unprivileged): 4 KiB, the PNG is larger */
   put_precious(target);
@@ -437,11 +363,11 @@ static void test_outputs(void) {
   expect("full disk (RLIMIT_FSIZE 4 KiB) --overwrite", rc, 1, target, NULL);
   expect("full disk (RLIMIT_FSIZE) names the reason", rc, 1, "File too large", NULL);
   CHECK_MSG(is_precious(target), "a failed write overwrote the existing file");
-  CHECK_MSG(count_prefix(g_tmp, ".ditrun-png-") == 0, "temporary files left after a failed write");
+  CHECK_MSG(count_prefix(g.tmp, ".ditrun-png-") == 0, "temporary files left after a failed write");
 
   /* a full disk, by a 4 KiB tmpfs; a read-only folder, by a read-only tmpfs (root ignores
    * permissions, so chmod cannot make one) */
-  snprintf(dir, sizeof dir, "%s/small-fs", g_tmp);
+  snprintf(dir, sizeof dir, "%s/small-fs", g.tmp);
   if (mount_tmpfs(dir, "size=4k")) {
     char out[4600];
     snprintf(out, sizeof out, "%s/out.png", dir);
@@ -451,7 +377,7 @@ static void test_outputs(void) {
     CHECK_MSG(is_precious(out), "a failed write on a full disk overwrote the existing file");
     CHECK_MSG(count_prefix(dir, ".ditrun-png-") == 0, "temporary files left on the full disk");
     umount_dir(dir);
-    snprintf(dir, sizeof dir, "%s/ro-fs", g_tmp);
+    snprintf(dir, sizeof dir, "%s/ro-fs", g.tmp);
     if (mount_tmpfs(dir, "ro,size=64k")) {
       snprintf(out, sizeof out, "%s/out.png", dir);
       expect("read-only folder (ro tmpfs)", generate(out, NULL, NULL, 0), 1, "read-only", out);
@@ -464,14 +390,10 @@ static void test_outputs(void) {
 
 int main(int argc, char **argv) {
   dt_args a;
-  dt_init(argc, argv, &a);
-  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
-  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.data);
-  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
-  snprintf(g_out, sizeof g_out, "%s/out.png", g_tmp);
-  snprintf(g_log, sizeof g_log, "%s/run.log", g_tmp);
-  CHECK_MSG(make_model(), "cannot make the model folder copy in %s", g_tmp);
+  dt_init_cli(argc, argv, &a, "zimage-tiny", false, &g);
+  snprintf(g_out, sizeof g_out, "%s/out.png", g.tmp);
+  snprintf(g_log, sizeof g_log, "%s/run.log", g.tmp);
+  CHECK_MSG(make_model(), "cannot make the model folder copy in %s", g.tmp);
   /* the copy works: a good run first */
   unlink(g_out);
   int rc = generate(g_out, NULL, NULL, 0);

@@ -27,7 +27,7 @@ static void tiny_params(dit_bench_params *p) {
   p->warmup = 1;
 }
 
-static void test_api(void) {
+static void test_api(const dt_args *args) {
   dit_ctx *ctx = NULL;
   CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
   dit_bench_params p;
@@ -82,7 +82,7 @@ static void test_api(void) {
  * block, joint_attention_dim 32, in_channels 128 as klein's. */
 #define FLUX_GEOM "--arch flux2-klein-4b --res 64 --dim 64 --heads 2 --layers 1 --refiners 1 --cap-dim 32"
 
-static void test_flux2_api(void) {
+static void test_flux2_api(const dt_args *args) {
   dit_ctx *ctx = NULL;
   CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
   dit_bench_params p;
@@ -176,7 +176,7 @@ static int forward(dit_backend *be, uint64_t seed, float *o, dit_error *err) {
   return rc;
 }
 
-static void test_random_and_profiler(void) {
+static void test_random_and_profiler(const dt_args *args) {
   dit_error err = {0};
   dit_backend *cpu = NULL, *prof = NULL;
   CHECK(dit_backend_cpu_create(0, &cpu, &err) == DIT_OK);
@@ -203,7 +203,7 @@ static void test_random_and_profiler(void) {
 
 /* End to end (ditrun bench --e2e): tiny geometry on the CPU: every phase ran, the image is
  * finite, the step time is the steps' share, bad arguments are refused. */
-static void test_e2e(void) {
+static void test_e2e(const dt_args *args) {
   dit_ctx *ctx = NULL;
   CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
   dit_bench_params p;
@@ -226,12 +226,7 @@ static void test_e2e(void) {
 }
 
 int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
-  test_random_and_profiler();
-  test_api();
-  test_flux2_api();
-  test_e2e();
-  test_cli(&a);
-  return dt_finish();
+  static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux2_api, test_e2e,
+                                                   test_cli};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

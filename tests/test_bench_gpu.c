@@ -24,70 +24,22 @@
 #define NMSE_F32_ACT 1e-4
 #define NMSE_BF16_ACT 1e-3
 
-static double nmse(const float *a, const float *b, size_t n, long *bad) {
-  double se = 0, sr = 0;
-  *bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(a[i])) {
-      (*bad)++;
-      continue;
-    }
-    double d = (double)a[i] - (double)b[i];
-    se += d * d;
-    sr += (double)b[i] * (double)b[i];
-  }
-  return sr > 0 ? se / sr : se;
-}
-
 #ifdef DIT_HAVE_CUDA
-/* A device copy of host data (n floats); NULL on failure. */
-static void *to_dev(dit_backend *be, const float *h, size_t n) {
-  void *p = NULL;
-  dit_error err = {0};
-  if (be->ops->alloc(be, n * sizeof(float), &p, &err) != DIT_OK) return NULL;
-  if (be->ops->upload(be, p, h, n * sizeof(float), &err) != DIT_OK) {
-    be->ops->free(be, p);
-    return NULL;
-  }
-  return p;
-}
-
-typedef struct fx_case {
-  float *x[2], *cap[2], *ref[2], *t;
-  int64_t xs[2][8], cs[2][8], rs[2][8], ts[8];
-} fx_case;
-
-static int load_case(const char *file, fx_case *d) {
-  int nd;
-  char name[32];
-  for (int i = 0; i < 2; i++) {
-    snprintf(name, sizeof name, "dit_x%d", i);
-    if (dt_load_f32(file, name, &d->x[i], d->xs[i], &nd) || nd != 4) return -1;
-    snprintf(name, sizeof name, "dit_cap%d", i);
-    if (dt_load_f32(file, name, &d->cap[i], d->cs[i], &nd) || nd != 2) return -1;
-    snprintf(name, sizeof name, "dit_out%d", i);
-    if (dt_load_f32(file, name, &d->ref[i], d->rs[i], &nd) || nd != 4) return -1;
-  }
-  if (dt_load_f32(file, "dit_t", &d->t, d->ts, &nd) || nd != 1 || d->ts[0] != 2) return -1;
-  return 0;
-}
-
 /* Items [first, first + n) of the fixture in one forward on the GPU; checks each output. */
-static void gpu_forward(dit_backend *be, dit_zimage *m, fx_case *d, int first, int n, double tol, const char *tag) {
+static void gpu_forward(dit_backend *be, dit_zimage *m, dt_zimage_case *d, int first, int n, double tol, const char *tag) {
   dit_tensor x[2], cap[2], out[2];
   void *dx[2] = {0}, *dc[2] = {0}, *dout[2] = {0};
   size_t nx[2];
   int ok = 1;
   for (int j = 0; j < n; j++) {
     int i = first + j;
-    x[j] = dit_tensor_make(DIT_F32, NULL, 4, d->xs[i]);
-    cap[j] = dit_tensor_make(DIT_F32, NULL, 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[j], &cap[j]); /* data: device copies below */
     nx[j] = (size_t)dit_tensor_numel(&x[j]);
     float *poison = malloc(nx[j] * sizeof(float));
     for (size_t k = 0; poison && k < nx[j]; k++) poison[k] = NAN;
-    dx[j] = to_dev(be, d->x[i], nx[j]);
-    dc[j] = to_dev(be, d->cap[i], (size_t)dit_tensor_numel(&cap[j]));
-    dout[j] = poison ? to_dev(be, poison, nx[j]) : NULL; /* every element must be written */
+    dx[j] = dt_to_device(be, d->x[i], nx[j]);
+    dc[j] = dt_to_device(be, d->cap[i], (size_t)dit_tensor_numel(&cap[j]));
+    dout[j] = poison ? dt_to_device(be, poison, nx[j]) : NULL; /* every element must be written */
     free(poison);
     ok &= dx[j] && dc[j] && dout[j];
     x[j].data = dx[j], cap[j].data = dc[j];
@@ -103,7 +55,7 @@ static void gpu_forward(dit_backend *be, dit_zimage *m, fx_case *d, int first, i
     float *o = malloc(nx[j] * sizeof(float));
     CHECK(o && be->ops->download(be, o, dout[j], nx[j] * sizeof(float), &err) == DIT_OK);
     long bad = 0;
-    double e = o ? nmse(o, d->ref[i], nx[j], &bad) : 1;
+    double e = o ? dt_nmse(o, d->ref[i], nx[j], &bad) : 1;
     double rel = o ? dt_rel_err(o, d->ref[i], nx[j]) : 1;
     printf("gpu zimage %s dit_out%d (batch of %d): nmse %.3g, max rel err %.3g, non-finite %ld\n", tag, i, n, e, rel,
            bad);
@@ -119,12 +71,11 @@ static void gpu_forward(dit_backend *be, dit_zimage *m, fx_case *d, int first, i
 
 /* Host tensors into a GPU model (the staged path a CPU pipeline uses): the batched
  * fixture case again, same tolerance as the device-tensor call. */
-static void test_staged(dit_zimage *m, fx_case *d) {
+static void test_staged(dit_zimage *m, dt_zimage_case *d) {
   dit_tensor x[2], cap[2], out[2];
   float *o[2];
   for (int i = 0; i < 2; i++) {
-    x[i] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[i] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[i], &cap[i]);
     size_t nx = (size_t)dit_tensor_numel(&x[i]);
     o[i] = malloc(nx * sizeof(float));
     for (size_t k = 0; o[i] && k < nx; k++) o[i][k] = NAN;
@@ -135,7 +86,7 @@ static void test_staged(dit_zimage *m, fx_case *d) {
   CHECK_MSG(s == DIT_OK, "staged forward: %s", err.msg);
   for (int i = 0; i < 2 && s == DIT_OK; i++) {
     long bad = 0;
-    double e = nmse(o[i], d->ref[i], (size_t)dit_tensor_numel(&x[i]), &bad);
+    double e = dt_nmse(o[i], d->ref[i], (size_t)dit_tensor_numel(&x[i]), &bad);
     printf("gpu zimage staged (host tensors) bf16-act dit_out%d: nmse %.3g, non-finite %ld\n", i, e, bad);
     CHECK_MSG(bad == 0 && e <= NMSE_BF16_ACT, "staged dit_out%d: nmse %g", i, e);
   }
@@ -147,20 +98,13 @@ static void test_staged(dit_zimage *m, fx_case *d) {
   free(o[0]), free(o[1]);
 }
 
-/* The zimage-tiny fixture folder: --fixture, else the one in tests/fixtures. */
-static void fixture_dir(const dt_args *a, char *buf, size_t len) {
-  if (a->fixture) snprintf(buf, len, "%s", a->fixture);
-  else snprintf(buf, len, "%s/models/zimage-tiny", a->data);
-}
-
 static void test_fixture(dit_backend *be, const dt_args *a) {
   char fixture[4096], tdir[4096], comp[4096];
-  fixture_dir(a, fixture, sizeof fixture);
+  dt_model_dir(a, a->data, "zimage-tiny", fixture, sizeof fixture);
   dt_path(tdir, sizeof tdir, fixture, "transformer");
   dt_path(comp, sizeof comp, fixture, "components.safetensors");
-  fx_case d;
-  memset(&d, 0, sizeof d);
-  int loaded = load_case(comp, &d) == 0;
+  dt_zimage_case d;
+  int loaded = dt_zimage_case_load(comp, &d) == 0;
   CHECK_MSG(loaded, "cannot load the dit_* tensors of %s", comp);
   dit_zimage *m = NULL;
   dit_error err = {0};
@@ -177,8 +121,7 @@ static void test_fixture(dit_backend *be, const dt_args *a) {
     test_staged(m, &d);
   }
   dit_zimage_free(m);
-  for (int i = 0; i < 2; i++) free(d.x[i]), free(d.cap[i]), free(d.ref[i]);
-  free(d.t);
+  dt_zimage_case_free(&d);
 }
 
 /* Random-weight model at the real width, 1 main + 1 refiner layer, 256x256 image and 77
@@ -204,14 +147,14 @@ static void test_real_width(dit_backend *gpu) {
     dit_tensor x = dit_tensor_4d(DIT_F32, xh, 16, 1, lat, lat), cap = dit_tensor_2d(DIT_F32, ch, L, 2560);
     dit_tensor out = dit_tensor_4d(DIT_F32, oc, 16, 1, lat, lat);
     CHECK_MSG(dit_zimage_forward(mc, 1, &x, &cap, &t, &out, &err) == DIT_OK, "cpu: %s", err.msg);
-    void *dx = to_dev(gpu, xh, (size_t)nx), *dc = to_dev(gpu, ch, (size_t)(L * 2560)), *dout = to_dev(gpu, xh, (size_t)nx);
+    void *dx = dt_to_device(gpu, xh, (size_t)nx), *dc = dt_to_device(gpu, ch, (size_t)(L * 2560)), *dout = dt_to_device(gpu, xh, (size_t)nx);
     if (dx && dc && dout) {
       x.data = dx, cap.data = dc, out.data = dout;
       x.device = cap.device = out.device = DIT_DEV_CUDA;
       CHECK_MSG(dit_zimage_forward(mg, 1, &x, &cap, &t, &out, &err) == DIT_OK, "gpu: %s", err.msg);
       CHECK(gpu->ops->download(gpu, og, dout, (size_t)nx * sizeof(float), &err) == DIT_OK);
       long bad = 0;
-      double e = nmse(og, oc, (size_t)nx, &bad);
+      double e = dt_nmse(og, oc, (size_t)nx, &bad);
       printf("gpu zimage real width (1+1 layers, 256x256, 77 tokens) bf16-act vs cpu: nmse %.3g, max rel err %.3g, "
              "non-finite %ld\n", e, dt_rel_err(og, oc, (size_t)nx), bad);
       CHECK_MSG(bad == 0 && e <= NMSE_BF16_ACT, "real width: nmse %g > %g or %ld non-finite", e, NMSE_BF16_ACT, bad);
@@ -258,18 +201,9 @@ static void test_replay(dit_backend *gpu) {
       dit_status s2 = dit_zimage_forward(me, 1, &x, &cap, &ts[step], &o2, &err);
       CHECK_MSG(s2 == DIT_OK, "op-by-op forward, step %d: %s", step, err.msg);
       if (s != DIT_OK || s2 != DIT_OK) break;
-      size_t diff = 0;
-      long bad = 0;
-      for (int64_t i = 0; i < nx; i++) {
-        diff += memcmp(&og[i], &oe[i], sizeof(float)) != 0;
-        bad += !isfinite(og[i]);
-      }
       long cp = 0, lau = 0;
       dit_zimage_graph_counts(mg, &cp, &lau);
-      printf("gpu zimage replay step %d (t %.2f): %zu of %lld values differ from the op-by-op run, %ld non-finite; "
-             "graphs: %ld captured, %ld launches\n", step, (double)ts[step], diff, (long long)nx, bad, cp, lau);
-      CHECK_MSG(diff == 0 && bad == 0, "replay step %d: %zu values differ", step, diff);
-      CHECK(cp == (step >= 1) && lau == (step >= 1 ? step : 0));
+      dt_check_replay_step("zimage", step, ts[step], og, oe, (size_t)nx, cp, lau);
     }
   }
   free(xh), free(ch), free(og), free(oe);
@@ -283,7 +217,7 @@ static void test_replay(dit_backend *gpu) {
  * with BF16 activations, untiled and tiled. */
 static void test_vae(dit_backend *be, const dt_args *a) {
   char fx[4096], dir[4096], file[4096];
-  fixture_dir(a, fx, sizeof fx);
+  dt_model_dir(a, a->data, "zimage-tiny", fx, sizeof fx);
   dt_path(dir, sizeof dir, fx, "vae");
   dt_path(file, sizeof file, fx, "components.safetensors");
   float *z = NULL, *ref = NULL;
@@ -313,7 +247,7 @@ static void test_vae(dit_backend *be, const dt_args *a) {
     const float *want = !tile ? ref : tiled_f32;
     if (tile && dt == DIT_F32) memcpy(tiled_f32, out, n * sizeof *out);
     long bad = 0;
-    double e = tile && dt == DIT_F32 ? 0.0 : nmse(out, want, n, &bad);
+    double e = tile && dt == DIT_F32 ? 0.0 : dt_nmse(out, want, n, &bad);
     const double tol = dt == DIT_F32 ? NMSE_F32_ACT : NMSE_BF16_ACT;
     printf("gpu vae %s-act%s: nmse %.3g%s, non-finite %ld\n", dt == DIT_F32 ? "f32" : "bf16",
            tile ? " (tiles of 4)" : "", e, tile ? (dt == DIT_F32 ? " (kept as the tiled reference)" : " vs f32 tiled")
@@ -341,7 +275,6 @@ int main(int argc, char **argv) {
   test_replay(be);
   dit_backend_free(be);
 #else
-  (void)nmse;
   printf("SKIP: built without CUDA\n");
 #endif
   return dt_finish();

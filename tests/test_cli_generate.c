@@ -11,55 +11,41 @@
 #include "fixture.h"
 #include "testing.h"
 
-static char g_cli[4096], g_fix[4096], g_tmp[4096], g_prompt[1024], g_neg[1024];
+static dt_cli_env g;
+static char g_prompt[1024], g_neg[1024];
 
 static int gen(const char *extra, const char *out, const char *log) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 -o '%s' %s", g_cli, g_fix,
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 -o '%s' %s", g.cli, g.model,
            g_prompt, out, extra);
   return dt_run(cmd, log);
 }
 
 static void check_image(const char *png, const char *ref_name) {
-  int w = 0, h = 0;
-  unsigned char *px = dt_read_png_rgb(png, &w, &h);
-  CHECK_MSG(px != NULL, "cannot read %s", png);
-  char ref_file[4096];
-  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g_fix);
-  float *ref;
-  int64_t sh[8];
-  int nd;
-  if (!px || dt_load_f32(ref_file, ref_name, &ref, sh, &nd) != 0) {
-    free(px);
-    return;
-  }
-  CHECK(w == 96 && h == 128 && sh[0] == 128 && sh[1] == 96);
-  int maxd = dt_max_level_diff(ref, px, (size_t)w * h * 3, NULL);
-  printf("%s vs %s: max difference %d levels\n", png, ref_name, maxd);
-  CHECK_MSG(maxd <= 1, "%s differs from %s by %d levels", png, ref_name, maxd);
-  free(ref);
-  free(px);
+  char ref_file[4200];
+  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", g.model);
+  dt_check_png(png, ref_file, ref_name, 96, 128);
 }
 
 static void test_reference_images(void) {
   char out[4096], out2[4096], cmd[256];
-  snprintf(out, sizeof out, "%s/turbo.png", g_tmp);
+  snprintf(out, sizeof out, "%s/turbo.png", g.tmp);
   unlink(out);
   CHECK(gen("--steps 4 --guidance 0", out, NULL) == 0);
   check_image(out, "turbo_image");
   /* same command twice: byte-identical */
-  snprintf(out2, sizeof out2, "%s/turbo2.png", g_tmp);
+  snprintf(out2, sizeof out2, "%s/turbo2.png", g.tmp);
   unlink(out2);
   CHECK(gen("--steps 4 --guidance 0", out2, NULL) == 0);
   CHECK_MSG(dt_files_equal(out, out2), "same command gave different files");
   /* 1 and 2 threads: identical */
   for (int t = 1; t <= 2; t++) {
-    snprintf(out2, sizeof out2, "%s/turbo_t%d.png", g_tmp, t);
+    snprintf(out2, sizeof out2, "%s/turbo_t%d.png", g.tmp, t);
     snprintf(cmd, sizeof cmd, "--steps 4 --guidance 0 --threads %d --overwrite", t);
     CHECK(gen(cmd, out2, NULL) == 0);
     CHECK_MSG(dt_files_equal(out, out2), "--threads %d gave a different file", t);
   }
-  snprintf(out, sizeof out, "%s/cfg.png", g_tmp);
+  snprintf(out, sizeof out, "%s/cfg.png", g.tmp);
   unlink(out);
   char extra[2048];
   snprintf(extra, sizeof extra, "--steps 3 --guidance 3 -n '%s'", g_neg);
@@ -70,12 +56,11 @@ static void test_reference_images(void) {
 /* A bad invocation: exit 2, a non-empty message, and no output file. */
 static void bad(const char *args, const char *expect) {
   char out[4096], log[4096], cmd[8192], msg[4096];
-  snprintf(out, sizeof out, "%s/bad.png", g_tmp);
-  snprintf(log, sizeof log, "%s/bad.log", g_tmp);
+  snprintf(out, sizeof out, "%s/bad.png", g.tmp);
+  snprintf(log, sizeof log, "%s/bad.log", g.tmp);
   unlink(out);
-  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, args);
-  int rc = dt_run(cmd, log);
-  dt_read_file(log, msg, sizeof msg);
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g.cli, args);
+  int rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2, "'%s': exit %d, expected 2 (%s)", args, rc, msg);
   CHECK_MSG(strstr(msg, expect) != NULL, "'%s': message '%s' does not mention '%s'", args, msg, expect);
   struct stat st;
@@ -84,7 +69,7 @@ static void bad(const char *args, const char *expect) {
 
 static void test_bad_options(void) {
   char a[8192], base[4096];
-  snprintf(base, sizeof base, "-m '%s' -p 'x' -o '%s/bad.png'", g_fix, g_tmp);
+  snprintf(base, sizeof base, "-m '%s' -p 'x' -o '%s/bad.png'", g.model, g.tmp);
   static const struct { const char *opt, *expect; } cases[] = {
       {"--steps 12abc", "--steps"},   {"--steps 0", "--steps"},      {"--steps ''", "--steps"},
       {"--steps 100000", "--steps"},  {"-W 1e999", "--width"},       {"-W 0x10", "--width"},
@@ -100,50 +85,40 @@ static void test_bad_options(void) {
     snprintf(a, sizeof a, "%s %s", base, cases[i].opt);
     bad(a, cases[i].expect);
   }
-  snprintf(a, sizeof a, "-p x -o '%s/bad.png'", g_tmp);
+  snprintf(a, sizeof a, "-p x -o '%s/bad.png'", g.tmp);
   bad(a, "-m");
-  snprintf(a, sizeof a, "-m '%s' -o '%s/bad.png'", g_fix, g_tmp);
+  snprintf(a, sizeof a, "-m '%s' -o '%s/bad.png'", g.model, g.tmp);
   bad(a, "-p");
   /* output paths: a directory, a missing parent, an existing file (kept unchanged) */
-  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g_fix, g_tmp);
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g.model, g.tmp);
   bad(a, "directory");
-  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/no/such/dir/x.png'", g_fix, g_tmp);
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/no/such/dir/x.png'", g.model, g.tmp);
   bad(a, "does not exist");
   char keep[4096];
-  snprintf(keep, sizeof keep, "%s/keep.png", g_tmp);
+  snprintf(keep, sizeof keep, "%s/keep.png", g.tmp);
   FILE *f = fopen(keep, "wb");
   if (f) {
     fputs("precious", f);
     fclose(f);
   }
-  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g_fix, keep);
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s'", g.model, keep);
   char cmd[8192], log[4096], msg[4096];
-  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, a);
-  snprintf(log, sizeof log, "%s/keep.log", g_tmp);
-  int rc = dt_run(cmd, log);
-  dt_read_file(log, msg, sizeof msg);
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g.cli, a);
+  snprintf(log, sizeof log, "%s/keep.log", g.tmp);
+  int rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "exists"), "existing output: exit %d, '%s'", rc, msg);
   CHECK(dt_read_file(keep, msg, sizeof msg) == 8 && !strcmp(msg, "precious"));
   /* a model folder that is not one */
-  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/bad.png'", g_tmp, g_tmp);
-  snprintf(cmd, sizeof cmd, "'%s' generate %s", g_cli, a);
-  rc = dt_run(cmd, log);
-  dt_read_file(log, msg, sizeof msg);
+  snprintf(a, sizeof a, "-m '%s' -p x -o '%s/bad.png'", g.tmp, g.tmp);
+  snprintf(cmd, sizeof cmd, "'%s' generate %s", g.cli, a);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc != 0 && strstr(msg, "model_index.json"), "not a model folder: exit %d, '%s'", rc, msg);
 }
 
 int main(int argc, char **argv) {
   dt_args a;
-  dt_init(argc, argv, &a);
-  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
-  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.data);
-  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
-  char rj_path[4096];
-  snprintf(rj_path, sizeof rj_path, "%s/reference.json", g_fix);
-  json_error_t je;
-  json_t *rj = json_load_file(rj_path, 0, &je);
-  CHECK_MSG(rj != NULL, "cannot read %s", rj_path);
+  dt_init_cli(argc, argv, &a, "zimage-tiny", false, &g);
+  json_t *rj = dt_load_reference(g.model, NULL, 0);
   if (!rj) return dt_finish();
   snprintf(g_prompt, sizeof g_prompt, "%s", json_string_value(json_object_get(rj, "prompt")));
   snprintf(g_neg, sizeof g_neg, "%s", json_string_value(json_object_get(rj, "negative_prompt")));

@@ -24,7 +24,7 @@
 #include "ditrun.h"
 #include "testing.h"
 
-static char g_cli[4096], g_model[4096], g_tmp[4096];
+static dt_cli_env g;
 
 /* ---- a reader of the "parameters" text that follows the web UIs' rules ---------------- */
 typedef struct webui_params {
@@ -131,7 +131,7 @@ static char *chunk_text(const char *path, const char *key) {
 
 static int gen(const char *args, const char *log) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' %s", g_cli, g_model, args);
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' %s", g.cli, g.model, args);
   return dt_run(cmd, log);
 }
 
@@ -208,7 +208,7 @@ static void test_first_prompts(void) {
   static const int colors[] = {1, 0, 2, 3}; /* green, red, blue, yellow */
   for (size_t i = 0; i < sizeof colors / sizeof *colors; i++) {
     char out[4096], args[8192];
-    snprintf(out, sizeof out, "%s/first-%s.png", g_tmp, PALETTE[colors[i]].name);
+    snprintf(out, sizeof out, "%s/first-%s.png", g.tmp, PALETTE[colors[i]].name);
     snprintf(args, sizeof args, "-p 'a %s triangle on a white background' -o '%s' --overwrite",
              PALETTE[colors[i]].name, out);
     CHECK(gen(args, NULL) == 0);
@@ -218,8 +218,8 @@ static void test_first_prompts(void) {
 
 static void test_defaults(void) {
   char out[4096], log[4096], args[8192];
-  snprintf(out, sizeof out, "%s/defaults.png", g_tmp);
-  snprintf(log, sizeof log, "%s/defaults.log", g_tmp);
+  snprintf(out, sizeof out, "%s/defaults.png", g.tmp);
+  snprintf(log, sizeof log, "%s/defaults.log", g.tmp);
   snprintf(args, sizeof args, "-p 'a green triangle on a white background' -o '%s' --overwrite", out);
   CHECK(gen(args, log) == 0);
   int w = 0, h = 0;
@@ -232,7 +232,7 @@ static void test_defaults(void) {
   snprintf(args, sizeof args, "-o '%s' --overwrite", out);
   CHECK(gen(args, log) == 0);
   char path[4096], buf[8192];
-  snprintf(path, sizeof path, "%s/ditrun.json", g_model);
+  snprintf(path, sizeof path, "%s/ditrun.json", g.model);
   json_error_t je;
   json_t *j = json_load_file(path, 0, &je);
   const char *sample = json_string_value(json_object_get(j, "prompt"));
@@ -253,12 +253,12 @@ static void test_defaults(void) {
 /* A model folder of symlinks to shapes-128's components plus the given ditrun.json. */
 static void bad_defaults_case(const char *json, const char *want) {
   char dir[4096], p[4096], q[4096], log[4096], args[8192];
-  snprintf(dir, sizeof dir, "%s/badmodel", g_tmp);
+  snprintf(dir, sizeof dir, "%s/badmodel", g.tmp);
   mkdir(dir, 0777);
   static const char *const comps[] = {"model_index.json", "scheduler", "text_encoder", "tokenizer", "transformer", "vae"};
   for (size_t i = 0; i < sizeof comps / sizeof *comps; i++) {
     snprintf(p, sizeof p, "%s/%s", dir, comps[i]);
-    snprintf(q, sizeof q, "%s/%s", g_model, comps[i]);
+    snprintf(q, sizeof q, "%s/%s", g.model, comps[i]);
     char *abs = realpath(q, NULL); /* the link must resolve from its own folder */
     if (abs) snprintf(q, sizeof q, "%s", abs);
     free(abs);
@@ -268,10 +268,10 @@ static void bad_defaults_case(const char *json, const char *want) {
   snprintf(p, sizeof p, "%s/ditrun.json", dir);
   FILE *f = fopen(p, "w");
   if (f) fputs(json, f), fclose(f);
-  snprintf(log, sizeof log, "%s/bad.log", g_tmp);
-  snprintf(q, sizeof q, "%s/bad.png", g_tmp);
+  snprintf(log, sizeof log, "%s/bad.log", g.tmp);
+  snprintf(q, sizeof q, "%s/bad.png", g.tmp);
   unlink(q);
-  snprintf(args, sizeof args, "'%s' generate -m '%s' -p x -o '%s'", g_cli, dir, q);
+  snprintf(args, sizeof args, "'%s' generate -m '%s' -p x -o '%s'", g.cli, dir, q);
   int rc = dt_run(args, log);
   char buf[8192] = "";
   dt_read_file(log, buf, sizeof buf);
@@ -297,8 +297,8 @@ static const char *const TRICKY_NEG = "blurry, low quality: bad";
 
 static void test_parameters_text(void) {
   char out[4096], log[4096], args[8192];
-  snprintf(out, sizeof out, "%s/meta.png", g_tmp);
-  snprintf(log, sizeof log, "%s/meta.log", g_tmp);
+  snprintf(out, sizeof out, "%s/meta.png", g.tmp);
+  snprintf(log, sizeof log, "%s/meta.log", g.tmp);
   snprintf(args, sizeof args, "-p \"$(printf 'a red circle, \"big\", on a\\nwhite: background')\" -n '%s' --seed 7 "
            "-o '%s' --overwrite", TRICKY_NEG, out);
   CHECK(gen(args, log) == 0);
@@ -326,8 +326,8 @@ static void test_parameters_text(void) {
               it.keys[i], it.values[i], w.keys[i], w.values[i]);
   /* ditrun info prints them back */
   char cmd[8192], ilog[4096];
-  snprintf(ilog, sizeof ilog, "%s/info.log", g_tmp);
-  snprintf(cmd, sizeof cmd, "'%s' info '%s'", g_cli, out);
+  snprintf(ilog, sizeof ilog, "%s/info.log", g.tmp);
+  snprintf(cmd, sizeof cmd, "'%s' info '%s'", g.cli, out);
   CHECK(dt_run(cmd, ilog) == 0);
   CHECK(file_has(ilog, "image: ") && file_has(ilog, "(128x128 PNG)"));
   CHECK(file_has(ilog, "prompt: a red circle, \"big\", on a\nwhite: background\n"));
@@ -345,8 +345,8 @@ static void test_random_seed(void) {
   char out[2][4096], log[2][4096], args[8192];
   unsigned long long seed[2];
   for (int i = 0; i < 2; i++) {
-    snprintf(out[i], sizeof out[i], "%s/random%d.png", g_tmp, i);
-    snprintf(log[i], sizeof log[i], "%s/random%d.log", g_tmp, i);
+    snprintf(out[i], sizeof out[i], "%s/random%d.png", g.tmp, i);
+    snprintf(log[i], sizeof log[i], "%s/random%d.log", g.tmp, i);
     snprintf(args, sizeof args, "-p 'a blue square on a black background' --seed -1 -o '%s' --overwrite", out[i]);
     CHECK(gen(args, log[i]) == 0);
     seed[i] = seed_in_log(log[i]);
@@ -360,7 +360,7 @@ static void test_random_seed(void) {
   CHECK_MSG(seed[0] != seed[1], "--seed -1 twice gave the same seed %llu", seed[0]);
   /* the printed seed makes the same file again */
   char again[4096];
-  snprintf(again, sizeof again, "%s/random_again.png", g_tmp);
+  snprintf(again, sizeof again, "%s/random_again.png", g.tmp);
   snprintf(args, sizeof args, "-p 'a blue square on a black background' --seed %llu -o '%s' --overwrite", seed[1],
            again);
   CHECK(gen(args, NULL) == 0);
@@ -369,16 +369,16 @@ static void test_random_seed(void) {
 
 static void test_batch(void) {
   char out[4096], args[8192], one[4096], single[4096];
-  snprintf(out, sizeof out, "%s/batch.png", g_tmp);
+  snprintf(out, sizeof out, "%s/batch.png", g.tmp);
   for (int i = 1; i <= 3; i++) {
-    snprintf(one, sizeof one, "%s/batch-%d.png", g_tmp, i);
+    snprintf(one, sizeof one, "%s/batch-%d.png", g.tmp, i);
     unlink(one);
   }
   snprintf(args, sizeof args, "-p 'two red circles on a blue background' -b 3 --seed 7 -o '%s'", out);
   CHECK(gen(args, NULL) == 0);
   for (int i = 0; i < 3; i++) {
-    snprintf(one, sizeof one, "%s/batch-%d.png", g_tmp, i + 1);
-    snprintf(single, sizeof single, "%s/single-%d.png", g_tmp, 7 + i);
+    snprintf(one, sizeof one, "%s/batch-%d.png", g.tmp, i + 1);
+    snprintf(single, sizeof single, "%s/single-%d.png", g.tmp, 7 + i);
     snprintf(args, sizeof args, "-p 'two red circles on a blue background' --seed %d -o '%s' --overwrite", 7 + i,
              single);
     CHECK(gen(args, NULL) == 0);
@@ -395,16 +395,16 @@ static void test_typo_hints(void) {
       {"--seeed 1", "did you mean '--seed'"},  {"--guidence 2", "did you mean '--guidance'"},
       {"--negativ x", "did you mean '--negative'"}};
   char log[4096], args[8192];
-  snprintf(log, sizeof log, "%s/typo.log", g_tmp);
+  snprintf(log, sizeof log, "%s/typo.log", g.tmp);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    snprintf(args, sizeof args, "-p x %s -o '%s/typo.png'", cases[i][0], g_tmp);
+    snprintf(args, sizeof args, "-p x %s -o '%s/typo.png'", cases[i][0], g.tmp);
     CHECK_MSG(gen(args, log) == 2 && file_has(log, cases[i][1]), "%s: no hint '%s'", cases[i][0], cases[i][1]);
   }
-  snprintf(args, sizeof args, "-p x --zzzzzzzz -o '%s/typo.png'", g_tmp);
+  snprintf(args, sizeof args, "-p x --zzzzzzzz -o '%s/typo.png'", g.tmp);
   CHECK(gen(args, log) == 2 && file_has(log, "unknown option '--zzzzzzzz'") && !file_has(log, "did you mean"));
   /* --help ends with examples */
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s' generate --help", g_cli);
+  snprintf(cmd, sizeof cmd, "'%s' generate --help", g.cli);
   CHECK(dt_run(cmd, log) == 0 && file_has(log, "examples:\n  ditrun generate -m"));
 }
 
@@ -439,11 +439,7 @@ static void test_infotext_unit(void) {
 
 int main(int argc, char **argv) {
   dt_args a;
-  dt_init(argc, argv, &a);
-  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
-  if (a.fixture) snprintf(g_model, sizeof g_model, "%s", a.fixture);
-  else snprintf(g_model, sizeof g_model, "%s/models/shapes-128", a.src);
-  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  dt_init_cli(argc, argv, &a, "shapes-128", true, &g);
   test_infotext_unit();
   test_defaults();
   test_first_prompts();

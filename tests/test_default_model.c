@@ -82,14 +82,9 @@ static void check_image(dit_ctx *ctx, const char *model, const char *ref_file, i
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  char model[4096], ref_file[4096], ref_json[4096];
-  if (a.fixture) snprintf(model, sizeof model, "%s", a.fixture);
-  else snprintf(model, sizeof model, "%s/models/shapes-128", a.src);
-  snprintf(ref_file, sizeof ref_file, "%s/reference/reference.safetensors", model);
-  snprintf(ref_json, sizeof ref_json, "%s/reference/reference.json", model);
-  json_error_t je;
-  json_t *rj = json_load_file(ref_json, 0, &je);
-  CHECK_MSG(rj != NULL, "cannot read %s: %s", ref_json, je.text);
+  char model[4096], ref_dir[4200], ref_file[4400];
+  dt_model_dir(&a, a.src, "shapes-128", model, sizeof model);
+  json_t *rj = dt_load_reference(dt_path(ref_dir, sizeof ref_dir, model, "reference"), ref_file, sizeof ref_file);
   if (!rj) return dt_finish();
   const int W = (int)json_integer_value(json_object_get(rj, "width"));
   const int H = (int)json_integer_value(json_object_get(rj, "height"));

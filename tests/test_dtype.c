@@ -2,13 +2,20 @@
 #include "core/dtype.h"
 #include "testing.h"
 
-static void test_bf16(void) {
+/* How many of the 65536 values of a 16-bit float format (NaNs aside) do not come back
+ * from float32 unchanged. */
+static int round_trip_failures_16(float (*to_f32)(uint16_t), uint16_t (*from_f32)(float)) {
   int bad = 0;
   for (uint32_t h = 0; h < 65536; h++) {
-    float f = dit_bf16_to_f32((uint16_t)h);
+    float f = to_f32((uint16_t)h);
     if (isnan(f)) continue;
-    if (dit_f32_to_bf16(f) != h) bad++;
+    if (from_f32(f) != h) bad++;
   }
+  return bad;
+}
+
+static void test_bf16(const dt_args *args) {
+  int bad = round_trip_failures_16(dit_bf16_to_f32, dit_f32_to_bf16);
   CHECK_MSG(bad == 0, "%d bf16 values do not round-trip", bad);
   /* ties to even: 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125 */
   CHECK(dit_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
@@ -18,13 +25,8 @@ static void test_bf16(void) {
   CHECK(dit_f32_to_bf16(INFINITY) == 0x7f80);
 }
 
-static void test_f16(void) {
-  int bad = 0;
-  for (uint32_t h = 0; h < 65536; h++) {
-    float f = dit_f16_to_f32((uint16_t)h);
-    if (isnan(f)) continue;
-    if (dit_f32_to_f16(f) != h) bad++;
-  }
+static void test_f16(const dt_args *args) {
+  int bad = round_trip_failures_16(dit_f16_to_f32, dit_f32_to_f16);
   CHECK_MSG(bad == 0, "%d f16 values do not round-trip", bad);
   CHECK(dit_f32_to_f16(65504.0f) == 0x7bff);
   CHECK(dit_f32_to_f16(65519.0f) == 0x7bff);
@@ -37,7 +39,7 @@ static void test_f16(void) {
   CHECK(dit_f32_to_f16(-2.0f) == 0xc000);
 }
 
-static void test_fp8(void) {
+static void test_fp8(const dt_args *args) {
   int bad = 0;
   for (uint32_t v = 0; v < 256; v++) {
     float f = dit_e4m3_to_f32((uint8_t)v);
@@ -57,7 +59,7 @@ static void test_fp8(void) {
   CHECK(isinf(dit_e5m2_to_f32(dit_f32_to_e5m2(70000.0f))));
 }
 
-static void test_names(void) {
+static void test_names(const dt_args *args) {
   dit_dtype t;
   CHECK(dit_dtype_from_name("BF16", &t) && t == DIT_BF16);
   CHECK(dit_dtype_from_name("F8_E4M3", &t) && t == DIT_F8_E4M3);
@@ -70,11 +72,6 @@ static void test_names(void) {
 }
 
 int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
-  test_bf16();
-  test_f16();
-  test_fp8();
-  test_names();
-  return dt_finish();
+  static void (*const cases[])(const dt_args *) = {test_bf16, test_f16, test_fp8, test_names};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

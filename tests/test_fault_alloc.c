@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "ditrun.h"
+#include "small_model.h"
 #include "testing.h"
-#include "text/tok_internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define FA_ASAN 1
@@ -37,28 +37,20 @@
 
 #ifdef FA_ASAN
 #include <sanitizer/lsan_interface.h>
-void *__interceptor_malloc(size_t);
-void *__interceptor_calloc(size_t, size_t);
-void *__interceptor_realloc(void *, size_t);
-void __interceptor_free(void *);
-void *__interceptor_memalign(size_t, size_t);
-#define REAL_MALLOC __interceptor_malloc
-#define REAL_CALLOC __interceptor_calloc
-#define REAL_REALLOC __interceptor_realloc
-#define REAL_FREE __interceptor_free
-#define REAL_MEMALIGN __interceptor_memalign
+#define FA_REAL(fn) __interceptor_##fn
 #else
-void *__libc_malloc(size_t);
-void *__libc_calloc(size_t, size_t);
-void *__libc_realloc(void *, size_t);
-void __libc_free(void *);
-void *__libc_memalign(size_t, size_t);
-#define REAL_MALLOC __libc_malloc
-#define REAL_CALLOC __libc_calloc
-#define REAL_REALLOC __libc_realloc
-#define REAL_FREE __libc_free
-#define REAL_MEMALIGN __libc_memalign
+#define FA_REAL(fn) __libc_##fn
 #endif
+void *FA_REAL(malloc)(size_t);
+void *FA_REAL(calloc)(size_t, size_t);
+void *FA_REAL(realloc)(void *, size_t);
+void FA_REAL(free)(void *);
+void *FA_REAL(memalign)(size_t, size_t);
+#define REAL_MALLOC FA_REAL(malloc)
+#define REAL_CALLOC FA_REAL(calloc)
+#define REAL_REALLOC FA_REAL(realloc)
+#define REAL_FREE FA_REAL(free)
+#define REAL_MEMALIGN FA_REAL(memalign)
 
 /* fail_at: the call number that fails (0 = none); calls counts since the last reset. */
 static atomic_long fa_calls, fa_fail_at, fa_live, fa_failed;
@@ -149,33 +141,8 @@ static char g_fix[4096], g_tmp[4096], g_model[4200];
  * BPE with Qwen3's special tokens (as ids 256..260): the fixture's 11 MB file would make
  * every run spend its time in jansson. */
 static bool make_small_model(void) {
-  char cmd[20000];
   snprintf(g_model, sizeof g_model, "%s/model", g_tmp);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/tokenizer' && for c in model_index.json scheduler "
-           "text_encoder transformer vae; do ln -s '%s'/$c '%s'/$c || exit 1; done", g_model, g_model, g_fix, g_model);
-  if (dt_run(cmd, NULL) != 0) return false;
-  json_t *vocab = json_object();
-  for (int i = 0; i < 256; i++) {
-    uint32_t cp = tok_byte_to_cp((uint8_t)i);
-    char k[4] = {0};
-    if (cp < 0x80) k[0] = (char)cp;
-    else k[0] = (char)(0xc0 | (cp >> 6)), k[1] = (char)(0x80 | (cp & 0x3f));
-    json_object_set_new(vocab, k, json_integer(i));
-  }
-  json_t *added = json_array();
-  static const struct { int id; const char *s; } sp[] = {{256, "<|endoftext|>"}, {257, "<|im_start|>"},
-                                                         {258, "<|im_end|>"}, {259, "<think>"}, {260, "</think>"}};
-  for (int i = 0; i < 5; i++)
-    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b}", "id", sp[i].id, "content", sp[i].s, "special", 1,
-                                           "normalized", 0));
-  json_t *root = json_pack("{s:s,s:o,s:n,s:{s:s,s:b,s:b},s:{s:s,s:o,s:[]}}", "version", "1.0", "added_tokens", added,
-                           "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1,
-                           "model", "type", "BPE", "vocab", vocab, "merges");
-  char path[4300];
-  snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", g_model);
-  int r = root ? json_dump_file(root, path, 0) : -1;
-  json_decref(root);
-  return r == 0;
+  return dt_make_small_model(g_fix, g_model);
 }
 static int g_leak_runs, g_bad_runs, g_ok_runs;
 

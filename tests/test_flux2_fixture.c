@@ -17,32 +17,6 @@
 
 static char g_fix[4096], g_comp[4096];
 
-typedef struct dit_case {
-  float *hidden, *enc, *t, *img_ids, *txt_ids, *ref;
-  int64_t hs[8], es[8], os[8], is[8], ts[8];
-} dit_case;
-
-static void case_free(dit_case *c) {
-  free(c->hidden);
-  free(c->enc);
-  free(c->t);
-  free(c->img_ids);
-  free(c->txt_ids);
-  free(c->ref);
-}
-
-static int case_load(dit_case *c) {
-  memset(c, 0, sizeof *c);
-  int64_t s[8];
-  int nd;
-  int bad = dt_load_f32(g_comp, "dit_hidden", &c->hidden, c->hs, &nd) ||
-            dt_load_f32(g_comp, "dit_encoder", &c->enc, c->es, &nd) || dt_load_f32(g_comp, "dit_t", &c->t, s, &nd) ||
-            dt_load_f32(g_comp, "dit_img_ids", &c->img_ids, c->is, &nd) ||
-            dt_load_f32(g_comp, "dit_txt_ids", &c->txt_ids, c->ts, &nd) ||
-            dt_load_f32(g_comp, "dit_out", &c->ref, c->os, &nd);
-  return bad ? -1 : 0;
-}
-
 static void test_transformer(dit_backend *be) {
   char dir[4096];
   dt_path(dir, sizeof dir, g_fix, "transformer");
@@ -55,8 +29,8 @@ static void test_transformer(dit_backend *be) {
   CHECK(c->dim == 128 && c->n_heads == 4 && c->head_dim == 32 && c->n_layers == 1 && c->n_single_layers == 2);
   CHECK(c->mlp_hidden == 384 && c->in_channels == 32 && c->out_channels == 32 && !c->guidance_embeds);
   CHECK(c->joint_attention_dim == 48 && c->rope_theta == 2000.0 && c->axes_dims[3] == 8);
-  dit_case k;
-  if (case_load(&k)) {
+  dt_flux2_case k;
+  if (dt_flux2_case_load(g_comp, &k)) {
     CHECK_MSG(0, "cannot load the dit_* case from %s", g_comp);
     dit_flux2_free(m);
     return;
@@ -112,7 +86,7 @@ static void test_transformer(dit_backend *be) {
     CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(err.msg, "txt must be"), "%s", err.msg);
   }
   free(out);
-  case_free(&k);
+  dt_flux2_case_free(&k);
   dit_flux2_free(m);
 }
 

@@ -19,61 +19,30 @@
 #define NMSE_F32_ACT 1e-4
 #define NMSE_BF16_ACT 1e-3
 
-static double nmse(const float *a, const float *b, size_t n, long *bad) {
-  double se = 0, sr = 0;
-  *bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(a[i])) {
-      (*bad)++;
-      continue;
-    }
-    double d = (double)a[i] - (double)b[i];
-    se += d * d;
-    sr += (double)b[i] * (double)b[i];
-  }
-  return sr > 0 ? se / sr : se;
-}
-
 #ifdef DIT_HAVE_CUDA
-static void *to_dev(dit_backend *be, const float *h, size_t n) {
-  void *p = NULL;
-  dit_error err = {0};
-  if (be->ops->alloc(be, n * sizeof(float), &p, &err) != DIT_OK) return NULL;
-  if (be->ops->upload(be, p, h, n * sizeof(float), &err) != DIT_OK) {
-    be->ops->free(be, p);
-    return NULL;
-  }
-  return p;
-}
-
-typedef struct fx {
-  float *x, *txt, *t, *ii, *ti, *ref;
-  int64_t xs[8], es[8], os[8];
-} fx;
-
 /* B copies of the fixture case in one forward; device (on_dev) or host tensors. */
-static void gpu_case(dit_backend *be, dit_flux2 *m, const fx *d, int B, bool on_dev, double tol, const char *tag) {
-  const size_t nx = (size_t)(d->xs[1] * d->xs[2]), ne = (size_t)(d->es[1] * d->es[2]), no = (size_t)(d->os[1] * d->os[2]);
+static void gpu_case(dit_backend *be, dit_flux2 *m, const dt_flux2_case *d, int B, bool on_dev, double tol, const char *tag) {
+  const size_t nx = (size_t)(d->hs[1] * d->hs[2]), ne = (size_t)(d->es[1] * d->es[2]), no = (size_t)(d->os[1] * d->os[2]);
   float *hx = malloc(B * nx * sizeof(float)), *he = malloc(B * ne * sizeof(float)), *ho = calloc(B * no, sizeof(float));
   float t[4];
   for (int b = 0; b < B; b++) {
-    memcpy(hx + b * nx, d->x, nx * sizeof(float));
-    memcpy(he + b * ne, d->txt, ne * sizeof(float));
+    memcpy(hx + b * nx, d->hidden, nx * sizeof(float));
+    memcpy(he + b * ne, d->enc, ne * sizeof(float));
     t[b] = d->t[0];
   }
-  void *dx = on_dev ? to_dev(be, hx, B * nx) : hx, *de = on_dev ? to_dev(be, he, B * ne) : he;
-  void *dout = on_dev ? to_dev(be, ho, B * no) : ho;
-  dit_tensor x = dit_tensor_3d(DIT_F32, dx, B, d->xs[1], d->xs[2]), e = dit_tensor_3d(DIT_F32, de, B, d->es[1], d->es[2]);
+  void *dx = on_dev ? dt_to_device(be, hx, B * nx) : hx, *de = on_dev ? dt_to_device(be, he, B * ne) : he;
+  void *dout = on_dev ? dt_to_device(be, ho, B * no) : ho;
+  dit_tensor x = dit_tensor_3d(DIT_F32, dx, B, d->hs[1], d->hs[2]), e = dit_tensor_3d(DIT_F32, de, B, d->es[1], d->es[2]);
   dit_tensor o = dit_tensor_3d(DIT_F32, dout, B, d->os[1], d->os[2]);
   if (on_dev) x.device = e.device = o.device = DIT_DEV_CUDA;
   dit_error err = {0};
-  dit_status s = dx && de && dout ? dit_flux2_forward(m, &x, &e, t, NULL, d->ii, d->ti, &o, &err) : DIT_ERR_NOMEM;
+  dit_status s = dx && de && dout ? dit_flux2_forward(m, &x, &e, t, NULL, d->img_ids, d->txt_ids, &o, &err) : DIT_ERR_NOMEM;
   if (s == DIT_OK && on_dev) s = be->ops->download(be, ho, dout, B * no * sizeof(float), &err);
   if (s == DIT_OK && !on_dev) s = be->ops->sync(be, &err);
   CHECK_MSG(s == DIT_OK, "gpu flux2 %s: %s", tag, err.msg);
   for (int b = 0; s == DIT_OK && b < B; b++) {
     long bad = 0;
-    double v = nmse(ho + b * no, d->ref, no, &bad);
+    double v = dt_nmse(ho + b * no, d->ref, no, &bad);
     printf("gpu flux2 %s item %d of %d (%s tensors): nmse %.3g, non-finite %ld\n", tag, b, B, on_dev ? "device" : "host",
            v, bad);
     CHECK_MSG(v <= tol && bad == 0, "gpu flux2 %s: nmse %.3g > %.3g or %ld non-finite", tag, v, tol, bad);
@@ -92,13 +61,8 @@ static void test_fixture(dit_backend *be, const char *fixture) {
   char tdir[4200], comp[4200];
   snprintf(tdir, sizeof tdir, "%s/transformer", fixture);
   snprintf(comp, sizeof comp, "%s/components.safetensors", fixture);
-  fx d;
-  memset(&d, 0, sizeof d);
-  int64_t s8[8];
-  int nd;
-  int ok = !dt_load_f32(comp, "dit_hidden", &d.x, d.xs, &nd) && !dt_load_f32(comp, "dit_encoder", &d.txt, d.es, &nd) &&
-           !dt_load_f32(comp, "dit_t", &d.t, s8, &nd) && !dt_load_f32(comp, "dit_img_ids", &d.ii, s8, &nd) &&
-           !dt_load_f32(comp, "dit_txt_ids", &d.ti, s8, &nd) && !dt_load_f32(comp, "dit_out", &d.ref, d.os, &nd);
+  dt_flux2_case d;
+  int ok = dt_flux2_case_load(comp, &d) == 0;
   CHECK_MSG(ok, "cannot load the dit_* case of %s", comp);
   dit_flux2 *m = NULL;
   dit_error err = {0};
@@ -113,7 +77,7 @@ static void test_fixture(dit_backend *be, const char *fixture) {
     gpu_case(be, m, &d, 1, false, NMSE_BF16_ACT, "bf16-act");
   }
   dit_flux2_free(m);
-  free(d.x), free(d.txt), free(d.t), free(d.ii), free(d.ti), free(d.ref);
+  dt_flux2_case_free(&d);
 }
 
 /* klein-4B width, 1 double + 1 single block, 16x16 latent tokens and 64 text tokens:
@@ -148,7 +112,7 @@ static void test_klein_width(dit_backend *gpu) {
     CHECK_MSG(s2 == DIT_OK, "gpu klein-width forward: %s", err.msg);
     if (s == DIT_OK && s2 == DIT_OK) {
       long bad = 0;
-      double v = nmse(og, oc, (size_t)(Si * C), &bad);
+      double v = dt_nmse(og, oc, (size_t)(Si * C), &bad);
       printf("gpu flux2 klein-4B width (1+1 blocks, %lld image + %lld text tokens), bf16-act vs cpu: nmse %.3g, "
              "non-finite %ld\n", (long long)Si, (long long)St, v, bad);
       CHECK_MSG(v <= NMSE_BF16_ACT && bad == 0, "klein width: nmse %.3g", v);
@@ -195,18 +159,9 @@ static void test_replay(dit_backend *gpu) {
       dit_status s2 = dit_flux2_forward(me, &x, &tx, &ts[step], NULL, ii, ti, &o2, &err);
       CHECK_MSG(s2 == DIT_OK, "op-by-op forward, step %d: %s", step, err.msg);
       if (s != DIT_OK || s2 != DIT_OK) break;
-      size_t diff = 0;
-      long bad = 0;
-      for (int64_t i = 0; i < Si * C; i++) {
-        diff += memcmp(&og[i], &oe[i], sizeof(float)) != 0;
-        bad += !isfinite(og[i]);
-      }
       long cap = 0, lau = 0;
       dit_flux2_graph_counts(mg, &cap, &lau);
-      printf("gpu flux2 replay step %d (t %.2f): %zu of %lld values differ from the op-by-op run, %ld non-finite; "
-             "graphs: %ld captured, %ld launches\n", step, (double)ts[step], diff, (long long)(Si * C), bad, cap, lau);
-      CHECK_MSG(diff == 0 && bad == 0, "replay step %d: %zu values differ", step, diff);
-      CHECK(cap == (step >= 1) && lau == (step >= 1 ? step : 0));
+      dt_check_replay_step("flux2", step, ts[step], og, oe, (size_t)(Si * C), cap, lau);
     }
     long cap = 0, lau = 0;
     dit_flux2_graph_counts(me, &cap, &lau);
@@ -230,14 +185,12 @@ int main(int argc, char **argv) {
     return dt_finish();
   }
   char fixture[4096];
-  if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.data);
+  dt_model_dir(&a, a.data, "flux2-klein-tiny", fixture, sizeof fixture);
   test_fixture(be, fixture);
   test_klein_width(be);
   test_replay(be);
   dit_backend_free(be);
 #else
-  (void)nmse;
   printf("SKIP: built without CUDA\n");
 #endif
   return dt_finish();

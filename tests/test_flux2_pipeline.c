@@ -18,40 +18,6 @@
 #include "pipeline/rng_torch.h"
 #include "testing.h"
 
-typedef struct capture {
-  double tol;
-  const char *ref;
-  int steps_seen;
-  double worst;
-} capture;
-
-static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
-  (void)total;
-  (void)secs;
-  capture *c = user;
-  char name[64];
-  snprintf(name, sizeof name, "latents_step%d", step);
-  float *ref;
-  int64_t shape[8];
-  int nd;
-  if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
-    CHECK_MSG(0, "missing %s", name);
-    return 0;
-  }
-  size_t rn = 1;
-  for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
-  CHECK_MSG(rn == n, "%s: %zu elements, reference has %zu", name, n, rn);
-  if (rn == n) {
-    double e = dt_rel_err(lat, ref, n);
-    CHECK_MSG(e <= c->tol, "%s: relative error %.3g > %.3g", name, e, c->tol);
-    printf("%s: relative error %.3g\n", name, e);
-    if (e > c->worst) c->worst = e;
-  }
-  free(ref);
-  c->steps_seen++;
-  return 0;
-}
-
 /* latents_init is randn(1, C, h, w) with the seed, packed to [h*w, C]. */
 static void test_noise(const char *ref_file, int seed) {
   float *ref;
@@ -105,18 +71,10 @@ static void test_schedule(const char *fixture, const char *ref_file, int steps, 
  * closely (1e-5), with transformers' fp32 default it stays within the 1e-4 tolerance. */
 static void test_generate(dit_ctx *ctx, const char *fixture, const char *ref_file, json_t *rj, int rope_bf16) {
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = fixture;
-  p.prompt = json_string_value(json_object_get(rj, "prompt"));
-  p.width = (int)json_integer_value(json_object_get(rj, "width"));
-  p.height = (int)json_integer_value(json_object_get(rj, "height"));
-  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
-  p.steps = (int)json_integer_value(json_object_get(rj, "steps"));
-  p.guidance = json_number_value(json_object_get(rj, "guidance_scale"));
-  p.guidance_set = 1;
-  capture cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, 0, 0};
+  dt_gen_params_from_reference(&p, fixture, rj, rj);
+  dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, NULL, 0, 0};
   p.text_rope_bf16 = rope_bf16;
-  p.on_step = on_step;
+  p.on_step = dt_step_check_cb;
   p.user = &cap;
   dit_image img;
   dit_gen_stats st;
@@ -257,14 +215,9 @@ static void test_base_variant(dit_ctx *ctx, const char *fixture, const char *tmp
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  char fixture[4096], ref_file[4200], ref_json[4200];
-  if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/flux2-klein-tiny", a.data);
-  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
-  snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
-  json_error_t je;
-  json_t *rj = json_load_file(ref_json, 0, &je);
-  CHECK_MSG(rj != NULL, "cannot read %s", ref_json);
+  char fixture[4096], ref_file[4200];
+  dt_model_dir(&a, a.data, "flux2-klein-tiny", fixture, sizeof fixture);
+  json_t *rj = dt_load_reference(fixture, ref_file, sizeof ref_file);
   if (!rj) return dt_finish();
   const int W = (int)json_integer_value(json_object_get(rj, "width"));
   const int H = (int)json_integer_value(json_object_get(rj, "height"));

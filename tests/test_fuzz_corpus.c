@@ -12,47 +12,20 @@
  *   png             `ditrun info FILE` on the bytes after the selector
  * At most DIT_FUZZ_CORPUS_MAX files (default 120) per extra corpus folder, spread evenly. */
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "small_model.h"
 #include "testing.h"
-#include "text/tok_internal.h"
 
-static char g_cli[4096], g_fix[4096], g_tmp[4096], g_model[4200], g_log[4200];
+static dt_cli_env g;
+static char g_copy[4200], g_log[4200];
 static int g_runs, g_by_exit[3];
 
-static int run_argv(char **argv, const char *cwd) {
-  pid_t pid = fork();
-  if (pid < 0) return -1000;
-  if (pid == 0) {
-    int fd = open(g_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    if (cwd && chdir(cwd) != 0) _exit(126);
-    alarm(120);
-    argv[0] = g_cli;
-    execv(g_cli, argv);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFSIGNALED(st) ? -WTERMSIG(st) : WEXITSTATUS(st);
-}
-
 static void check_run(const char *what, const char *file, char **argv, const char *cwd) {
-  int rc = run_argv(argv, cwd);
+  int rc = dt_run_argv(g.cli, argv, g_log, cwd, 0);
   g_runs++;
   if (rc >= 0 && rc <= 2) g_by_exit[rc]++;
   char msg[2048] = "";
@@ -74,55 +47,19 @@ static unsigned char *read_all(const char *path, size_t *n) {
   return p;
 }
 
-static void write_file(const char *path, const void *p, size_t n) {
-  unlink(path);
-  FILE *f = fopen(path, "wb");
-  if (f) {
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-  }
-}
-
 static bool make_model(void) {
-  char cmd[20000];
-  snprintf(g_model, sizeof g_model, "%s/model", g_tmp);
-  snprintf(cmd, sizeof cmd,
-           "rm -rf '%s' && mkdir -p '%s/tokenizer' && ln -s '%s/model_index.json' '%s/' && "
-           "for c in scheduler text_encoder transformer vae; do mkdir '%s'/$c && "
-           "for f in '%s'/$c/*; do ln -s \"$f\" '%s'/$c/ || exit 1; done; done",
-           g_model, g_model, g_fix, g_model, g_model, g_fix, g_model);
-  if (dt_run(cmd, NULL) != 0) return false;
-  json_t *vocab = json_object();
-  for (int i = 0; i < 256; i++) {
-    uint32_t cp = tok_byte_to_cp((uint8_t)i);
-    char k[4] = {0};
-    if (cp < 0x80) k[0] = (char)cp;
-    else k[0] = (char)(0xc0 | (cp >> 6)), k[1] = (char)(0x80 | (cp & 0x3f));
-    json_object_set_new(vocab, k, json_integer(i));
-  }
-  json_t *added = json_array();
-  static const char *const sp[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
-  for (int i = 0; i < 5; i++)
-    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b}", "id", 256 + i, "content", sp[i], "special", 1,
-                                           "normalized", 0));
-  json_t *root = json_pack("{s:s,s:o,s:n,s:{s:s,s:b,s:b},s:{s:s,s:o,s:[]}}", "version", "1.0", "added_tokens", added,
-                           "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1,
-                           "model", "type", "BPE", "vocab", vocab, "merges");
-  char path[4400];
-  snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", g_model);
-  int r = root ? json_dump_file(root, path, 0) : -1;
-  json_decref(root);
-  return r == 0;
+  snprintf(g_copy, sizeof g_copy, "%s/model", g.tmp);
+  return dt_make_small_model(g.model, g_copy);
 }
 
 /* ---- one input per target ---------------------------------------------------------- */
 
 static void one_safetensors(const char *file, const unsigned char *d, size_t n) {
   char path[4400];
-  snprintf(path, sizeof path, "%s/x.safetensors", g_tmp);
-  write_file(path, d, n);
+  snprintf(path, sizeof path, "%s/x.safetensors", g.tmp);
+  dt_write_bytes(path, d, n);
   char *argv[] = {"ditrun", "info", "--tensors", path, NULL};
-  check_run("safetensors", file, argv, g_tmp);
+  check_run("safetensors", file, argv, g.tmp);
 }
 
 static void one_config(const char *file, const unsigned char *d, size_t n) {
@@ -133,53 +70,50 @@ static void one_config(const char *file, const unsigned char *d, size_t n) {
   static const char *const name[] = {NULL, "config.json", "config.json", "config.json", "scheduler_config.json"};
   char path[4400], src[4400], dir[4400];
   if (which >= 1 && which <= 4) {
-    snprintf(path, sizeof path, "%s/%s/%s", g_model, comp[which], name[which]);
-    write_file(path, d + 1, n - 1);
+    snprintf(path, sizeof path, "%s/%s/%s", g_copy, comp[which], name[which]);
+    dt_write_bytes(path, d + 1, n - 1);
     char out[4400];
-    snprintf(out, sizeof out, "%s/out.png", g_tmp);
+    snprintf(out, sizeof out, "%s/out.png", g.tmp);
     unlink(out);
-    char *argv[] = {"ditrun", "generate", "-m", g_model, "-p", "a fox", "-W", "64", "-H", "64", "--steps", "1",
+    char *argv[] = {"ditrun", "generate", "-m", g_copy, "-p", "a fox", "-W", "64", "-H", "64", "--steps", "1",
                     "-q", "--overwrite", "-o", out, NULL};
-    check_run("config", file, argv, g_tmp);
-    snprintf(src, sizeof src, "%s/%s/%s", g_fix, comp[which], name[which]);
+    check_run("config", file, argv, g.tmp);
+    snprintf(src, sizeof src, "%s/%s/%s", g.model, comp[which], name[which]);
     unlink(path);
     CHECK(symlink(src, path) == 0);
     return;
   }
-  snprintf(dir, sizeof dir, "%s/cfg", g_tmp);
+  snprintf(dir, sizeof dir, "%s/cfg", g.tmp);
   mkdir(dir, 0755);
   if (which == 0) {
     snprintf(path, sizeof path, "%s/model_index.json", dir);
   } else {
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    static const char hdr[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
-    unsigned char shard[8 + sizeof hdr - 1 + 8] = {(unsigned char)(sizeof hdr - 1)};
-    memcpy(shard + 8, hdr, sizeof hdr - 1);
     snprintf(src, sizeof src, "%s/a.safetensors", dir);
-    write_file(src, shard, sizeof shard);
+    dt_write_one_tensor_shard(src);
   }
-  write_file(path, d + 1, n - 1);
+  dt_write_bytes(path, d + 1, n - 1);
   char *argv[] = {"ditrun", "info", which == 0 ? dir : path, NULL};
-  check_run("config", file, argv, g_tmp);
+  check_run("config", file, argv, g.tmp);
   unlink(path);
 }
 
 static void one_tokenizer_json(const char *file, const unsigned char *d, size_t n) {
   char dir[4400], path[4600];
-  snprintf(dir, sizeof dir, "%s/tok", g_tmp);
+  snprintf(dir, sizeof dir, "%s/tok", g.tmp);
   mkdir(dir, 0755);
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  write_file(path, d, n);
+  dt_write_bytes(path, d, n);
   char *argv[] = {"ditrun", "tokenize", "-m", dir, "Hello world <|x|> \xc3\xa9 12", NULL};
-  check_run("tokenizer_json", file, argv, g_tmp);
+  check_run("tokenizer_json", file, argv, g.tmp);
 }
 
 static void one_tokenize(const char *file, const unsigned char *d, size_t n) {
   (void)n;
-  char *argv[] = {"ditrun", "tokenize", "-m", g_fix, "--", (char *)d, NULL};
-  check_run("tokenize", file, argv, g_tmp);
-  char *argv2[] = {"ditrun", "tokenize", "-m", g_fix, "--chat", "--", (char *)d, NULL};
-  check_run("tokenize --chat", file, argv2, g_tmp);
+  char *argv[] = {"ditrun", "tokenize", "-m", g.model, "--", (char *)d, NULL};
+  check_run("tokenize", file, argv, g.tmp);
+  char *argv2[] = {"ditrun", "tokenize", "-m", g.model, "--chat", "--", (char *)d, NULL};
+  check_run("tokenize --chat", file, argv2, g.tmp);
 }
 
 /* fuzz_png inputs: the bytes after the selector as an image for `ditrun info` (PNG files, and
@@ -187,10 +121,10 @@ static void one_tokenize(const char *file, const unsigned char *d, size_t n) {
 static void one_png(const char *file, const unsigned char *d, size_t n) {
   if (n < 1) return;
   char path[4600];
-  snprintf(path, sizeof path, "%s/in.png", g_tmp);
-  write_file(path, d + 1, n - 1);
+  snprintf(path, sizeof path, "%s/in.png", g.tmp);
+  dt_write_bytes(path, d + 1, n - 1);
   char *argv[] = {"ditrun", "info", path, NULL};
-  check_run("png", file, argv, g_tmp);
+  check_run("png", file, argv, g.tmp);
   unlink(path);
 }
 
@@ -211,7 +145,7 @@ static void one_cli(const char *file, const unsigned char *d, size_t n) {
   }
   argv[argc] = NULL;
   char cwd[4400];
-  snprintf(cwd, sizeof cwd, "%s/cli", g_tmp);
+  snprintf(cwd, sizeof cwd, "%s/cli", g.tmp);
   mkdir(cwd, 0755);
   check_run("cli", file, argv, cwd);
   free(buf);
@@ -262,12 +196,8 @@ static int replay(const char *dir, one_fn fn, int max) {
 
 int main(int argc, char **argv) {
   dt_args a;
-  dt_init(argc, argv, &a);
-  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
-  if (a.fixture) snprintf(g_fix, sizeof g_fix, "%s", a.fixture);
-  else snprintf(g_fix, sizeof g_fix, "%s/models/zimage-tiny", a.data);
-  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
-  snprintf(g_log, sizeof g_log, "%s/run.log", g_tmp);
+  dt_init_cli(argc, argv, &a, "zimage-tiny", false, &g);
+  snprintf(g_log, sizeof g_log, "%s/run.log", g.tmp);
   CHECK_MSG(make_model(), "cannot make the model folder copy");
   static const struct { const char *name; one_fn fn; } targets[] = {
       {"safetensors", one_safetensors}, {"config", one_config}, {"tokenizer_json", one_tokenizer_json},

@@ -89,18 +89,25 @@ static void fake_init(fake *f, bool with_capture) {
   f->be.ops = &f->ops;
 }
 
+/* A fresh fake backend (with or without capture), its work counters and an empty replay cache. */
+static void setup(fake *f, work *w, dit_replay *r, bool with_capture) {
+  fake_init(f, with_capture);
+  memset(w, 0, sizeof *w);
+  w->f = f;
+  f->w = w;
+  memset(r, 0, sizeof *r);
+}
+
 static dit_status call(dit_replay *r, fake *f, work *w, int key) {
   dit_error err = {0};
   return dit_replay_run(r, &f->be, &key, sizeof key, ops_fn, w, &err);
 }
 
-static void test_sequence(void) {
+static void test_sequence(const dt_args *args) {
   fake f;
-  fake_init(&f, true);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, true);
   CHECK(call(&r, &f, &w, 7) == DIT_OK);
   CHECK(w.ran == 1 && w.recorded == 0 && w.launched_ops == 0); /* first: run */
   CHECK(call(&r, &f, &w, 7) == DIT_OK);
@@ -125,13 +132,11 @@ static void test_sequence(void) {
   CHECK(f.graphs_live == 0);
 }
 
-static void test_failures(void) {
+static void test_failures(const dt_args *args) {
   fake f;
-  fake_init(&f, true);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, true);
   /* an op that cannot be recorded: the call still runs the ops, and the key is not tried again */
   w.fail_capture = true;
   CHECK(call(&r, &f, &w, 1) == DIT_OK);
@@ -166,23 +171,17 @@ static void test_failures(void) {
   CHECK(f.graphs_live == 0);
 }
 
-static void test_no_capture(void) {
+static void test_no_capture(const dt_args *args) {
   fake f;
-  fake_init(&f, false);
-  work w = {.f = &f};
-  f.w = &w;
+  work w;
   dit_replay r;
-  memset(&r, 0, sizeof r);
+  setup(&f, &w, &r, false);
   for (int i = 0; i < 3; i++) CHECK(call(&r, &f, &w, 5) == DIT_OK);
   CHECK(w.ran == 3 && w.recorded == 0 && r.captures == 0);
   dit_replay_clear(&r, &f.be);
 }
 
 int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
-  test_sequence();
-  test_failures();
-  test_no_capture();
-  return dt_finish();
+  static void (*const cases[])(const dt_args *) = {test_sequence, test_failures, test_no_capture};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

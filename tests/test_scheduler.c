@@ -193,18 +193,22 @@ static void expect_cfg_error(const char *text, dit_status want, const char *need
 }
 
 static void check_errors(void) {
-  expect_cfg_error("{\"use_karras_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_karras_sigmas");
-  expect_cfg_error("{\"use_exponential_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_exponential_sigmas");
-  expect_cfg_error("{\"use_beta_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_beta_sigmas");
-  expect_cfg_error("{\"stochastic_sampling\": true}", DIT_ERR_UNSUPPORTED, "stochastic_sampling");
-  expect_cfg_error("{\"_class_name\": \"DDIMScheduler\"}", DIT_ERR_UNSUPPORTED, "DDIMScheduler");
-  expect_cfg_error("{\"time_shift_type\": \"cubic\"}", DIT_ERR_FORMAT, "time_shift_type");
-  expect_cfg_error("{\"shift\": -1}", DIT_ERR_FORMAT, "shift");
-  expect_cfg_error("{\"shift\": \"3\"}", DIT_ERR_FORMAT, "shift");
-  expect_cfg_error("{\"num_train_timesteps\": 0}", DIT_ERR_FORMAT, "num_train_timesteps");
-  expect_cfg_error("{\"shift_terminal\": 1.0}", DIT_ERR_FORMAT, "shift_terminal");
-  expect_cfg_error("{\"base_image_seq_len\": 4096}", DIT_ERR_FORMAT, "max_image_seq_len");
-  expect_cfg_error("[1, 2]", DIT_ERR_FORMAT, "not a JSON object");
+  static const struct { const char *text; dit_status want; const char *needle; } bad_cfgs[] = {
+      {"{\"use_karras_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_karras_sigmas"},
+      {"{\"use_exponential_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_exponential_sigmas"},
+      {"{\"use_beta_sigmas\": true}", DIT_ERR_UNSUPPORTED, "use_beta_sigmas"},
+      {"{\"stochastic_sampling\": true}", DIT_ERR_UNSUPPORTED, "stochastic_sampling"},
+      {"{\"_class_name\": \"DDIMScheduler\"}", DIT_ERR_UNSUPPORTED, "DDIMScheduler"},
+      {"{\"time_shift_type\": \"cubic\"}", DIT_ERR_FORMAT, "time_shift_type"},
+      {"{\"shift\": -1}", DIT_ERR_FORMAT, "shift"},
+      {"{\"shift\": \"3\"}", DIT_ERR_FORMAT, "shift"},
+      {"{\"num_train_timesteps\": 0}", DIT_ERR_FORMAT, "num_train_timesteps"},
+      {"{\"shift_terminal\": 1.0}", DIT_ERR_FORMAT, "shift_terminal"},
+      {"{\"base_image_seq_len\": 4096}", DIT_ERR_FORMAT, "max_image_seq_len"},
+      {"[1, 2]", DIT_ERR_FORMAT, "not a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof bad_cfgs / sizeof bad_cfgs[0]; i++)
+    expect_cfg_error(bad_cfgs[i].text, bad_cfgs[i].want, bad_cfgs[i].needle);
   /* null and false are fine: the defaults */
   json_t *j = json_loads("{\"shift_terminal\": null, \"use_karras_sigmas\": false, \"shift\": 2}", 0, NULL);
   dit_flow_sched_config c;

@@ -409,6 +409,7 @@ static void expect_bad(const dt_args *a, const char *name, char *json, const cha
   free(json);
 }
 
+/* Small tokenizer files that load: merge ranks, added-token options, a backtracking regex. */
 static void test_small_files(const dt_args *a) {
   dit_tokenizer *t = NULL;
   dit_error e = {0};
@@ -486,8 +487,12 @@ static void test_small_files(const dt_args *a) {
     free(ids);
     dit_tok_free(t);
   }
+}
 
-  /* bad files, one rule each */
+/* Tokenizer files that break one rule each: refused with a message that names it. */
+static void test_small_bad_files(const dt_args *a) {
+  dit_tokenizer *t = NULL;
+  dit_error e = {0};
   expect_bad(a, "dup_id", make_json(NULL, ", \"dup\": 5", NULL, NULL, NULL, NULL), "id 5 is used by both");
   expect_bad(a, "id_too_big", make_json(NULL, ", \"big\": 999999", NULL, NULL, NULL, NULL), "must be an integer in");
   expect_bad(a, "neg_id", make_json(NULL, ", \"neg\": -1", NULL, NULL, NULL, NULL), "must be an integer in");
@@ -785,6 +790,7 @@ int main(int argc, char **argv) {
     test_public_api(&a, cases);
   }
   test_small_files(&a);
+  test_small_bad_files(&a);
   test_mutations();
   dit_tok_free(t);
   json_decref(cases);

@@ -13,40 +13,14 @@
 
 #define TOL 1e-4
 
-typedef struct case_data {
-  float *x[2], *cap[2], *ref[2], *t;
-  int64_t xs[2][8], cs[2][8], rs[2][8], ts[8];
-} case_data;
-
-static int load_case(const char *file, case_data *d) {
-  int nd;
-  char name[32];
-  for (int i = 0; i < 2; i++) {
-    snprintf(name, sizeof name, "dit_x%d", i);
-    if (dt_load_f32(file, name, &d->x[i], d->xs[i], &nd) || nd != 4) return -1;
-    snprintf(name, sizeof name, "dit_cap%d", i);
-    if (dt_load_f32(file, name, &d->cap[i], d->cs[i], &nd) || nd != 2) return -1;
-    snprintf(name, sizeof name, "dit_out%d", i);
-    if (dt_load_f32(file, name, &d->ref[i], d->rs[i], &nd) || nd != 4) return -1;
-  }
-  if (dt_load_f32(file, "dit_t", &d->t, d->ts, &nd) || nd != 1 || d->ts[0] != 2) return -1;
-  return 0;
-}
-
-static void free_case(case_data *d) {
-  for (int i = 0; i < 2; i++) free(d->x[i]), free(d->cap[i]), free(d->ref[i]);
-  free(d->t);
-}
-
 /* Runs items [first, first + n) in one forward and checks each output. */
-static void check_forward(dit_zimage *m, case_data *d, int first, int n) {
+static void check_forward(dit_zimage *m, dt_zimage_case *d, int first, int n) {
   dit_tensor x[2], cap[2], out[2];
   float *o[2] = {NULL, NULL};
   size_t numel[2];
   for (int j = 0; j < n; j++) {
     int i = first + j;
-    x[j] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[j] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[j], &cap[j]);
     numel[j] = (size_t)dit_tensor_numel(&x[j]);
     o[j] = malloc(numel[j] * sizeof(float));
     out[j] = dit_tensor_make(DIT_F32, o[j], 4, d->xs[i]);
@@ -66,12 +40,11 @@ static void check_forward(dit_zimage *m, case_data *d, int first, int n) {
 
 /* Same shapes, other timesteps (the cached-tables path): outputs must change, and the
  * next call with the fixture's timesteps must reproduce the reference again. */
-static void check_timestep_change(dit_zimage *m, case_data *d) {
+static void check_timestep_change(dit_zimage *m, dt_zimage_case *d) {
   dit_tensor x[2], cap[2], out[2];
   float *o[2];
   for (int i = 0; i < 2; i++) {
-    x[i] = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
-    cap[i] = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+    dt_zimage_case_item(d, i, &x[i], &cap[i]);
     o[i] = malloc((size_t)dit_tensor_numel(&x[i]) * sizeof(float));
     out[i] = dit_tensor_make(DIT_F32, o[i], 4, d->xs[i]);
   }
@@ -209,7 +182,7 @@ static void test_bad_weights(dit_backend *be, const char *src_dir, const char *t
 }
 
 /* Bad forward arguments are rejected without running. */
-static void test_bad_inputs(dit_zimage *m, case_data *d) {
+static void test_bad_inputs(dit_zimage *m, dt_zimage_case *d) {
   dit_error err = {0};
   float *o = malloc((size_t)(16 * 16 * 12) * sizeof(float));
   dit_tensor x = dit_tensor_make(DIT_F32, d->x[0], 4, d->xs[0]);
@@ -283,9 +256,8 @@ int main(int argc, char **argv) {
   dit_zimage *m = NULL;
   dit_status s = dit_zimage_load(be, tdir, &m, &err);
   CHECK_MSG(s == DIT_OK, "load %s: %s", tdir, err.msg);
-  case_data d;
-  memset(&d, 0, sizeof d);
-  int loaded = load_case(comp, &d) == 0;
+  dt_zimage_case d;
+  int loaded = dt_zimage_case_load(comp, &d) == 0;
   CHECK_MSG(loaded, "cannot load the dit_* tensors of %s", comp);
   if (s == DIT_OK && loaded) {
     const dit_zimage_config *c = dit_zimage_get_config(m);
@@ -298,7 +270,7 @@ int main(int argc, char **argv) {
     check_timestep_change(m, &d);
     test_bad_inputs(m, &d);
   }
-  free_case(&d);
+  dt_zimage_case_free(&d);
   dit_zimage_free(m);
   test_stacked_qkv(be);
   test_bad_configs(be, tdir, a.tmp);

@@ -13,39 +13,6 @@
 #include "pipeline/zimage_pipeline.h"
 #include "testing.h"
 
-typedef struct capture {
-  double tol;          /* relative error bound on the latents */
-  const char *ref;     /* reference.safetensors */
-  const char *prefix;  /* "turbo" / "cfg" */
-  int steps_seen;
-} capture;
-
-static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
-  (void)total;
-  (void)secs;
-  capture *c = user;
-  char name[64];
-  snprintf(name, sizeof name, "%s_latents_step%d", c->prefix, step);
-  float *ref;
-  int64_t shape[8];
-  int nd;
-  if (dt_load_f32(c->ref, name, &ref, shape, &nd) != 0) {
-    CHECK_MSG(0, "missing %s", name);
-    return 0;
-  }
-  size_t rn = 1;
-  for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
-  CHECK_MSG(rn == n, "%s: %zu elements, reference has %zu", name, n, rn);
-  if (rn == n) {
-    double e = dt_rel_err(lat, ref, n);
-    CHECK_MSG(e <= c->tol, "%s: relative error %.3g > %.g", name, e, c->tol);
-    printf("%s: relative error %.3g (bound %.g)\n", name, e, c->tol);
-  }
-  free(ref);
-  c->steps_seen++;
-  return 0;
-}
-
 /* rope_bf16: the fixtures' generator cast the text encoder to bf16 and back, which
  * rounded its RoPE frequencies; with the same rounding the latents match to ~1e-6, with
  * transformers' fp32 frequencies (the default) to ~1e-4. */
@@ -55,19 +22,11 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
   CHECK_MSG(cs != NULL, "reference.json has no case %s", case_name);
   if (!cs) return;
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = fixture;
-  p.prompt = json_string_value(json_object_get(rj, "prompt"));
+  dt_gen_params_from_reference(&p, fixture, rj, cs);
   p.negative_prompt = json_string_value(json_object_get(rj, "negative_prompt"));
-  p.width = (int)json_integer_value(json_object_get(rj, "width"));
-  p.height = (int)json_integer_value(json_object_get(rj, "height"));
-  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
-  p.steps = (int)json_integer_value(json_object_get(cs, "steps"));
-  p.guidance = json_number_value(json_object_get(cs, "guidance_scale"));
-  p.guidance_set = 1;
-  capture cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, prefix, 0};
+  dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, prefix, 0, 0};
   p.text_rope_bf16 = rope_bf16;
-  p.on_step = on_step;
+  p.on_step = dt_step_check_cb;
   p.user = &cap;
 
   /* sigmas and timesteps as the pipeline computes them */
@@ -123,14 +82,9 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  char fixture[4096], ref_file[4096], ref_json[4096];
-  if (a.fixture) snprintf(fixture, sizeof fixture, "%s", a.fixture);
-  else snprintf(fixture, sizeof fixture, "%s/models/zimage-tiny", a.data);
-  snprintf(ref_file, sizeof ref_file, "%s/reference.safetensors", fixture);
-  snprintf(ref_json, sizeof ref_json, "%s/reference.json", fixture);
-  json_error_t je;
-  json_t *rj = json_load_file(ref_json, 0, &je);
-  CHECK_MSG(rj != NULL, "cannot read %s", ref_json);
+  char fixture[4096], ref_file[4200];
+  dt_model_dir(&a, a.data, "zimage-tiny", fixture, sizeof fixture);
+  json_t *rj = dt_load_reference(fixture, ref_file, sizeof ref_file);
   if (!rj) return dt_finish();
 
   /* default sigmas: torch.linspace(1, 1/n, n) */

@@ -3,12 +3,14 @@
 #include "fixture.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
 #include "io/safetensors.h"
+#include "testing.h"
 
 /* Opens file, finds name, copies its raw bytes into a malloc'd buffer (aligned for any
  * dtype). Returns 0 or -1 after printing why. */
@@ -42,36 +44,42 @@ static int load_raw(const char *file, const char *name, void **raw, dit_dtype *d
   return 0;
 }
 
-int dt_load_f32(const char *file, const char *name, float **data, int64_t *shape, int *ndim) {
+/* Converts n raw elements of dtype dt into out; 0, or -1 after printing why. */
+typedef int (*convert_fn)(void *out, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name);
+
+/* load_raw, then a malloc'd output of as many elements of elem bytes filled by convert;
+ * NULL after a failure (printed, nothing left allocated). */
+static void *load_converted(const char *file, const char *name, size_t elem, convert_fn convert, int64_t *shape,
+                            int *ndim) {
   void *raw;
   dit_dtype dt;
   size_t n;
-  *data = NULL;
-  if (load_raw(file, name, &raw, &dt, &n, shape, ndim)) return -1;
-  float *out = malloc(n ? n * sizeof *out : 1);
+  if (load_raw(file, name, &raw, &dt, &n, shape, ndim)) return NULL;
+  void *out = malloc(n ? n * elem : 1);
   if (!out) {
     free(raw);
     fprintf(stderr, "fixture: %s: out of memory for \"%s\"\n", file, name);
-    return -1;
+    return NULL;
   }
-  dit_convert_to_f32(out, raw, dt, n);
+  int rc = convert(out, raw, dt, n, file, name);
   free(raw);
-  *data = out;
+  if (rc) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+static int convert_f32(void *out, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name) {
+  (void)file;
+  (void)name;
+  dit_convert_to_f32(out, raw, dt, n);
   return 0;
 }
 
-int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *shape, int *ndim) {
-  void *raw;
-  dit_dtype dt;
-  size_t n;
-  *data = NULL;
-  if (load_raw(file, name, &raw, &dt, &n, shape, ndim)) return -1;
-  int32_t *out = malloc(n ? n * sizeof *out : 1);
-  if (!out) {
-    free(raw);
-    fprintf(stderr, "fixture: %s: out of memory for \"%s\"\n", file, name);
-    return -1;
-  }
+/* Integer and bool dtypes, or floats holding integral values in the int32 range. */
+static int convert_i32(void *out_, const void *raw, dit_dtype dt, size_t n, const char *file, const char *name) {
+  int32_t *out = out_;
   const unsigned char *p = raw;
   for (size_t i = 0; i < n; i++) {
     double v;
@@ -110,13 +118,154 @@ int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *sha
     }
     if (!(v >= INT32_MIN && v <= INT32_MAX) || v != floor(v)) {
       fprintf(stderr, "fixture: %s: \"%s\" element %zu (%g) is not an int32 value\n", file, name, i, v);
-      free(raw);
-      free(out);
       return -1;
     }
     out[i] = (int32_t)v;
   }
-  free(raw);
-  *data = out;
   return 0;
+}
+
+int dt_load_f32(const char *file, const char *name, float **data, int64_t *shape, int *ndim) {
+  *data = load_converted(file, name, sizeof **data, convert_f32, shape, ndim);
+  return *data ? 0 : -1;
+}
+
+int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *shape, int *ndim) {
+  *data = load_converted(file, name, sizeof **data, convert_i32, shape, ndim);
+  return *data ? 0 : -1;
+}
+
+json_t *dt_load_reference(const char *dir, char *ref_file, size_t len) {
+  char path[4200];
+  if (ref_file) snprintf(ref_file, len, "%s/reference.safetensors", dir);
+  snprintf(path, sizeof path, "%s/reference.json", dir);
+  json_error_t je;
+  json_t *rj = json_load_file(path, 0, &je);
+  CHECK_MSG(rj != NULL, "cannot read %s: %s", path, je.text);
+  return rj;
+}
+
+int dt_check_latents(const char *ref_file, const char *name, const float *lat, size_t n, double tol, double *rel) {
+  float *ref;
+  int64_t shape[8];
+  int nd;
+  if (dt_load_f32(ref_file, name, &ref, shape, &nd) != 0) {
+    CHECK_MSG(0, "missing %s", name);
+    return -1;
+  }
+  size_t rn = 1;
+  for (int i = 0; i < nd; i++) rn *= (size_t)shape[i];
+  CHECK_MSG(rn == n, "%s: %zu elements, reference has %zu", name, n, rn);
+  *rel = -1;
+  if (rn == n) {
+    double e = *rel = dt_rel_err(lat, ref, n);
+    CHECK_MSG(e <= tol, "%s: relative error %.3g > %.3g", name, e, tol);
+    printf("%s: relative error %.3g (bound %.3g)\n", name, e, tol);
+  }
+  free(ref);
+  return 0;
+}
+
+int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n, double secs) {
+  (void)total;
+  (void)secs;
+  dt_step_check *c = user;
+  char name[64];
+  if (c->prefix) snprintf(name, sizeof name, "%s_latents_step%d", c->prefix, step);
+  else snprintf(name, sizeof name, "latents_step%d", step);
+  double e;
+  if (dt_check_latents(c->ref, name, lat, n, c->tol, &e) != 0) return 0;
+  if (e > c->worst) c->worst = e;
+  c->steps_seen++;
+  return 0;
+}
+
+void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const json_t *rj, const json_t *run) {
+  dit_gen_params_default(p);
+  p->model_dir = model;
+  p->prompt = json_string_value(json_object_get(rj, "prompt"));
+  p->width = (int)json_integer_value(json_object_get(rj, "width"));
+  p->height = (int)json_integer_value(json_object_get(rj, "height"));
+  p->seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
+  p->steps = (int)json_integer_value(json_object_get(run, "steps"));
+  p->guidance = json_number_value(json_object_get(run, "guidance_scale"));
+  p->guidance_set = 1;
+}
+
+void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int want_w, int want_h) {
+  int w = 0, h = 0;
+  unsigned char *px = dt_read_png_rgb(png, &w, &h);
+  CHECK_MSG(px != NULL, "cannot read %s", png);
+  float *ref;
+  int64_t sh[8];
+  int nd;
+  if (!px || dt_load_f32(ref_file, ref_name, &ref, sh, &nd) != 0) {
+    free(px);
+    return;
+  }
+  const bool same_size = w == want_w && h == want_h && sh[0] == want_h && sh[1] == want_w;
+  CHECK(same_size);
+  int maxd = same_size ? dt_max_level_diff(ref, px, (size_t)w * h * 3, NULL) : 0;
+  printf("%s vs %s: max difference %d levels\n", png, ref_name, maxd);
+  CHECK_MSG(maxd <= 1, "%s differs from %s by %d levels", png, ref_name, maxd);
+  free(ref);
+  free(px);
+}
+
+int dt_zimage_case_load(const char *file, dt_zimage_case *d) {
+  int nd;
+  char name[32];
+  memset(d, 0, sizeof *d);
+  for (int i = 0; i < 2; i++) {
+    snprintf(name, sizeof name, "dit_x%d", i);
+    if (dt_load_f32(file, name, &d->x[i], d->xs[i], &nd) || nd != 4) return -1;
+    snprintf(name, sizeof name, "dit_cap%d", i);
+    if (dt_load_f32(file, name, &d->cap[i], d->cs[i], &nd) || nd != 2) return -1;
+    snprintf(name, sizeof name, "dit_out%d", i);
+    if (dt_load_f32(file, name, &d->ref[i], d->rs[i], &nd) || nd != 4) return -1;
+  }
+  if (dt_load_f32(file, "dit_t", &d->t, d->ts, &nd) || nd != 1 || d->ts[0] != 2) return -1;
+  return 0;
+}
+
+void dt_zimage_case_free(dt_zimage_case *d) {
+  for (int i = 0; i < 2; i++) free(d->x[i]), free(d->cap[i]), free(d->ref[i]);
+  free(d->t);
+}
+
+int dt_flux2_case_load(const char *file, dt_flux2_case *c) {
+  memset(c, 0, sizeof *c);
+  int64_t s[8];
+  int nd;
+  int bad = dt_load_f32(file, "dit_hidden", &c->hidden, c->hs, &nd) ||
+            dt_load_f32(file, "dit_encoder", &c->enc, c->es, &nd) || dt_load_f32(file, "dit_t", &c->t, s, &nd) ||
+            dt_load_f32(file, "dit_img_ids", &c->img_ids, c->is, &nd) ||
+            dt_load_f32(file, "dit_txt_ids", &c->txt_ids, c->ts, &nd) ||
+            dt_load_f32(file, "dit_out", &c->ref, c->os, &nd);
+  return bad ? -1 : 0;
+}
+
+void dt_flux2_case_free(dt_flux2_case *c) {
+  free(c->hidden);
+  free(c->enc);
+  free(c->t);
+  free(c->img_ids);
+  free(c->txt_ids);
+  free(c->ref);
+}
+
+void dt_zimage_case_item(const dt_zimage_case *d, int i, dit_tensor *x, dit_tensor *cap) {
+  *x = dit_tensor_make(DIT_F32, d->x[i], 4, d->xs[i]);
+  *cap = dit_tensor_make(DIT_F32, d->cap[i], 2, d->cs[i]);
+}
+
+void *dt_to_device(dit_backend *be, const float *h, size_t n) {
+  void *p = NULL;
+  dit_error err = {0};
+  if (be->ops->alloc(be, n * sizeof(float), &p, &err) != DIT_OK) return NULL;
+  if (be->ops->upload(be, p, h, n * sizeof(float), &err) != DIT_OK) {
+    be->ops->free(be, p);
+    return NULL;
+  }
+  return p;
 }

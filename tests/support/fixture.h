@@ -3,7 +3,12 @@
 #ifndef DIT_TEST_FIXTURE_H
 #define DIT_TEST_FIXTURE_H
 
+#include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "backend/backend.h"
+#include "ditrun.h"
 
 /* Loads tensor `name` of a .safetensors file as freshly malloc'd float32 (converting from
  * any dtype); shape/ndim out (shape must hold 8 values); returns 0 on success, prints the
@@ -11,5 +16,53 @@
 int dt_load_f32(const char *file, const char *name, float **data, int64_t *shape, int *ndim);
 /* The same as int32: integer and bool dtypes, or floats holding integral values in range. */
 int dt_load_i32(const char *file, const char *name, int32_t **data, int64_t *shape, int *ndim);
+/* The reference of a fixture folder dir: ref_file = dir/reference.safetensors (when set)
+ * and dir/reference.json loaded and returned; a failed check and NULL when that cannot be
+ * read. */
+json_t *dt_load_reference(const char *dir, char *ref_file, size_t len);
+/* Checks n values of a step's latents against tensor `name` of ref_file: the same element
+ * count and a relative error <= tol; prints the error and stores it in *rel (-1 when the
+ * sizes differ). Returns 0, or -1 after a failed check when the tensor is missing. */
+int dt_check_latents(const char *ref_file, const char *name, const float *lat, size_t n, double tol, double *rel);
+/* The on_step callback of a pipeline test: each step's latents checked against
+ * [prefix_]latents_step<i> of ref (dt_check_latents); counts the steps whose reference was
+ * found and keeps the largest error. */
+typedef struct dt_step_check {
+  double tol;         /* relative error bound on the latents */
+  const char *ref;    /* reference.safetensors */
+  const char *prefix; /* names' prefix ("turbo" for turbo_latents_step0), or NULL */
+  int steps_seen;
+  double worst;
+} dt_step_check;
+int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n, double secs);
+/* Generation parameters of a reference run: defaults, then model_dir = model, prompt,
+ * width, height and seed from reference.json rj, steps and guidance_scale (set) from run
+ * (rj itself or one of its cases). */
+void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const json_t *rj, const json_t *run);
+/* Checks a PNG written by the CLI against image ref_name of ref_file (values in [0, 1]):
+ * readable, w x h, within one 8-bit level everywhere; prints the largest difference. */
+void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int w, int h);
+/* The zimage-tiny transformer case of components.safetensors: two items of different sizes
+ * (dit_x0/1 [C, F, H, W], dit_cap0/1 [L, D], dit_out0/1) and their timesteps dit_t [2]. */
+typedef struct dt_zimage_case {
+  float *x[2], *cap[2], *ref[2], *t;
+  int64_t xs[2][8], cs[2][8], rs[2][8], ts[8];
+} dt_zimage_case;
+/* Loads the case from file (d zeroed first); 0, or -1 when a tensor is missing or mis-shaped. */
+int dt_zimage_case_load(const char *file, dt_zimage_case *d);
+void dt_zimage_case_free(dt_zimage_case *d);
+/* Host tensors of item i of the case: x [C, F, H, W] and cap [L, D]. */
+void dt_zimage_case_item(const dt_zimage_case *d, int i, dit_tensor *x, dit_tensor *cap);
+/* The flux2-klein-tiny transformer case of components.safetensors: hidden [1, S, C],
+ * encoder [1, L, J], timestep t, image / text position ids and the output dit_out. */
+typedef struct dt_flux2_case {
+  float *hidden, *enc, *t, *img_ids, *txt_ids, *ref;
+  int64_t hs[8], es[8], os[8], is[8], ts[8];
+} dt_flux2_case;
+/* Loads the case from file (c zeroed first); 0, or -1 when a tensor is missing. */
+int dt_flux2_case_load(const char *file, dt_flux2_case *c);
+void dt_flux2_case_free(dt_flux2_case *c);
+/* A device copy of n host floats on be; NULL on failure. */
+void *dt_to_device(dit_backend *be, const float *h, size_t n);
 
 #endif

@@ -2,11 +2,15 @@
 #include "testing.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <png.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 int dt_passed = 0, dt_failed = 0;
 
@@ -47,9 +51,28 @@ void dt_init(int argc, char **argv, dt_args *a) {
   mkdir_p(a->tmp);
 }
 
+void dt_report_failure(const char *file, int line, const char *cond, bool with_msg, const char *fmt, ...) {
+  fprintf(stderr, "FAIL %s:%d: %s", file, line, cond);
+  if (with_msg) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+  }
+  fputc('\n', stderr);
+}
+
 int dt_finish(void) {
   printf("%d passed, %d failed\n", dt_passed, dt_failed);
   return dt_failed ? 1 : 0;
+}
+
+int dt_main(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  for (size_t i = 0; i < n; i++) cases[i](&a);
+  return dt_finish();
 }
 
 const char *dt_path(char *buf, size_t len, const char *a, const char *b) {
@@ -107,6 +130,92 @@ long dt_read_file(const char *path, char *buf, size_t len) {
   fclose(f);
   buf[n] = 0;
   return (long)n;
+}
+
+int dt_run_output(const char *cmd, const char *out_file, char *msg, size_t len) {
+  int rc = dt_run(cmd, out_file);
+  if (dt_read_file(out_file, msg, len) < 0) msg[0] = 0;
+  return rc;
+}
+
+int dt_run_argv(const char *cli, char **argv, const char *log, const char *cwd, long fsize) {
+  pid_t pid = fork();
+  if (pid < 0) return -1000;
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (cwd && chdir(cwd) != 0) _exit(126);
+    if (fsize > 0) {
+      signal(SIGXFSZ, SIG_IGN);
+      struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
+      setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    alarm(120);
+    argv[0] = (char *)cli;
+    execv(cli, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFSIGNALED(st) ? -WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+void dt_init_cli(int argc, char **argv, dt_args *a, const char *name, bool shipped, dt_cli_env *e) {
+  dt_init(argc, argv, a);
+  snprintf(e->cli, sizeof e->cli, "%s/ditrun", a->bin);
+  dt_model_dir(a, shipped ? a->src : a->data, name, e->model, sizeof e->model);
+  snprintf(e->tmp, sizeof e->tmp, "%s", a->tmp);
+}
+
+const char *dt_model_dir(const dt_args *a, const char *root, const char *name, char *buf, size_t len) {
+  if (a->fixture) snprintf(buf, len, "%s", a->fixture);
+  else snprintf(buf, len, "%s/models/%s", root, name);
+  return buf;
+}
+
+double dt_nmse(const float *a, const float *b, size_t n, long *bad) {
+  double se = 0, sr = 0;
+  *bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(a[i])) {
+      (*bad)++;
+      continue;
+    }
+    double d = (double)a[i] - (double)b[i];
+    se += d * d;
+    sr += (double)b[i] * (double)b[i];
+  }
+  return sr > 0 ? se / sr : se;
+}
+
+void dt_check_replay_step(const char *model, int step, float t, const float *out, const float *ref, size_t n,
+                          long captured, long launches) {
+  size_t diff = 0;
+  long bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    diff += memcmp(&out[i], &ref[i], sizeof(float)) != 0;
+    bad += !isfinite(out[i]);
+  }
+  printf("gpu %s replay step %d (t %.2f): %zu of %lld values differ from the op-by-op run, %ld non-finite; "
+         "graphs: %ld captured, %ld launches\n", model, step, (double)t, diff, (long long)n, bad, captured, launches);
+  CHECK_MSG(diff == 0 && bad == 0, "replay step %d: %zu values differ", step, diff);
+  CHECK(captured == (step >= 1) && launches == (step >= 1 ? step : 0));
+}
+
+void dt_write_bytes(const char *path, const void *p, size_t n) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    if (n) fwrite(p, 1, n, f);
+    fclose(f);
+  }
 }
 
 unsigned char *dt_read_png_rgb(const char *path, int *w, int *h) {

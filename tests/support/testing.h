@@ -7,6 +7,7 @@
 #define DIT_TESTING_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,30 +28,28 @@ extern int dt_passed, dt_failed; /* test-binary globals: counters of this proces
 void dt_init(int argc, char **argv, dt_args *a);
 /* Prints the summary; returns the process exit code. */
 int dt_finish(void);
+/* The main of a test binary: dt_init, then cases[0..n) in order, then dt_finish. */
+int dt_main(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n);
 /* Path helpers: snprintf into a static-per-call buffer supplied by caller. */
 const char *dt_path(char *buf, size_t len, const char *a, const char *b);
 
-#define CHECK(cond)                                                                     \
+/* Prints "FAIL file:line: cond" and, when with_msg, ": " and the printf message. */
+void dt_report_failure(const char *file, int line, const char *cond, bool with_msg, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Counts one check; the message arguments are evaluated only when it fails. */
+#define DT_CHECK_(cond, text, with_msg, ...)                                            \
   do {                                                                                  \
     if (cond) {                                                                         \
       dt_passed++;                                                                      \
     } else {                                                                            \
       dt_failed++;                                                                      \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                  \
+      dt_report_failure(__FILE__, __LINE__, text, with_msg, __VA_ARGS__);               \
     }                                                                                   \
   } while (0)
 
-#define CHECK_MSG(cond, ...)                                                            \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      dt_passed++;                                                                      \
-    } else {                                                                            \
-      dt_failed++;                                                                      \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
-      fprintf(stderr, __VA_ARGS__);                                                     \
-      fputc('\n', stderr);                                                              \
-    }                                                                                   \
-  } while (0)
+#define CHECK(cond) DT_CHECK_(cond, #cond, false, "%s", "")
+#define CHECK_MSG(cond, ...) DT_CHECK_(cond, #cond, true, __VA_ARGS__)
 
 /* Max |a-b| over n, divided by max |b| (the reference's max magnitude). */
 double dt_rel_err(const float *a, const float *b, size_t n);
@@ -68,5 +67,31 @@ unsigned char *dt_read_png_rgb(const char *path, int *w, int *h);
 int dt_files_equal(const char *a, const char *b);
 /* Reads a whole small text file into buf (NUL-terminated); returns bytes or -1. */
 long dt_read_file(const char *path, char *buf, size_t len);
+/* dt_run with stdout+stderr to out_file, then that output into msg (empty when none). */
+int dt_run_output(const char *cmd, const char *out_file, char *msg, size_t len);
+/* Runs argv without a shell, argv[0] replaced by cli: stdout+stderr to log, stdin from
+ * /dev/null, in folder cwd (when set), a 120 s alarm, and when fsize > 0 RLIMIT_FSIZE =
+ * fsize bytes with SIGXFSZ ignored. Returns the exit code, or -signal (-1000: no fork). */
+int dt_run_argv(const char *cli, char **argv, const char *log, const char *cwd, long fsize);
+/* What a test of the CLI works with: the CLI (bin/ditrun), the model folder it runs on
+ * and the test's scratch folder. */
+typedef struct dt_cli_env {
+  char cli[4096], model[4096], tmp[4096];
+} dt_cli_env;
+/* dt_init, then e: the model folder is --fixture when given, else models/<name> of the
+ * fixture root, or of the source tree when shipped (a model the repository ships). */
+void dt_init_cli(int argc, char **argv, dt_args *a, const char *name, bool shipped, dt_cli_env *e);
+/* The model folder a test runs on: --fixture when given, else root/models/name. */
+const char *dt_model_dir(const dt_args *a, const char *root, const char *name, char *buf, size_t len);
+/* Normalized MSE sum((a-b)^2)/sum(b^2) over the finite values of a; *bad counts the others. */
+double dt_nmse(const float *a, const float *b, size_t n, long *bad);
+/* One call of a graph-replay check on `model`: out (the replayed model's output) must equal
+ * ref (the same model run op by op) bit for bit, with no non-finite value, and after calls
+ * 0..step the replayed model must have captured one graph (from call 1 on) and launched it
+ * `step` times. Prints the step's line. */
+void dt_check_replay_step(const char *model, int step, float t, const float *out, const float *ref, size_t n,
+                          long captured, long launches);
+/* Writes n bytes to path (replacing any file there; nothing when it cannot be opened). */
+void dt_write_bytes(const char *path, const void *p, size_t n);
 
 #endif

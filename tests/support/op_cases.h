@@ -13,8 +13,8 @@
  * - host vs host (the CPU's SIMD path against its portable path): max |a - b| / max |b| <=
  *   the case's tol (0: bit-identical).
  * - device vs host (a GPU against the CPU): normalized MSE < 1e-4 where bf16 operands enter
- *   (bf16/f16 activations; GEMM-like ops with bf16/f16 weights; attention always, whose GPU
- *   kernels round to bf16), else max relative error <= max(1e-5, the case's tol). */
+ *   (bf16/f16 activations; linear, conv2d and copy with a bf16/f16 weight or destination;
+ *   attention always, whose GPU kernels round to bf16), else max relative error <= max(1e-5, the case's tol). */
 #ifndef DIT_TEST_OP_CASES_H
 #define DIT_TEST_OP_CASES_H
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_internal.h"
+#include "cpu_paths.h"
 #include "core/dtype.h"
 #include "ditrun.h"
 #include "testing.h"
@@ -121,6 +121,11 @@ static void test_conv(dit_backend *be) {
   CHECK(dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_FP32, &err) == DIT_OK);
 }
 
+static void kernels(dit_backend *be) {
+  test_linear(be);
+  test_conv(be);
+}
+
 /* Generates the fixture's image in fp32 and in bf16 precision; returns 0 on success. */
 static int gen(dit_ctx *ctx, const char *dir, json_t *rj, dit_cpu_precision prec, dit_image *img) {
   dit_gen_params p;
@@ -171,20 +176,8 @@ static void test_pipeline(dit_ctx *ctx, const dt_args *a, const char *name) {
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  dit_backend *be = NULL;
+  dt_on_cpu_paths(2, true, "AVX-512 (vdpbf16ps, streaming small M)", kernels);
   dit_error err = {0};
-  if (dit_backend_cpu_create(2, &be, &err) != DIT_OK) {
-    fprintf(stderr, "cpu backend: %s\n", err.msg);
-    return 1;
-  }
-  for (int simd = 1; simd >= 0; simd--) {
-    bool on = dit_cpu_set_simd(be, simd == 1);
-    printf("path: %s\n", on ? "AVX-512 (vdpbf16ps, streaming small M)" : "portable C");
-    if (simd == 1 && !on) continue;
-    test_linear(be);
-    test_conv(be);
-  }
-  dit_backend_free(be);
   CHECK(dit_backend_cpu_set_precision(NULL, DIT_CPU_PRECISION_BF16, &err) == DIT_ERR_INVALID_ARG);
 
   dit_ctx_params cp;

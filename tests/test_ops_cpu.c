@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_internal.h"
+#include "cpu_paths.h"
 #include "testing.h"
 
 #define TOL 1e-5
@@ -580,31 +580,23 @@ static void test_fused_residual(dit_backend *be) {
   free(hb), free(xref), free(href);
 }
 
+static void run_all(dit_backend *be) {
+  test_linear(be);
+  test_norms(be);
+  test_attention(be);
+  test_rope(be);
+  test_elementwise(be);
+  test_embedding(be);
+  test_conv(be);
+  test_timestep(be);
+  test_copy(be);
+  test_fused_norm_rope(be);
+  test_fused_residual(be);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
-  dit_backend *be = NULL;
-  dit_error err = {0};
-  if (dit_backend_cpu_create(2, &be, &err) != DIT_OK) {
-    fprintf(stderr, "cpu backend: %s\n", err.msg);
-    return 1;
-  }
-  for (int simd = 0; simd < 2; simd++) {
-    bool on = dit_cpu_set_simd(be, simd == 1);
-    printf("path: %s\n", on ? "AVX-512" : "portable C");
-    if (simd == 1 && !on) break; /* no SIMD on this CPU: the portable path was tested */
-    test_linear(be);
-    test_norms(be);
-    test_attention(be);
-    test_rope(be);
-    test_elementwise(be);
-    test_embedding(be);
-    test_conv(be);
-    test_timestep(be);
-    test_copy(be);
-    test_fused_norm_rope(be);
-    test_fused_residual(be);
-  }
-  dit_backend_free(be);
+  dt_on_cpu_paths(2, false, "AVX-512", run_all);
   return dt_finish();
 }

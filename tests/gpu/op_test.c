@@ -4,6 +4,9 @@
  * (which also catches unwritten elements), normalized MSE and max relative error
  * (max |gpu - cpu| / max |cpu|). Big Z-Image shapes are timed with CUDA events (warmup,
  * median) and reported in TFLOP/s or GB/s; for those the CPU checks a subset of rows.
+ * The generic cases (group_norm, timestep_embedding, upsample2x, copy and the rest of the op
+ * table) come from the backend op table (tests/support/op_cases.c); the tests here are the
+ * GPU-specific ones: kernel versions and switches, cuDNN paths and guards, big shapes, timing.
  * Usage: dit_gpu_op_test [--quick] (skips the big shapes). */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include "backend/cuda/cudnn_conv.h"
 #include "backend/cuda/cudnn_sdpa.h"
 #include "core/dtype.h"
+#include "op_cases.h"
 #include "testing.h"
 
 #define NREP 15
@@ -498,19 +502,6 @@ static void t_norms(env *e, int64_t rows, int64_t D, dit_dtype dt, dit_dtype wdt
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
 }
 
-static void t_group_norm(env *e, int64_t B, int64_t C, int64_t H, int64_t W, int G, dit_dtype wdt, bool silu) {
-  int64_t xs[4] = {B, C, H, W}, cs[1] = {C};
-  pair x = act(e, DIT_F32, 4, xs, true), w = wgt(e, wdt, 1, cs, 1.0f), b = wgt(e, wdt, 1, cs, 1.0f);
-  pair y = act(e, DIT_F32, 4, xs, false);
-  OK(dit_op_group_norm(e->cpu, &y.c, &x.c, G, &w.c, &b.c, 1e-6f, silu, E));
-  OK(dit_op_group_norm(e->gpu, &y.g, &x.g, G, &w.g, &b.g, 1e-6f, silu, E));
-  char name[160];
-  snprintf(name, sizeof name, "group_norm [%lld,%lld,%lld,%lld] G%d w%s%s", (long long)B, (long long)C,
-           (long long)H, (long long)W, G, dn(wdt), silu ? " silu" : "");
-  compare(e, name, &y, false);
-  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
-}
-
 /* ---------------- elementwise ---------------- */
 
 static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt) {
@@ -624,22 +615,6 @@ static void t_embedding(env *e, int64_t V, int64_t D, int64_t N, dit_dtype tdt, 
   drop(e, &t), drop(e, &y);
 }
 
-static void t_timestep(env *e, int64_t N, int dim, float tscale, float scale, bool flip) {
-  int64_t ts[1] = {N}, ys[2] = {N, dim};
-  pair t = mk(e, DIT_F32, DIT_F32, 1, ts, 1.0f, true);
-  float *tv = t.c.data; /* t in [0, tscale) */
-  for (int64_t i = 0; i < N; i++) tv[i] = fabsf(tv[i]) * tscale;
-  OK(e->gpu->ops->upload(e->gpu, t.g.data, tv, (size_t)N * 4, E));
-  pair y = act(e, DIT_F32, 2, ys, false);
-  OK(dit_op_timestep_embedding(e->cpu, &y.c, &t.c, dim, 10000.0f, 1.0f, scale, flip, E));
-  OK(dit_op_timestep_embedding(e->gpu, &y.g, &t.g, dim, 10000.0f, 1.0f, scale, flip, E));
-  char name[160];
-  snprintf(name, sizeof name, "timestep_embedding N%lld dim%d t<%g scale%g%s", (long long)N, dim, tscale, scale,
-           flip ? " flip" : "");
-  compare(e, name, &y, false);
-  drop(e, &t), drop(e, &y);
-}
-
 static void t_conv(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co, int k, int stride, int pad,
                    dit_dtype wdt, bool bias) {
   int64_t Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
@@ -714,42 +689,6 @@ static void t_conv_cudnn(env *e, int64_t B, int64_t Ci, int64_t H, int64_t W, in
   }
   im->cudnn = cudnn0;
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
-}
-
-static void t_upsample_copy(env *e) {
-  int64_t xs[4] = {2, 3, 7, 5}, ys[4] = {2, 3, 14, 10};
-  pair x = act(e, DIT_F32, 4, xs, true), y = act(e, DIT_F32, 4, ys, false);
-  OK(dit_op_upsample2x(e->cpu, &y.c, &x.c, E));
-  OK(dit_op_upsample2x(e->gpu, &y.g, &x.g, E));
-  compare(e, "upsample2x [2,3,7,5]", &y, false);
-  drop(e, &y);
-  /* permute view [2,3,7,5] -> [2,7,3,5] (src strided), F32 -> BF16 and F32 -> F32 */
-  int64_t ps[4] = {2, 7, 3, 5};
-  for (int k = 0; k < 2; k++) {
-    dit_dtype dt = k ? DIT_BF16 : DIT_F32;
-    pair d = mk(e, dt, DIT_F32, 4, ps, 1.0f, false);
-    dit_tensor sc = x.c, sg = x.g;
-    for (dit_tensor *s = &sc; s; s = s == &sc ? &sg : NULL) {
-      s->shape[1] = 7, s->shape[2] = 3;
-      int64_t t = s->stride[1];
-      s->stride[1] = s->stride[2], s->stride[2] = t;
-    }
-    OK(dit_op_copy(e->cpu, &d.c, &sc, E));
-    OK(dit_op_copy(e->gpu, &d.g, &sg, E));
-    compare(e, k ? "copy permuted F32->BF16" : "copy permuted F32->F32", &d, k == 1);
-    drop(e, &d);
-  }
-  /* concat: copy x into the second half of a [2,6,7,5] destination (dst strided) */
-  int64_t cs[4] = {2, 6, 7, 5};
-  pair c = act(e, DIT_F32, 4, cs, true);
-  dit_tensor dc = c.c, dg = c.g;
-  dc.shape[1] = dg.shape[1] = 3;
-  dc.data = (float *)c.c.data + 3 * 35;
-  dg.data = (float *)c.g.data + 3 * 35;
-  OK(dit_op_copy(e->cpu, &dc, &x.c, E));
-  OK(dit_op_copy(e->gpu, &dg, &x.g, E));
-  compare(e, "copy into channel slice (concat)", &c, false);
-  drop(e, &c), drop(e, &x);
 }
 
 /* ---------------- bandwidth timings ---------------- */
@@ -1097,21 +1036,18 @@ static void time_fused(env *e) {
   drop(e, &x), drop(e, &r), drop(e, &h), drop(e, &sc), drop(e, &g), drop(e, &w), drop(e, &hw), drop(e, &c);
 }
 
+/* The generic cases: every case of the backend op table (tests/support/op_cases.c) that the
+ * CUDA backend takes, GPU against CPU, with the table's device-pair tolerance policy. */
+static void table_tests(env *e) {
+  printf("-- backend op table (%zu cases)\n", opc_n_cases);
+  opc_result r = opc_run_all(e->gpu, e->cpu, "cuda", opc_device_takes, NULL);
+  printf("-- backend op table: %d run, %d failed, %d not taken by the CUDA backend\n", r.run, r.failed, r.skipped);
+}
+
 static void small_tests(env *e) {
-  t_linear(e, 37, 70, 53, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
-  /* fp32 GEMM, so 1e-5 resolves tanh-vs-erf GELU (up to ~5e-4 apart): the cuBLASLt epilogue */
-  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_GELU_TANH);
-  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, false, DIT_ACT_GELU);
-  t_linear(e, 64, 64, 64, DIT_F32, DIT_F32, DIT_F32, true, DIT_ACT_SILU);
-  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
-  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_GELU_TANH);
-  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, false, DIT_ACT_GELU_TANH);
-  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_SILU);
-  t_linear(e, 129, 200, 96, DIT_BF16, DIT_F32, DIT_F32, false, DIT_ACT_GELU);
-  t_linear(e, 65, 136, 72, DIT_F16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
-  t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_BF16, true, DIT_ACT_SILU);
+  table_tests(e);
+  /* the table has the linear cases of one activation dtype; this one reads BF16, writes F32 */
   t_linear(e, 65, 136, 72, DIT_BF16, DIT_BF16, DIT_F32, true, DIT_ACT_NONE);
-  t_linear(e, 3, 2560, 3840, DIT_BF16, DIT_F32, DIT_F32, true, DIT_ACT_NONE);
   int ver0 = cu_im(e->gpu)->attn_version;
   bool cudnn0 = cu_im(e->gpu)->cudnn;
   cu_im(e->gpu)->cudnn = false; /* our kernels first; cuDNN below */
@@ -1164,13 +1100,8 @@ static void small_tests(env *e) {
   }
   cu_im(e->gpu)->vec = vec0;
   fused_tests(e);
-  t_group_norm(e, 2, 64, 9, 9, 32, DIT_BF16, true);
-  t_group_norm(e, 1, 96, 13, 7, 32, DIT_F32, false);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
   t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);
-  t_timestep(e, 5, 256, 1.0f, 1.0f, true);
-  t_timestep(e, 7, 33, 1.0f, 1.0f, false);
-  t_timestep(e, 8, 256, 1000.0f, 1.0f, true); /* Z-Image: t * 1000 */
   t_conv(e, 2, 8, 17, 17, 12, 3, 1, 1, DIT_F32, true);
   t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);
@@ -1188,7 +1119,6 @@ static void small_tests(env *e) {
   t_conv_cudnn(e, 1, 32, 18, 24, 32, 3, 2, 0, DIT_BF16, DIT_F32, DIT_BF16, true, true);
   t_conv_cudnn(e, 1, 128, 33, 31, 3, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, false); /* conv_out: 3 channels */
   t_conv_cudnn(e, 1, 16, 9, 11, 8, 3, 1, 1, DIT_F32, DIT_F32, DIT_F32, true, false);     /* fp32: im2col */
-  t_upsample_copy(e);
 }
 
 static void big_tests(env *e) {

@@ -30,6 +30,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/splitmix.h"
 #include "core/timer.h"
 
 #define NAME_MAX_LEN 160
@@ -264,17 +265,10 @@ static void vae_tensors(tlist *l, const geom *g, tdtype dt) {
 
 /* ---- random data ---------------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 static uint64_t name_key(const char *s, uint64_t seed) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return splitmix(h ^ seed);
+  return dit_splitmix64(h ^ seed);
 }
 
 /* center and half-width of the uniform law of tensor t (see the file comment) */
@@ -293,7 +287,7 @@ static void fill_chunk(void *buf, const tspec *t, uint64_t key, int64_t first, i
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; j++) {
     const int64_t e = first + j;
-    const uint64_t h = splitmix(key ^ ((uint64_t)(e >> 2) * 0xD1B54A32D192ED03ull));
+    const uint64_t h = dit_splitmix64(key ^ ((uint64_t)(e >> 2) * 0xD1B54A32D192ED03ull));
     const int16_t r = (int16_t)(uint16_t)(h >> (16 * (e & 3)));
     const float v = center + scale * (float)r;
     if (t->dt == T_F32) ((float *)buf)[j] = v;

@@ -64,7 +64,10 @@
 /* Largest tokenizer.json accepted (the real Qwen3 one is 11 MB). */
 #define DIT_TOK_MAX_FILE_BYTES ((size_t)64 << 20)
 
-/* Loads tokenizer_dir/tokenizer.json. On failure *out = NULL and err names the field. */
+/* Loads tokenizer_dir/tokenizer.json, or, when the folder has none, the vocab.json +
+ * merges.txt layout of a CLIPTokenizer (tokenizer_config.json's tokenizer_class). Also
+ * reads tokenizer_config.json's pad_token when the file exists (dit_tok_pad_id). On
+ * failure *out = NULL and err names the field. */
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err);
 /* Loads a tokenizer.json file given by its path (what dit_tok_load does on the folder). */
 dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err);
@@ -78,6 +81,16 @@ void dit_tok_free(dit_tokenizer *t);
  * *ids = NULL, *n = 0. Thread-safe: t is not modified. */
 dit_status dit_tok_encode(const dit_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
                           dit_error *err);
+/* Encodes as the pipelines call the tokenizer (HF add_special_tokens=True,
+ * truncation=True, no padding): the post-processor's special tokens around the ids of
+ * dit_tok_encode, the text's ids cut (right side) so that the total, special tokens
+ * included, is at most max_length (0: no limit). max_length below the number of special
+ * tokens is an error. Same ownership rules as dit_tok_encode. */
+dit_status dit_tok_encode_model(const dit_tokenizer *t, const char *text, size_t len, size_t max_length,
+                                int32_t **ids, size_t *n, dit_error *err);
+/* Id of tokenizer_config.json's pad_token (what padding to max_length appends); -1 when
+ * the folder names none (or the tokenizer was loaded from a file or a buffer). */
+int32_t dit_tok_pad_id(const dit_tokenizer *t);
 /* Id of a vocabulary or added token given by its exact content; -1 if absent. */
 int32_t dit_tok_token_id(const dit_tokenizer *t, const char *token);
 /* Number of ids: max id + 1 over the vocabulary and the added tokens (151669 for Qwen3). */

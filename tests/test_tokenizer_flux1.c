@@ -180,20 +180,25 @@ static void test_bad_clip(const dt_args *a) {
                   "{\"x1\": {\"content\": \"a\"}}}", "added_tokens_decoder");
 }
 
-int main(int argc, char **argv) {
-  dt_args a;
-  dt_init(argc, argv, &a);
+/* Runs the reference cases of refs[key] (key = "clip" or "t5"). */
+static void test_reference_file(const dt_args *a, const char *key) {
   char path[1024];
-  dt_path(path, sizeof path, a.data, "tokenizers/clip_t5_ids.json");
+  dt_path(path, sizeof path, a->data, "tokenizers/clip_t5_ids.json");
   json_t *refs = NULL;
   dit_error e = {0};
   CHECK_MSG(dit_json_load_file(path, 16 << 20, &refs, &e) == DIT_OK, "%s", e.msg);
-  if (refs) {
-    test_reference(&a, refs, "clip");
-    test_reference(&a, refs, "t5");
-  }
-  test_bad_unigram();
-  test_bad_clip(&a);
+  if (refs) test_reference(a, refs, key);
   json_decref(refs);
-  return dt_finish();
+}
+
+static void test_clip(const dt_args *a) { test_reference_file(a, "clip"); }
+static void test_t5(const dt_args *a) { test_reference_file(a, "t5"); }
+static void test_bad_unigram_files(const dt_args *a) {
+  (void)a;
+  test_bad_unigram();
+}
+
+int main(int argc, char **argv) {
+  static void (*const cases[])(const dt_args *) = {test_clip, test_t5, test_bad_unigram_files, test_bad_clip};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

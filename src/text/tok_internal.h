@@ -179,6 +179,13 @@ dit_status tok_bpe_word(const dit_tokenizer *t, const char *s, size_t n, tok_bpe
 
 /* Adds id (its string already in the pool) to the vocabulary hash. */
 void tok_vocab_insert(dit_tokenizer *t, uint32_t id);
+/* Checks the added_tokens entries (integer id in [0, limit), string content) and adds
+ * their ids and lengths to *max_id and *pool. */
+dit_status tok_size_added(const json_t *added, size_t limit, size_t *max_id, size_t *pool, dit_error *err);
+/* Allocates the id table (max_id + 1 ids, all unused), the string pool, the vocabulary
+ * hash and the added-token arrays. */
+dit_status tok_alloc_tables(dit_tokenizer *t, size_t n_vocab, size_t n_added, size_t pool, size_t max_id,
+                            dit_error *err);
 /* Loads the added_tokens array once t->off/len/pool/added/first_idx are allocated. */
 dit_status tok_load_added(dit_tokenizer *t, const json_t *added, dit_error *err);
 /* Compiles a tokenizer.json pattern (Regex, or a String taken literally). */

@@ -59,6 +59,43 @@ static dit_status get_bool(const json_t *o, const char *key, bool dflt, bool *ou
 
 /* ---- model.vocab and added_tokens ---------------------------------------------- */
 
+/* Checks the added_tokens entries (integer id in [0, limit), string content) and adds
+ * their ids and lengths to *max_id and *pool. */
+dit_status tok_size_added(const json_t *added, size_t limit, size_t *max_id, size_t *pool, dit_error *err) {
+  for (size_t i = 0; i < json_array_size(added); i++) {
+    const json_t *a = json_array_get(added, i), *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
+    if (!json_is_object(a) || !json_is_integer(id) || !json_is_string(c))
+      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: needs an integer \"id\" and a string "
+                        "\"content\"", i);
+    if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= limit)
+      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: id %lld is outside [0, %zu)", i,
+                        (long long)json_integer_value(id), limit);
+    if ((size_t)json_integer_value(id) > *max_id) *max_id = (size_t)json_integer_value(id);
+    *pool += json_string_length(c);
+  }
+  return DIT_OK;
+}
+
+/* Allocates the id table (max_id + 1 ids, all unused), the string pool, the vocabulary
+ * hash and the added-token arrays. */
+dit_status tok_alloc_tables(dit_tokenizer *t, size_t n_vocab, size_t n_added, size_t pool, size_t max_id,
+                            dit_error *err) {
+  if (pool > UINT32_MAX - 1) return dit_errorf(err, DIT_ERR_FORMAT, "token strings are too long in total");
+  t->n_ids = max_id + 1;
+  t->n_vocab = n_vocab;
+  t->vocab_cap = pow2_at_least(2 * n_vocab);
+  t->off = malloc(t->n_ids * sizeof *t->off);
+  t->len = calloc(t->n_ids, sizeof *t->len);
+  t->pool = malloc(pool ? pool : 1);
+  t->vocab_slots = calloc(t->vocab_cap, sizeof *t->vocab_slots);
+  t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
+  t->first_idx = calloc(n_added ? n_added : 1, sizeof *t->first_idx);
+  if (!t->off || !t->len || !t->pool || !t->vocab_slots || !t->added || !t->first_idx)
+    return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the vocabulary tables (%zu ids)", t->n_ids);
+  memset(t->off, 0xff, t->n_ids * sizeof *t->off);
+  return DIT_OK;
+}
+
 /* Sizes the id table and the string pool from the entries the file holds. */
 static dit_status alloc_tables(dit_tokenizer *t, const json_t *vocab, const json_t *added, dit_error *err) {
   size_t n_vocab = json_object_size(vocab), n_added = json_array_size(added);
@@ -79,31 +116,8 @@ static dit_status alloc_tables(dit_tokenizer *t, const json_t *vocab, const json
     if ((size_t)json_integer_value(v) > max_id) max_id = (size_t)json_integer_value(v);
     pool += strlen(key);
   }
-  for (size_t i = 0; i < n_added; i++) {
-    const json_t *a = json_array_get(added, i), *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
-    if (!json_is_object(a) || !json_is_integer(id) || !json_is_string(c))
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: needs an integer \"id\" and a string "
-                        "\"content\"", i);
-    if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= limit)
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: id %lld is outside [0, %zu)", i,
-                        (long long)json_integer_value(id), limit);
-    if ((size_t)json_integer_value(id) > max_id) max_id = (size_t)json_integer_value(id);
-    pool += json_string_length(c);
-  }
-  if (pool > UINT32_MAX - 1) return dit_errorf(err, DIT_ERR_FORMAT, "token strings are too long in total");
-  t->n_ids = max_id + 1;
-  t->n_vocab = n_vocab;
-  t->vocab_cap = pow2_at_least(2 * n_vocab);
-  t->off = malloc(t->n_ids * sizeof *t->off);
-  t->len = calloc(t->n_ids, sizeof *t->len);
-  t->pool = malloc(pool ? pool : 1);
-  t->vocab_slots = calloc(t->vocab_cap, sizeof *t->vocab_slots);
-  t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
-  t->first_idx = calloc(n_added ? n_added : 1, sizeof *t->first_idx);
-  if (!t->off || !t->len || !t->pool || !t->vocab_slots || !t->added || !t->first_idx)
-    return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the vocabulary tables (%zu ids)", t->n_ids);
-  memset(t->off, 0xff, t->n_ids * sizeof *t->off);
-  return DIT_OK;
+  DIT_TRY(tok_size_added(added, limit, &max_id, &pool, err));
+  return tok_alloc_tables(t, n_vocab, n_added, pool, max_id, err);
 }
 
 static dit_status load_vocab(dit_tokenizer *t, const json_t *vocab, dit_error *err) {

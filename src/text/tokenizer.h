@@ -1,22 +1,31 @@
 /* The text tokenizer: Hugging Face tokenizer.json files with a byte-level BPE model
- * (Qwen2/Qwen3, GPT-2 style), reproducing the `tokenizers` library's encode() ids.
+ * (Qwen2/Qwen3, GPT-2 style) or a Unigram model (T5), and CLIP's vocab.json + merges.txt
+ * folders, reproducing the `tokenizers` library's encode() ids.
  *
  * What is supported (anything else in the file is rejected with a message naming it):
  *   model          BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
- *                  unk_token (or null), dropout null/0, empty subword prefix/suffix.
+ *                  unk_token (or null), dropout null/0, empty subword prefix,
+ *                  end_of_word_suffix (CLIP's "</w>", on a word's last symbol).
+ *                  Unigram (unigram.c): vocab of [piece, score], unk_id, byte_fallback
+ *                  false; Viterbi over the pieces, unknown characters fused into one unk.
  *   added_tokens   special or not; matched in the raw text before normalization
  *                  (normalized=false) or in the normalized text (normalized=true),
  *                  leftmost-longest, honouring lstrip / rstrip / single_word.
- *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), or a Sequence of those.
+ *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Replace (Regex or
+ *                  String), Strip, Precompiled (SentencePiece charsmap, charsmap.c), or a
+ *                  Sequence of those.
  *   pre_tokenizer  null, Split (Regex or String pattern, all five behaviours, invert),
- *                  ByteLevel (add_prefix_space, use_regex), or a Sequence of those.
+ *                  ByteLevel (add_prefix_space, use_regex), Metaspace (replacement,
+ *                  prepend_scheme, split), or a Sequence of those.
  *                  Regexes run with PCRE2 (UTF + UCP, JIT); \s (and \S outside a class)
  *                  is rewritten to Unicode White_Space, which is what it means in
  *                  Oniguruma, the engine of `tokenizers` (PCRE2's \s also takes U+180E).
  *                  Left as is: \S inside a class; \p{..} tables follow PCRE2's Unicode
  *                  version (14.0 in 10.42), which may differ from Oniguruma's for code
  *                  points assigned later.
- *   post_processor / decoder: ignored for encoding (encode adds no special tokens).
+ *   post_processor TemplateProcessing (single sequence), RobertaProcessing, BertProcessing:
+ *                  the special tokens dit_tok_encode_model adds (dit_tok_encode adds none).
+ *   decoder: ignored.
  *
  * The encode pipeline, per call: validate UTF-8 -> split out added tokens (raw) ->
  * normalize each remaining piece -> split out normalized added tokens -> pre-tokenize
@@ -51,7 +60,21 @@
  *      max_length positions, padding included (no masking of the output).
  *   The negative prompt (CFG) goes through the same steps ("" when not given).
  * Padded positions never influence valid ones (causal + key mask), so for Z-Image the
- * encoder may run on just the valid ids; klein needs the padded positions' states. */
+ * encoder may run on just the valid ids; klein needs the padded positions' states.
+ *
+ * FLUX.1 (FluxPipeline.encode_prompt) tokenizes the prompt twice, with no chat template:
+ *   CLIP (tokenizer/, vocab.json + merges.txt; _get_clip_prompt_embeds): tokenizer(prompt,
+ *      padding="max_length", max_length=77 (tokenizer_max_length), truncation=True):
+ *      ids = dit_tok_encode_model(text, max_length 77) = <|startoftext|> (49406), the
+ *      text's ids cut to 75, <|endoftext|> (49407); then pad on the RIGHT to 77 with
+ *      dit_tok_pad_id() (49407, the same token as EOS). The CLIP text model's pooled
+ *      output is what FLUX.1 uses.
+ *   T5 (tokenizer_2/, tokenizer.json; _get_t5_prompt_embeds): tokenizer(prompt,
+ *      padding="max_length", max_length=max_sequence_length (default 512), truncation=True):
+ *      ids = dit_tok_encode_model(text, max_length 512) = the text's ids cut to 511, then
+ *      </s> (1); pad on the RIGHT to 512 with dit_tok_pad_id() (0, "<pad>"). The T5
+ *      encoder runs on all 512 positions WITHOUT an attention mask (diffusers passes
+ *      none), so padding is part of the input. */
 #ifndef DIT_TEXT_TOKENIZER_H
 #define DIT_TEXT_TOKENIZER_H
 

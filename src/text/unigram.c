@@ -29,29 +29,10 @@ static dit_status unigram_tables(dit_tokenizer *t, const json_t *vocab, const js
       return dit_errorf(err, DIT_ERR_FORMAT, "model.vocab[%zu]: empty piece", i);
     pool += json_string_length(json_array_get(e, 0));
   }
-  for (size_t i = 0; i < n_added; i++) {
-    const json_t *a = json_array_get(added, i), *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
-    if (!json_is_object(a) || !json_is_integer(id) || !json_is_string(c) || json_integer_value(id) < 0 ||
-        (size_t)json_integer_value(id) >= limit)
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: needs an integer \"id\" in [0, %zu) and a string "
-                        "\"content\"", i, limit);
-    if ((size_t)json_integer_value(id) > max_id) max_id = (size_t)json_integer_value(id);
-    pool += json_string_length(c);
-  }
-  if (pool > UINT32_MAX - 1) return dit_errorf(err, DIT_ERR_FORMAT, "token strings are too long in total");
-  t->n_ids = max_id + 1;
-  t->n_vocab = n;
-  for (t->vocab_cap = 16; t->vocab_cap < 2 * n;) t->vocab_cap *= 2;
-  t->off = malloc(t->n_ids * sizeof *t->off);
-  t->len = calloc(t->n_ids, sizeof *t->len);
-  t->pool = malloc(pool ? pool : 1);
-  t->vocab_slots = calloc(t->vocab_cap, sizeof *t->vocab_slots);
-  t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
-  t->first_idx = calloc(n_added ? n_added : 1, sizeof *t->first_idx);
+  DIT_TRY(tok_size_added(added, limit, &max_id, &pool, err));
+  DIT_TRY(tok_alloc_tables(t, n, n_added, pool, max_id, err));
   t->scores = malloc(n * sizeof *t->scores);
-  if (!t->off || !t->len || !t->pool || !t->vocab_slots || !t->added || !t->first_idx || !t->scores)
-    return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the vocabulary tables (%zu ids)", t->n_ids);
-  memset(t->off, 0xff, t->n_ids * sizeof *t->off);
+  if (!t->scores) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the scores of %zu pieces", n);
   return DIT_OK;
 }
 

@@ -50,6 +50,19 @@ static void test_reference(const dt_args *a, const json_t *refs, const char *key
     free(ids);
   }
   printf("%s: %zu of %zu reference strings give the reference ids\n", key, same, json_array_size(cases));
+  /* a 1 MB prompt (words, then one 256 KB run without spaces, with a NUL byte) is cut to max_length */
+  size_t big = 1 << 20;
+  char *text = malloc(big);
+  if (text) {
+    for (size_t i = 0; i < big; i++) text[i] = i < 3 * big / 4 ? "word "[i % 5] : (char)('a' + i % 26);
+    text[big - 7] = 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    dit_status st = dit_tok_encode_model(t, text, big, max_length, &ids, &n, &e);
+    CHECK_MSG(st == DIT_OK && n == max_length, "%s: 1 MB prompt: %zu ids, %s", key, n, st == DIT_OK ? "" : e.msg);
+    free(ids);
+    free(text);
+  }
   /* max_length below the special tokens is refused; invalid UTF-8 is refused */
   int32_t *ids = NULL;
   size_t n = 0;

@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
   mkdir(baddir, 0755);
   FILE *f = fopen(badjson, "wb");
   if (f) {
-    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", f);
+    fputs("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", f);
     fclose(f);
   }
   struct {
@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
       {{bin, "tokenize", "-m", zimage, NULL}, "missing TEXT"},
       {{bin, "tokenize", "-m", NULL}, "needs a folder"},
       {{bin, "tokenize", "-m", zimage, "a", "b", NULL}, "more than one"},
-      {{bin, "tokenize", "-m", baddir, "x", NULL}, "Unigram"},
+      {{bin, "tokenize", "-m", baddir, "x", NULL}, "WordPiece"},
       {{bin, "tokenize", "-m", (char *)a.tmp, "x", NULL}, "no tokenizer.json"},
       {{bin, "tokenize", "-m", zimage, "ab\xff", NULL}, "offset 2"},
       {{bin, "tokenize", "-m", tokdir, "--chat", "x", NULL}, "no chat template"},

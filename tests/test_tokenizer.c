@@ -516,7 +516,7 @@ static void test_small_bad_files(const dt_args *a) {
              "empty content");
   expect_bad(a, "added_id_big", make_json(NULL, NULL, NULL, "[{\"id\": 70000, \"content\": \"<a>\"}]", NULL, NULL),
              "is outside");
-  expect_bad(a, "normalizer", make_json(NULL, NULL, NULL, NULL, "{\"type\": \"Lowercase\"}", NULL), "Lowercase");
+  expect_bad(a, "normalizer", make_json(NULL, NULL, NULL, NULL, "{\"type\": \"BertNormalizer\"}", NULL), "BertNormalizer");
   expect_bad(a, "pre_tokenizer", make_json(NULL, NULL, NULL, NULL, NULL, "{\"type\": \"Metaspace\"}"), "Metaspace");
   expect_bad(a, "bad_regex",
              make_json(NULL, NULL, NULL, NULL, NULL,

@@ -104,6 +104,15 @@ static dit_status push_pair(const dit_tokenizer *t, const tok_bpe_work *w, heap 
   return heap_push(h, (tok_heap_item){rank, (uint32_t)p, id}, err);
 }
 
+/* Id of the word's last character with the end-of-word suffix, or -1. */
+static int32_t tok_suffixed_find(const dit_tokenizer *t, const char *s, size_t n) {
+  char buf[64];
+  if (n + t->eow_len > sizeof buf) return -1;
+  memcpy(buf, s, n);
+  memcpy(buf + n, t->eow, t->eow_len);
+  return tok_vocab_find(t, buf, n + t->eow_len);
+}
+
 /* Fills w->sym with the word's initial symbols; returns their count in *n. */
 static dit_status initial_symbols(const dit_tokenizer *t, const char *s, size_t len, tok_bpe_work *w, size_t *n,
                                   dit_error *err) {
@@ -111,12 +120,13 @@ static dit_status initial_symbols(const dit_tokenizer *t, const char *s, size_t 
   size_t k = 0;
   if (t->byte_level) {
     for (size_t i = 0; i < len; i++) w->sym[k++] = t->byte_id[(uint8_t)s[i]];
+    if (t->eow) w->sym[k - 1] = t->byte_eow_id[(uint8_t)s[len - 1]]; /* the word's end carries the suffix */
   } else {
     for (size_t i = 0; i < len;) {
       uint8_t c = (uint8_t)s[i];
       size_t cl = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
       if (cl > len - i) cl = len - i;
-      int32_t id = tok_vocab_find(t, s + i, cl);
+      int32_t id = t->eow && i + cl == len ? tok_suffixed_find(t, s + i, cl) : tok_vocab_find(t, s + i, cl);
       if (id < 0) id = t->unk_id; /* no unk token: the character is dropped, as tokenizers does */
       if (id >= 0) w->sym[k++] = id;
       i += cl;

@@ -35,8 +35,9 @@ typedef struct enc_state {
   piece_list a, b;         /* pieces before / after a pre-tokenizer step */
   span *spans;             /* one piece's regex matches and gaps */
   size_t n_spans, cap_spans;
-  char **owned;            /* strings with a prefix space */
+  char **owned;            /* strings with a prefix space or made by Metaspace */
   size_t n_owned, cap_owned;
+  bool seg_origin;         /* the segment being encoded starts the text (Metaspace "first") */
 } enc_state;
 
 /* ---- UTF-8 ------------------------------------------------------------------------ */
@@ -85,7 +86,7 @@ static size_t utf8_prev(const char *s, size_t i) {
 }
 
 /* Unicode White_Space (what Rust's \s matches). */
-static bool is_space(uint32_t c) {
+bool tok_is_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
@@ -192,23 +193,45 @@ static dit_status split_piece(enc_state *st, const tok_pre_step *s, piece pc, pi
   return DIT_OK;
 }
 
-/* ByteLevel's add_prefix_space: a copy of pc with a leading space. */
-static dit_status prefix_space(enc_state *st, piece *pc, dit_error *err) {
-  if (pc->n > 0 && pc->p[0] == ' ') return DIT_OK;
+/* Keeps s (malloc'd) until the end of the call; frees it when it cannot. */
+static dit_status own(enc_state *st, char *s, dit_error *err) {
   if (st->n_owned == st->cap_owned) {
     size_t cap = st->cap_owned ? st->cap_owned * 2 : 16;
     char **v = realloc(st->owned, cap * sizeof *v);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory");
+    if (!v) {
+      free(s);
+      return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory");
+    }
     st->owned = v;
     st->cap_owned = cap;
   }
+  st->owned[st->n_owned++] = s;
+  return DIT_OK;
+}
+
+/* ByteLevel's add_prefix_space: a copy of pc with a leading space. */
+static dit_status prefix_space(enc_state *st, piece *pc, dit_error *err) {
+  if (pc->n > 0 && pc->p[0] == ' ') return DIT_OK;
   char *s = malloc(pc->n + 1);
   if (!s) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory");
   s[0] = ' ';
   memcpy(s + 1, pc->p, pc->n);
-  st->owned[st->n_owned++] = s;
+  DIT_TRY(own(st, s, err));
   pc->p = s;
   pc->n++;
+  return DIT_OK;
+}
+
+/* Metaspace: the piece with its spaces replaced, split before each replacement. */
+static dit_status metaspace_piece(enc_state *st, const tok_pre_step *s, piece pc, piece_list *out, dit_error *err) {
+  char *m;
+  size_t n;
+  DIT_TRY(tok_metaspace(s, pc.p, pc.n, st->seg_origin && pc.p == st->a.v[0].p, &m, &n, err));
+  DIT_TRY(own(st, m, err));
+  for (size_t i = 0, e; i < n; i = e) {
+    e = tok_metaspace_next(s, m, n, i);
+    DIT_TRY(pieces_push(out, m + i, e - i, err));
+  }
   return DIT_OK;
 }
 
@@ -224,14 +247,18 @@ static dit_status encode_segment(enc_state *st, const char *s, size_t n, dit_err
     for (size_t i = 0; i < st->a.n; i++) {
       piece pc = st->a.v[i];
       if (step->kind == TOK_PRE_BYTELEVEL && step->add_prefix_space) DIT_TRY(prefix_space(st, &pc, err));
-      if (step->re) DIT_TRY(split_piece(st, step, pc, &st->b, err));
+      if (step->kind == TOK_PRE_METASPACE) DIT_TRY(metaspace_piece(st, step, pc, &st->b, err));
+      else if (step->re) DIT_TRY(split_piece(st, step, pc, &st->b, err));
       else DIT_TRY(pieces_push(&st->b, pc.p, pc.n, err));
     }
     piece_list tmp = st->a;
     st->a = st->b;
     st->b = tmp;
   }
-  for (size_t i = 0; i < st->a.n; i++) DIT_TRY(tok_bpe_word(t, st->a.v[i].p, st->a.v[i].n, &st->bpe, &st->out, err));
+  for (size_t i = 0; i < st->a.n; i++) {
+    if (t->unigram) DIT_TRY(tok_unigram_word(t, st->a.v[i].p, st->a.v[i].n, &st->out, err));
+    else DIT_TRY(tok_bpe_word(t, st->a.v[i].p, st->a.v[i].n, &st->bpe, &st->out, err));
+  }
   return DIT_OK;
 }
 
@@ -242,10 +269,21 @@ dit_status tok_normalize(const dit_tokenizer *t, const char *s, size_t n, const 
   *out = s;
   *out_n = n;
   *owned = false;
-  bool ascii = true;
-  for (size_t i = 0; i < n && ascii; i++) ascii = (uint8_t)s[i] < 0x80;
-  if (ascii) return DIT_OK; /* every normalization form leaves ASCII unchanged */
   for (size_t k = 0; k < t->n_norm; k++) {
+    if (t->norm[k] > TOK_NORM_NFKD) {
+      char *o;
+      size_t on;
+      dit_status r = tok_norm_step(t, k, *out, *out_n, &o, &on, err);
+      if (*owned) free((char *)*out);
+      *owned = r == DIT_OK;
+      if (r != DIT_OK) return r;
+      *out = o;
+      *out_n = on;
+      continue;
+    }
+    bool ascii = true;
+    for (size_t i = 0; i < *out_n && ascii; i++) ascii = (uint8_t)(*out)[i] < 0x80;
+    if (ascii) continue; /* every normalization form leaves ASCII unchanged */
     static const utf8proc_option_t opts[] = {
         UTF8PROC_STABLE | UTF8PROC_COMPOSE, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
         UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
@@ -290,6 +328,7 @@ static dit_status split_added(enc_state *st, const char *s, size_t n, bool norma
   const dit_tokenizer *t = st->t;
   size_t done = 0, pos = 0, at;
   bool any = normalized ? t->any_added_normalized : t->any_added_raw;
+  bool origin = normalized ? st->seg_origin : true; /* does s start the text? */
   long k;
   while (any && pos < n && (k = find_added(t, s, n, pos, normalized, &at)) >= 0) {
     const tok_added *a = &t->added[k];
@@ -299,10 +338,11 @@ static dit_status split_added(enc_state *st, const char *s, size_t n, bool norma
                            (stop < n && is_word(utf8_at(s, stop, &cl)))))
       continue;
     if (a->lstrip)
-      while (start > done && is_space(utf8_at(s, utf8_prev(s, start), &cl))) start = utf8_prev(s, start);
+      while (start > done && tok_is_space(utf8_at(s, utf8_prev(s, start), &cl))) start = utf8_prev(s, start);
     if (a->rstrip)
-      while (stop < n && is_space(utf8_at(s, stop, &cl))) stop += cl;
+      while (stop < n && tok_is_space(utf8_at(s, stop, &cl))) stop += cl;
     pos = stop;
+    st->seg_origin = origin && done == 0;
     if (start > done) {
       if (normalized) DIT_TRY(encode_segment(st, s + done, start - done, err));
       else DIT_TRY(encode_normalized(st, s + done, start - done, err));
@@ -311,6 +351,7 @@ static dit_status split_added(enc_state *st, const char *s, size_t n, bool norma
     done = stop;
   }
   if (done >= n) return DIT_OK;
+  st->seg_origin = origin && done == 0;
   if (normalized) return encode_segment(st, s + done, n - done, err);
   return encode_normalized(st, s + done, n - done, err);
 }

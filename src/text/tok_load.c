@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/json.h"
 #include "text/tok_internal.h"
@@ -29,7 +30,7 @@ int32_t tok_vocab_find(const dit_tokenizer *t, const char *s, size_t n) {
   }
 }
 
-static void vocab_insert(dit_tokenizer *t, uint32_t id) {
+void tok_vocab_insert(dit_tokenizer *t, uint32_t id) {
   size_t mask = t->vocab_cap - 1;
   size_t i = tok_hash_bytes(t->pool + t->off[id], t->len[id]) & mask;
   while (t->vocab_slots[i]) i = (i + 1) & mask;
@@ -58,6 +59,43 @@ static dit_status get_bool(const json_t *o, const char *key, bool dflt, bool *ou
 
 /* ---- model.vocab and added_tokens ---------------------------------------------- */
 
+/* Checks the added_tokens entries (integer id in [0, limit), string content) and adds
+ * their ids and lengths to *max_id and *pool. */
+dit_status tok_size_added(const json_t *added, size_t limit, size_t *max_id, size_t *pool, dit_error *err) {
+  for (size_t i = 0; i < json_array_size(added); i++) {
+    const json_t *a = json_array_get(added, i), *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
+    if (!json_is_object(a) || !json_is_integer(id) || !json_is_string(c))
+      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: needs an integer \"id\" and a string "
+                        "\"content\"", i);
+    if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= limit)
+      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: id %lld is outside [0, %zu)", i,
+                        (long long)json_integer_value(id), limit);
+    if ((size_t)json_integer_value(id) > *max_id) *max_id = (size_t)json_integer_value(id);
+    *pool += json_string_length(c);
+  }
+  return DIT_OK;
+}
+
+/* Allocates the id table (max_id + 1 ids, all unused), the string pool, the vocabulary
+ * hash and the added-token arrays. */
+dit_status tok_alloc_tables(dit_tokenizer *t, size_t n_vocab, size_t n_added, size_t pool, size_t max_id,
+                            dit_error *err) {
+  if (pool > UINT32_MAX - 1) return dit_errorf(err, DIT_ERR_FORMAT, "token strings are too long in total");
+  t->n_ids = max_id + 1;
+  t->n_vocab = n_vocab;
+  t->vocab_cap = pow2_at_least(2 * n_vocab);
+  t->off = malloc(t->n_ids * sizeof *t->off);
+  t->len = calloc(t->n_ids, sizeof *t->len);
+  t->pool = malloc(pool ? pool : 1);
+  t->vocab_slots = calloc(t->vocab_cap, sizeof *t->vocab_slots);
+  t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
+  t->first_idx = calloc(n_added ? n_added : 1, sizeof *t->first_idx);
+  if (!t->off || !t->len || !t->pool || !t->vocab_slots || !t->added || !t->first_idx)
+    return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the vocabulary tables (%zu ids)", t->n_ids);
+  memset(t->off, 0xff, t->n_ids * sizeof *t->off);
+  return DIT_OK;
+}
+
 /* Sizes the id table and the string pool from the entries the file holds. */
 static dit_status alloc_tables(dit_tokenizer *t, const json_t *vocab, const json_t *added, dit_error *err) {
   size_t n_vocab = json_object_size(vocab), n_added = json_array_size(added);
@@ -78,31 +116,8 @@ static dit_status alloc_tables(dit_tokenizer *t, const json_t *vocab, const json
     if ((size_t)json_integer_value(v) > max_id) max_id = (size_t)json_integer_value(v);
     pool += strlen(key);
   }
-  for (size_t i = 0; i < n_added; i++) {
-    const json_t *a = json_array_get(added, i), *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
-    if (!json_is_object(a) || !json_is_integer(id) || !json_is_string(c))
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: needs an integer \"id\" and a string "
-                        "\"content\"", i);
-    if (json_integer_value(id) < 0 || (size_t)json_integer_value(id) >= limit)
-      return dit_errorf(err, DIT_ERR_FORMAT, "added_tokens[%zu]: id %lld is outside [0, %zu)", i,
-                        (long long)json_integer_value(id), limit);
-    if ((size_t)json_integer_value(id) > max_id) max_id = (size_t)json_integer_value(id);
-    pool += json_string_length(c);
-  }
-  if (pool > UINT32_MAX - 1) return dit_errorf(err, DIT_ERR_FORMAT, "token strings are too long in total");
-  t->n_ids = max_id + 1;
-  t->n_vocab = n_vocab;
-  t->vocab_cap = pow2_at_least(2 * n_vocab);
-  t->off = malloc(t->n_ids * sizeof *t->off);
-  t->len = calloc(t->n_ids, sizeof *t->len);
-  t->pool = malloc(pool ? pool : 1);
-  t->vocab_slots = calloc(t->vocab_cap, sizeof *t->vocab_slots);
-  t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
-  t->first_idx = calloc(n_added ? n_added : 1, sizeof *t->first_idx);
-  if (!t->off || !t->len || !t->pool || !t->vocab_slots || !t->added || !t->first_idx)
-    return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate the vocabulary tables (%zu ids)", t->n_ids);
-  memset(t->off, 0xff, t->n_ids * sizeof *t->off);
-  return DIT_OK;
+  DIT_TRY(tok_size_added(added, limit, &max_id, &pool, err));
+  return tok_alloc_tables(t, n_vocab, n_added, pool, max_id, err);
 }
 
 static dit_status load_vocab(dit_tokenizer *t, const json_t *vocab, dit_error *err) {
@@ -117,7 +132,7 @@ static dit_status load_vocab(dit_tokenizer *t, const json_t *vocab, dit_error *e
     t->len[id] = (uint32_t)n;
     memcpy(t->pool + t->pool_len, key, n);
     t->pool_len += n;
-    vocab_insert(t, (uint32_t)id);
+    tok_vocab_insert(t, (uint32_t)id);
   }
   return DIT_OK;
 }
@@ -211,7 +226,7 @@ static dit_status load_added_entries(dit_tokenizer *t, const json_t *added, uint
   return DIT_OK;
 }
 
-static dit_status load_added(dit_tokenizer *t, const json_t *added, dit_error *err) {
+dit_status tok_load_added(dit_tokenizer *t, const json_t *added, dit_error *err) {
   uint8_t *is_added = calloc(t->n_ids, 1);
   if (!is_added) return dit_errorf(err, DIT_ERR_NOMEM, "cannot allocate %zu bytes", t->n_ids);
   dit_status st = load_added_entries(t, added, is_added, err);
@@ -281,8 +296,9 @@ static dit_status load_merges(dit_tokenizer *t, const json_t *merges, dit_error 
 static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t *added, dit_error *err) {
   if (!json_is_object(model)) return dit_errorf(err, DIT_ERR_FORMAT, "\"model\" must be an object");
   const json_t *type = json_object_get(model, "type");
+  if (json_is_string(type) && !strcmp(json_string_value(type), "Unigram")) return tok_load_unigram(t, model, added, err);
   if (type && !json_is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "BPE")))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.type \"%s\" is not supported (only BPE)",
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.type \"%s\" is not supported (BPE or Unigram)",
                       json_is_string(type) ? json_string_value(type) : "?");
   const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
   if (!json_is_object(vocab)) return dit_errorf(err, DIT_ERR_FORMAT, "model.vocab must be an object");
@@ -292,8 +308,12 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
   const json_t *dropout = json_object_get(model, "dropout");
   if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0))
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.dropout must be null (BPE dropout is random)");
+  const json_t *eow = json_object_get(model, "end_of_word_suffix");
+  if (json_is_string(eow) && json_string_length(eow) > 0 && !(t->eow = strdup(json_string_value(eow))))
+    return dit_errorf(err, DIT_ERR_NOMEM, "cannot copy model.end_of_word_suffix");
+  t->eow_len = t->eow ? strlen(t->eow) : 0;
   static const char *const empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 1 + !t->eow; k++) {
     const json_t *v = json_object_get(model, empty_keys[k]);
     if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.%s must be empty or null", empty_keys[k]);
@@ -302,6 +322,8 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
   DIT_TRY(get_bool(model, "byte_fallback", false, &flag, "model", err));
   if (flag) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.byte_fallback=true is not supported");
   DIT_TRY(get_bool(model, "ignore_merges", false, &t->ignore_merges, "model", err));
+  if (t->ignore_merges && t->eow)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.ignore_merges with an end_of_word_suffix is not supported");
   DIT_TRY(alloc_tables(t, vocab, added, err));
   DIT_TRY(load_vocab(t, vocab, err));
   t->unk_id = -1;
@@ -316,7 +338,7 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
     if (flag) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.fuse_unk=true is not supported");
   }
   DIT_TRY(load_merges(t, merges, err));
-  if (added && json_is_array(added)) DIT_TRY(load_added(t, added, err));
+  if (added && json_is_array(added)) DIT_TRY(tok_load_added(t, added, err));
   return DIT_OK;
 }
 
@@ -348,6 +370,9 @@ static dit_status load_normalizer(dit_tokenizer *t, const json_t *n, int depth, 
   const char *type;
   DIT_TRY(step_type(t, n, depth, "normalizer", "normalizers", load_normalizer, &type, err));
   if (!type) return DIT_OK;
+  bool handled;
+  DIT_TRY(tok_load_norm_step(t, n, type, &handled, err));
+  if (handled) return DIT_OK;
   static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD"};
   for (int k = 0; k < 4; k++) {
     if (strcmp(type, names[k])) continue;
@@ -355,8 +380,8 @@ static dit_status load_normalizer(dit_tokenizer *t, const json_t *n, int depth, 
     t->norm[t->n_norm++] = (tok_norm_kind)k;
     return DIT_OK;
   }
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "normalizer \"%.64s\" is not supported (NFC, NFD, NFKC, NFKD "
-                    "or a Sequence of them)", type);
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "normalizer \"%.64s\" is not supported (NFC, NFD, NFKC, NFKD, "
+                    "Lowercase, Replace, Strip, Precompiled or a Sequence of them)", type);
 }
 
 /* Unicode White_Space, which is what \s means in Oniguruma (the regex engine of the
@@ -476,8 +501,14 @@ static dit_status load_pre(dit_tokenizer *t, const json_t *p, int depth, dit_err
     t->byte_level = true;
     return DIT_OK;
   }
-  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "pre_tokenizer \"%.64s\" is not supported (Split, ByteLevel "
-                    "or a Sequence of them)", type);
+  if (!strcmp(type, "Metaspace")) {
+    s->kind = TOK_PRE_METASPACE;
+    DIT_TRY(tok_load_metaspace(s, p, err));
+    t->n_pre++;
+    return DIT_OK;
+  }
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED, "pre_tokenizer \"%.64s\" is not supported (Split, ByteLevel, "
+                    "Metaspace or a Sequence of them)", type);
 }
 
 /* Every byte's GPT-2 character must be a vocabulary token. */
@@ -494,6 +525,16 @@ static dit_status load_byte_ids(dit_tokenizer *t, dit_error *err) {
     if (t->byte_id[b] < 0)
       return dit_errorf(err, DIT_ERR_FORMAT, "byte-level vocabulary lacks the token \"%.*s\" (U+%04X) for "
                         "byte 0x%02X", (int)n, u, cp, b);
+    char ue[64];
+    if (!t->eow) continue;
+    if (t->eow_len > sizeof ue - 2)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.end_of_word_suffix is too long");
+    memcpy(ue, u, n);
+    memcpy(ue + n, t->eow, t->eow_len);
+    t->byte_eow_id[b] = tok_vocab_find(t, ue, n + t->eow_len);
+    if (t->byte_eow_id[b] < 0)
+      return dit_errorf(err, DIT_ERR_FORMAT, "byte-level vocabulary lacks the token \"%.*s%s\" for byte 0x%02X",
+                        (int)n, u, t->eow, b);
   }
   return DIT_OK;
 }
@@ -506,14 +547,18 @@ static dit_status load_root(dit_tokenizer *t, const json_t *root, dit_error *err
   for (size_t i = 0; i + 1 < t->n_pre; i++)
     if (t->pre[i].kind == TOK_PRE_BYTELEVEL)
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "a ByteLevel pre_tokenizer must be the last one");
+  if (t->unigram && t->byte_level)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "a Unigram model with a ByteLevel pre_tokenizer is not supported");
+  DIT_TRY(tok_load_post(t, json_object_get(root, "post_processor"), err));
   return load_byte_ids(t, err);
 }
 
 /* Builds the tokenizer from parsed JSON; `what` prefixes error messages. */
-static dit_status load_json(json_t *root, const char *what, dit_tokenizer **out, dit_error *err) {
+dit_status tok_load_json(json_t *root, const char *what, dit_tokenizer **out, dit_error *err) {
   dit_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return dit_errorf(err, DIT_ERR_NOMEM, "%s: cannot allocate the tokenizer", what);
   t->chat_style = -1;
+  t->pad_id = -1;
   dit_status st = load_root(t, root, err);
   if (st != DIT_OK) {
     dit_error_prefix(err, "%s", what);
@@ -528,7 +573,7 @@ dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *e
   *out = NULL;
   json_t *root;
   DIT_TRY(dit_json_load_file(path, DIT_TOK_MAX_FILE_BYTES, &root, err));
-  dit_status st = load_json(root, path, out, err);
+  dit_status st = tok_load_json(root, path, out, err);
   json_decref(root);
   return st;
 }
@@ -540,18 +585,27 @@ dit_status dit_tok_load_buffer(const char *buf, size_t len, const char *what, di
                       DIT_TOK_MAX_FILE_BYTES);
   json_t *root;
   DIT_TRY(dit_json_parse(buf, len, what, &root, err));
-  dit_status st = load_json(root, what, out, err);
+  dit_status st = tok_load_json(root, what, out, err);
   json_decref(root);
   return st;
 }
 
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err) {
   char path[4096];
+  if (snprintf(path, sizeof path, "%s/vocab.json", tokenizer_dir) < (int)sizeof path && access(path, F_OK) == 0 &&
+      snprintf(path, sizeof path, "%s/tokenizer.json", tokenizer_dir) < (int)sizeof path && access(path, F_OK) != 0)
+    return tok_load_vocab_files(tokenizer_dir, out, err); /* no tokenizer.json: vocab.json + merges.txt */
   if (snprintf(path, sizeof path, "%s/tokenizer.json", tokenizer_dir) >= (int)sizeof path) {
     *out = NULL;
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "tokenizer folder path is too long");
   }
-  return dit_tok_load_file(path, out, err);
+  DIT_TRY(dit_tok_load_file(path, out, err));
+  dit_status st = tok_load_pad(*out, tokenizer_dir, err);
+  if (st != DIT_OK) {
+    dit_tok_free(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 void dit_tok_free(dit_tokenizer *t) {
@@ -566,6 +620,9 @@ void dit_tok_free(dit_tokenizer *t) {
   free(t->merge_slots);
   free(t->added);
   free(t->first_idx);
+  free(t->eow);
+  free(t->scores);
+  tok_norm_free(t);
   free(t);
 }
 
@@ -590,3 +647,11 @@ void dit_tok_set_chat_style(dit_tokenizer *t, int style) {
 }
 
 int dit_tok_chat_style(const dit_tokenizer *t) { return t ? t->chat_style : -1; }
+
+dit_status tok_get_bool(const json_t *o, const char *key, bool dflt, bool *out, const char *where, dit_error *err) {
+  return get_bool(o, key, dflt, out, where, err);
+}
+
+dit_status tok_compile_regex(const char *pat, size_t len, bool literal, pcre2_code **out, dit_error *err) {
+  return compile_regex(pat, len, literal, out, err);
+}

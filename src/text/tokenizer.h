@@ -1,22 +1,31 @@
 /* The text tokenizer: Hugging Face tokenizer.json files with a byte-level BPE model
- * (Qwen2/Qwen3, GPT-2 style), reproducing the `tokenizers` library's encode() ids.
+ * (Qwen2/Qwen3, GPT-2 style) or a Unigram model (T5), and CLIP's vocab.json + merges.txt
+ * folders, reproducing the `tokenizers` library's encode() ids.
  *
  * What is supported (anything else in the file is rejected with a message naming it):
  *   model          BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
- *                  unk_token (or null), dropout null/0, empty subword prefix/suffix.
+ *                  unk_token (or null), dropout null/0, empty subword prefix,
+ *                  end_of_word_suffix (CLIP's "</w>", on a word's last symbol).
+ *                  Unigram (unigram.c): vocab of [piece, score], unk_id, byte_fallback
+ *                  false; Viterbi over the pieces, unknown characters fused into one unk.
  *   added_tokens   special or not; matched in the raw text before normalization
  *                  (normalized=false) or in the normalized text (normalized=true),
  *                  leftmost-longest, honouring lstrip / rstrip / single_word.
- *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), or a Sequence of those.
+ *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Replace (Regex or
+ *                  String), Strip, Precompiled (SentencePiece charsmap, charsmap.c), or a
+ *                  Sequence of those.
  *   pre_tokenizer  null, Split (Regex or String pattern, all five behaviours, invert),
- *                  ByteLevel (add_prefix_space, use_regex), or a Sequence of those.
+ *                  ByteLevel (add_prefix_space, use_regex), Metaspace (replacement,
+ *                  prepend_scheme, split), or a Sequence of those.
  *                  Regexes run with PCRE2 (UTF + UCP, JIT); \s (and \S outside a class)
  *                  is rewritten to Unicode White_Space, which is what it means in
  *                  Oniguruma, the engine of `tokenizers` (PCRE2's \s also takes U+180E).
  *                  Left as is: \S inside a class; \p{..} tables follow PCRE2's Unicode
  *                  version (14.0 in 10.42), which may differ from Oniguruma's for code
  *                  points assigned later.
- *   post_processor / decoder: ignored for encoding (encode adds no special tokens).
+ *   post_processor TemplateProcessing (single sequence), RobertaProcessing, BertProcessing:
+ *                  the special tokens dit_tok_encode_model adds (dit_tok_encode adds none).
+ *   decoder: ignored.
  *
  * The encode pipeline, per call: validate UTF-8 -> split out added tokens (raw) ->
  * normalize each remaining piece -> split out normalized added tokens -> pre-tokenize
@@ -51,7 +60,21 @@
  *      max_length positions, padding included (no masking of the output).
  *   The negative prompt (CFG) goes through the same steps ("" when not given).
  * Padded positions never influence valid ones (causal + key mask), so for Z-Image the
- * encoder may run on just the valid ids; klein needs the padded positions' states. */
+ * encoder may run on just the valid ids; klein needs the padded positions' states.
+ *
+ * FLUX.1 (FluxPipeline.encode_prompt) tokenizes the prompt twice, with no chat template:
+ *   CLIP (tokenizer/, vocab.json + merges.txt; _get_clip_prompt_embeds): tokenizer(prompt,
+ *      padding="max_length", max_length=77 (tokenizer_max_length), truncation=True):
+ *      ids = dit_tok_encode_model(text, max_length 77) = <|startoftext|> (49406), the
+ *      text's ids cut to 75, <|endoftext|> (49407); then pad on the RIGHT to 77 with
+ *      dit_tok_pad_id() (49407, the same token as EOS). The CLIP text model's pooled
+ *      output is what FLUX.1 uses.
+ *   T5 (tokenizer_2/, tokenizer.json; _get_t5_prompt_embeds): tokenizer(prompt,
+ *      padding="max_length", max_length=max_sequence_length (default 512), truncation=True):
+ *      ids = dit_tok_encode_model(text, max_length 512) = the text's ids cut to 511, then
+ *      </s> (1); pad on the RIGHT to 512 with dit_tok_pad_id() (0, "<pad>"). The T5
+ *      encoder runs on all 512 positions WITHOUT an attention mask (diffusers passes
+ *      none), so padding is part of the input. */
 #ifndef DIT_TEXT_TOKENIZER_H
 #define DIT_TEXT_TOKENIZER_H
 
@@ -64,7 +87,10 @@
 /* Largest tokenizer.json accepted (the real Qwen3 one is 11 MB). */
 #define DIT_TOK_MAX_FILE_BYTES ((size_t)64 << 20)
 
-/* Loads tokenizer_dir/tokenizer.json. On failure *out = NULL and err names the field. */
+/* Loads tokenizer_dir/tokenizer.json, or, when the folder has none, the vocab.json +
+ * merges.txt layout of a CLIPTokenizer (tokenizer_config.json's tokenizer_class). Also
+ * reads tokenizer_config.json's pad_token when the file exists (dit_tok_pad_id). On
+ * failure *out = NULL and err names the field. */
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err);
 /* Loads a tokenizer.json file given by its path (what dit_tok_load does on the folder). */
 dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err);
@@ -78,6 +104,16 @@ void dit_tok_free(dit_tokenizer *t);
  * *ids = NULL, *n = 0. Thread-safe: t is not modified. */
 dit_status dit_tok_encode(const dit_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
                           dit_error *err);
+/* Encodes as the pipelines call the tokenizer (HF add_special_tokens=True,
+ * truncation=True, no padding): the post-processor's special tokens around the ids of
+ * dit_tok_encode, the text's ids cut (right side) so that the total, special tokens
+ * included, is at most max_length (0: no limit). max_length below the number of special
+ * tokens is an error. Same ownership rules as dit_tok_encode. */
+dit_status dit_tok_encode_model(const dit_tokenizer *t, const char *text, size_t len, size_t max_length,
+                                int32_t **ids, size_t *n, dit_error *err);
+/* Id of tokenizer_config.json's pad_token (what padding to max_length appends); -1 when
+ * the folder names none (or the tokenizer was loaded from a file or a buffer). */
+int32_t dit_tok_pad_id(const dit_tokenizer *t);
 /* Id of a vocabulary or added token given by its exact content; -1 if absent. */
 int32_t dit_tok_token_id(const dit_tokenizer *t, const char *token);
 /* Number of ids: max id + 1 over the vocabulary and the added tokens (151669 for Qwen3). */

@@ -79,6 +79,31 @@ int main(int argc, char **argv) {
     CHECK_MSG(rc == 0 && line_matches(out, json_object_get(c, "ids")), "case %zu: exit %d, stderr: %s", pick[k], rc,
               err);
   }
+  /* FLUX.1's published tokenizer folders: CLIP as vocab.json + merges.txt, T5 as tokenizer.json
+   * (plain encode: no BOS/EOS; the reference ids carry them, so compare the inner ids) */
+  {
+    dt_path(path, sizeof path, a.data, "tokenizers/clip_t5_ids.json");
+    json_t *ft = NULL;
+    CHECK_MSG(dit_json_load_file(path, 16 << 20, &ft, &e) == DIT_OK, "%s", e.msg);
+    static const char *const names[] = {"clip", "t5"};
+    static const int lead[] = {1, 0}; /* CLIP: BOS first; both end with EOS */
+    for (int t = 0; t < 2 && ft; t++) {
+      const json_t *tk = json_object_get(ft, names[t]);
+      const json_t *c = json_array_get(json_object_get(tk, "cases"), 3); /* "A photo of a cat" */
+      const json_t *ids = json_object_get(c, "ids");
+      json_t *inner = json_array();
+      for (size_t j = (size_t)lead[t]; j + 1 < json_array_size(ids); j++) json_array_append(inner, json_array_get(ids, j));
+      char dir[1024], sub[64];
+      snprintf(sub, sizeof sub, "tokenizers/%s", json_string_value(json_object_get(tk, "folder")));
+      dt_path(dir, sizeof dir, a.data, sub);
+      char *args[] = {bin, "tokenize", "-m", dir, "--", (char *)json_string_value(json_object_get(c, "text")), NULL};
+      int rc = run(args, out, sizeof out, err, sizeof err);
+      CHECK_MSG(rc == 0 && line_matches(out, inner), "%s folder: exit %d, stdout %s, stderr: %s", names[t], rc, out,
+                err);
+      json_decref(inner);
+    }
+    json_decref(ft);
+  }
   /* chat: Z-Image renders with thinking, klein without */
   list = json_object_get(cases, "chat_template");
   for (size_t i = 0; i < json_array_size(list); i++) {
@@ -113,7 +138,7 @@ int main(int argc, char **argv) {
       {{bin, "tokenize", "-m", NULL}, "needs a folder"},
       {{bin, "tokenize", "-m", zimage, "a", "b", NULL}, "more than one"},
       {{bin, "tokenize", "-m", baddir, "x", NULL}, "WordPiece"},
-      {{bin, "tokenize", "-m", (char *)a.tmp, "x", NULL}, "no tokenizer.json"},
+      {{bin, "tokenize", "-m", (char *)a.tmp, "x", NULL}, "no tokenizer here"},
       {{bin, "tokenize", "-m", zimage, "ab\xff", NULL}, "offset 2"},
       {{bin, "tokenize", "-m", tokdir, "--chat", "x", NULL}, "no chat template"},
   };

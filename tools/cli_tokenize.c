@@ -12,7 +12,8 @@
 static void tokenize_usage(FILE *f) {
   fprintf(f,
           "usage: ditrun tokenize -m MODEL_DIR [--chat] TEXT\n"
-          "  -m, --model DIR  diffusers model folder (or a folder with tokenizer.json)\n"
+          "  -m, --model DIR  diffusers model folder (or a tokenizer folder: tokenizer.json,\n"
+          "                   or vocab.json + merges.txt as CLIP publishes it)\n"
           "  --chat           wrap TEXT in the model's chat template first (Z-Image: Qwen3\n"
           "                   with thinking; FLUX.2 klein: Qwen3 without thinking)\n"
           "  TEXT             UTF-8 text; special tokens such as <|im_start|> are recognized\n"

@@ -35,6 +35,15 @@ static dit_status chat_style_of(const char *model_dir, int *style, dit_error *er
   return s;
 }
 
+/* dir has a tokenizer: tokenizer.json, or the vocab.json + merges.txt layout. */
+static bool holds_tokenizer(const char *dir) {
+  char path[4096];
+  const char *names[] = {"tokenizer.json", "vocab.json"};
+  for (int i = 0; i < 2; i++)
+    if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path && is_file(path)) return true;
+  return false;
+}
+
 dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer **out) {
   dit_error e = {0};
   if (!out) return DIT_ERR_INVALID_ARG;
@@ -43,22 +52,22 @@ dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer
     dit_errorf(&e, DIT_ERR_INVALID_ARG, "tokenizer: no model folder given");
     return dit_ctx_fail(ctx, &e);
   }
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s/tokenizer.json", model_dir) >= (int)sizeof path) {
+  char sub[4096];
+  if (snprintf(sub, sizeof sub, "%s/tokenizer", model_dir) >= (int)sizeof sub) {
     dit_errorf(&e, DIT_ERR_INVALID_ARG, "model folder path is too long");
     return dit_ctx_fail(ctx, &e);
   }
   int style = -1;
   dit_status s;
-  if (is_file(path)) {
-    s = dit_tok_load_file(path, out, &e);
+  if (holds_tokenizer(model_dir)) {
+    s = dit_tok_load(model_dir, out, &e);
   } else {
     s = chat_style_of(model_dir, &style, &e);
-    if (s == DIT_OK && snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", model_dir) >= (int)sizeof path)
-      s = dit_errorf(&e, DIT_ERR_INVALID_ARG, "model folder path is too long");
-    if (s == DIT_OK && !is_file(path))
-      s = dit_errorf(&e, DIT_ERR_INVALID_ARG, "%s: no tokenizer.json here nor in its tokenizer/ folder", model_dir);
-    if (s == DIT_OK) s = dit_tok_load_file(path, out, &e);
+    if (s == DIT_OK && !holds_tokenizer(sub))
+      s = dit_errorf(&e, DIT_ERR_INVALID_ARG,
+                     "%s: no tokenizer here nor in its tokenizer/ folder (tokenizer.json, or vocab.json + merges.txt)",
+                     model_dir);
+    if (s == DIT_OK) s = dit_tok_load(sub, out, &e);
   }
   if (s != DIT_OK) return dit_ctx_fail(ctx, &e);
   dit_tok_set_chat_style(*out, style);

@@ -1,7 +1,8 @@
 /* libFuzzer target for tokenizer.json loading: any bytes give a tokenizer or
  * DIT_ERR_FORMAT / DIT_ERR_UNSUPPORTED / DIT_ERR_NOMEM with a message naming the field,
  * never a crash, leak or UB. A loaded tokenizer must then encode a few fixed texts
- * (plain, special-token, byte-level, invalid UTF-8) with every id below its vocab size. */
+ * (plain, special-token, byte-level, invalid UTF-8) with every id below its vocab size, and
+ * encode as a pipeline does (special tokens added, cut to max_length) within max_length. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                       "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80", "", "\xff\xfe"};
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) encode_check(t, texts[i], strlen(texts[i]));
   encode_check(t, "a\0b", 3);
+  /* as a pipeline calls it: the post-processor's special tokens, cut to max_length */
+  for (size_t max_len = 1; max_len <= 9; max_len += 4) {
+    dit_error e2 = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (dit_tok_encode_model(t, texts[0], strlen(texts[0]), max_len, &ids, &n, &e2) == DIT_OK) {
+      if (n > max_len) abort();
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= dit_tok_vocab_size(t)) abort();
+      free(ids);
+    } else if (!e2.msg[0] || ids || n) {
+      abort();
+    }
+  }
   for (int32_t id = -1; id < 300; id++) {
     size_t len;
     const char *str = dit_tok_token_str(t, id, &len);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sbuf.h"
 #include "ditrun.h"
 
 static bool word_char(unsigned char c) { return isalnum(c) || c == '_' || c >= 0x80; }
@@ -24,38 +25,14 @@ static bool key_ok(const char *k) {
 
 static bool needs_quotes(const char *v) { return strpbrk(v, ",:\n") != NULL || v[0] == '"'; }
 
-/* A growing string; ok stays false once an allocation failed. */
-typedef struct sbuf {
-  char *s;
-  size_t n, cap;
-  bool ok;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-  if (!b->ok) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = (b->n + n + 1) * 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->ok = false;
-      return;
-    }
-    b->s = p, b->cap = cap;
-  }
-  memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void put_value(sbuf *b, const char *v) {
+static void put_value(dit_sbuf *b, const char *v) {
   if (!needs_quotes(v)) {
-    puts_(b, v);
+    dit_sbuf_puts(b, v);
     return;
   }
   json_t *j = json_string(v);
   char *q = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-  if (q) puts_(b, q);
+  if (q) dit_sbuf_puts(b, q);
   else b->ok = false;
   free(q);
   json_decref(j);
@@ -66,16 +43,16 @@ dit_status dit_infotext_format(const dit_infotext *t, char **out) {
   if (!t || t->n_fields < 0 || t->n_fields > DIT_INFOTEXT_MAX_FIELDS) return DIT_ERR_INVALID_ARG;
   for (int i = 0; i < t->n_fields; i++)
     if (!key_ok(t->keys[i]) || !t->values[i]) return DIT_ERR_INVALID_ARG;
-  sbuf b = {.ok = true};
-  puts_(&b, t->prompt ? t->prompt : "");
+  dit_sbuf b = {.ok = true};
+  dit_sbuf_puts(&b, t->prompt ? t->prompt : "");
   if (t->negative_prompt && *t->negative_prompt) {
-    puts_(&b, "\nNegative prompt: ");
-    puts_(&b, t->negative_prompt);
+    dit_sbuf_puts(&b, "\nNegative prompt: ");
+    dit_sbuf_puts(&b, t->negative_prompt);
   }
   for (int i = 0; i < t->n_fields; i++) {
-    puts_(&b, i ? ", " : "\n");
-    puts_(&b, t->keys[i]);
-    puts_(&b, ": ");
+    dit_sbuf_puts(&b, i ? ", " : "\n");
+    dit_sbuf_puts(&b, t->keys[i]);
+    dit_sbuf_puts(&b, ": ");
     put_value(&b, t->values[i]);
   }
   if (!b.ok || !b.s) {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "core/grow.h"
+#include "core/sbuf.h"
 #include "text/tok_internal.h"
 
 struct tok_charsmap {
@@ -134,38 +134,24 @@ bad:
   return dit_errorf(err, DIT_ERR_FORMAT, "precompiled_charsmap: a trie offset is out of range (corrupt charsmap)");
 }
 
-typedef struct sbuf {
-  char *v;
-  size_t n, cap;
-} sbuf;
-
-static dit_status sbuf_put(sbuf *b, const char *s, size_t n, dit_error *err) {
-  if (b->cap - b->n < n + 1) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n < n + 1) cap *= 2;
-    char *v = realloc(b->v, cap);
-    if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory normalizing");
-    b->v = v;
-    b->cap = cap;
-  }
-  memcpy(b->v + b->n, s, n);
-  b->n += n;
-  return DIT_OK;
+/* Appends to the output, or says why it could not. */
+static dit_status put(dit_sbuf *o, const char *s, size_t n, dit_error *err) {
+  return dit_sbuf_put(o, s, n) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory normalizing");
 }
 
 /* One grapheme cluster g[0..n): whole when short and matching, else character by character. */
-static dit_status charsmap_cluster(const tok_charsmap *m, const char *g, size_t n, sbuf *o, dit_error *err) {
+static dit_status charsmap_cluster(const tok_charsmap *m, const char *g, size_t n, dit_sbuf *o, dit_error *err) {
   const char *r;
   if (n < 6) {
     DIT_TRY(charsmap_lookup(m, g, n, &r, err));
-    if (r) return sbuf_put(o, r, strlen(r), err);
+    if (r) return put(o, r, strlen(r), err);
   }
   for (size_t i = 0; i < n;) {
     utf8proc_int32_t cp;
     utf8proc_ssize_t cl = utf8proc_iterate((const utf8proc_uint8_t *)g + i, (utf8proc_ssize_t)(n - i), &cp);
     if (cl <= 0) cl = 1;
     DIT_TRY(charsmap_lookup(m, g + i, (size_t)cl, &r, err));
-    DIT_TRY(r ? sbuf_put(o, r, strlen(r), err) : sbuf_put(o, g + i, (size_t)cl, err));
+    DIT_TRY(r ? put(o, r, strlen(r), err) : put(o, g + i, (size_t)cl, err));
     i += (size_t)cl;
   }
   return DIT_OK;
@@ -173,8 +159,8 @@ static dit_status charsmap_cluster(const tok_charsmap *m, const char *g, size_t 
 
 dit_status tok_charsmap_normalize(const tok_charsmap *m, const char *s, size_t n, char **out, size_t *out_n,
                                   dit_error *err) {
-  sbuf o = {0};
-  dit_status st = sbuf_put(&o, "", 0, err);
+  dit_sbuf o = {.ok = true};
+  dit_status st = put(&o, "", 0, err);
   utf8proc_int32_t state = 0, prev = -1;
   size_t start = 0;
   for (size_t i = 0; i < n && st == DIT_OK;) {
@@ -190,11 +176,10 @@ dit_status tok_charsmap_normalize(const tok_charsmap *m, const char *s, size_t n
   }
   if (st == DIT_OK && n > start) st = charsmap_cluster(m, s + start, n - start, &o, err);
   if (st != DIT_OK) {
-    free(o.v);
+    free(o.s);
     return st;
   }
-  o.v[o.n] = 0;
-  *out = o.v;
+  *out = o.s;
   *out_n = o.n;
   return DIT_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/sbuf.h"
 #include "text/tok_internal.h"
 
 static dit_status add_step(dit_tokenizer *t, tok_norm_kind kind, tok_norm_arg **arg, dit_error *err) {
@@ -106,11 +107,10 @@ static dit_status lowercase(const char *s, size_t n, char **out, size_t *out_n, 
 static dit_status replace(const tok_norm_arg *a, const char *s, size_t n, char **out, size_t *out_n,
                           dit_error *err) {
   pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-  size_t cap = n + 16, k = 0;
-  char *o = malloc(cap);
-  dit_status st = md && o ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory in Replace");
+  dit_sbuf o = {.ok = md != NULL};
   size_t off = 0, prev = 0;
-  while (st == DIT_OK && off <= n) {
+  dit_status st = DIT_OK;
+  while (o.ok && off <= n) {
     int rc = pcre2_match(a->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
@@ -125,32 +125,19 @@ static dit_status replace(const tok_norm_arg *a, const char *s, size_t n, char *
       while (off < n && ((uint8_t)s[off] & 0xc0) == 0x80) off++;
       continue;
     }
-    size_t need = k + (ms - prev) + a->content_len + (n - me) + 1;
-    if (need > cap) {
-      char *v = realloc(o, need * 2);
-      if (!v) {
-        st = dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory in Replace");
-        break;
-      }
-      o = v;
-      cap = need * 2;
-    }
-    memcpy(o + k, s + prev, ms - prev);
-    k += ms - prev;
-    memcpy(o + k, a->content, a->content_len);
-    k += a->content_len;
+    dit_sbuf_put(&o, s + prev, ms - prev);
+    dit_sbuf_put(&o, a->content, a->content_len);
     prev = off = me;
   }
   pcre2_match_data_free(md);
+  if (st == DIT_OK) dit_sbuf_put(&o, s + prev, n - prev);
+  if (st == DIT_OK && !o.ok) st = dit_errorf(err, DIT_ERR_NOMEM, "tokenizer: out of memory in Replace");
   if (st != DIT_OK) {
-    free(o);
+    free(o.s);
     return st;
   }
-  memcpy(o + k, s + prev, n - prev); /* cap >= k + (n - prev) + 1 by the growth above */
-  k += n - prev;
-  o[k] = 0;
-  *out = o;
-  *out_n = k;
+  *out = o.s;
+  *out_n = o.n;
   return DIT_OK;
 }
 

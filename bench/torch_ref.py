@@ -1,6 +1,7 @@
 """PyTorch reference timings for `ditrun bench`: diffusers' ZImageTransformer2DModel
-(--arch zimage, Z-Image-Turbo config) or Flux2Transformer2DModel (--arch flux2-klein-4b /
-flux2-klein-9b, FLUX.2 [klein]'s published config) at the
+(--arch zimage, Z-Image-Turbo config), Flux2Transformer2DModel (--arch flux2-klein-4b /
+flux2-klein-9b, FLUX.2 [klein]'s published config) or FluxTransformer2DModel (--arch flux1-dev /
+flux1-schnell, FLUX.1's published config: 19 double + 38 single blocks, 24 heads of 128) at the
 same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN text tokens),
 eager and torch.compile, timed with CUDA events after warmup (median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
 
@@ -56,6 +57,17 @@ def flux2_flops(n_img, n_txt, d, blocks, mlp_ratio=3.0):
     return blocks * (2 * (4 * d * d + 3 * d * m) * s + 4 * d * s * s)
 
 
+def flux1_flops(n_img, n_txt, d=3072, blocks=57):
+    """ditrun's count (src/api/bench.c): FLUX.1's double blocks (both streams: q, k, v, out and a
+    4x GELU MLP) and single blocks (fused qkv + 4x MLP in, attention + MLP out) both do 12 D^2 MACs
+    per token, plus QK^T + PV over the joint sequence; embedders and modulations not counted."""
+    s = n_img + n_txt
+    return blocks * (2 * 12 * d * d * s + 4 * d * s * s)
+
+
+# FLUX.1 transformer: guidance embedding for dev, none for schnell
+FLUX1 = {"flux1-dev": True, "flux1-schnell": False}
+
 # FLUX.2 [klein] transformer geometries: (heads, double blocks, single blocks, joint_attention_dim)
 KLEIN = {"flux2-klein-4b": (24, 5, 20, 7680), "flux2-klein-9b": (32, 8, 24, 12288)}
 
@@ -87,6 +99,10 @@ def build_model(arch, dev):
         from diffusers import ZImageTransformer2DModel
         with torch.device(dev):
             m = ZImageTransformer2DModel(axes_lens=[1536, 512, 512])  # Z-Image-Turbo's config; others are defaults
+    elif arch in FLUX1:
+        from diffusers import FluxTransformer2DModel
+        with torch.device(dev):
+            m = FluxTransformer2DModel(guidance_embeds=FLUX1[arch])  # the defaults are FLUX.1's config
     else:
         from diffusers import Flux2Transformer2DModel
         heads, nd, ns, jd = KLEIN[arch]
@@ -251,9 +267,9 @@ def run_e2e(args, modes, dev, env):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN))
+    ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN) + sorted(FLUX1))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
-    ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*)")
+    ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*)")
     ap.add_argument("--iters", type=int, default=None, help="default 10 (3 with --e2e)")
     ap.add_argument("--warmup", type=int, default=None, help="default 3 (1 with --e2e)")
     ap.add_argument("--modes", default=None, help="default eager,compile (eager with --e2e)")
@@ -307,6 +323,20 @@ def main():
             cap = [torch.randn(args.text_len, 2560, device=dev, dtype=torch.bfloat16, generator=g)]
             n_img, n_cap = pad32((lat // 2) ** 2), pad32(args.text_len)
             return (x, torch.tensor([0.5], device=dev), cap), n_img, n_cap, zimage_flops(n_img, n_cap)
+        if args.arch in FLUX1:
+            gs, n_txt = res // 16, args.text_len
+            hs = torch.randn(1, gs * gs, 64, device=dev, dtype=torch.bfloat16, generator=g)
+            enc = torch.randn(1, n_txt, 4096, device=dev, dtype=torch.bfloat16, generator=g)
+            pooled = torch.randn(1, 768, device=dev, dtype=torch.bfloat16, generator=g)
+            img_ids = torch.zeros(gs, gs, 3, device=dev)
+            img_ids[..., 1] += torch.arange(gs, device=dev)[:, None]
+            img_ids[..., 2] += torch.arange(gs, device=dev)[None, :]
+            img_ids = img_ids.reshape(-1, 3)
+            txt_ids = torch.zeros(n_txt, 3, device=dev)
+            t = torch.tensor([0.5], device=dev, dtype=torch.bfloat16)
+            guid = torch.tensor([3.5], device=dev, dtype=torch.bfloat16) if FLUX1[args.arch] else None
+            # positional order of FluxTransformer2DModel.forward
+            return (hs, enc, pooled, t, img_ids, txt_ids, guid), gs * gs, n_txt, flux1_flops(gs * gs, n_txt)
         heads, nd, ns, jd = KLEIN[args.arch]
         gs, n_txt = res // 16, args.text_len
         hs = torch.randn(1, gs * gs, 128, device=dev, dtype=torch.bfloat16, generator=g)

@@ -25,6 +25,7 @@ static dit_status opt_int(const json_t *j, const char *key, int64_t min, int64_t
 }
 
 static dit_status read_axes(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {
+  c->n_axes = DIT_FLUX2_N_AXES;
   for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
   const json_t *a = json_object_get(j, "axes_dims_rope");
   if (!a || json_is_null(a)) return DIT_OK;
@@ -82,7 +83,9 @@ dit_status flux2_check_config(dit_flux2_config *c, const char *what, dit_error *
                       (long long)c->n_heads * c->head_dim, MAX_DIM);
   c->dim = c->n_heads * c->head_dim;
   int sum = 0;
-  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) {
+  if (c->n_axes < 1 || c->n_axes > DIT_FLUX2_N_AXES)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: %d RoPE axes (1 to %d supported)", what, c->n_axes, DIT_FLUX2_N_AXES);
+  for (int i = 0; i < c->n_axes; i++) {
     if (c->axes_dims[i] % 2 != 0 || c->axes_dims[i] < 0)
       return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\"[%d] = %d must be even and >= 0", what, i,
                         c->axes_dims[i]);
@@ -120,22 +123,22 @@ static void add_double(dit_wtable *t, const dit_flux2_config *c, flux2_double_w 
   const int64_t D = c->dim, hd = c->head_dim, F = c->mlp_hidden;
   const int64_t dd[2] = {D, D}, h1[1] = {hd}, fin[2] = {2 * F, D}, fout[2] = {D, F};
   const char *p = "transformer_blocks";
-  dit_wtable_add(t, &b->to_q, false, 2, dd, "%s.%d.attn.to_q.weight", p, i);
-  dit_wtable_add(t, &b->to_k, false, 2, dd, "%s.%d.attn.to_k.weight", p, i);
-  dit_wtable_add(t, &b->to_v, false, 2, dd, "%s.%d.attn.to_v.weight", p, i);
+  dit_wtable_add(t, &b->to_q.w, false, 2, dd, "%s.%d.attn.to_q.weight", p, i);
+  dit_wtable_add(t, &b->to_k.w, false, 2, dd, "%s.%d.attn.to_k.weight", p, i);
+  dit_wtable_add(t, &b->to_v.w, false, 2, dd, "%s.%d.attn.to_v.weight", p, i);
   dit_wtable_add(t, &b->norm_q, false, 1, h1, "%s.%d.attn.norm_q.weight", p, i);
   dit_wtable_add(t, &b->norm_k, false, 1, h1, "%s.%d.attn.norm_k.weight", p, i);
-  dit_wtable_add(t, &b->add_q_proj, false, 2, dd, "%s.%d.attn.add_q_proj.weight", p, i);
-  dit_wtable_add(t, &b->add_k_proj, false, 2, dd, "%s.%d.attn.add_k_proj.weight", p, i);
-  dit_wtable_add(t, &b->add_v_proj, false, 2, dd, "%s.%d.attn.add_v_proj.weight", p, i);
+  dit_wtable_add(t, &b->add_q_proj.w, false, 2, dd, "%s.%d.attn.add_q_proj.weight", p, i);
+  dit_wtable_add(t, &b->add_k_proj.w, false, 2, dd, "%s.%d.attn.add_k_proj.weight", p, i);
+  dit_wtable_add(t, &b->add_v_proj.w, false, 2, dd, "%s.%d.attn.add_v_proj.weight", p, i);
   dit_wtable_add(t, &b->norm_added_q, false, 1, h1, "%s.%d.attn.norm_added_q.weight", p, i);
   dit_wtable_add(t, &b->norm_added_k, false, 1, h1, "%s.%d.attn.norm_added_k.weight", p, i);
-  dit_wtable_add(t, &b->to_out_0, false, 2, dd, "%s.%d.attn.to_out.0.weight", p, i);
-  dit_wtable_add(t, &b->to_add_out, false, 2, dd, "%s.%d.attn.to_add_out.weight", p, i);
-  dit_wtable_add(t, &b->ff_linear_in, false, 2, fin, "%s.%d.ff.linear_in.weight", p, i);
-  dit_wtable_add(t, &b->ff_linear_out, false, 2, fout, "%s.%d.ff.linear_out.weight", p, i);
-  dit_wtable_add(t, &b->ffc_linear_in, false, 2, fin, "%s.%d.ff_context.linear_in.weight", p, i);
-  dit_wtable_add(t, &b->ffc_linear_out, false, 2, fout, "%s.%d.ff_context.linear_out.weight", p, i);
+  dit_wtable_add(t, &b->to_out_0.w, false, 2, dd, "%s.%d.attn.to_out.0.weight", p, i);
+  dit_wtable_add(t, &b->to_add_out.w, false, 2, dd, "%s.%d.attn.to_add_out.weight", p, i);
+  dit_wtable_add(t, &b->ff_in.w, false, 2, fin, "%s.%d.ff.linear_in.weight", p, i);
+  dit_wtable_add(t, &b->ff_out.w, false, 2, fout, "%s.%d.ff.linear_out.weight", p, i);
+  dit_wtable_add(t, &b->ffc_in.w, false, 2, fin, "%s.%d.ff_context.linear_in.weight", p, i);
+  dit_wtable_add(t, &b->ffc_out.w, false, 2, fout, "%s.%d.ff_context.linear_out.weight", p, i);
 }
 
 static void add_single(dit_wtable *t, const dit_flux2_config *c, flux2_single_w *b, int i) {
@@ -145,25 +148,38 @@ static void add_single(dit_wtable *t, const dit_flux2_config *c, flux2_single_w 
   dit_wtable_add(t, &b->to_qkv_mlp_proj, false, 2, pin, "%s.%d.attn.to_qkv_mlp_proj.weight", p, i);
   dit_wtable_add(t, &b->norm_q, false, 1, h1, "%s.%d.attn.norm_q.weight", p, i);
   dit_wtable_add(t, &b->norm_k, false, 1, h1, "%s.%d.attn.norm_k.weight", p, i);
-  dit_wtable_add(t, &b->to_out, false, 2, pout, "%s.%d.attn.to_out.weight", p, i);
+  dit_wtable_add(t, &b->to_out.w, false, 2, pout, "%s.%d.attn.to_out.weight", p, i);
 }
 
 static void add_top(dit_wtable *t, const dit_flux2_config *c, flux2_weights *w) {
   const int64_t D = c->dim, Tc = c->t_channels;
   const char *te = "time_guidance_embed";
-  dit_wtable_add(t, &w->t_linear_1, false, 2, (int64_t[]){D, Tc}, "%s.timestep_embedder.linear_1.weight", te);
-  dit_wtable_add(t, &w->t_linear_2, false, 2, (int64_t[]){D, D}, "%s.timestep_embedder.linear_2.weight", te);
+  dit_wtable_add(t, &w->t_linear_1.w, false, 2, (int64_t[]){D, Tc}, "%s.timestep_embedder.linear_1.weight", te);
+  dit_wtable_add(t, &w->t_linear_2.w, false, 2, (int64_t[]){D, D}, "%s.timestep_embedder.linear_2.weight", te);
   if (c->guidance_embeds) {
-    dit_wtable_add(t, &w->g_linear_1, false, 2, (int64_t[]){D, Tc}, "%s.guidance_embedder.linear_1.weight", te);
-    dit_wtable_add(t, &w->g_linear_2, false, 2, (int64_t[]){D, D}, "%s.guidance_embedder.linear_2.weight", te);
+    dit_wtable_add(t, &w->g_linear_1.w, false, 2, (int64_t[]){D, Tc}, "%s.guidance_embedder.linear_1.weight", te);
+    dit_wtable_add(t, &w->g_linear_2.w, false, 2, (int64_t[]){D, D}, "%s.guidance_embedder.linear_2.weight", te);
   }
   dit_wtable_add(t, &w->mod_img, false, 2, (int64_t[]){6 * D, D}, "double_stream_modulation_img.linear.weight");
   dit_wtable_add(t, &w->mod_txt, false, 2, (int64_t[]){6 * D, D}, "double_stream_modulation_txt.linear.weight");
   dit_wtable_add(t, &w->mod_single, false, 2, (int64_t[]){3 * D, D}, "single_stream_modulation.linear.weight");
-  dit_wtable_add(t, &w->x_embedder, false, 2, (int64_t[]){D, c->in_channels}, "x_embedder.weight");
-  dit_wtable_add(t, &w->context_embedder, false, 2, (int64_t[]){D, c->joint_attention_dim}, "context_embedder.weight");
-  dit_wtable_add(t, &w->norm_out, false, 2, (int64_t[]){2 * D, D}, "norm_out.linear.weight");
-  dit_wtable_add(t, &w->proj_out, false, 2, (int64_t[]){c->out_channels, D}, "proj_out.weight");
+  dit_wtable_add(t, &w->x_embedder.w, false, 2, (int64_t[]){D, c->in_channels}, "x_embedder.weight");
+  dit_wtable_add(t, &w->context_embedder.w, false, 2, (int64_t[]){D, c->joint_attention_dim},
+                 "context_embedder.weight");
+  dit_wtable_add(t, &w->norm_out.w, false, 2, (int64_t[]){2 * D, D}, "norm_out.linear.weight");
+  dit_wtable_add(t, &w->proj_out.w, false, 2, (int64_t[]){c->out_channels, D}, "proj_out.weight");
+}
+
+dit_status flux2_alloc_blocks(dit_flux2 *m, dit_error *err) {
+  const dit_flux2_config *c = &m->cfg;
+  flux2_weights *w = &m->w;
+  free(w->blocks);
+  free(w->single);
+  w->blocks = calloc(c->n_layers ? (size_t)c->n_layers : 1, sizeof *w->blocks);
+  w->single = calloc(c->n_single_layers ? (size_t)c->n_single_layers : 1, sizeof *w->single);
+  if (!w->blocks || !w->single)
+    return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d + %d blocks", c->n_layers, c->n_single_layers);
+  return DIT_OK;
 }
 
 /* Allocates the block arrays and lists every tensor in t (the caller frees t). */
@@ -172,17 +188,14 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   const dit_flux2_config *c = &m->cfg;
   flux2_weights *w = &m->w;
   dit_wtable_init(t);
-  w->blocks = calloc(c->n_layers ? (size_t)c->n_layers : 1, sizeof *w->blocks);
-  w->single = calloc(c->n_single_layers ? (size_t)c->n_single_layers : 1, sizeof *w->single);
-  if (!w->blocks || !w->single)
-    return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d + %d blocks", c->n_layers, c->n_single_layers);
+  DIT_TRY(flux2_alloc_blocks(m, err));
   add_top(t, c, w);
   for (int i = 0; i < c->n_layers; i++) add_double(t, c, &w->blocks[i], i);
   for (int i = 0; i < c->n_single_layers; i++) add_single(t, c, &w->single[i], i);
   return DIT_OK;
 }
 
-static dit_flux2 *new_model(dit_backend *be) {
+dit_flux2 *flux2_new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
@@ -195,7 +208,7 @@ dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or folder given");
   char path[4096];
   DIT_TRY(dit_model_config_path("flux2", component_dir, path, sizeof path, err));
-  dit_flux2 *m = new_model(be);
+  dit_flux2 *m = flux2_new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
   dit_status s = flux2_parse_config(path, &m->cfg, err);
   if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux2", component_dir, build_table, m, true, err);
@@ -214,6 +227,7 @@ void dit_flux2_config_klein(dit_flux2_config *c, bool nine_b) {
   c->joint_attention_dim = nine_b ? 12288 : 7680;
   c->t_channels = 256;
   c->mlp_ratio = 3.0;
+  c->n_axes = DIT_FLUX2_N_AXES;
   for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
   c->rope_theta = 2000.0;
   c->eps = 1e-6f;
@@ -224,18 +238,23 @@ dit_status dit_flux2_create_random(dit_backend *be, const dit_flux2_config *c, d
                                    dit_flux2 **out, dit_error *err) {
   *out = NULL;
   if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or config given");
-  dit_flux2 *m = new_model(be);
+  dit_flux2 *m = flux2_new_model(be);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
   m->cfg = *c;
-  dit_status s = DIT_OK;
-  if (c->in_channels < 1 || c->in_channels > MAX_CHANNELS || c->out_channels < 0 || c->out_channels > MAX_CHANNELS ||
-      c->n_layers < 0 || c->n_layers > MAX_LAYERS || c->n_single_layers < 0 || c->n_single_layers > MAX_LAYERS ||
-      c->head_dim < 2 || c->head_dim > MAX_HEAD_DIM || c->n_heads < 1 || c->n_heads > MAX_HEADS ||
-      c->joint_attention_dim < 1 || c->joint_attention_dim > MAX_DIM || c->t_channels < 2 || c->t_channels > MAX_DIM)
-    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 random config: a size is out of range");
+  dit_status s = flux2_check_sizes(c, "flux2 random config", err);
   if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux2 random config", err);
   if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux2", build_table, m, wdt, seed, err);
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
+}
+
+dit_status flux2_check_sizes(const dit_flux2_config *c, const char *who, dit_error *err) {
+  if (c->in_channels < 1 || c->in_channels > MAX_CHANNELS || c->out_channels < 0 || c->out_channels > MAX_CHANNELS ||
+      c->n_layers < 0 || c->n_layers > MAX_LAYERS || c->n_single_layers < 0 || c->n_single_layers > MAX_LAYERS ||
+      c->head_dim < 2 || c->head_dim > MAX_HEAD_DIM || c->n_heads < 1 || c->n_heads > MAX_HEADS ||
+      c->joint_attention_dim < 1 || c->joint_attention_dim > MAX_DIM || c->t_channels < 2 || c->t_channels > MAX_DIM ||
+      c->pooled_dim < 0 || c->pooled_dim > MAX_DIM)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a size is out of range", who);
+  return DIT_OK;
 }
 
 size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->mw.wbytes : 0; }

@@ -1,10 +1,15 @@
-/* FLUX.2 transformer (diffusers Flux2Transformer2DModel, the MMDiT of FLUX.2 [dev] and
- * [klein]): config from config.json, weights bound by checkpoint name, and one forward
- * over a batch of packed latent token sequences with their text features, computed as
- * the diffusers module is (without the reference-image KV cache modes). Double-stream
- * blocks keep separate image/text weights and attend jointly over [text, image];
- * single-stream blocks run one fused QKV+MLP-in projection and one fused
- * attention+MLP-out projection over the joint sequence. */
+/* The FLUX MMDiT: FLUX.2's transformer (diffusers Flux2Transformer2DModel, FLUX.2 [dev] and
+ * [klein]) and, as a variant of the same forward, FLUX.1's (FluxTransformer2DModel, loaded
+ * by models/flux1.h): config from config.json, weights bound by checkpoint name, and one
+ * forward over a batch of packed latent token sequences with their text features, computed
+ * as the diffusers modules are (without FLUX.2's reference-image KV cache modes).
+ * Double-stream blocks keep separate image/text weights and attend jointly over [text,
+ * image]; single-stream blocks project q, k, v and the MLP input from one normed input and
+ * run one attention+MLP-out projection over the joint sequence.
+ * The variants differ in: modulation (FLUX.2: one per block kind, shared by all blocks;
+ * FLUX.1: every block its own AdaLayerNormZero), biases (FLUX.1 only), the MLP (FLUX.2:
+ * SwiGLU, ratio 3; FLUX.1: tanh-GELU, ratio 4), the RoPE axes (4 vs 3) and FLUX.1's pooled
+ * text embedding added to the time embedding. */
 #ifndef DIT_MODELS_FLUX2_H
 #define DIT_MODELS_FLUX2_H
 
@@ -14,10 +19,15 @@
 #include "backend/backend.h"
 #include "core/error.h"
 
-#define DIT_FLUX2_N_AXES 4 /* RoPE axes over the position ids (t, h, w, l) */
+#define DIT_FLUX2_N_AXES 4 /* RoPE axes over the position ids (t, h, w, l); FLUX.1 has 3 */
 #define DIT_FLUX2_MAX_HEAD_DIM 512 /* attention_head_dim accepted */
 
+typedef enum dit_flux_variant { DIT_FLUX_2 = 0, DIT_FLUX_1 } dit_flux_variant;
+
 typedef struct dit_flux2_config {
+  dit_flux_variant variant;    /* which transformer (set by the loader, not config.json) */
+  int n_axes;                  /* RoPE axes: 4 (FLUX.2), 3 (FLUX.1) */
+  int pooled_dim;              /* FLUX.1's pooled_projection_dim (CLIP pooled width); 0 for FLUX.2 */
   /* read from config.json */
   int patch_size;              /* only 1 (the pipeline packs 2x2 patches into channels) */
   int in_channels;             /* packed latent channels (128 for klein, 32 for the fixture) */
@@ -29,7 +39,7 @@ typedef struct dit_flux2_config {
   int joint_attention_dim;     /* text feature width (3 x text encoder hidden for klein) */
   int t_channels;              /* timestep_guidance_channels (sinusoid width) */
   double mlp_ratio;
-  int axes_dims[DIT_FLUX2_N_AXES]; /* axes_dims_rope, each even, sum = head_dim */
+  int axes_dims[DIT_FLUX2_N_AXES]; /* axes_dims_rope (n_axes of them), each even, sum = head_dim */
   double rope_theta;
   float eps;                   /* LayerNorm and q/k RMSNorm eps */
   bool guidance_embeds;        /* a guidance embedder exists (FLUX.2 [dev]); false for klein */
@@ -87,5 +97,11 @@ const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
 dit_status dit_flux2_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *t,
                              const float *guidance, const float *img_ids, const float *txt_ids, dit_tensor *out,
                              dit_error *err);
+/* The same for either variant: img_ids / txt_ids hold n_axes values per token, and pooled
+ * (host [B * pooled_dim], FLUX.1's pooled text embedding; required when pooled_dim > 0,
+ * ignored otherwise). */
+dit_status dit_flux_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *pooled,
+                            const float *t, const float *guidance, const float *img_ids, const float *txt_ids,
+                            dit_tensor *out, dit_error *err);
 
 #endif

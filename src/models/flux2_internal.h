@@ -12,36 +12,49 @@
 #include "io/safetensors.h"
 #include "models/flux2.h"
 
-/* Flux2TransformerBlock (double stream). D = dim, hd = head_dim, F = mlp_hidden. No biases. */
+/* A linear layer's weight [N, K] and bias [N] (bias.data NULL: none, FLUX.2 throughout). */
+typedef struct flux_lin {
+  dit_tensor w, b;
+} flux_lin;
+
+/* A double-stream block. D = dim, hd = head_dim, F = mlp_hidden. Names: diffusers'. */
 typedef struct flux2_double_w {
-  dit_tensor to_q, to_k, to_v;             /* attn.to_{q,k,v} [D, D] (image stream) */
+  flux_lin mod_img, mod_txt;               /* FLUX.1: norm1.linear, norm1_context.linear [6D, D] */
+  flux_lin to_q, to_k, to_v;               /* attn.to_{q,k,v} [D, D] (image stream) */
   dit_tensor norm_q, norm_k;               /* attn.norm_{q,k} [hd] */
-  dit_tensor add_q_proj, add_k_proj, add_v_proj; /* attn.add_{q,k,v}_proj [D, D] (text stream) */
+  flux_lin add_q_proj, add_k_proj, add_v_proj; /* attn.add_{q,k,v}_proj [D, D] (text stream) */
   dit_tensor norm_added_q, norm_added_k;   /* [hd] */
-  dit_tensor to_out_0;                     /* attn.to_out.0 [D, D] */
-  dit_tensor to_add_out;                   /* attn.to_add_out [D, D] */
-  dit_tensor ff_linear_in, ff_linear_out;  /* ff.linear_in [2F, D], ff.linear_out [D, F] */
-  dit_tensor ffc_linear_in, ffc_linear_out; /* ff_context.* */
+  flux_lin to_out_0;                       /* attn.to_out.0 [D, D] */
+  flux_lin to_add_out;                     /* attn.to_add_out [D, D] */
+  flux_lin ff_in, ff_out;                  /* FLUX.2 ff.linear_in [2F, D] (SwiGLU halves), ff.linear_out [D, F];
+                                              FLUX.1 ff.net.0.proj [F, D] (tanh-GELU), ff.net.2 [D, F] */
+  flux_lin ffc_in, ffc_out;                /* ff_context.* */
 } flux2_double_w;
 
-/* Flux2SingleTransformerBlock. */
+/* A single-stream block. */
 typedef struct flux2_single_w {
-  dit_tensor to_qkv_mlp_proj;              /* attn.to_qkv_mlp_proj [3D + 2F, D] */
+  flux_lin mod;                            /* FLUX.1: norm.linear [3D, D] */
+  dit_tensor to_qkv_mlp_proj;              /* FLUX.2: attn.to_qkv_mlp_proj [3D + 2F, D] */
+  flux_lin qkv;                            /* FLUX.1 with fused q, k, v rows [3D, D] (a single file's
+                                              linear1 rows), else w.data NULL and to_q/k/v are used */
+  flux_lin to_q, to_k, to_v;               /* FLUX.1: attn.to_{q,k,v} [D, D] */
+  flux_lin proj_mlp;                       /* FLUX.1: proj_mlp [F, D] */
   dit_tensor norm_q, norm_k;               /* [hd] */
-  dit_tensor to_out;                       /* attn.to_out [D, D + F] */
+  flux_lin to_out;                         /* FLUX.2 attn.to_out, FLUX.1 proj_out [D, D + F] */
 } flux2_single_w;
 
 typedef struct flux2_weights {
-  dit_tensor t_linear_1, t_linear_2;       /* time_guidance_embed.timestep_embedder.linear_{1,2} [D, Tc], [D, D] */
-  dit_tensor g_linear_1, g_linear_2;       /* ...guidance_embedder.* (guidance_embeds only) */
-  dit_tensor mod_img, mod_txt;             /* double_stream_modulation_{img,txt}.linear [6D, D] */
-  dit_tensor mod_single;                   /* single_stream_modulation.linear [3D, D] */
-  dit_tensor x_embedder;                   /* [D, in_channels] */
-  dit_tensor context_embedder;             /* [D, joint_attention_dim] */
+  flux_lin t_linear_1, t_linear_2;         /* timestep_embedder.linear_{1,2} [D, Tc], [D, D] */
+  flux_lin g_linear_1, g_linear_2;         /* guidance_embedder.* (guidance_embeds only) */
+  flux_lin p_linear_1, p_linear_2;         /* FLUX.1: text_embedder.linear_{1,2} [D, pooled_dim], [D, D] */
+  dit_tensor mod_img, mod_txt;             /* FLUX.2: double_stream_modulation_{img,txt}.linear [6D, D] */
+  dit_tensor mod_single;                   /* FLUX.2: single_stream_modulation.linear [3D, D] */
+  flux_lin x_embedder;                     /* [D, in_channels] */
+  flux_lin context_embedder;               /* [D, joint_attention_dim] */
   flux2_double_w *blocks;                  /* transformer_blocks [n_layers] */
   flux2_single_w *single;                  /* single_transformer_blocks [n_single_layers] */
-  dit_tensor norm_out;                     /* norm_out.linear [2D, D] (scale, shift) */
-  dit_tensor proj_out;                     /* [out_channels, D] */
+  flux_lin norm_out;                       /* norm_out.linear [2D, D] (scale, shift) */
+  flux_lin proj_out;                       /* [out_channels, D] */
 } flux2_weights;
 
 struct dit_flux2 {
@@ -58,6 +71,12 @@ struct dit_flux2 {
   dit_replay replay; /* the forward's ops as graphs (GPU backends) */
 };
 
+/* A model on be with no weights yet (flux2.c). */
+dit_flux2 *flux2_new_model(dit_backend *be);
+/* Allocates the block arrays of m->cfg (flux2.c). */
+dit_status flux2_alloc_blocks(dit_flux2 *m, dit_error *err);
+/* Range checks of a caller-made config's read fields (flux2.c); who names it. */
+dit_status flux2_check_sizes(const dit_flux2_config *c, const char *who, dit_error *err);
 /* Reads and validates config.json (flux2.c). */
 dit_status flux2_parse_config(const char *path, dit_flux2_config *c, dit_error *err);
 /* Checks a config's read fields and fills the derived ones (flux2.c). */

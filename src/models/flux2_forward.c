@@ -495,8 +495,8 @@ static dit_status final_layer(dit_flux2 *m, const flux2_geom *g, flux2_acts *a, 
   dit_tensor src = v3(m, dit_act_el(&m->as, a->joint, g->St * D), B, g->Si, D, g->S * D, D),
              img = dit_act_3d(&m->as, a->img, B, g->Si, D);
   DIT_TRY(dit_op_copy(m->be, &img, &src, err));
-  const int mo = mk_out(&m->cfg);
-  DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(m, a, g, mo + 1), chunk(m, a, g, mo), err));
+  const int mo = mk_out(&m->cfg), sf = m->w.norm_out_shift_first;
+  DIT_TRY(norm_mod(m, g, a->img, g->Si, a->hn, chunk(m, a, g, mo + !sf), chunk(m, a, g, mo + sf), err));
   dit_tensor hn = dit_act_3d(&m->as, a->hn, B, g->Si, D);
   if (!a->out_act) return lin(m->be, out, &hn, &m->w.proj_out, DIT_ACT_NONE, err);
   dit_tensor o = dit_act_3d(&m->as, a->out_act, B, g->Si, m->cfg.out_channels);

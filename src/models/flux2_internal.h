@@ -29,6 +29,8 @@ typedef struct flux2_double_w {
   flux_lin ff_in, ff_out;                  /* FLUX.2 ff.linear_in [2F, D] (SwiGLU halves), ff.linear_out [D, F];
                                               FLUX.1 ff.net.0.proj [F, D] (tanh-GELU), ff.net.2 [D, F] */
   flux_lin ffc_in, ffc_out;                /* ff_context.* */
+  flux_lin img_qkv, txt_qkv;               /* FLUX.1 single file: fused [3D, D] rows (to_q/k/v and
+                                              add_*_proj are row views of them) */
 } flux2_double_w;
 
 /* A single-stream block. */
@@ -41,6 +43,7 @@ typedef struct flux2_single_w {
   flux_lin proj_mlp;                       /* FLUX.1: proj_mlp [F, D] */
   dit_tensor norm_q, norm_k;               /* [hd] */
   flux_lin to_out;                         /* FLUX.2 attn.to_out, FLUX.1 proj_out [D, D + F] */
+  flux_lin linear1;                        /* FLUX.1 single file: [3D + F, D] (qkv and proj_mlp are row views) */
 } flux2_single_w;
 
 typedef struct flux2_weights {
@@ -53,7 +56,9 @@ typedef struct flux2_weights {
   flux_lin context_embedder;               /* [D, joint_attention_dim] */
   flux2_double_w *blocks;                  /* transformer_blocks [n_layers] */
   flux2_single_w *single;                  /* single_transformer_blocks [n_single_layers] */
-  flux_lin norm_out;                       /* norm_out.linear [2D, D] (scale, shift) */
+  flux_lin norm_out;                       /* norm_out.linear [2D, D] (scale, shift; the reverse when
+                                              norm_out_shift_first: a FLUX.1 single file's final_layer) */
+  bool norm_out_shift_first;
   flux_lin proj_out;                       /* [out_channels, D] */
 } flux2_weights;
 

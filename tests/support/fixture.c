@@ -269,3 +269,42 @@ void *dt_to_device(dit_backend *be, const float *h, size_t n) {
   }
   return p;
 }
+
+int dt_st_rewrite(const char *src, const char *dst, const char *drop, const char *data_of) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  const dit_st_tensor *repl = data_of ? dit_st_find(f, data_of) : NULL;
+  json_t *hdr = json_object();
+  uint64_t off = 0;
+  for (size_t i = 0; i <= f->n_tensors; i++) { /* the last round: drop's replacement, if any */
+    const dit_st_tensor *t = i < f->n_tensors ? &f->tensors[i] : repl;
+    const char *name = i < f->n_tensors ? t->name : drop;
+    if (!t || (i < f->n_tensors && !strcmp(t->name, drop))) continue;
+    json_t *sh = json_array();
+    for (int k = 0; k < t->ndim; k++) json_array_append_new(sh, json_integer(t->shape[k]));
+    uint64_t n = t->end - t->begin;
+    json_object_set_new(hdr, name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
+                                             "data_offsets", (json_int_t)off, (json_int_t)(off + n)));
+    off += n;
+  }
+  char *h = json_dumps(hdr, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(hdr);
+  FILE *o = h ? fopen(dst, "wb") : NULL;
+  int rc = o ? 0 : -1;
+  if (o) {
+    uint64_t hl = strlen(h);
+    unsigned char le[8];
+    for (int k = 0; k < 8; k++) le[k] = (unsigned char)(hl >> (8 * k));
+    rc |= fwrite(le, 1, 8, o) != 8 || fwrite(h, 1, hl, o) != hl;
+    for (size_t i = 0; i <= f->n_tensors; i++) { /* data in the header's order: sorted names, then the replacement */
+      const dit_st_tensor *t = i < f->n_tensors ? &f->tensors[i] : repl;
+      if (!t || (i < f->n_tensors && !strcmp(t->name, drop))) continue;
+      rc |= fwrite(t->data, 1, t->end - t->begin, o) != t->end - t->begin;
+    }
+    rc |= fclose(o) != 0;
+  }
+  free(h);
+  dit_st_close(f);
+  return rc ? -1 : 0;
+}

@@ -62,6 +62,10 @@ typedef struct dt_flux2_case {
 /* Loads the case from file (c zeroed first); 0, or -1 when a tensor is missing. */
 int dt_flux2_case_load(const char *file, dt_flux2_case *c);
 void dt_flux2_case_free(dt_flux2_case *c);
+/* Copies the safetensors file src to dst without the tensor named drop; with data_of, a
+ * tensor named drop holding data_of's dtype, shape and data is stored instead (a wrong
+ * shape). 0, or -1 on failure. */
+int dt_st_rewrite(const char *src, const char *dst, const char *drop, const char *data_of);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
 

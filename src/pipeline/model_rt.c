@@ -27,7 +27,13 @@ void dit_components_close(dit_components *c) {
 
 dit_status dit_components_start(const dit_model_rt *rt, dit_components *c, const dit_component_kind *transformer,
                                 const dit_component_kind *vae, dit_error *err) {
-  c->kind[DIT_SLOT_TEXT] = &dit_qwen3_text_encoder;
+  return dit_components_start_with(rt, c, &dit_qwen3_text_encoder, transformer, vae, err);
+}
+
+dit_status dit_components_start_with(const dit_model_rt *rt, dit_components *c, const dit_component_kind *text,
+                                     const dit_component_kind *transformer, const dit_component_kind *vae,
+                                     dit_error *err) {
+  c->kind[DIT_SLOT_TEXT] = text;
   c->kind[DIT_SLOT_TRANSFORMER] = transformer;
   c->kind[DIT_SLOT_VAE] = vae;
   return dit_components_open(rt, c, err);

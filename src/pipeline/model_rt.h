@@ -71,6 +71,10 @@ void dit_components_close(dit_components *c);
  * kinds, then loads what rt->keep holds (as dit_components_open). */
 dit_status dit_components_start(const dit_model_rt *rt, dit_components *c, const dit_component_kind *transformer,
                                 const dit_component_kind *vae, dit_error *err);
+/* The same with the family's own text-encoder kind. */
+dit_status dit_components_start_with(const dit_model_rt *rt, dit_components *c, const dit_component_kind *text,
+                                     const dit_component_kind *transformer, const dit_component_kind *vae,
+                                     dit_error *err);
 /* A family's close for a malloc'd state whose first member is its dit_components. */
 void dit_components_state_close(void *state);
 

@@ -12,9 +12,9 @@
 
 #include "core/timer.h"
 #include "models/qwen3.h"
-#include "models/vae_kl.h"
 #include "models/zimage.h"
 #include "pipeline/family.h"
+#include "pipeline/kl_decode.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -134,39 +134,6 @@ dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w
                                err);
 }
 
-/* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipeline runs it). */
-static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_kl *vae, dit_error *err) {
-  return dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
-}
-DIT_COMPONENT_KIND(zimage_vae, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_kl, dit_vae_kl_load, vae_prepare,
-                   dit_vae_kl_free);
-
-/* VAE stage: scales/shifts the latents, decodes, converts to 8-bit. */
-static dit_status decode_latents(const dit_model_rt *rt, dit_components *c, const loop_state *L, int vae_tile,
-                                 dit_image *out, dit_error *err) {
-  void *obj = NULL;
-  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
-  dit_vae_kl *vae = obj;
-  const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
-  const int H = L->h * 8, W = L->w * 8;
-  float *zl = malloc(L->n * sizeof(float));
-  float *img = malloc(3 * (size_t)H * W * sizeof(float));
-  dit_status s = DIT_OK;
-  if (!zl || !img) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
-  if (s == DIT_OK) {
-    const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
-    for (size_t k = 0; k < L->n; k++) zl[k] = L->latents[k] / sf + sh;
-    dit_tensor zt = dit_tensor_4d(DIT_F32, zl, 1, L->C, L->h, L->w);
-    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
-    s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
-  }
-  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
-  free(zl);
-  free(img);
-  dit_component_done(rt, c, DIT_SLOT_VAE);
-  return s;
-}
-
 /* The image token grid must fit the transformer's RoPE tables (axes_lens[1], [2]): checked
  * from config.json before any model runs, so a too-large size fails at once. */
 static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *err) {
@@ -198,7 +165,7 @@ static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *e
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
   if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  dit_status s = dit_components_start(rt, c, &zimage_dit, &zimage_vae, err);
+  dit_status s = dit_components_start(rt, c, &zimage_dit, dit_vae_kl_component, err);
   DIT_HAND_OVER(s, c, state, free);
 }
 
@@ -254,7 +221,7 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
-  if (s == DIT_OK) s = decode_latents(rt, c, &L, p->vae_tile, out, err);
+  if (s == DIT_OK) s = dit_kl_decode_stage(rt, c, L.latents, L.C, L.h, L.w, p->vae_tile, out, err);
   t[4] = dit_time_now();
   if (st && s == DIT_OK) dit_fill_stats(st, t, steps);
   free(L.pos.embeds);

@@ -1,0 +1,41 @@
+/* AutoencoderKL decode stage (see kl_decode.h). */
+#include "pipeline/kl_decode.h"
+
+#include <stdlib.h>
+
+#include "models/vae_kl.h"
+#include "pipeline/pipeline_common.h"
+
+/* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipelines run it). */
+static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_kl *vae, dit_error *err) {
+  return dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
+}
+DIT_COMPONENT_KIND(vae_kl_kind, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_kl, dit_vae_kl_load, vae_prepare,
+                   dit_vae_kl_free);
+const dit_component_kind *const dit_vae_kl_component = &vae_kl_kind;
+
+dit_status dit_kl_decode_stage(const dit_model_rt *rt, dit_components *c, const float *latents, int C, int h, int w,
+                               int vae_tile, dit_image *out, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
+  dit_vae_kl *vae = obj;
+  const dit_vae_kl_config *vc = dit_vae_kl_get_config(vae);
+  const int H = h * 8, W = w * 8;
+  const size_t n = (size_t)C * (size_t)h * (size_t)w;
+  float *zl = malloc(n * sizeof(float));
+  float *img = malloc(3 * (size_t)H * W * sizeof(float));
+  dit_status s = DIT_OK;
+  if (!zl || !img) s = dit_errorf(err, DIT_ERR_NOMEM, "VAE decode: out of memory");
+  if (s == DIT_OK) {
+    const float sf = (float)vc->scaling_factor, sh = (float)vc->shift_factor;
+    for (size_t k = 0; k < n; k++) zl[k] = latents[k] / sf + sh;
+    dit_tensor zt = dit_tensor_4d(DIT_F32, zl, 1, C, h, w);
+    dit_tensor it = dit_tensor_4d(DIT_F32, img, 1, 3, H, W);
+    s = dit_vae_kl_decode(vae, &zt, &it, vae_tile, err);
+  }
+  if (s == DIT_OK) s = dit_image_from_decoder(img, H, W, out, err);
+  free(zl);
+  free(img);
+  dit_component_done(rt, c, DIT_SLOT_VAE);
+  return s;
+}

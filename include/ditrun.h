@@ -92,8 +92,20 @@ typedef int (*dit_step_fn)(void *user, int step, int total, const float *latents
  * bf16 weights (AVX512-BF16 vdpbf16ps where available), fp32 accumulation: ~2x faster. */
 typedef enum dit_cpu_precision { DIT_CPU_PRECISION_FP32 = 0, DIT_CPU_PRECISION_BF16 } dit_cpu_precision;
 
+/* A single weights file standing in for a component of the model folder: "transformer"
+ * (e.g. FLUX.1's flux1-dev.safetensors), "vae" (ae.safetensors), "text_encoder"
+ * (clip_l.safetensors), "text_encoder_2" (t5xxl_fp16.safetensors). The folder still gives
+ * the component's config.json when it has one. */
+typedef struct dit_component_file {
+  const char *component;
+  const char *path;
+} dit_component_file;
+#define DIT_MAX_COMPONENT_FILES 8
+
 typedef struct dit_gen_params {
   const char *model_dir;        /* diffusers folder (model_index.json) */
+  const dit_component_file *files; /* n_files single weight files replacing components' weights */
+  int n_files;
   const char *prompt;           /* UTF-8 */
   const char *negative_prompt;  /* NULL = "" (used only with guidance) */
   int width, height;            /* pixels; 0 = the model's default (dit_gen_defaults_for) */
@@ -184,6 +196,8 @@ typedef struct dit_model_opts {
   dit_device_kind device;          /* where the models run */
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
   unsigned keep;                   /* DIT_KEEP_* bits; default DIT_KEEP_ALL */
+  const dit_component_file *files; /* single weight files replacing components' weights */
+  int n_files;                     /* 0..DIT_MAX_COMPONENT_FILES */
 } dit_model_opts;
 
 void dit_model_opts_default(dit_model_opts *o);

@@ -22,6 +22,7 @@ typedef struct cli_gen_opts {
   bool random_seed;             /* --seed -1: drawn from the OS when the run starts */
   int threads;
   int batch;                    /* -b N: images with seeds S..S+N-1 (1 = one image) */
+  dit_component_file files[DIT_MAX_COMPONENT_FILES]; /* --diffusion-model, --vae, --clip-l, --t5xxl */
 } cli_gen_opts;
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
 

@@ -38,6 +38,11 @@ static void usage(FILE *f) {
           "  -o, --output PATH      PNG to write (default output.png)\n"
           "      --overwrite        replace PATH if it exists\n"
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
+          "      --diffusion-model FILE  a single weights file for the transformer (e.g. BFL's flux1-dev.safetensors)\n"
+          "      --vae FILE         a single weights file for the VAE (e.g. ae.safetensors)\n"
+          "      --clip-l FILE      a single weights file for CLIP-L (text_encoder, e.g. clip_l.safetensors)\n"
+          "      --t5xxl FILE       a single weights file for T5-XXL (text_encoder_2, e.g. t5xxl_fp16.safetensors)\n"
+          "                         (the folder still gives configs, tokenizers and the scheduler)\n"
           "      --threads N        CPU threads (default: all cores)\n"
           "      --device cpu|cuda  where to run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
@@ -46,7 +51,9 @@ static void usage(FILE *f) {
           "examples:\n"
           "  ditrun generate -m models/shapes-128 -p \"a green triangle on a white background\" -o t.png\n"
           "  ditrun generate -m Z-Image-Turbo -p \"a red fox in the snow, 35mm photo\" --seed -1 -o fox.png\n"
-          "  ditrun generate -m FLUX.2-klein-4B -p \"a lighthouse at dusk\" -W 768 -H 512 -b 4 --device cuda -o l.png\n");
+          "  ditrun generate -m FLUX.2-klein-4B -p \"a lighthouse at dusk\" -W 768 -H 512 -b 4 --device cuda -o l.png\n"
+          "  ditrun generate -m models/flux1-dev --diffusion-model flux1-dev.safetensors --vae ae.safetensors \\\n"
+          "    --clip-l clip_l.safetensors --t5xxl t5xxl_fp16.safetensors -p \"a red fox\" --device cuda -o fox.png\n");
 }
 
 /* Every option generate accepts, for the closest-name hint (test_cli_generate checks that
@@ -54,7 +61,31 @@ static void usage(FILE *f) {
 static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
-    "--overwrite", "--vae-tile", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help"};
+    "--overwrite", "--vae-tile", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
+    "--diffusion-model", "--vae", "--clip-l", "--t5xxl"};
+
+/* The single-file options and the components they stand for. */
+static const char *const file_opts[][2] = {
+    {"--diffusion-model", "transformer"}, {"--vae", "vae"}, {"--clip-l", "text_encoder"}, {"--t5xxl", "text_encoder_2"}};
+
+/* A single-file option at argv[*i]: recorded (the last one for a component wins); false
+ * when argv[*i] is none of them. */
+static bool file_opt(int argc, char **argv, int *i, cli_gen_opts *o, bool *bad) {
+  for (size_t k = 0; k < sizeof file_opts / sizeof *file_opts; k++) {
+    bool m = false;
+    const char *v = cli_opt_value(argc, argv, i, NULL, file_opts[k][0], &m, bad);
+    if (!m) continue;
+    if (*bad) return true;
+    int j = 0;
+    while (j < o->p.n_files && strcmp(o->files[j].component, file_opts[k][1])) j++;
+    o->files[j].component = file_opts[k][1];
+    o->files[j].path = v;
+    if (j == o->p.n_files) o->p.n_files++;
+    o->p.files = o->files;
+    return true;
+  }
+  return false;
+}
 
 typedef struct progress {
   bool show, tty;
@@ -169,6 +200,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       if (!bad) o->p.device = (dit_device_kind)k;
     }
     else if (OPT(NULL, "--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("generate", v, &o->p.cpu_precision)) return 2; }
+    else if (file_opt(argc, argv, &i, o, &bad)) {}
     else { cli_unknown_option("generate", a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }

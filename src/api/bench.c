@@ -139,6 +139,7 @@ static void free_inputs(dit_backend *be, bench_io *io) {
   free(io->host_out);
   free(io->t.img_ids);
   free(io->t.txt_ids);
+  free(io->t.vec);
 }
 
 /* Process CPU time (all threads), ms: on a shared machine the rate per CPU-second is what

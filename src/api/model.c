@@ -60,6 +60,10 @@ dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_o
   m->rt.ctx = ctx;
   m->rt.keep = o->keep;
   dit_status s = dit_model_dir_open(model_dir, &m->rt.dir, err);
+  if (s == DIT_OK && (o->n_files < 0 || o->n_files > DIT_MAX_COMPONENT_FILES || (o->n_files && !o->files)))
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "%d component files (at most %d)", o->n_files, DIT_MAX_COMPONENT_FILES);
+  for (int i = 0; s == DIT_OK && i < o->n_files; i++)
+    s = dit_model_dir_set_file(m->rt.dir, o->files[i].component, o->files[i].path, err);
   if (s == DIT_OK) s = dit_family_of(m->rt.dir, &m->family, err);
   if (s == DIT_OK) s = dit_family_model_defaults(m->family, m->rt.dir, &m->defaults, err);
   if (s == DIT_OK) s = create_backends(m, o, err);

@@ -32,6 +32,7 @@ void dit_model_dir_close(dit_model_dir *d) {
     free(d->components[i].library);
     free(d->components[i].cls);
   }
+  for (size_t i = 0; i < DIT_MAX_COMPONENTS; i++) free(d->files[i]);
   free(d->root);
   free(d->pipeline);
   if (d->index) json_decref(d->index);
@@ -107,11 +108,42 @@ const dit_component *dit_model_dir_component(const dit_model_dir *d, const char 
   return NULL;
 }
 
+dit_status dit_model_dir_set_file(dit_model_dir *d, const char *name, const char *path, dit_error *err) {
+  const dit_component *c = dit_model_dir_component(d, name);
+  if (!c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: model_index.json has no component \"%s\"", d->root, name);
+  struct stat st;
+  if (!path || stat(path, &st) != 0)
+    return dit_errorf(err, DIT_ERR_IO, "%s file %s: %s", name, path ? path : "(none)", strerror(errno));
+  if (!S_ISREG(st.st_mode)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s file %s is not a regular file", name, path);
+  size_t i = (size_t)(c - d->components);
+  char *copy = strdup(path);
+  if (!copy) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  free(d->files[i]);
+  d->files[i] = copy;
+  return DIT_OK;
+}
+
+const char *dit_model_dir_component_file(const dit_model_dir *d, const char *name) {
+  const dit_component *c = dit_model_dir_component(d, name);
+  return c ? d->files[c - d->components] : NULL;
+}
+
+const char *dit_model_dir_component_config_path(const dit_model_dir *d, const char *name, char *buf, size_t len) {
+  struct stat st;
+  if ((size_t)snprintf(buf, len, "%s/%s/config.json", d->root, name) >= len) return NULL;
+  return stat(buf, &st) == 0 && S_ISREG(st.st_mode) ? buf : NULL;
+}
+
 dit_status dit_model_dir_component_path(const dit_model_dir *d, const char *name, char *buf, size_t len,
                                         dit_error *err) {
   if (len) buf[0] = 0;
   if (!dit_model_dir_component(d, name))
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: model_index.json has no component \"%s\"", d->root, name);
+  const char *file = dit_model_dir_component_file(d, name);
+  if (file) {
+    if ((size_t)snprintf(buf, len, "%s", file) >= len) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: path too long", file);
+    return DIT_OK;
+  }
   if ((size_t)snprintf(buf, len, "%s/%s", d->root, name) >= len)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s/%s: path too long", d->root, name);
   struct stat st;
@@ -147,7 +179,12 @@ dit_status dit_config_load(const char *component_dir, json_t **out, dit_error *e
 dit_status dit_model_dir_component_config(const dit_model_dir *d, const char *name, json_t **out, dit_error *err) {
   *out = NULL;
   char dir[4096];
-  DIT_TRY(dit_model_dir_component_path(d, name, dir, sizeof dir, err));
+  if (dit_model_dir_component_file(d, name)) { /* the folder's config, when it has one */
+    if ((size_t)snprintf(dir, sizeof dir, "%s/%s", d->root, name) >= sizeof dir)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s/%s: path too long", d->root, name);
+  } else {
+    DIT_TRY(dit_model_dir_component_path(d, name, dir, sizeof dir, err));
+  }
   /* Schedulers keep their settings in scheduler_config.json. */
   char probe[4352];
   snprintf(probe, sizeof probe, "%s/scheduler_config.json", dir);

@@ -19,6 +19,7 @@
 typedef struct dit_bench_io {
   dit_tensor x, cap, out;
   float *img_ids, *txt_ids; /* malloc'd by the family's inputs (or NULL), freed by the bench */
+  float *vec;               /* a host text vector (FLUX.1's pooled CLIP output), likewise */
 } dit_bench_io;
 
 typedef struct dit_bench_variant dit_bench_variant;

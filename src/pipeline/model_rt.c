@@ -39,6 +39,13 @@ dit_status dit_components_start_with(const dit_model_rt *rt, dit_components *c, 
   return dit_components_open(rt, c, err);
 }
 
+dit_status dit_component_source(const dit_model_rt *rt, const char *name, dit_component_src *src, dit_error *err) {
+  DIT_TRY(dit_model_dir_component_path(rt->dir, name, src->path, sizeof src->path, err));
+  src->is_file = dit_model_dir_component_file(rt->dir, name) != NULL;
+  src->cfg = src->is_file ? dit_model_dir_component_config_path(rt->dir, name, src->cfg_buf, sizeof src->cfg_buf) : NULL;
+  return DIT_OK;
+}
+
 void dit_components_state_close(void *state) {
   if (!state) return;
   dit_components_close(state);

@@ -51,6 +51,17 @@ typedef struct dit_component_kind {
   static void kind##_free(void *obj) { free_fn(obj); }                                       \
   static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free}
 
+/* Where component name's weights are: its folder, or the single file set for it
+ * (dit_model_dir_set_file) into path; *cfg is then the folder's config.json when it has one
+ * (into cfg_buf of 4096), else NULL (a loader infers the config from the file). */
+typedef struct dit_component_src {
+  char path[4096];
+  char cfg_buf[4096];
+  const char *cfg;
+  bool is_file;
+} dit_component_src;
+dit_status dit_component_source(const dit_model_rt *rt, const char *name, dit_component_src *src, dit_error *err);
+
 enum { DIT_SLOT_TEXT = 0, DIT_SLOT_TRANSFORMER, DIT_SLOT_VAE, DIT_N_SLOTS };
 
 /* A family's components: kinds filled by the family, objects NULL until loaded. */

@@ -14,7 +14,8 @@
 
 #include "core/error.h"
 
-typedef enum { DIT_CHAT_QWEN3_THINKING, DIT_CHAT_QWEN3_NO_THINKING } dit_chat_style;
+/* DIT_CHAT_NONE: the text encoders take the prompt as it is (FLUX.1). */
+typedef enum { DIT_CHAT_NONE = -1, DIT_CHAT_QWEN3_THINKING, DIT_CHAT_QWEN3_NO_THINKING } dit_chat_style;
 
 /* Renders a NUL-terminated prompt (NULL = ""); *out is malloc'd and NUL-terminated. */
 dit_status dit_chat_render(dit_chat_style style, const char *prompt, char **out, dit_error *err);

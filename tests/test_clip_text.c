@@ -287,13 +287,14 @@ static void test_errors(const dt_args *a) {
   dt_path(srcfile, sizeof srcfile, src, "model.safetensors");
   dt_path(dir, sizeof dir, a->tmp, "broken");
   dt_path(file, sizeof file, dir, "model.safetensors");
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
   CHECK(dt_run(cmd, NULL) == 0);
   dit_backend *be = new_backend();
   dit_clip_text_config settings = {.num_heads = 2, .hidden_act = DIT_CLIP_QUICK_GELU, .layer_norm_eps = 1e-5f,
                                    .eos_token_id = 2};
 
   expect_fail(be, dir, NULL, "config.json", "no config.json");
+  expect_fail(be, file, NULL, "no such file", "no file");
   write_config(src, dir, NULL, NULL);
   copy_st(srcfile, file, NULL, NULL, NULL);
   dit_error err = {0};
@@ -413,6 +414,10 @@ static void write_text(const char *dir, const char *name, const char *text) {
   "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 1, \"intermediate_size\": 96," \
   " \"vocab_size\": 50, \"max_position_embeddings\": 16, \"layer_norm_eps\": 1e-05"
 
+/* The input of the wide model: the largest id (49) first at 6, id 30 at 5. */
+enum { WIDE_S = 12 };
+static const int32_t wide_ids[WIDE_S] = {48, 3, 17, 5, 7, 30, 49, 8, 49, 49, 49, 49};
+
 static bool all_finite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return false;
@@ -438,12 +443,12 @@ static void test_wide(const dt_args *a) {
   char dir[4096], file[4200], cmd[8400];
   dt_path(dir, sizeof dir, a->tmp, "wide");
   dt_path(file, sizeof file, dir, "model.safetensors");
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
   CHECK(dt_run(cmd, NULL) == 0);
   write_wide(dir);
   dit_backend *be = new_backend();
-  enum { S = 12 };
-  const int32_t ids[S] = {49 - 1, 3, 17, 5, 7, 30, 49, 8, 49, 49, 49, 49};
+  enum { S = WIDE_S };
+  const int32_t *ids = wide_ids;
   clip_out of = {0}, od = {0}, on = {0}, og = {0};
   dit_clip_text_config cf, cd, cn, cg;
 
@@ -496,7 +501,89 @@ static void test_wide(const dt_args *a) {
   dit_backend_free(be);
 }
 
+/* ---- the CUDA backend ---------------------------------------------------------------- */
+
+#define GPU_NMSE 1e-4 /* F32 activations, GEMM inputs rounded to bf16 on the GPU */
+
+#ifdef DIT_HAVE_CUDA
+/* The model at path (folder or single file) on the GPU, device buffers in and out,
+ * downloaded into o (host, S*H / H floats). */
+static void gpu_run(dit_backend *be, const char *path, const int32_t *ids, int S, clip_out *o) {
+  dit_error err = {0};
+  dit_clip_text *m = NULL;
+  dit_status s = dit_clip_text_load(be, path, &m, &err);
+  CHECK_MSG(s == DIT_OK, "gpu load %s: %s", path, err.msg);
+  if (s != DIT_OK) return;
+  int H = dit_clip_text_get_config(m)->hidden_size;
+  size_t n = (size_t)S * H;
+  o->last = calloc(n, sizeof(float)), o->pooled = calloc((size_t)H, sizeof(float)), o->h1 = calloc(n, sizeof(float));
+  float *dl = dt_to_device(be, o->last, n), *dp = dt_to_device(be, o->pooled, (size_t)H), *dh = dt_to_device(be, o->h1, n);
+  const int one[1] = {1};
+  s = dl && dp && dh ? dit_clip_text_encode_hidden(m, S, ids, 1, one, &dh, dl, dp, &err) : DIT_ERR_NOMEM;
+  if (s == DIT_OK) s = be->ops->download(be, o->last, dl, n * sizeof(float), &err);
+  if (s == DIT_OK) s = be->ops->download(be, o->pooled, dp, (size_t)H * sizeof(float), &err);
+  if (s == DIT_OK) s = be->ops->download(be, o->h1, dh, n * sizeof(float), &err);
+  CHECK_MSG(s == DIT_OK, "gpu encode: %s", err.msg);
+  int p = dit_clip_text_pooled_index(dit_clip_text_get_config(m), S, ids);
+  CHECK(s == DIT_OK && !memcmp(o->pooled, o->last + (size_t)p * H, (size_t)H * sizeof(float)));
+  if (dl) be->ops->free(be, dl);
+  if (dp) be->ops->free(be, dp);
+  if (dh) be->ops->free(be, dh);
+  dit_clip_text_free(m);
+}
+
+static void gpu_compare(const float *gpu, const float *cpu, size_t n, const char *what) {
+  long bad = 0;
+  double v = dt_nmse(gpu, cpu, n, &bad);
+  printf("gpu vs cpu %-24s nmse %.3g, non-finite %ld\n", what, v, bad);
+  CHECK_MSG(v <= GPU_NMSE && bad == 0, "gpu %s: nmse %g", what, v);
+}
+
+/* The CUDA attention takes head widths that are multiples of 8, so the GPU runs the
+ * 64-wide-head model of test_wide (the fixture's heads are 4 wide): GPU against CPU, and
+ * the folder and single-file paths identical on the GPU. */
+static void test_gpu(const dt_args *a) {
+  dit_backend *be = NULL, *cpu = NULL;
+  dit_error err = {0};
+  if (dit_backend_cuda_create(0, NULL, &be, &err) != DIT_OK) {
+    printf("SKIP gpu: no usable GPU (%s)\n", err.msg);
+    return;
+  }
+  char dir[4096], file[4200], cmd[8400];
+  dt_path(dir, sizeof dir, a->tmp, "wide_gpu");
+  dt_path(file, sizeof file, dir, "model.safetensors");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+  CHECK(dt_run(cmd, NULL) == 0);
+  write_wide(dir);
+  write_text(dir, "config.json", "{\"model_type\": \"clip_text_model\", " WIDE_FIELDS "}");
+  enum { S = WIDE_S };
+  const int32_t *ids = wide_ids;
+  clip_out od = {0}, of = {0}, oc = {0};
+  dit_clip_text_config cc;
+  gpu_run(be, dir, ids, S, &od);
+  gpu_run(be, file, ids, S, &of);
+  cpu = new_backend();
+  bool ok = cpu && run_wide(cpu, file, ids, S, &oc, &cc);
+  if (ok && od.last && of.last) {
+    gpu_compare(od.last, oc.last, (size_t)S * W_H, "last_hidden_state");
+    gpu_compare(od.pooled, oc.pooled, W_H, "pooled");
+    gpu_compare(od.h1, oc.h1, (size_t)S * W_H, "hidden_states[1]");
+    CHECK_MSG(same_out(&od, &of, S, W_H), "gpu: single file and folder outputs differ");
+  }
+  out_free(&od);
+  out_free(&of);
+  out_free(&oc);
+  if (cpu) dit_backend_free(cpu);
+  dit_backend_free(be);
+}
+#else
+static void test_gpu(const dt_args *a) {
+  (void)a;
+  printf("SKIP gpu: built without CUDA\n");
+}
+#endif
+
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_fixture, test_errors, test_wide};
+  static void (*const cases[])(const dt_args *) = {test_fixture, test_errors, test_wide, test_gpu};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

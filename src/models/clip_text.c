@@ -306,9 +306,11 @@ static dit_status load_path(dit_backend *be, const char *path, bool is_file, con
 }
 
 dit_status dit_clip_text_load(dit_backend *be, const char *path, dit_clip_text **out, dit_error *err) {
+  *out = NULL;
   struct stat st;
-  bool is_file = path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
-  return load_path(be, path, is_file, NULL, out, err);
+  if (path && stat(path, &st) != 0)
+    return dit_errorf(err, DIT_ERR_IO, "clip_text: %s: no such file or folder", path);
+  return load_path(be, path, path && S_ISREG(st.st_mode), NULL, out, err);
 }
 
 dit_status dit_clip_text_load_file(dit_backend *be, const char *file, const dit_clip_text_config *settings,

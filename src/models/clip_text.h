@@ -22,6 +22,7 @@
 #ifndef DIT_MODELS_CLIP_TEXT_H
 #define DIT_MODELS_CLIP_TEXT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"

@@ -278,17 +278,23 @@ static void write_config(const char *src_dir, const char *dir, const char *key, 
   json_decref(c);
 }
 
+/* dir = tmp/name, emptied and created. */
+static void fresh_dir(const char *tmp, const char *name, char *dir, size_t len) {
+  char cmd[8400];
+  dt_path(dir, len, tmp, name);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+  CHECK(dt_run(cmd, NULL) == 0);
+}
+
 /* Broken copies of the fixture checkpoint in the scratch folder: each missing,
  * mis-shaped or mistyped tensor and each bad config field is an error naming it. */
 static void test_errors(const dt_args *a) {
-  char fix[4096], src[4096], srcfile[4200], dir[4096], file[4200], cmd[8400];
+  char fix[4096], src[4096], srcfile[4200], dir[4096], file[4200];
   dt_model_dir(a, a->data, "flux1-dev-tiny", fix, sizeof fix);
   dt_path(src, sizeof src, fix, "text_encoder");
   dt_path(srcfile, sizeof srcfile, src, "model.safetensors");
-  dt_path(dir, sizeof dir, a->tmp, "broken");
+  fresh_dir(a->tmp, "broken", dir, sizeof dir);
   dt_path(file, sizeof file, dir, "model.safetensors");
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-  CHECK(dt_run(cmd, NULL) == 0);
   dit_backend *be = new_backend();
   dit_clip_text_config settings = {.num_heads = 2, .hidden_act = DIT_CLIP_QUICK_GELU, .layer_norm_eps = 1e-5f,
                                    .eos_token_id = 2};
@@ -440,11 +446,9 @@ static bool run_wide(dit_backend *be, const char *path, const int32_t *ids, int 
 }
 
 static void test_wide(const dt_args *a) {
-  char dir[4096], file[4200], cmd[8400];
-  dt_path(dir, sizeof dir, a->tmp, "wide");
+  char dir[4096], file[4200];
+  fresh_dir(a->tmp, "wide", dir, sizeof dir);
   dt_path(file, sizeof file, dir, "model.safetensors");
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-  CHECK(dt_run(cmd, NULL) == 0);
   write_wide(dir);
   dit_backend *be = new_backend();
   enum { S = WIDE_S };
@@ -549,11 +553,9 @@ static void test_gpu(const dt_args *a) {
     printf("SKIP gpu: no usable GPU (%s)\n", err.msg);
     return;
   }
-  char dir[4096], file[4200], cmd[8400];
-  dt_path(dir, sizeof dir, a->tmp, "wide_gpu");
+  char dir[4096], file[4200];
+  fresh_dir(a->tmp, "wide_gpu", dir, sizeof dir);
   dt_path(file, sizeof file, dir, "model.safetensors");
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-  CHECK(dt_run(cmd, NULL) == 0);
   write_wide(dir);
   write_text(dir, "config.json", "{\"model_type\": \"clip_text_model\", " WIDE_FIELDS "}");
   enum { S = WIDE_S };

@@ -489,6 +489,12 @@ static void test_wide(const dt_args *a) {
   out_free(&on);
   out_free(&og);
 
+  /* The published CLIP-L geometry: 64-wide heads, as the single-file inference assumes. */
+  dit_clip_text_config l;
+  dit_clip_text_config_l(&l);
+  CHECK(l.hidden_size == 768 && l.num_heads * 64 == l.hidden_size && l.num_layers == 12 && l.intermediate_size == 3072);
+  CHECK(l.vocab_size == 49408 && l.max_position_embeddings == 77 && l.hidden_act == DIT_CLIP_QUICK_GELU);
+
   /* Random weights at this geometry run and give finite values. */
   dit_error err = {0};
   dit_clip_text *r = NULL;

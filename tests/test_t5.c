@@ -450,10 +450,7 @@ int main(int argc, char **argv) {
   dt_args args;
   dt_init(argc, argv, &args);
   char fixture[4096];
-  if (args.fixture)
-    snprintf(fixture, sizeof fixture, "%s", args.fixture);
-  else
-    snprintf(fixture, sizeof fixture, "%s/models/flux1-dev-tiny", args.data);
+  dt_model_dir(&args, args.data, "flux1-dev-tiny", fixture, sizeof fixture);
   dt_path(g_dir, sizeof g_dir, fixture, "text_encoder_2");
   dt_path(g_file, sizeof g_file, g_dir, "model.safetensors");
   dit_error err = {0};

@@ -446,6 +446,82 @@ static void test_random(void) {
   CHECK_MSG(strstr(err.msg, "relative_attention_num_buckets") != NULL, "%s", err.msg);
 }
 
+#ifdef DIT_HAVE_CUDA
+#include "core/timer.h"
+
+/* hidden_states[-1] of ids on m (on any backend) into host memory; NULL on failure. */
+static float *encode_host(dit_t5 *m, int S, const int32_t *ids) {
+  dit_backend *be = dit_t5_backend(m);
+  size_t n = (size_t)S * dit_t5_get_config(m)->d_model;
+  float *host = calloc(n, sizeof *host);
+  void *dev = NULL;
+  dit_error err = {0};
+  dit_status s = be->ops->alloc(be, n * sizeof(float), &dev, &err);
+  if (s == DIT_OK) s = dit_t5_encode(m, S, ids, dev, &err);
+  if (s == DIT_OK) s = be->ops->download(be, host, dev, n * sizeof(float), &err);
+  if (dev) be->ops->free(be, dev);
+  CHECK_MSG(s == DIT_OK, "%s encode of %d tokens: %s", be->ops->name, S, err.msg);
+  if (s != DIT_OK) free(host), host = NULL;
+  return host;
+}
+
+/* On the GPU (F32 activations; the ops round GEMM inputs to the weights' bf16): the
+ * fixture's prompt_embeds, and a random model at T5-XXL width (2 of its 24 blocks) against
+ * the same model on the CPU, timed. Normalized MSE bounds as the other GPU tests. */
+static void test_gpu(const char *fixture) {
+  dit_backend *gpu = NULL;
+  dit_error err = {0};
+  if (dit_backend_cuda_create(0, NULL, &gpu, &err) != DIT_OK) {
+    printf("SKIP gpu: no usable GPU (%s)\n", err.msg);
+    return;
+  }
+  char ref[4096];
+  dt_path(ref, sizeof ref, fixture, "reference.safetensors");
+  int32_t *ids = NULL;
+  float *want = NULL;
+  int64_t sh[8], rs[8];
+  int nd = 0, nr = 0;
+  dit_t5 *m = NULL;
+  CHECK_MSG(dit_t5_load(gpu, g_dir, &m, &err) == DIT_OK, "gpu load: %s", err.msg);
+  if (m && dt_load_i32(ref, "t5_ids", &ids, sh, &nd) == 0 && dt_load_f32(ref, "prompt_embeds", &want, rs, &nr) == 0) {
+    CHECK(dit_t5_weight_bytes(m) > 0);
+    float *got = encode_host(m, (int)sh[0], ids);
+    long bad = 0;
+    double e = got ? dt_nmse(got, want, (size_t)(rs[0] * rs[1]), &bad) : 1;
+    printf("gpu prompt_embeds %lld tokens: nmse %.3g, non-finite %ld\n", (long long)sh[0], e, bad);
+    CHECK_MSG(e <= 1e-4 && bad == 0, "gpu prompt_embeds: nmse %g", e);
+    free(got);
+  }
+  free(ids), free(want);
+  dit_t5_free(m);
+
+  dit_t5_config c;
+  dit_t5_config_xxl(&c);
+  c.num_layers = 2;
+  dit_t5 *mc = NULL, *mg = NULL;
+  CHECK_MSG(dit_t5_create_random(g_be, &c, DIT_BF16, 5, &mc, &err) == DIT_OK, "%s", err.msg);
+  CHECK_MSG(dit_t5_create_random(gpu, &c, DIT_BF16, 5, &mg, &err) == DIT_OK, "%s", err.msg);
+  const int S = 512;
+  int32_t *tok = malloc(S * sizeof *tok);
+  for (int i = 0; i < S; i++) tok[i] = (i * 7919 + 3) % c.vocab_size;
+  if (mc && mg) {
+    float *a = encode_host(mc, S, tok), *b = encode_host(mg, S, tok);
+    long bad = 0;
+    double e = a && b ? dt_nmse(b, a, (size_t)S * c.d_model, &bad) : 1;
+    printf("gpu T5-XXL width, 2 blocks, %d tokens vs cpu: nmse %.3g, non-finite %ld\n", S, e, bad);
+    CHECK_MSG(e <= 1e-4 && bad == 0, "xxl width: nmse %g", e);
+    double t0 = dit_time_now();
+    for (int i = 0; i < 3; i++) free(encode_host(mg, S, tok));
+    printf("gpu T5-XXL width: %.2f ms per block at %d tokens\n", (dit_time_now() - t0) / 3 / 2 * 1e3, S);
+    free(a), free(b);
+  }
+  free(tok);
+  dit_t5_free(mc);
+  dit_t5_free(mg);
+  dit_backend_free(gpu);
+}
+#endif
+
 int main(int argc, char **argv) {
   dt_args args;
   dt_init(argc, argv, &args);
@@ -464,6 +540,9 @@ int main(int argc, char **argv) {
   test_broken(args.tmp);
   test_bad_config(args.tmp);
   test_random();
+#ifdef DIT_HAVE_CUDA
+  test_gpu(fixture);
+#endif
   dit_backend_free(g_be);
   return dt_finish();
 }

@@ -83,7 +83,7 @@ static void test_fixture(const dt_args *a) {
     return;
   }
   const dit_clip_text_config *c = dit_clip_text_get_config(m);
-  CHECK(c->hidden_size == 8 && c->num_layers == 2 && c->num_heads == 2 && c->intermediate_size == 24);
+  CHECK(c->hidden_size == 16 && c->num_layers == 2 && c->num_heads == 2 && c->intermediate_size == 32);
   CHECK(c->vocab_size == 49408 && c->max_position_embeddings == 77 && c->eos_token_id == 2);
   CHECK(c->hidden_act == DIT_CLIP_QUICK_GELU && c->layer_norm_eps == 1e-5f);
   int H = c->hidden_size;
@@ -331,7 +331,7 @@ static void test_errors(const dt_args *a) {
     const char *key, *value, *needle;
   } bad_c[] = {
       {"hidden_size", NULL, "hidden_size"},
-      {"hidden_size", "16", "embeddings.token_embedding.weight"},
+      {"hidden_size", "24", "embeddings.token_embedding.weight"},
       {"num_attention_heads", "3", "num_attention_heads"},
       {"num_hidden_layers", "0", "num_hidden_layers"},
       {"intermediate_size", "\"24\"", "intermediate_size"},

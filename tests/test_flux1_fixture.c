@@ -83,7 +83,7 @@ static void test_model(dit_backend *be, const char *data, const char *name, bool
   if (m) {
     const dit_flux2_config *k = dit_flux2_get_config(m);
     CHECK(k->variant == DIT_FLUX_1 && k->n_axes == 3 && k->dim == 32 && k->head_dim == 16 && k->n_layers == 1);
-    CHECK(k->n_single_layers == 2 && k->mlp_hidden == 128 && k->pooled_dim == 8 && k->guidance_embeds == dev);
+    CHECK(k->n_single_layers == 2 && k->mlp_hidden == 128 && k->pooled_dim == 16 && k->guidance_embeds == dev);
     CHECK(k->axes_dims[0] == 4 && k->axes_dims[1] == 6 && k->axes_dims[2] == 6 && k->rope_theta == 10000.0);
     /* no pooled embedding: refused */
     dit_tensor x = dit_tensor_make(DIT_F32, c.k.hidden, 3, c.k.hs), txt = dit_tensor_make(DIT_F32, c.k.enc, 3, c.k.es);

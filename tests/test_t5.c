@@ -71,7 +71,7 @@ static double check_ref(dit_t5 *m, const char *file, const char *ids_name, const
 
 static void test_config(dit_t5 *m) {
   const dit_t5_config *c = dit_t5_get_config(m);
-  CHECK(c->d_model == 8 && c->num_layers == 2 && c->num_heads == 2 && c->d_kv == 4 && c->d_ff == 16);
+  CHECK(c->d_model == 8 && c->num_layers == 2 && c->num_heads == 2 && c->d_kv == 8 && c->d_ff == 16);
   CHECK(c->vocab_size == 32128 && c->num_buckets == 32 && c->max_distance == 128);
   CHECK(c->gated && c->act == DIT_ACT_GELU_TANH && c->layer_norm_epsilon == 1e-6f);
   CHECK(dit_t5_backend(m) == g_be);

@@ -112,8 +112,9 @@ dit_status dit_model_dir_set_file(dit_model_dir *d, const char *name, const char
   const dit_component *c = dit_model_dir_component(d, name);
   if (!c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: model_index.json has no component \"%s\"", d->root, name);
   struct stat st;
-  if (!path || stat(path, &st) != 0)
-    return dit_errorf(err, DIT_ERR_IO, "%s file %s: %s", name, path ? path : "(none)", strerror(errno));
+  if (!path || stat(path, &st) != 0) /* a file named by the user that is not there is a usage error */
+    return dit_errorf(err, !path || errno == ENOENT ? DIT_ERR_INVALID_ARG : DIT_ERR_IO, "%s file %s: %s", name,
+                      path ? path : "(none)", path ? strerror(errno) : "no path");
   if (!S_ISREG(st.st_mode)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s file %s is not a regular file", name, path);
   size_t i = (size_t)(c - d->components);
   char *copy = strdup(path);

@@ -116,6 +116,10 @@ static dit_status read_text_config(const json_t *j, dit_clip_text_config *c, con
 static dit_status parse_config_file(const char *dir, dit_clip_text_config *c, dit_error *err) {
   char path[4096];
   DIT_TRY(dit_model_config_path("clip_text", dir, path, sizeof path, err));
+  return dit_clip_text_read_config(path, c, err);
+}
+
+dit_status dit_clip_text_read_config(const char *path, dit_clip_text_config *c, dit_error *err) {
   json_t *root = NULL;
   DIT_TRY(dit_json_load_file(path, CLIP_CONFIG_MAX_BYTES, &root, err));
   const char *type = NULL;

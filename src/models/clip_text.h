@@ -65,6 +65,8 @@ void dit_clip_text_config_l(dit_clip_text_config *c);
  * On failure *out is NULL and the message names the field or tensor that was wrong
  * (missing, mis-shaped, of a dtype other than F32/BF16/F16, or not a CLIP tensor). */
 dit_status dit_clip_text_load(dit_backend *be, const char *path, dit_clip_text **out, dit_error *err);
+/* Reads a config.json (as a folder's) into c. */
+dit_status dit_clip_text_read_config(const char *path, dit_clip_text_config *c, dit_error *err);
 /* A .safetensors file (as dit_clip_text_load), with the settings tensor shapes cannot
  * tell taken from `settings` instead of the published ones: num_heads, hidden_act,
  * layer_norm_eps and eos_token_id (its sizes are ignored: they come from the file). */

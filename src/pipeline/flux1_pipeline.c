@@ -47,18 +47,29 @@ static void text_free(void *obj) {
   free(t);
 }
 
+/* CLIP from its folder, or from a single file with the folder's config.json when there is
+ * one (the settings a file's shapes cannot tell), else the published CLIP-L settings. */
+static dit_status clip_load(const dit_model_rt *rt, dit_clip_text **out, dit_error *err) {
+  dit_component_src src;
+  DIT_TRY(dit_component_source(rt, "text_encoder", &src, err));
+  if (!src.cfg) return dit_clip_text_load(rt->dev, src.path, out, err);
+  dit_clip_text_config c;
+  DIT_TRY(dit_clip_text_read_config(src.cfg, &c, err));
+  return dit_clip_text_load_file(rt->dev, src.path, &c, out, err);
+}
+
 static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   *obj = NULL;
   flux1_text *t = calloc(1, sizeof *t);
   if (!t) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  char p[4][4096];
-  static const char *const comp[4] = {"tokenizer", "tokenizer_2", "text_encoder", "text_encoder_2"};
+  char p[3][4096];
+  static const char *const comp[3] = {"tokenizer", "tokenizer_2", "text_encoder_2"};
   dit_status s = DIT_OK;
-  for (int i = 0; i < 4 && s == DIT_OK; i++) s = dit_model_dir_component_path(rt->dir, comp[i], p[i], sizeof p[i], err);
+  for (int i = 0; i < 3 && s == DIT_OK; i++) s = dit_model_dir_component_path(rt->dir, comp[i], p[i], sizeof p[i], err);
   if (s == DIT_OK) s = dit_tok_load(p[0], &t->clip_tok, err);
   if (s == DIT_OK) s = dit_tok_load(p[1], &t->t5_tok, err);
-  if (s == DIT_OK) s = dit_clip_text_load(rt->dev, p[2], &t->clip, err);
-  if (s == DIT_OK) s = dit_t5_load(rt->dev, p[3], &t->t5, err);
+  if (s == DIT_OK) s = clip_load(rt, &t->clip, err);
+  if (s == DIT_OK) s = dit_t5_load(rt->dev, p[2], &t->t5, err); /* a single file's geometry is in its shapes */
   DIT_HAND_OVER(s, t, obj, text_free);
 }
 

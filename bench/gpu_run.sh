@@ -106,6 +106,18 @@ PYEOF
 
 skip() { case ",${SKIP:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
+# gen_check LABEL FIXTURE KEY NAME [OPTIONS...]: generate --device cuda from the fixture's prompt at
+# 96x128, seed 42, then the PSNR of NAME.png against its reference KEY.
+gen_check() {
+  local label=$1 fx=tests/fixtures/models/$2 key=$3 name=$4 prompt
+  shift 4
+  prompt=$(python3 -c "import json;print(json.load(open('$fx/reference.json'))['prompt'])")
+  timeout 120 .devbin/ditrun generate -m "$fx" -p "$prompt" -W 96 -H 128 --seed 42 --device cuda \
+    -o "$OUT/$name.png" --overwrite "$@" >"$OUT/$name.log" 2>&1
+  echo "$label: generate --device cuda rc=$? $(tail -n 3 "$OUT/$name.log" | head -c 400)"
+  psnr_check "$label" "$OUT/$name.png" "$fx/reference.safetensors" "$key" 2>&1 | tee -a "$OUT/$name.log"
+}
+
 run() {
   local sizes=("$@") arch=${ARCH:-zimage}
   local tl=${TEXT_LEN:-128} unfused=${UNFUSED_SIZES-1024}
@@ -147,24 +159,11 @@ run() {
     cat "$OUT/gpu_flux2.log"
   fi
   if ! skip generate; then
-    # the pipeline with the transformer on the GPU (bf16), against the float reference image
-    local prompt
-    prompt=$(python3 -c 'import json;print(json.load(open("tests/fixtures/models/zimage-tiny/reference.json"))["prompt"])')
-    timeout 120 .devbin/ditrun generate -m tests/fixtures/models/zimage-tiny -p "$prompt" -W 96 -H 128 --steps 4 --guidance 0 \
-      --seed 42 --device cuda -o "$OUT/gpu_turbo.png" --overwrite >"$OUT/gpu_generate.log" 2>&1
-    echo "generate --device cuda: rc=$?"
-    psnr_check "GPU pipeline image" "$OUT/gpu_turbo.png" tests/fixtures/models/zimage-tiny/reference.safetensors \
-      turbo_image 2>&1 | tee -a "$OUT/gpu_generate.log"
-  fi
-  if ! skip generate; then
-    # FLUX.2 [klein]: text encoder, transformer (bf16) and VAE on the GPU, against the float reference image
-    local f2p
-    f2p=$(python3 -c 'import json;print(json.load(open("tests/fixtures/models/flux2-klein-tiny/reference.json"))["prompt"])')
-    timeout 120 .devbin/ditrun generate -m tests/fixtures/models/flux2-klein-tiny -p "$f2p" -W 96 -H 128 --steps 4 \
-      --seed 42 --device cuda -o "$OUT/gpu_flux2.png" --overwrite >"$OUT/gpu_generate_flux2.log" 2>&1
-    echo "generate flux2 --device cuda: rc=$? $(tail -n 3 "$OUT/gpu_generate_flux2.log" | head -c 400)"
-    psnr_check "FLUX.2 GPU pipeline image" "$OUT/gpu_flux2.png" tests/fixtures/models/flux2-klein-tiny/reference.safetensors \
-      image 2>&1 | tee -a "$OUT/gpu_generate_flux2.log"
+    # each family's pipeline on the GPU (bf16 models), against the float reference image
+    gen_check "GPU pipeline image" zimage-tiny turbo_image gpu_turbo --steps 4 --guidance 0
+    gen_check "FLUX.2 GPU pipeline image" flux2-klein-tiny image gpu_flux2 --steps 4
+    gen_check "FLUX.1 dev GPU pipeline image" flux1-dev-tiny image gpu_flux1_dev --steps 4 --guidance 3.5 --max-seq-len 512
+    gen_check "FLUX.1 schnell GPU pipeline image" flux1-schnell-tiny image gpu_flux1_schnell --steps 4 --max-seq-len 256
   fi
   if ! skip bench; then
     # clocks, power and temperature once a second while ditrun benches (leaves the card's settings alone)

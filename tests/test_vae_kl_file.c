@@ -74,26 +74,20 @@ static int to_ldm(void *user, const char *name, char *out, size_t len, int64_t *
   return 0;
 }
 
-/* Decodes the fixture's vae_z with m into a malloc'd image; NULL after a failed check. */
-static float *decode_z(dit_vae_kl *m, size_t *n_out) {
-  char file[4096];
-  dt_path(file, sizeof file, g_fixture, "components.safetensors");
-  float *z = NULL, *img = NULL;
+/* The fixture's VAE case: decoder input z, diffusers' decode ref, both shapes. */
+typedef struct vae_case {
+  float *z, *ref;
   int64_t zs[8], rs[8];
-  int zn, rn;
-  if (dt_load_f32(file, "vae_z", &z, zs, &zn) || dt_load_f32(file, "vae_image", &img, rs, &rn) || zn != 4 ||
-      rn != 4) {
-    CHECK_MSG(0, "cannot load vae_z / vae_image from %s", file);
-    free(z);
-    free(img);
-    return NULL;
-  }
-  *n_out = (size_t)(rs[0] * rs[1] * rs[2] * rs[3]);
-  dit_tensor tz = dit_tensor_make(DIT_F32, z, 4, zs), ti = dit_tensor_make(DIT_F32, img, 4, rs);
+  size_t n; /* elements of the image */
+} vae_case;
+
+/* Decodes c->z with m into a malloc'd image; NULL after a failed check. */
+static float *decode_z(dit_vae_kl *m, const vae_case *c) {
+  float *img = malloc(c->n * sizeof *img);
+  dit_tensor tz = dit_tensor_make(DIT_F32, c->z, 4, c->zs), ti = dit_tensor_make(DIT_F32, img, 4, c->rs);
   dit_error err = {0};
-  dit_status s = dit_vae_kl_decode(m, &tz, &ti, 0, &err);
+  dit_status s = img ? dit_vae_kl_decode(m, &tz, &ti, 0, &err) : DIT_ERR_NOMEM;
   CHECK_MSG(s == DIT_OK, "decode: %s", err.msg);
-  free(z);
   if (s == DIT_OK) return img;
   free(img);
   return NULL;
@@ -101,16 +95,15 @@ static float *decode_z(dit_vae_kl *m, size_t *n_out) {
 
 /* Loads `file` (with the fixture's config) and checks its decode equals `want` bit for
  * bit and is within 1e-4 of the diffusers reference. */
-static void check_file(dit_backend *be, const char *file, const float *want, const float *ref, size_t n) {
+static void check_file(dit_backend *be, const char *file, const float *want, const vae_case *c) {
   dit_vae_kl *m = NULL;
   dit_error err = {0};
   dit_status s = dit_vae_kl_load_file(be, file, g_config, &m, &err);
   CHECK_MSG(s == DIT_OK, "load %s: %s", file, err.msg);
-  size_t got_n = 0;
-  float *got = s == DIT_OK ? decode_z(m, &got_n) : NULL;
+  float *got = s == DIT_OK ? decode_z(m, c) : NULL;
   if (got) {
-    CHECK_MSG(got_n == n && !memcmp(got, want, n * sizeof *got), "%s: decode differs from the folder model's", file);
-    double e = dt_rel_err(got, ref, n);
+    CHECK_MSG(!memcmp(got, want, c->n * sizeof *got), "%s: decode differs from the folder model's", file);
+    double e = dt_rel_err(got, c->ref, c->n);
     printf("%s: decode bit-identical to the folder model's, rel err to diffusers %.3g\n", file, e);
     CHECK_MSG(e <= 1e-4, "relative error %.3g > 1e-4", e);
   }
@@ -131,6 +124,13 @@ static void expect_fail(dit_backend *be, const char *file, const char *config, c
 
 /* FLUX.1's configuration (the default) on the tiny file, through both entry points. */
 static void test_default_config(dit_backend *be, const char *ldm) {
+  dit_vae_kl_config c;
+  dit_error ce = {0};
+  dit_vae_kl_config_flux1(&c);
+  CHECK_MSG(dit_vae_kl_config_check(&c, &ce) == DIT_OK, "%s", ce.msg);
+  CHECK(c.latent_channels == 16 && c.n_levels == 4 && c.block_out_channels[0] == 128 && c.block_out_channels[3] == 512);
+  CHECK(c.layers_per_block == 2 && c.norm_num_groups == 32 && c.mid_block_add_attention && !c.use_post_quant_conv);
+  CHECK(c.scaling_factor == 0.3611f && c.has_shift_factor && c.shift_factor == 0.1159f);
   expect_fail(be, ldm, NULL, "decoder.conv_in.weight expected [512, 16, 3, 3] found [64, 16, 3, 3]", "FLUX.1");
   dit_vae_kl *m = NULL;
   dit_error err = {0};
@@ -167,28 +167,29 @@ int main(int argc, char **argv) {
   bool conv_attn = false, linear_attn = true;
   CHECK(dt_st_rename(g_weights, ldm, to_ldm, &conv_attn) == 0);
   CHECK(dt_st_rename(g_weights, ldm_linear, to_ldm, &linear_attn) == 0);
+  dt_path(comp, sizeof comp, g_fixture, "components.safetensors");
+  vae_case c = {0};
   dit_error err = {0};
   dit_backend *be = NULL;
-  if (dit_backend_cpu_create(0, &be, &err) != DIT_OK) {
-    CHECK_MSG(0, "cpu backend: %s", err.msg);
+  if (dt_vae_case_load(comp, &c.z, c.zs, &c.ref, c.rs) || dit_backend_cpu_create(0, &be, &err) != DIT_OK) {
+    CHECK_MSG(0, "no case or no cpu backend: %s", err.msg);
+    free(c.z), free(c.ref);
     return dt_finish();
   }
+  c.n = (size_t)(c.rs[0] * c.rs[1] * c.rs[2] * c.rs[3]);
+  /* the reference decode: the same fixture loaded from its folder */
   dit_vae_kl *m = NULL;
-  dit_status s = dit_vae_kl_load(be, g_vae_dir, &m, &err);
-  CHECK_MSG(s == DIT_OK, "folder load: %s", err.msg);
-  size_t n = 0;
-  float *want = s == DIT_OK ? decode_z(m, &n) : NULL, *ref = NULL;
-  int64_t rs[8];
-  int rn;
-  dt_path(comp, sizeof comp, g_fixture, "components.safetensors");
-  if (want && dt_load_f32(comp, "vae_image", &ref, rs, &rn) == 0) {
-    check_file(be, ldm, want, ref, n);
-    check_file(be, ldm_linear, want, ref, n);
-    check_file(be, g_weights, want, ref, n); /* the diffusers-named file itself */
+  CHECK_MSG(dit_vae_kl_load(be, g_vae_dir, &m, &err) == DIT_OK, "folder load: %s", err.msg);
+  float *want = m ? decode_z(m, &c) : NULL;
+  dit_vae_kl_free(m);
+  if (want) {
+    check_file(be, ldm, want, &c);
+    check_file(be, ldm_linear, want, &c);
+    check_file(be, g_weights, want, &c); /* the diffusers-named file itself */
   }
   free(want);
-  free(ref);
-  dit_vae_kl_free(m);
+  free(c.z);
+  free(c.ref);
   test_default_config(be, ldm);
   test_bad_files(be, a.tmp, ldm);
   dit_backend_free(be);

@@ -298,7 +298,7 @@ dit_status dit_vae_kl_load_file(dit_backend *be, const char *file, const char *c
   if (config_json)
     DIT_TRY(read_config(config_json, "AutoencoderKL", &cfg, err));
   else
-    vae_kl_flux1_config(&cfg);
+    dit_vae_kl_config_flux1(&cfg);
   dit_status s = load_model(be, &cfg, file, true, NULL, out, err);
   if (s == DIT_ERR_FORMAT && !config_json)
     dit_error_prefix(err, "with FLUX.1's VAE configuration (no config.json given)");

@@ -81,6 +81,9 @@ dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img
 /* Checks a config (sizes positive, within caps, channels divisible by the groups);
  * the message names the field. */
 dit_status dit_vae_kl_config_check(const dit_vae_kl_config *c, dit_error *err);
+/* The configuration of FLUX.1's published VAE (dit_vae_kl_load_file's default; also the
+ * geometry the benchmarks decode at). */
+void dit_vae_kl_config_flux1(dit_vae_kl_config *c);
 /* Builds a decoder of this config with deterministic pseudo-random BF16 weights (seed),
  * scaled so activations stay O(1) — for benchmarks at the real geometry without files. */
 dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,

@@ -74,7 +74,5 @@ dit_status vae_kl_ldm_rename(dit_wtable *t, const dit_weights *w, int n_levels, 
 /* After binding: the attention weights bound as [C, C, 1, 1] are described as [C, C]
  * (the same data), in their destinations and in t. */
 void vae_kl_ldm_flatten(dit_wtable *t);
-/* The configuration of FLUX.1's published VAE (dit_vae_kl_load_file's default). */
-void vae_kl_flux1_config(dit_vae_kl_config *c);
 
 #endif

@@ -40,20 +40,21 @@ static const struct {
 
 bool vae_kl_ldm_detect(const dit_weights *w) { return dit_weights_find(w, LDM_PROBE) != NULL; }
 
-void vae_kl_flux1_config(dit_vae_kl_config *c) {
-  memset(c, 0, sizeof *c);
-  c->latent_channels = 16;
-  c->out_channels = 3;
-  c->n_levels = 4;
-  const int ch[4] = {128, 256, 512, 512};
-  memcpy(c->block_out_channels, ch, sizeof ch);
-  c->layers_per_block = 2;
-  c->norm_num_groups = 32;
-  c->mid_block_add_attention = true;
-  c->use_post_quant_conv = false;
-  c->scaling_factor = 0.3611f;
-  c->shift_factor = 0.1159f;
-  c->has_shift_factor = true;
+void dit_vae_kl_config_flux1(dit_vae_kl_config *c) {
+  static const dit_vae_kl_config flux1 = {
+      .latent_channels = 16,
+      .out_channels = 3,
+      .n_levels = 4,
+      .block_out_channels = {128, 256, 512, 512},
+      .layers_per_block = 2,
+      .norm_num_groups = 32,
+      .mid_block_add_attention = true,
+      .use_post_quant_conv = false,
+      .scaling_factor = 0.3611f,
+      .shift_factor = 0.1159f,
+      .has_shift_factor = true,
+  };
+  *c = flux1;
 }
 
 /* A resnet's tensor name after its block: conv_shortcut becomes nin_shortcut. */

@@ -372,3 +372,16 @@ int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *use
   dit_st_close(f);
   return rc;
 }
+
+int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int64_t *is) {
+  int zn = 0, in = 0;
+  *z = *img = NULL;
+  if (dt_load_f32(file, "vae_z", z, zs, &zn) || dt_load_f32(file, "vae_image", img, is, &in) || zn != 4 || in != 4) {
+    CHECK_MSG(0, "cannot load vae_z / vae_image [4-D] from %s", file);
+    free(*z);
+    free(*img);
+    *z = *img = NULL;
+    return -1;
+  }
+  return 0;
+}

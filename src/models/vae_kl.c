@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/dtype.h"
 #include "core/splitmix.h"
@@ -244,8 +245,64 @@ static dit_status to_device(dit_vae_kl *m, const dit_wtable *t, dit_error *err) 
   return DIT_OK;
 }
 
-dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err) {
-  return vae_kl_load_class(be, component_dir, "AutoencoderKL", NULL, out, err);
+/* Reads the config.json at `path` (class cls) into cfg. */
+static dit_status read_config(const char *path, const char *cls, dit_vae_kl_config *cfg, dit_error *err) {
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, 16u << 20, &j, err));
+  dit_status s = parse_config(j, path, cls, cfg, err);
+  json_decref(j);
+  return s;
+}
+
+/* The decoder of cfg with its weights bound from weights_path (a folder or a safetensors
+ * file, as dit_weights_open takes); with ldm_ok, a checkpoint naming its tensors the LDM
+ * way is bound under those names. extra_ignore as for vae_kl_load_class. */
+static dit_status load_model(dit_backend *be, const dit_vae_kl_config *cfg, const char *weights_path, bool ldm_ok,
+                             const char *const *extra_ignore, dit_vae_kl **out, dit_error *err) {
+  dit_vae_kl *m = NULL;
+  DIT_TRY(model_new(be, cfg, &m, err));
+  dit_wtable t;
+  dit_wtable_init(&t);
+  build_table(m, &t);
+  const char *ignore[16] = {"encoder.", "quant_conv."};
+  for (size_t i = 0, k = 2; extra_ignore && extra_ignore[i] && k < 15; i++) ignore[k++] = extra_ignore[i];
+  dit_status s = dit_weights_open(weights_path, NULL, &m->weights, err);
+  const bool ldm = s == DIT_OK && ldm_ok && vae_kl_ldm_detect(m->weights);
+  if (ldm) s = vae_kl_ldm_rename(&t, m->weights, cfg->n_levels, err);
+  if (s == DIT_OK) {
+    s = dit_wtable_bind(&t, m->weights, "", ignore, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s", weights_path);
+  }
+  if (s == DIT_OK && ldm) vae_kl_ldm_flatten(&t);
+  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
+  if (s == DIT_OK) s = to_device(m, &t, err);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) dit_error_prefix(err, "vae load");
+  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
+}
+
+dit_status dit_vae_kl_load(dit_backend *be, const char *path, dit_vae_kl **out, dit_error *err) {
+  struct stat st;
+  if (path && stat(path, &st) == 0 && S_ISREG(st.st_mode)) return dit_vae_kl_load_file(be, path, NULL, out, err);
+  return vae_kl_load_class(be, path, "AutoencoderKL", NULL, out, err);
+}
+
+dit_status dit_vae_kl_load_file(dit_backend *be, const char *file, const char *config_json, dit_vae_kl **out,
+                                dit_error *err) {
+  *out = NULL;
+  if (!be || !file) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: NULL backend or file");
+  struct stat st;
+  if (stat(file, &st) != 0 || !S_ISREG(st.st_mode))
+    return dit_errorf(err, DIT_ERR_IO, "vae load: %s is not a readable regular file", file);
+  dit_vae_kl_config cfg;
+  if (config_json)
+    DIT_TRY(read_config(config_json, "AutoencoderKL", &cfg, err));
+  else
+    dit_vae_kl_config_flux1(&cfg);
+  dit_status s = load_model(be, &cfg, file, true, NULL, out, err);
+  if (s == DIT_ERR_FORMAT && !config_json)
+    dit_error_prefix(err, "with FLUX.1's VAE configuration (no config.json given)");
+  return s;
 }
 
 dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const char *cls,
@@ -255,30 +312,9 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
   char path[4096];
   if ((size_t)snprintf(path, sizeof path, "%s/config.json", component_dir) >= sizeof path)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: folder path too long");
-  json_t *j = NULL;
-  dit_status s = dit_json_load_file(path, 16u << 20, &j, err);
-  if (s != DIT_OK) return s;
   dit_vae_kl_config cfg;
-  s = parse_config(j, path, cls, &cfg, err);
-  json_decref(j);
-  if (s != DIT_OK) return s;
-  dit_vae_kl *m = NULL;
-  DIT_TRY(model_new(be, &cfg, &m, err));
-  dit_wtable t;
-  dit_wtable_init(&t);
-  build_table(m, &t);
-  const char *ignore[16] = {"encoder.", "quant_conv."};
-  for (size_t i = 0, k = 2; extra_ignore && extra_ignore[i] && k < 15; i++) ignore[k++] = extra_ignore[i];
-  s = dit_weights_open(component_dir, NULL, &m->weights, err);
-  if (s == DIT_OK) {
-    s = dit_wtable_bind(&t, m->weights, "", ignore, err);
-    if (s != DIT_OK) dit_error_prefix(err, "%s", component_dir);
-  }
-  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
-  if (s == DIT_OK) s = to_device(m, &t, err);
-  dit_wtable_free(&t);
-  if (s != DIT_OK) dit_error_prefix(err, "vae load");
-  DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
+  DIT_TRY(read_config(path, cls, &cfg, err));
+  return load_model(be, &cfg, component_dir, false, extra_ignore, out, err);
 }
 
 /* ---- random weights --------------------------------------------------------------- */

@@ -31,10 +31,21 @@ typedef struct dit_vae_kl_config {
 
 typedef struct dit_vae_kl dit_vae_kl;
 
-/* Loads component_dir/config.json and its safetensors (encoder.* and quant_conv.* are
- * ignored). Weights stay mapped in their stored dtype. On failure *out is NULL and the
- * message names the config field or the tensors that are wrong. */
-dit_status dit_vae_kl_load(dit_backend *be, const char *component_dir, dit_vae_kl **out, dit_error *err);
+/* path a folder: loads path/config.json and its safetensors (encoder.* and quant_conv.*
+ * are ignored). path a regular file: dit_vae_kl_load_file(be, path, NULL, ...). Weights
+ * stay mapped in their stored dtype. On failure *out is NULL and the message names the
+ * config field or the tensors that are wrong. */
+dit_status dit_vae_kl_load(dit_backend *be, const char *path, dit_vae_kl **out, dit_error *err);
+/* Loads the decoder from one safetensors file, such as FLUX.1's ae.safetensors, named
+ * either as diffusers does or the original LDM way (detected by
+ * decoder.mid.block_1.norm1.weight; the attention's q/k/v/proj_out stored as 1x1
+ * convolutions [C, C, 1, 1] are used as the linears [C, C] without a copy). config_json:
+ * the path of a diffusers AutoencoderKL config.json, or NULL for FLUX.1's published VAE
+ * (latent 16, block_out_channels [128, 256, 512, 512], layers_per_block 2, 32 groups,
+ * mid-block attention, no post_quant_conv, scaling 0.3611, shift 0.1159). A missing or
+ * mis-shaped tensor is named as the file names it. */
+dit_status dit_vae_kl_load_file(dit_backend *be, const char *file, const char *config_json, dit_vae_kl **out,
+                                dit_error *err);
 void dit_vae_kl_free(dit_vae_kl *m);
 const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m);
 
@@ -70,6 +81,9 @@ dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img
 /* Checks a config (sizes positive, within caps, channels divisible by the groups);
  * the message names the field. */
 dit_status dit_vae_kl_config_check(const dit_vae_kl_config *c, dit_error *err);
+/* The configuration of FLUX.1's published VAE (dit_vae_kl_load_file's default; also the
+ * geometry the benchmarks decode at). */
+void dit_vae_kl_config_flux1(dit_vae_kl_config *c);
 /* Builds a decoder of this config with deterministic pseudo-random BF16 weights (seed),
  * scaled so activations stay O(1) — for benchmarks at the real geometry without files. */
 dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,

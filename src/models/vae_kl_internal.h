@@ -64,4 +64,15 @@ struct dit_vae_kl {
 dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const char *cls,
                              const char *const *extra_ignore, dit_vae_kl **out, dit_error *err);
 
+/* The LDM ("CompVis") naming of a single checkpoint file, vae_kl_ldm.c. */
+/* true when w names its tensors the LDM way (decoder.mid.block_1.norm1.weight exists). */
+bool vae_kl_ldm_detect(const dit_weights *w);
+/* Renames every entry of t (built with the diffusers names for a decoder of n_levels) to
+ * its LDM name; the attention's q/k/v/proj_out weights are then expected as the 1x1
+ * convolutions [C, C, 1, 1] LDM stores, unless w holds them as [C, C]. */
+dit_status vae_kl_ldm_rename(dit_wtable *t, const dit_weights *w, int n_levels, dit_error *err);
+/* After binding: the attention weights bound as [C, C, 1, 1] are described as [C, C]
+ * (the same data), in their destinations and in t. */
+void vae_kl_ldm_flatten(dit_wtable *t);
+
 #endif

@@ -308,3 +308,80 @@ int dt_st_rewrite(const char *src, const char *dst, const char *drop, const char
   dit_st_close(f);
   return rc ? -1 : 0;
 }
+
+/* Writes a safetensors file: the 8-byte little-endian header length, the header, then
+ * the data of the n tensors src[i] back to back (the header's offsets must agree). */
+static int st_write(const char *dst, const json_t *hdr, const dit_st_tensor *const *src, size_t n) {
+  char *h = json_dumps(hdr, JSON_COMPACT | JSON_SORT_KEYS);
+  FILE *o = h ? fopen(dst, "wb") : NULL;
+  int bad = !o;
+  if (o) {
+    const uint64_t hl = strlen(h);
+    unsigned char le[8];
+    for (int k = 0; k < 8; k++) le[k] = (unsigned char)(hl >> (8 * k));
+    bad |= fwrite(le, 1, 8, o) != 8 || fwrite(h, 1, hl, o) != hl;
+    for (size_t i = 0; i < n; i++) {
+      const size_t nb = (size_t)(src[i]->end - src[i]->begin);
+      bad |= fwrite(src[i]->data, 1, nb, o) != nb;
+    }
+    bad |= fclose(o) != 0;
+  }
+  free(h);
+  return bad ? -1 : 0;
+}
+
+/* Adds tensor t of src to hdr under fn's name and shape, at offset *off; 1 when fn leaves
+ * it out, -1 on failure. */
+static int rename_one(json_t *hdr, const dit_st_tensor *t, dt_st_rename_fn fn, void *user, uint64_t *off) {
+  char name[512];
+  int64_t shape[DIT_MAX_DIMS];
+  int ndim = t->ndim;
+  memcpy(shape, t->shape, sizeof shape);
+  int rc = fn(user, t->name, name, sizeof name, shape, &ndim);
+  if (rc) return rc;
+  int64_t before = 1, after = 1;
+  for (int k = 0; k < t->ndim; k++) before *= t->shape[k];
+  for (int k = 0; k < ndim; k++) after *= shape[k];
+  if (ndim < 0 || ndim > DIT_MAX_DIMS || before != after || json_object_get(hdr, name)) return -1;
+  json_t *sh = json_array();
+  for (int k = 0; k < ndim; k++) json_array_append_new(sh, json_integer(shape[k]));
+  const uint64_t nb = t->end - t->begin;
+  json_object_set_new(hdr, name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
+                                           "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
+  *off += nb;
+  return 0;
+}
+
+int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  const dit_st_tensor **kept = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *kept);
+  json_t *hdr = json_object();
+  int rc = kept && hdr ? 0 : -1;
+  size_t n = 0;
+  uint64_t off = 0;
+  for (size_t i = 0; !rc && i < f->n_tensors; i++) {
+    int r = rename_one(hdr, &f->tensors[i], fn, user, &off);
+    if (r == 0) kept[n++] = &f->tensors[i];
+    rc = r < 0 ? -1 : 0;
+  }
+  if (!rc) rc = st_write(dst, hdr, kept, n);
+  json_decref(hdr);
+  free(kept);
+  dit_st_close(f);
+  return rc;
+}
+
+int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int64_t *is) {
+  int zn = 0, in = 0;
+  *z = *img = NULL;
+  if (dt_load_f32(file, "vae_z", z, zs, &zn) || dt_load_f32(file, "vae_image", img, is, &in) || zn != 4 || in != 4) {
+    CHECK_MSG(0, "cannot load vae_z / vae_image [4-D] from %s", file);
+    free(*z);
+    free(*img);
+    *z = *img = NULL;
+    return -1;
+  }
+  return 0;
+}

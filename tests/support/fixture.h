@@ -66,6 +66,17 @@ void dt_flux2_case_free(dt_flux2_case *c);
  * tensor named drop holding data_of's dtype, shape and data is stored instead (a wrong
  * shape). 0, or -1 on failure. */
 int dt_st_rewrite(const char *src, const char *dst, const char *drop, const char *data_of);
+/* The VAE case of a fixture's components.safetensors file: the decoder input vae_z
+ * [B, L, h, w] and diffusers' decode of it vae_image [B, 3, H, W] (shapes into zs, is:
+ * 8 values each). 0, or -1 after a failed check (nothing left allocated). */
+int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int64_t *is);
+/* Called by dt_st_rename once per tensor of the source (in name order) with its name and
+ * shape: writes the copy's name into out (len bytes) and may change shape/ndim to another
+ * of the same element count; returns 0 to keep the tensor, 1 to leave it out, -1 to fail. */
+typedef int (*dt_st_rename_fn)(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim);
+/* Copies the safetensors file src to dst with every tensor passed through fn (same data
+ * bytes). 0, or -1 on failure (fn failed, an element count changed, two names collide). */
+int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
 

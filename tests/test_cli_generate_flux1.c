@@ -1,7 +1,7 @@
 /* `ditrun generate` on FLUX.1 [dev] and [schnell] end to end through the CLI: the fixture's
  * reference image (within one 8-bit level) from the folder, the same PNG byte for byte when
  * the weights come from single files (--diffusion-model: the transformer under BFL's names;
- * --clip-l, --t5xxl: the encoders' files), and a single file with a missing tensor or a
+ * --clip-l, --t5xxl: the encoders' files; --vae: the VAE under ae.safetensors' LDM names), and a single file with a missing tensor or a
  * file that does not exist ending in exit 2 with a message that names it. */
 #include <jansson.h>
 #include <stdlib.h>
@@ -55,11 +55,15 @@ static void test_model(const char *model, const char *tag) {
   int rc = gen(&r, "", out, msg, sizeof msg);
   CHECK_MSG(rc == 0, "%s: exit %d: %s", tag, rc, msg);
   if (rc == 0) dt_check_png(out, ref_file, "image", 96, 128);
-  /* the same weights from single files */
+  /* the same weights from single files (the VAE under ae.safetensors' LDM names) */
+  char ae[4200], vsrc[4200];
+  snprintf(ae, sizeof ae, "%s/%s_ae.safetensors", g.tmp, tag);
+  snprintf(vsrc, sizeof vsrc, "%s/vae/diffusion_pytorch_model.safetensors", model);
+  CHECK(dt_vae_write_ldm(vsrc, ae, 4, false) == 0);
   snprintf(files, sizeof files,
            "--diffusion-model '%s/single/transformer.safetensors' --clip-l '%s/text_encoder/model.safetensors' "
-           "--t5xxl '%s/text_encoder_2/model.safetensors'",
-           model, model, model);
+           "--t5xxl '%s/text_encoder_2/model.safetensors' --vae '%s'",
+           model, model, model, ae);
   snprintf(out2, sizeof out2, "%s/%s_files.png", g.tmp, tag);
   rc = gen(&r, files, out2, msg, sizeof msg);
   CHECK_MSG(rc == 0, "%s single files: exit %d: %s", tag, rc, msg);

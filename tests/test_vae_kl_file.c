@@ -14,65 +14,9 @@
 #include "models/vae_kl.h"
 #include "testing.h"
 
-#define N_LEVELS 4 /* the fixture VAE's block_out_channels has 4 entries */
 
 static const char *g_fixture;
 static char g_vae_dir[4096], g_config[4096], g_weights[4096];
-
-/* Replaces the first `from` in s (len bytes) by `to`; false when the result does not fit. */
-static bool replace(char *s, size_t len, const char *from, const char *to) {
-  char *p = strstr(s, from);
-  if (!p) return true;
-  char tail[512];
-  snprintf(tail, sizeof tail, "%s", p + strlen(from));
-  size_t head = (size_t)(p - s);
-  return (size_t)snprintf(p, len - head, "%s%s", to, tail) < len - head;
-}
-
-/* diffusers -> LDM, by substring, for encoder and decoder alike. */
-static const char *const subst[][2] = {
-    {"mid_block.resnets.0.", "mid.block_1."},
-    {"mid_block.resnets.1.", "mid.block_2."},
-    {"mid_block.attentions.0.group_norm.", "mid.attn_1.norm."},
-    {"mid_block.attentions.0.to_q.", "mid.attn_1.q."},
-    {"mid_block.attentions.0.to_k.", "mid.attn_1.k."},
-    {"mid_block.attentions.0.to_v.", "mid.attn_1.v."},
-    {"mid_block.attentions.0.to_out.0.", "mid.attn_1.proj_out."},
-    {"conv_shortcut.", "nin_shortcut."},
-    {"conv_norm_out.", "norm_out."},
-};
-
-/* The rename callback: user points to a bool, true to keep the attention weights as
- * linears [C, C] (otherwise they become [C, C, 1, 1] as LDM stores them). */
-static int to_ldm(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim) {
-  const bool linear_attn = *(const bool *)user;
-  if ((size_t)snprintf(out, len, "%s", name) >= len) return -1;
-  bool ok = true;
-  for (size_t i = 0; i < sizeof subst / sizeof subst[0]; i++) ok &= replace(out, len, subst[i][0], subst[i][1]);
-  for (int i = 0; i < N_LEVELS; i++) {
-    char from[64], to[64];
-    /* the decoder's up blocks count from the other end in LDM */
-    snprintf(from, sizeof from, "decoder.up_blocks.%d.resnets.", i);
-    snprintf(to, sizeof to, "decoder.up.%d.block.", N_LEVELS - 1 - i);
-    ok &= replace(out, len, from, to);
-    snprintf(from, sizeof from, "decoder.up_blocks.%d.upsamplers.0.", i);
-    snprintf(to, sizeof to, "decoder.up.%d.upsample.", N_LEVELS - 1 - i);
-    ok &= replace(out, len, from, to);
-    snprintf(from, sizeof from, "encoder.down_blocks.%d.resnets.", i);
-    snprintf(to, sizeof to, "encoder.down.%d.block.", i);
-    ok &= replace(out, len, from, to);
-    snprintf(from, sizeof from, "encoder.down_blocks.%d.downsamplers.0.", i);
-    snprintf(to, sizeof to, "encoder.down.%d.downsample.", i);
-    ok &= replace(out, len, from, to);
-  }
-  if (!ok) return -1;
-  const bool attn_w = strstr(out, "attn_1.") && !strstr(out, ".norm.") && strstr(out, ".weight");
-  if (attn_w && !linear_attn && *ndim == 2) {
-    shape[2] = shape[3] = 1;
-    *ndim = 4;
-  }
-  return 0;
-}
 
 /* The fixture's VAE case: decoder input z, diffusers' decode ref, both shapes. */
 typedef struct vae_case {
@@ -164,9 +108,8 @@ int main(int argc, char **argv) {
   char ldm[4096], ldm_linear[4096], comp[4096];
   dt_path(ldm, sizeof ldm, a.tmp, "ae.safetensors");
   dt_path(ldm_linear, sizeof ldm_linear, a.tmp, "ae_linear_attn.safetensors");
-  bool conv_attn = false, linear_attn = true;
-  CHECK(dt_st_rename(g_weights, ldm, to_ldm, &conv_attn) == 0);
-  CHECK(dt_st_rename(g_weights, ldm_linear, to_ldm, &linear_attn) == 0);
+  CHECK(dt_vae_write_ldm(g_weights, ldm, 4, false) == 0);
+  CHECK(dt_vae_write_ldm(g_weights, ldm_linear, 4, true) == 0);
   dt_path(comp, sizeof comp, g_fixture, "components.safetensors");
   vae_case c = {0};
   dit_error err = {0};

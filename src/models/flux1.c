@@ -152,9 +152,13 @@ static void single_diffusers(dit_wtable *t, const dit_flux2_config *c, flux2_sin
   const char *p = "single_transformer_blocks";
   char n[DIT_WNAME_MAX];
   add_lin(t, &b->mod, 3 * D, D, nm(n, p, i, "norm.linear"));
-  add_lin(t, &b->to_q, D, D, nm(n, p, i, "attn.to_q"));
-  add_lin(t, &b->to_k, D, D, nm(n, p, i, "attn.to_k"));
-  add_lin(t, &b->to_v, D, D, nm(n, p, i, "attn.to_v"));
+  /* q, k, v weights, then their biases, one after the other: a device backend places them
+   * side by side, so they run as one GEMM (fuse_qkv) */
+  flux_lin *qkv[3] = {&b->to_q, &b->to_k, &b->to_v};
+  static const char *const qn[3] = {"attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight"};
+  static const char *const bn[3] = {"attn.to_q.bias", "attn.to_k.bias", "attn.to_v.bias"};
+  for (int j = 0; j < 3; j++) dit_wtable_add(t, &qkv[j]->w, false, 2, (int64_t[]){D, D}, "%s", nm(n, p, i, qn[j]));
+  for (int j = 0; j < 3; j++) add_vec(t, &qkv[j]->b, D, nm(n, p, i, bn[j]));
   add_vec(t, &b->norm_q, hd, nm(n, p, i, "attn.norm_q.weight"));
   add_vec(t, &b->norm_k, hd, nm(n, p, i, "attn.norm_k.weight"));
   add_lin(t, &b->proj_mlp, F, D, nm(n, p, i, "proj_mlp"));
@@ -258,6 +262,24 @@ static void bfl_views(dit_flux2 *m) {
   }
 }
 
+/* True when tensor b starts right where a ends (same dtype). */
+static bool follows(const dit_tensor *a, const dit_tensor *b) {
+  return a->data && b->data && a->dtype == b->dtype && (const char *)a->data + dit_tensor_nbytes(a) == b->data;
+}
+
+/* The single blocks' q, k, v as one [3D, D] GEMM where their weights and biases lie side by
+ * side (a device backend's block), else left as three. */
+static void fuse_qkv(dit_flux2 *m) {
+  for (int i = 0; i < m->cfg.n_single_layers; i++) {
+    flux2_single_w *b = &m->w.single[i];
+    if (!follows(&b->to_q.w, &b->to_k.w) || !follows(&b->to_k.w, &b->to_v.w) || !follows(&b->to_q.b, &b->to_k.b) ||
+        !follows(&b->to_k.b, &b->to_v.b))
+      continue;
+    b->qkv = b->to_q;
+    b->qkv.w.shape[0] = b->qkv.b.shape[0] = 3 * (int64_t)m->cfg.dim;
+  }
+}
+
 /* ---- a single file's config from its shapes ---------------------------------------- */
 
 static const dit_st_tensor *need(const dit_weights *w, const char *name, int ndim, const char *path, dit_error *err) {
@@ -356,6 +378,7 @@ dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_jso
     s = dit_model_config_path("flux1", path, cp, sizeof cp, err);
     if (s == DIT_OK) s = parse_config(cfg_json ? cfg_json : cp, &m->cfg, err);
     if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_diffusers, m, true, err);
+    if (s == DIT_OK) fuse_qkv(m);
   } else {
     s = single_file_config(path, cfg_json, &m->cfg, err);
     if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_bfl, m, true, err);
@@ -375,5 +398,6 @@ dit_status dit_flux1_create_random(dit_backend *be, const dit_flux2_config *c, d
   dit_status s = flux2_check_sizes(&m->cfg, "flux1 random config", err);
   if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux1 random config", err);
   if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux1", build_diffusers, m, wdt, seed, err);
+  if (s == DIT_OK) fuse_qkv(m);
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }

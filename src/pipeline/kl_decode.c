@@ -6,12 +6,23 @@
 #include "models/vae_kl.h"
 #include "pipeline/pipeline_common.h"
 
-/* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipelines run it). */
-static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_kl *vae, dit_error *err) {
-  return dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(vae, DIT_BF16, err) : DIT_OK;
+/* The VAE on rt->dev (bf16 activations on a GPU, as the bf16 reference pipelines run it): the
+ * folder's, or a single file (ae.safetensors) with the folder's config.json when it has one. */
+static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  dit_component_src src;
+  dit_vae_kl *m = NULL;
+  DIT_TRY(dit_component_source(rt, "vae", &src, err));
+  if (src.is_file)
+    DIT_TRY(dit_vae_kl_load_file(rt->dev, src.path, src.cfg, &m, err));
+  else
+    DIT_TRY(dit_vae_kl_load(rt->dev, src.path, &m, err));
+  dit_status s = dit_rt_on_device(rt) ? dit_vae_kl_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
+  DIT_HAND_OVER(s, m, obj, dit_vae_kl_free);
 }
-DIT_COMPONENT_KIND(vae_kl_kind, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_kl, dit_vae_kl_load, vae_prepare,
-                   dit_vae_kl_free);
+
+static void vae_free(void *obj) { dit_vae_kl_free(obj); }
+
+static const dit_component_kind vae_kl_kind = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free};
 const dit_component_kind *const dit_vae_kl_component = &vae_kl_kind;
 
 dit_status dit_kl_decode_stage(const dit_model_rt *rt, dit_components *c, const float *latents, int C, int h, int w,

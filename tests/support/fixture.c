@@ -385,3 +385,71 @@ int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int6
   }
   return 0;
 }
+
+/* ---- an AutoencoderKL under LDM names (as FLUX.1's ae.safetensors) ---- */
+
+/* Replaces the first `from` in s (len bytes) by `to`; false when the result does not fit. */
+static bool replace(char *s, size_t len, const char *from, const char *to) {
+  char *p = strstr(s, from);
+  if (!p) return true;
+  char tail[512];
+  snprintf(tail, sizeof tail, "%s", p + strlen(from));
+  size_t head = (size_t)(p - s);
+  return (size_t)snprintf(p, len - head, "%s%s", to, tail) < len - head;
+}
+
+/* diffusers -> LDM, by substring, for encoder and decoder alike. */
+static const char *const subst[][2] = {
+    {"mid_block.resnets.0.", "mid.block_1."},
+    {"mid_block.resnets.1.", "mid.block_2."},
+    {"mid_block.attentions.0.group_norm.", "mid.attn_1.norm."},
+    {"mid_block.attentions.0.to_q.", "mid.attn_1.q."},
+    {"mid_block.attentions.0.to_k.", "mid.attn_1.k."},
+    {"mid_block.attentions.0.to_v.", "mid.attn_1.v."},
+    {"mid_block.attentions.0.to_out.0.", "mid.attn_1.proj_out."},
+    {"conv_shortcut.", "nin_shortcut."},
+    {"conv_norm_out.", "norm_out."},
+};
+
+typedef struct ldm_opts {
+  int n_levels;
+  bool linear_attn;
+} ldm_opts;
+
+/* The rename callback of dt_vae_write_ldm. */
+static int to_ldm(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim) {
+  const ldm_opts *o = user;
+  const bool linear_attn = o->linear_attn;
+  const int N_LEVELS = o->n_levels;
+  if ((size_t)snprintf(out, len, "%s", name) >= len) return -1;
+  bool ok = true;
+  for (size_t i = 0; i < sizeof subst / sizeof subst[0]; i++) ok &= replace(out, len, subst[i][0], subst[i][1]);
+  for (int i = 0; i < N_LEVELS; i++) {
+    char from[64], to[64];
+    /* the decoder's up blocks count from the other end in LDM */
+    snprintf(from, sizeof from, "decoder.up_blocks.%d.resnets.", i);
+    snprintf(to, sizeof to, "decoder.up.%d.block.", N_LEVELS - 1 - i);
+    ok &= replace(out, len, from, to);
+    snprintf(from, sizeof from, "decoder.up_blocks.%d.upsamplers.0.", i);
+    snprintf(to, sizeof to, "decoder.up.%d.upsample.", N_LEVELS - 1 - i);
+    ok &= replace(out, len, from, to);
+    snprintf(from, sizeof from, "encoder.down_blocks.%d.resnets.", i);
+    snprintf(to, sizeof to, "encoder.down.%d.block.", i);
+    ok &= replace(out, len, from, to);
+    snprintf(from, sizeof from, "encoder.down_blocks.%d.downsamplers.0.", i);
+    snprintf(to, sizeof to, "encoder.down.%d.downsample.", i);
+    ok &= replace(out, len, from, to);
+  }
+  if (!ok) return -1;
+  const bool attn_w = strstr(out, "attn_1.") && !strstr(out, ".norm.") && strstr(out, ".weight");
+  if (attn_w && !linear_attn && *ndim == 2) {
+    shape[2] = shape[3] = 1;
+    *ndim = 4;
+  }
+  return 0;
+}
+
+int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear_attn) {
+  ldm_opts o = {n_levels, linear_attn};
+  return dt_st_rename(src, dst, to_ldm, &o);
+}

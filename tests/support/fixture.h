@@ -4,6 +4,7 @@
 #define DIT_TEST_FIXTURE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +78,11 @@ typedef int (*dt_st_rename_fn)(void *user, const char *name, char *out, size_t l
 /* Copies the safetensors file src to dst with every tensor passed through fn (same data
  * bytes). 0, or -1 on failure (fn failed, an element count changed, two names collide). */
 int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user);
+/* Copies a diffusers-named AutoencoderKL file (n_levels up/down blocks) to dst under the
+ * original LDM names FLUX.1's ae.safetensors uses (the decoder's up blocks counted from the
+ * other end; the mid attention's q/k/v/proj_out as [C, C, 1, 1] 1x1 convs unless
+ * linear_attn). The renaming is this test suite's own table. 0, or -1 on failure. */
+int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear_attn);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
 

@@ -237,7 +237,8 @@ static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor 
 
 /* x and y may be row views (column slices, per-batch row ranges): cuBLASLt takes the row
  * strides as lda/ldc; an F32 x is converted into a contiguous scratch copy, and a SiLU / exact
- * GELU on a strided y runs on a contiguous scratch result copied into y afterwards. */
+ * GELU on a strided y runs on a contiguous scratch result copied into y afterwards (GELU-tanh
+ * is cuBLASLt's epilogue, written into the strided y itself). */
 dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                      const dit_tensor *b, dit_act act, dit_error *err) {
   const char *op = "cuda linear";
@@ -286,9 +287,11 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
     DIT_TRY(cu_check(cuk_convert(bs, dt, b->data, b->dtype, N, im->stream), op, "convert bias", err));
     bp = bs;
   }
+  /* an activation kernel after the GEMM on a strided y runs on a contiguous scratch result,
+   * copied into y after; a GELU-tanh epilogue writes the strided y directly */
   void *yp = y->data;
   dit_rowview yw = yv;
-  if (ybytes) { /* an activation after the GEMM on a strided y: compute contiguous, copy after */
+  if (ybytes && post_act) {
     yp = (char *)scr + xbytes + bbytes;
     yw.ps = yw.M * N, yw.rs = N;
   }
@@ -299,11 +302,15 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   if (s == DIT_ERR_UNSUPPORTED && act == DIT_ACT_GELU_TANH) { /* no GELU epilogue here: separate kernel */
     epi = bp ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     post_act = true;
+    if (ybytes) {
+      yp = (char *)scr + xbytes + bbytes;
+      yw.ps = yw.M * N, yw.rs = N;
+    }
     s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, err);
   }
   DIT_TRY(s);
   if (post_act) DIT_TRY(cu_check(cuk_act(yp, yp, dt, M * N, (int)act, im->stream), op, "activation", err));
-  if (ybytes) {
+  if (ybytes && post_act) {
     const int64_t sh[3] = {P, yv.M, N}, ds[3] = {yv.ps, yv.rs, 1}, ss[3] = {yv.M * N, N, 1};
     DIT_TRY(cu_check(cuk_copy(y->data, dt, yp, dt, 3, sh, ds, ss, 0, im->stream), op, "copy into strided y", err));
   }

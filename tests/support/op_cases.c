@@ -519,6 +519,8 @@ const opc_case opc_cases[] = {
     CASE(linear, F32, BF16, 0, 3, 0, TOL, 1, 129, 200, 96), CASE(linear, F32, BF16, B_, 1, 0, TOL, 1, 129, 200, 96),
     CASE(linear, F32, BF16, B_, 0, 0, TOL, 1, 3, 2560, 3840), CASE(linear, F32, BF16, S_ | B_, 1, 0, TOL, 2, 9, 64, 40),
     CASE(linear, F32, F32, S_, 0, 0, TOL, 1, 33, 96, 64),
+    /* tanh-GELU into a column slice (FLUX.1's single blocks write their MLP-in there) */
+    CASE(linear, F32, BF16, S_ | B_, 3, 0, TOL, 2, 9, 64, 40), CASE(linear, BF16, BF16, S_ | B_, 3, 0, TOL, 1, 65, 136, 72),
     /* norms, softmax, activation, scale: s = {R, D} */
     CASE(rms_norm, F32, F32, B_, 0, 0, TOL, 7, 37), CASE(rms_norm, F32, BF16, B_, 0, 0, TOL, 33, 3840),
     CASE(rms_norm, F32, F16, OPC_INPLACE | B_, 0, 0, TOL, 17, 100), CASE(rms_norm, BF16, BF16, 0, 0, 0, TOL, 9, 1000),

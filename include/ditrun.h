@@ -264,6 +264,12 @@ dit_status dit_tokenizer_load(dit_ctx *ctx, const char *model_dir, dit_tokenizer
  * the byte offset. */
 dit_status dit_tokenizer_encode(dit_ctx *ctx, const dit_tokenizer *tok, const char *text, size_t len, int chat,
                                 int32_t **ids, size_t *n);
+/* Encodes text as a pipeline hands it to its text encoder (FLUX.1's CLIP and T5): the
+ * tokenizer's post-processor adds its special tokens (CLIP: BOS ... EOS; T5: ... </s>) and
+ * the ids are cut to max_length (>= 1) keeping the last special token, as transformers'
+ * truncation does; no padding. */
+dit_status dit_tokenizer_encode_model(dit_ctx *ctx, const dit_tokenizer *tok, const char *text, size_t len,
+                                      size_t max_length, int32_t **ids, size_t *n);
 /* Number of token ids (max id + 1). */
 size_t dit_tokenizer_vocab_size(const dit_tokenizer *tok);
 void dit_tokenizer_free(dit_tokenizer *tok);

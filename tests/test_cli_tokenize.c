@@ -101,6 +101,23 @@ int main(int argc, char **argv) {
       CHECK_MSG(rc == 0 && line_matches(out, inner), "%s folder: exit %d, stdout %s, stderr: %s", names[t], rc, out,
                 err);
       json_decref(inner);
+      /* every reference case in the pipeline form: special tokens added, cut to max_length */
+      char ml[32];
+      snprintf(ml, sizeof ml, "%lld", (long long)json_integer_value(json_object_get(tk, "max_length")));
+      const json_t *all = json_object_get(tk, "cases");
+      size_t bad = 0;
+      for (size_t k = 0; k < json_array_size(all); k++) {
+        const json_t *ck = json_array_get(all, k);
+        char *a2[] = {bin, "tokenize", "-m", dir, "--max-length", ml, "--",
+                      (char *)json_string_value(json_object_get(ck, "text")), NULL};
+        int rk = run(a2, out, sizeof out, err, sizeof err);
+        if (rk != 0 || !line_matches(out, json_object_get(ck, "ids"))) {
+          bad++;
+          CHECK_MSG(0, "%s case %zu through the CLI: exit %d, stderr: %s", names[t], k, rk, err);
+        }
+      }
+      printf("%s: %zu of %zu reference cases exact through ditrun tokenize --max-length %s\n", names[t],
+             json_array_size(all) - bad, json_array_size(all), ml);
     }
     json_decref(ft);
   }

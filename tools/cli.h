@@ -29,6 +29,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
 typedef struct cli_tok_opts {
   const char *model, *text;
   int chat;
+  int max_length;               /* > 0: the pipeline form (special tokens, cut to this many) */
 } cli_tok_opts;
 int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o);
 

@@ -11,13 +11,15 @@
 
 static void tokenize_usage(FILE *f) {
   fprintf(f,
-          "usage: ditrun tokenize -m MODEL_DIR [--chat] TEXT\n"
+          "usage: ditrun tokenize -m MODEL_DIR [--chat | --max-length N] TEXT\n"
           "  -m, --model DIR  diffusers model folder (or a tokenizer folder: tokenizer.json,\n"
           "                   or vocab.json + merges.txt as CLIP publishes it)\n"
           "  --chat           wrap TEXT in the model's chat template first (Z-Image: Qwen3\n"
           "                   with thinking; FLUX.2 klein: Qwen3 without thinking)\n"
+          "  --max-length N   as a pipeline feeds its text encoder (FLUX.1: CLIP 77, T5 512): the\n"
+          "                   tokenizer's special tokens (BOS/EOS, </s>) added, cut to N ids\n"
           "  TEXT             UTF-8 text; special tokens such as <|im_start|> are recognized\n"
-          "Prints the ids space-separated on one line. No BOS/EOS, no padding.\n");
+          "Prints the ids space-separated on one line. Without --max-length: no BOS/EOS. Never padded.\n");
 }
 
 int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
@@ -35,6 +37,12 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
       o->model = argv[++i];
     } else if (!strcmp(a, "--chat")) {
       o->chat = 1;
+    } else if (!strcmp(a, "--max-length")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "ditrun tokenize: --max-length needs a number\n");
+        return 2;
+      }
+      if (!cli_parse_int("tokenize", "--max-length", argv[++i], 1, 1 << 20, &o->max_length)) return 2;
     } else if (!strcmp(a, "--")) {
       if (i + 1 < argc && !o->text) o->text = argv[++i];
       if (i + 1 < argc) {
@@ -57,6 +65,10 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o) {
     tokenize_usage(stderr);
     return 2;
   }
+  if (o->chat && o->max_length) {
+    fprintf(stderr, "ditrun tokenize: --chat and --max-length do not go together\n");
+    return 2;
+  }
   if (!o->text) {
     fprintf(stderr, "ditrun tokenize: missing TEXT\n");
     tokenize_usage(stderr);
@@ -74,7 +86,10 @@ int cli_tokenize(int argc, char **argv) {
   int32_t *ids = NULL;
   size_t n = 0;
   dit_status s = dit_tokenizer_load(ctx, o.model, &tok);
-  if (s == DIT_OK) s = dit_tokenizer_encode(ctx, tok, o.text, strlen(o.text), o.chat, &ids, &n);
+  if (s == DIT_OK && o.max_length)
+    s = dit_tokenizer_encode_model(ctx, tok, o.text, strlen(o.text), (size_t)o.max_length, &ids, &n);
+  else if (s == DIT_OK)
+    s = dit_tokenizer_encode(ctx, tok, o.text, strlen(o.text), o.chat, &ids, &n);
   if (s == DIT_OK) {
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
     putchar('\n');

@@ -105,6 +105,20 @@ dit_status dit_tokenizer_encode(dit_ctx *ctx, const dit_tokenizer *tok, const ch
   return s == DIT_OK ? DIT_OK : dit_ctx_fail(ctx, &e);
 }
 
+dit_status dit_tokenizer_encode_model(dit_ctx *ctx, const dit_tokenizer *tok, const char *text, size_t len,
+                                      size_t max_length, int32_t **ids, size_t *n) {
+  dit_error e = {0};
+  if (!ids || !n) return DIT_ERR_INVALID_ARG;
+  *ids = NULL;
+  *n = 0;
+  if (!tok || (!text && len) || max_length < 1) {
+    dit_errorf(&e, DIT_ERR_INVALID_ARG, "tokenizer: NULL argument or max_length 0");
+    return dit_ctx_fail(ctx, &e);
+  }
+  dit_status s = dit_tok_encode_model(tok, text ? text : "", len, max_length, ids, n, &e);
+  return s == DIT_OK ? DIT_OK : dit_ctx_fail(ctx, &e);
+}
+
 size_t dit_tokenizer_vocab_size(const dit_tokenizer *tok) { return dit_tok_vocab_size(tok); }
 
 void dit_tokenizer_free(dit_tokenizer *tok) { dit_tok_free(tok); }

@@ -88,6 +88,71 @@ static void test_bad_files(const char *model) {
   CHECK_MSG(rc == 2 && strstr(msg, "--vae"), "--vae without a value: exit %d, '%s'", rc, msg);
 }
 
+/* A copy of the model folder (symlinks) whose T5 tokenizer.json (its tokenizer_config.json
+ * left out: the pad token is then the class default) has member2 of the object at member1
+ * set to value; member1 "normalizer" is the first normalizer of its Sequence (the charsmap). */
+static int broken_t5_folder(const char *model, const char *dir, const char *member1, const char *member2,
+                            json_t *value) {
+  static const char *const links[] = {"model_index.json", "scheduler", "text_encoder", "text_encoder_2",
+                                      "transformer", "vae", "tokenizer"};
+  char src[4200], dst[4200], abs_model[4096];
+  if (!realpath(model, abs_model)) return -1;
+  mkdir(dir, 0755);
+  for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+    snprintf(src, sizeof src, "%s/%s", abs_model, links[i]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, links[i]);
+    unlink(dst);
+    if (symlink(src, dst) != 0) return -1;
+  }
+  snprintf(dst, sizeof dst, "%s/tokenizer_2", dir);
+  mkdir(dst, 0755);
+  snprintf(src, sizeof src, "%s/tokenizer_2/tokenizer.json", abs_model);
+  json_t *j = json_load_file(src, 0, NULL);
+  json_t *obj = j ? json_object_get(j, member1) : NULL;
+  if (obj && json_object_get(obj, "normalizers")) obj = json_array_get(json_object_get(obj, "normalizers"), 0);
+  if (!obj) {
+    json_decref(j);
+    return -1;
+  }
+  json_object_set_new(obj, member2, value);
+  snprintf(dst, sizeof dst, "%s/tokenizer_2/tokenizer.json", dir);
+  int rc = json_dump_file(j, dst, JSON_COMPACT);
+  json_decref(j);
+  return rc;
+}
+
+/* A T5 tokenizer.json with a broken charsmap or vocabulary: exit 2 naming the field. */
+static void test_bad_tokenizer(const char *model) {
+  ref_run r;
+  if (load_run(model, &r)) return;
+  char dir[4200], out[4200], msg[4096];
+  snprintf(out, sizeof out, "%s/badtok.png", g.tmp);
+  static const struct {
+    const char *m1, *m2, *value, *want;
+  } cases[] = {
+      {"normalizer", "precompiled_charsmap", "\"AAA\"", "precompiled_charsmap"},
+      {"model", "vocab", "[[\"a\", \"x\"]]", "vocab"},
+      {"model", "unk_id", "2", NULL}, /* unchanged: only tokenizer_config.json is missing */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    snprintf(dir, sizeof dir, "%s/badtok%zu", g.tmp, i);
+    json_t *v = json_loads(cases[i].value, JSON_DECODE_ANY, NULL);
+    if (broken_t5_folder(model, dir, cases[i].m1, cases[i].m2, v)) {
+      CHECK_MSG(0, "cannot prepare %s", dir);
+      continue;
+    }
+    snprintf(r.model, sizeof r.model, "%s", dir);
+    int rc = gen(&r, "", out, msg, sizeof msg);
+    if (!cases[i].want) { /* the pad token falls back to T5's <pad>: the folder's image */
+      char ref[4200];
+      snprintf(ref, sizeof ref, "%s/dev.png", g.tmp);
+      CHECK_MSG(rc == 0 && dt_files_equal(out, ref), "no tokenizer_config.json: exit %d, '%s'", rc, msg);
+      continue;
+    }
+    CHECK_MSG(rc == 2 && strstr(msg, cases[i].want), "broken %s: exit %d, '%s'", cases[i].want, rc, msg);
+  }
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init_cli(argc, argv, &a, "flux1-dev-tiny", false, &g);
@@ -96,5 +161,6 @@ int main(int argc, char **argv) {
   test_model(g.model, "dev");
   test_model(schnell, "schnell");
   test_bad_files(g.model);
+  test_bad_tokenizer(g.model);
   return dt_finish();
 }

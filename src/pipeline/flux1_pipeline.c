@@ -76,18 +76,23 @@ static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) 
 static const dit_component_kind flux1_text_kind = {"text encoders", DIT_KEEP_TEXT_ENCODER, text_load, text_free};
 
 /* ids of text as FluxPipeline tokenizes it (special tokens, truncation to max_len), padded
- * to max_len with the tokenizer's pad id. */
-static dit_status padded_ids(const dit_tokenizer *tok, const char *text, int max_len, int32_t **out, dit_error *err) {
+ * to max_len with the tokenizer's pad id (tokenizer_config.json's pad_token; without one,
+ * the tokenizer class's default, pad_token, as transformers has it). */
+static dit_status padded_ids(const dit_tokenizer *tok, const char *pad_token, const char *text, int max_len,
+                             int32_t **out, dit_error *err) {
   int32_t *ids = NULL;
   size_t n = 0;
   *out = NULL;
+  int32_t pad = dit_tok_pad_id(tok);
+  if (pad < 0) pad = dit_tok_token_id(tok, pad_token);
+  if (pad < 0) return dit_errorf(err, DIT_ERR_FORMAT, "the tokenizer has no pad token (nor %s)", pad_token);
   DIT_TRY(dit_tok_encode_model(tok, text, strlen(text), (size_t)max_len, &ids, &n, err));
   int32_t *p = realloc(ids, (size_t)max_len * sizeof *p);
   if (!p) {
     free(ids);
     return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d tokens", max_len);
   }
-  for (size_t i = n; i < (size_t)max_len; i++) p[i] = dit_tok_pad_id(tok);
+  for (size_t i = n; i < (size_t)max_len; i++) p[i] = pad;
   *out = p;
   return DIT_OK;
 }
@@ -135,8 +140,8 @@ static dit_status encode_prompt(const dit_model_rt *rt, flux1_text *t, const cha
   P->pooled = malloc((size_t)P->pooled_dim * sizeof(float));
   P->embeds = malloc((size_t)max_len * (size_t)P->joint * sizeof(float));
   dit_status s = P->pooled && P->embeds ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the prompt");
-  if (s == DIT_OK) s = padded_ids(t->clip_tok, prompt, CLIP_MAX_LEN, &cid, err);
-  if (s == DIT_OK) s = padded_ids(t->t5_tok, prompt, max_len, &tid, err);
+  if (s == DIT_OK) s = padded_ids(t->clip_tok, "<|endoftext|>", prompt, CLIP_MAX_LEN, &cid, err);
+  if (s == DIT_OK) s = padded_ids(t->t5_tok, "<pad>", prompt, max_len, &tid, err);
   if (s == DIT_OK) {
     s = encode_to_host(rt->dev, (size_t)P->pooled_dim * sizeof(float), run_clip, t->clip, cid, P->pooled, err);
     if (s != DIT_OK) dit_error_prefix(err, "CLIP");

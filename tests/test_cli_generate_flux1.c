@@ -88,6 +88,16 @@ static void test_bad_files(const char *model) {
   CHECK_MSG(rc == 2 && strstr(msg, "--vae"), "--vae without a value: exit %d, '%s'", rc, msg);
 }
 
+/* Same size and pixels (the PNGs' text differs: it names the model folder). */
+static bool same_pixels(const char *a, const char *b) {
+  int wa = 0, ha = 0, wb = 0, hb = 0;
+  unsigned char *pa = dt_read_png_rgb(a, &wa, &ha), *pb = dt_read_png_rgb(b, &wb, &hb);
+  bool same = pa && pb && wa == wb && ha == hb && !memcmp(pa, pb, (size_t)wa * ha * 3);
+  free(pa);
+  free(pb);
+  return same;
+}
+
 /* A copy of the model folder (symlinks) whose T5 tokenizer.json (its tokenizer_config.json
  * left out: the pad token is then the class default) has member2 of the object at member1
  * set to value; member1 "normalizer" is the first normalizer of its Sequence (the charsmap). */
@@ -146,7 +156,7 @@ static void test_bad_tokenizer(const char *model) {
     if (!cases[i].want) { /* the pad token falls back to T5's <pad>: the folder's image */
       char ref[4200];
       snprintf(ref, sizeof ref, "%s/dev.png", g.tmp);
-      CHECK_MSG(rc == 0 && dt_files_equal(out, ref), "no tokenizer_config.json: exit %d, '%s'", rc, msg);
+      CHECK_MSG(rc == 0 && same_pixels(out, ref), "no tokenizer_config.json: exit %d, '%s'", rc, msg);
       continue;
     }
     CHECK_MSG(rc == 2 && strstr(msg, cases[i].want), "broken %s: exit %d, '%s'", cases[i].want, rc, msg);

@@ -111,6 +111,36 @@ static void test_flux2_api(const dt_args *args) {
   dit_ctx_free(ctx);
 }
 
+/* FLUX.1 dev at a tiny geometry: 2 heads of 32, 1 double + 1 single block, joint 32; the
+ * pooled embedding and the guidance go in as FluxPipeline passes them. */
+static void test_flux1_api(const dt_args *args) {
+  (void)args;
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  p.arch = "flux1-dev";
+  p.text_len = 12;
+  p.dim = 64, p.n_heads = 2, p.n_layers = 1, p.n_refiner_layers = 1, p.cap_feat_dim = 32;
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK(r.img_tokens == 16 && r.cap_tokens == 12 && !strcmp(r.arch, "flux1-dev"));
+    const double D = 64, M = 256, S = 28, blocks = 2;
+    double want = blocks * (2 * (4 * D * D + 2 * D * M) * S + 4 * D * S * S);
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "flops %g, want %g", r.flops, want);
+    CHECK(r.output_finite && r.ms_median > 0 && r.tflops > 0 && r.profiled);
+    long att = 0;
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
+    CHECK_MSG(att == 2, "attention calls %ld (one per block)", att);
+  }
+  p.dim = 48; /* 24-wide heads: not a multiple of 16 */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  dit_ctx_free(ctx);
+}
+
 static void test_cli(const dt_args *a) {
   char cmd[8192], out[4096], buf[65536];
   dt_path(out, sizeof out, a->tmp, "bench.json");
@@ -226,7 +256,7 @@ static void test_e2e(const dt_args *args) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux2_api, test_e2e,
+  static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux2_api, test_flux1_api, test_e2e,
                                                    test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -50,17 +50,8 @@ int main(int argc, char **argv) {
     sizes[n_sizes++] = 512;
     sizes[n_sizes++] = 1024;
   }
-  dit_vae_kl_config cfg = {.latent_channels = 16,
-                           .out_channels = 3,
-                           .n_levels = 4,
-                           .block_out_channels = {128, 256, 512, 512},
-                           .layers_per_block = 2,
-                           .norm_num_groups = 32,
-                           .mid_block_add_attention = true,
-                           .use_post_quant_conv = false,
-                           .scaling_factor = 0.3611f,
-                           .shift_factor = 0.1159f,
-                           .has_shift_factor = true};
+  dit_vae_kl_config cfg;
+  dit_vae_kl_config_flux1(&cfg); /* the FLUX.1 / Z-Image VAE */
   dit_error err = {0};
   dit_backend *be = NULL;
   dit_vae_kl *m = NULL;

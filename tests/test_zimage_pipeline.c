@@ -61,16 +61,9 @@ static void run_case(dit_ctx *ctx, const char *fixture, const char *ref_file, js
   CHECK_MSG(s == DIT_OK, "%s: generate failed: %s", case_name, dit_ctx_last_error(ctx));
   CHECK_MSG(cap.steps_seen == p.steps, "%s: %d steps reported, %d expected", case_name, cap.steps_seen, p.steps);
   if (s == DIT_OK) {
-    float *ref;
     snprintf(name, sizeof name, "%s_image", prefix);
-    if (dt_load_f32(ref_file, name, &ref, sh, &nd) == 0) {
-      CHECK(img.width == p.width && img.height == p.height);
-      size_t n = (size_t)img.width * img.height * 3;
-      int maxd = (size_t)(sh[0] * sh[1] * sh[2]) == n ? dt_max_level_diff(ref, img.rgb, n, NULL) : 0;
-      printf("%s image: max difference %d levels\n", case_name, maxd);
-      CHECK_MSG(maxd <= 1, "%s image differs by %d 8-bit levels", case_name, maxd);
-      free(ref);
-    }
+    CHECK(img.width == p.width && img.height == p.height);
+    dt_check_image(ref_file, name, &img, case_name);
   }
   if (ok) {
     free(rs);

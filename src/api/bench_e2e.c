@@ -34,10 +34,8 @@ static dit_qwen3_config qwen3_for(const dit_bench_params *p, int cap_dim) {
 
 /* The Flux / Z-Image AutoencoderKL decoder. */
 static dit_vae_kl_config flux_vae(void) {
-  dit_vae_kl_config c = {.latent_channels = 16, .out_channels = 3, .n_levels = 4,
-                         .block_out_channels = {128, 256, 512, 512}, .layers_per_block = 2, .norm_num_groups = 32,
-                         .mid_block_add_attention = true, .use_post_quant_conv = false, .scaling_factor = 0.3611f,
-                         .shift_factor = 0.1159f, .has_shift_factor = true};
+  dit_vae_kl_config c;
+  dit_vae_kl_config_flux1(&c);
   return c;
 }
 

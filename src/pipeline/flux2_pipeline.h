@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/ctx.h"
 #include "io/model_dir.h"
+#include "models/flux2.h"
 #include "pipeline/family_bench.h"
 
 /* model_index.json's is_distilled (absent = false, the pipeline's default); a value
@@ -31,5 +32,17 @@ dit_status dit_flux2_klein_schedule(const dit_model_dir *dir, int steps, int ima
 
 /* The benchmark variants of the family's row ("flux2-klein-4b", "-9b"; flux2_bench.c). */
 extern const dit_bench_variant dit_flux2_klein_bench[];
+
+/* The FLUX MMDiT's bench operations, for either variant (flux2_bench.c): a random model made
+ * by create at config c with bf16/F32 activations adt, token counts and FLOPs, inputs and
+ * one forward (family_bench.h's dit_bench_ops). */
+typedef dit_status (*dit_flux_create_fn)(dit_backend *be, const dit_flux2_config *c, dit_dtype wdt, uint64_t seed,
+                                         dit_flux2 **out, dit_error *err);
+dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *c, const dit_bench_params *p,
+                                 dit_backend *be, dit_dtype adt, void **model, dit_error *err);
+void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
+                             double *flops);
+dit_status dit_flux_bench_inputs(const void *model, const dit_bench_params *p, dit_bench_io *io, dit_error *err);
+dit_status dit_flux_bench_forward(void *model, dit_bench_io *io, dit_error *err);
 
 #endif

@@ -453,3 +453,20 @@ int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear
   ldm_opts o = {n_levels, linear_attn};
   return dt_st_rename(src, dst, to_ldm, &o);
 }
+
+void dt_check_image(const char *ref_file, const char *name, const dit_image *img, const char *label) {
+  float *ref;
+  int64_t sh[8];
+  int nd;
+  if (dt_load_f32(ref_file, name, &ref, sh, &nd) != 0) {
+    CHECK_MSG(0, "%s: %s has no %s", label, ref_file, name);
+    return;
+  }
+  const size_t n = (size_t)img->width * img->height * 3;
+  const bool same = nd == 3 && sh[0] == img->height && sh[1] == img->width && sh[2] == 3;
+  CHECK_MSG(same, "%s: image %dx%d, reference of another size", label, img->width, img->height);
+  int maxd = same ? dt_max_level_diff(ref, img->rgb, n, NULL) : 0;
+  printf("%s: image max difference %d levels\n", label, maxd);
+  CHECK_MSG(maxd <= 1, "%s: image differs by %d 8-bit levels", label, maxd);
+  free(ref);
+}

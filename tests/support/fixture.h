@@ -83,6 +83,9 @@ int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *use
  * other end; the mid attention's q/k/v/proj_out as [C, C, 1, 1] 1x1 convs unless
  * linear_attn). The renaming is this test suite's own table. 0, or -1 on failure. */
 int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear_attn);
+/* img (8-bit) against ref_file's float image `name` ([H, W, 3] in [0, 1]): the same size and
+ * within one level everywhere; label names it in the output. */
+void dt_check_image(const char *ref_file, const char *name, const dit_image *img, const char *label);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
 

@@ -7,19 +7,26 @@
 #include "pipeline/family_bench.h"
 #include "pipeline/flux2_pipeline.h"
 
-/* klein 4B / 9B with the test overrides: --dim is the inner dim (head_dim = dim / heads,
- * RoPE split in 4 equal even axes), --layers the double blocks, --refiners the single
- * blocks, --cap-dim joint_attention_dim. */
-static dit_status flux2_bench_config(const dit_bench_variant *v, const dit_bench_params *p, dit_flux2_config *c,
-                                     dit_error *err) {
-  dit_flux2_config_klein(c, v->geometry == 1);
+/* The bench's geometry overrides on a FLUX config: --dim the inner dim (head_dim = dim /
+ * heads, with the RoPE axes split as the variant's published ones are: FLUX.2 four equal
+ * axes (head_dim a multiple of 8), FLUX.1 head_dim/8 then two equal halves, as 16, 56, 56
+ * (a multiple of 16)), --layers the double blocks, --refiners the single blocks, --cap-dim
+ * joint_attention_dim. */
+static dit_status bench_overrides(const dit_bench_params *p, dit_flux2_config *c, dit_error *err) {
+  const bool v1 = c->variant == DIT_FLUX_1;
+  const int mult = v1 ? 16 : 8;
   if (p->n_heads) c->n_heads = p->n_heads;
   if (p->dim || p->n_heads) {
     const int dim = p->dim ? p->dim : c->n_heads * c->head_dim;
-    if (dim % c->n_heads || (dim / c->n_heads) % 8)
-      return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: dim %d / heads %d must be a multiple of 8", dim, c->n_heads);
+    if (dim % c->n_heads || (dim / c->n_heads) % mult)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: dim %d / heads %d must be a multiple of %d", dim, c->n_heads,
+                        mult);
     c->head_dim = dim / c->n_heads;
-    for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = c->head_dim / 4;
+    for (int i = 0; i < c->n_axes; i++) c->axes_dims[i] = c->head_dim / 4;
+    if (v1) {
+      c->axes_dims[0] = c->head_dim / 8;
+      c->axes_dims[1] = c->axes_dims[2] = (c->head_dim - c->axes_dims[0]) / 2;
+    }
   }
   if (p->n_layers) c->n_layers = p->n_layers;
   if (p->n_refiner_layers) c->n_single_layers = p->n_refiner_layers;
@@ -27,18 +34,21 @@ static dit_status flux2_bench_config(const dit_bench_variant *v, const dit_bench
   return DIT_OK;
 }
 
+/* klein 4B / 9B. */
 static dit_status bench_create(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
                                dit_backend *be, dit_dtype adt, void **model, dit_error *err) {
   (void)o;
   dit_flux2_config c;
-  DIT_TRY(flux2_bench_config(v, p, &c, err));
+  dit_flux2_config_klein(&c, v->geometry == 1);
   return dit_flux_bench_create(dit_flux2_create_random, &c, p, be, adt, model, err);
 }
 
-dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *c, const dit_bench_params *p,
+dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *base, const dit_bench_params *p,
                                  dit_backend *be, dit_dtype adt, void **model, dit_error *err) {
   dit_flux2 *m = NULL;
-  DIT_TRY(create(be, c, p->dtype, p->seed, &m, err));
+  dit_flux2_config c = *base;
+  DIT_TRY(bench_overrides(p, &c, err));
+  DIT_TRY(create(be, &c, p->dtype, p->seed, &m, err));
   dit_status s = dit_flux2_set_act_dtype(m, adt, err);
   DIT_HAND_OVER(s, m, model, dit_flux2_free);
 }

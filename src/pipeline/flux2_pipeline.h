@@ -34,11 +34,11 @@ dit_status dit_flux2_klein_schedule(const dit_model_dir *dir, int steps, int ima
 extern const dit_bench_variant dit_flux2_klein_bench[];
 
 /* The FLUX MMDiT's bench operations, for either variant (flux2_bench.c): a random model made
- * by create at config c with bf16/F32 activations adt, token counts and FLOPs, inputs and
- * one forward (family_bench.h's dit_bench_ops). */
+ * by create at the variant's config base with p's geometry overrides and bf16/F32
+ * activations adt, token counts and FLOPs, inputs and one forward (family_bench.h). */
 typedef dit_status (*dit_flux_create_fn)(dit_backend *be, const dit_flux2_config *c, dit_dtype wdt, uint64_t seed,
                                          dit_flux2 **out, dit_error *err);
-dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *c, const dit_bench_params *p,
+dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *base, const dit_bench_params *p,
                                  dit_backend *be, dit_dtype adt, void **model, dit_error *err);
 void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                              double *flops);

@@ -6,8 +6,10 @@
  *   5 a .safetensors.index.json next to one valid 8-byte-tensor shard (dit_weights_open)
  *   6 raw JSON (dit_json_parse + the typed getters)
  *   7 transformer/config.json (FLUX.2 config)      8 vae/config.json (FLUX.2 VAE load)
+ *   9 transformer/config.json (FLUX.1 config)     10 text_encoder/config.json (CLIP text load)
+ *  11 text_encoder_2/config.json (T5 encoder load)
  * Every outcome must be DIT_OK or an error with a message; the weights are absent for
- * 2 and 3, so a config that parses ends in an I/O/format error naming the folder. */
+ * 2, 3 and 9-11, so a config that parses ends in an I/O/format error naming the folder. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,13 +19,21 @@
 #include "io/json.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "models/clip_text.h"
+#include "models/flux1.h"
 #include "models/flux2.h"
 #include "models/qwen3.h"
+#include "models/t5.h"
 #include "models/vae_flux2.h"
 #include "models/vae_kl.h"
 #include "models/zimage.h"
 #include "models/zimage_internal.h"
 #include "pipeline/scheduler.h"
+
+/* A FLUX.1 transformer folder (no separate config). */
+static dit_status flux1_load_dir(dit_backend *be, const char *dir, dit_flux2 **out, dit_error *err) {
+  return dit_flux1_load(be, dir, NULL, out, err);
+}
 
 static void must_explain(dit_status s, const dit_error *err) {
   if (s != DIT_OK && !err->msg[0]) abort();
@@ -134,7 +144,7 @@ static void run_index(const char *dir, const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   const char *dir = fz_dir();
-  unsigned which = data[0] % 9;
+  unsigned which = data[0] % 12;
   data++;
   size--;
   char path[512];
@@ -161,6 +171,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   LOAD_CASE(3, "vae", dit_vae_kl, dit_vae_kl_load, dit_vae_kl_free)
   LOAD_CASE(7, "flux2", dit_flux2, dit_flux2_load, dit_flux2_free)
   LOAD_CASE(8, "vae2", dit_vae_flux2, dit_vae_flux2_load, dit_vae_flux2_free)
+  LOAD_CASE(9, "flux1", dit_flux2, flux1_load_dir, dit_flux2_free)
+  LOAD_CASE(10, "clip", dit_clip_text, dit_clip_text_load, dit_clip_text_free)
+  LOAD_CASE(11, "t5", dit_t5, dit_t5_load, dit_t5_free)
 #undef LOAD_CASE
   case 4:
     run_scheduler(data, size);

@@ -80,6 +80,28 @@ put("config", "json_nested", cfg(6, b"[" * 5000 + b"]" * 5000))
 put("config", "json_dupkey", cfg(6, b'{"a": 1, "a": 2}'))
 put("config", "json_types", cfg(6, b'{"a": 1e999, "hidden_size": 9999999999, "_class_name": "x\\u0000y", "shape": [1,-2,3.5]}'))
 
+# FLUX.1: the transformer, CLIP and T5 configs of tests/fixtures/models/flux1-dev-tiny
+f1 = {"_class_name": "FluxTransformer2DModel", "attention_head_dim": 16, "axes_dims_rope": [4, 6, 6],
+      "guidance_embeds": True, "in_channels": 64, "joint_attention_dim": 8, "num_attention_heads": 2,
+      "num_layers": 1, "num_single_layers": 2, "patch_size": 1, "pooled_projection_dim": 16}
+put("config", "flux1_ok", cfg(9, f1))
+for k, v in (("axes_dims_rope", [4, 6]), ("attention_head_dim", 15), ("num_layers", -1), ("patch_size", 2),
+             ("pooled_projection_dim", 0), ("_class_name", "Flux2Transformer2DModel")):
+    put("config", "flux1_bad_%s" % k, cfg(9, dict(f1, **{k: v})))
+cl = {"architectures": ["CLIPTextModel"], "model_type": "clip_text_model", "hidden_size": 16, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 77, "vocab_size": 49408,
+      "hidden_act": "quick_gelu", "layer_norm_eps": 1e-05, "eos_token_id": 2}
+put("config", "clip_ok", cfg(10, cl))
+for k, v in (("num_attention_heads", 3), ("hidden_act", "relu"), ("model_type", "t5"), ("eos_token_id", -1)):
+    put("config", "clip_bad_%s" % k, cfg(10, dict(cl, **{k: v})))
+put("config", "clip_full_model", cfg(10, {"model_type": "clip", "text_config": cl}))
+t5 = {"architectures": ["T5EncoderModel"], "model_type": "t5", "d_model": 8, "d_kv": 8, "d_ff": 16, "num_layers": 2,
+      "num_heads": 2, "vocab_size": 32128, "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128,
+      "feed_forward_proj": "gated-gelu", "layer_norm_epsilon": 1e-06}
+put("config", "t5_ok", cfg(11, t5))
+for k, v in (("feed_forward_proj", "relu"), ("relative_attention_num_buckets", 2), ("d_kv", 0), ("num_heads", 1 << 40)):
+    put("config", "t5_bad_%s" % k, cfg(11, dict(t5, **{k: v})))
+
 # ---- tokenizer.json ----
 def byte_cp(b):
     if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:

@@ -1,8 +1,10 @@
 /* The backend registry: the kinds this build has, creating through it, memory queries and
- * supports-op, and the op table every backend fills from the one op list. */
+ * supports-op, the op table every backend fills from the one op list, and weight uploads. */
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
+#include "io/safetensors.h"
 #include "testing.h"
 
 static void test_kinds(const dt_args *args) {
@@ -63,7 +65,39 @@ static void test_cpu_backend(const dt_args *args) {
   CHECK(be == NULL);
 }
 
+/* A weight table uploaded with f16_as_bf16: F16 tensors arrive as BF16 of the same values
+ * (rounded to bf16), other dtypes as they are. */
+static void test_upload_f16_as_bf16(const dt_args *args) {
+  (void)args;
+  dit_backend *be = NULL;
+  dit_error err = {0};
+  CHECK(dit_backend_cpu_create(1, &be, &err) == DIT_OK);
+  if (!be) return;
+  const float vals[5] = {1.0f, -2.5f, 60000.0f, 1.0f / 3.0f, 0.0f};
+  uint16_t h[5];
+  float f[3] = {1.5f, -0.25f, 7.0f};
+  for (int i = 0; i < 5; i++) h[i] = dit_f32_to_f16(vals[i]);
+  dit_tensor th = dit_tensor_1d(DIT_F16, h, 5), tf = dit_tensor_1d(DIT_F32, f, 3);
+  dit_wtable t;
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &th, false, 1, (int64_t[]){5}, "h");
+  dit_wtable_add(&t, &tf, false, 1, (int64_t[]){3}, "f");
+  void *blk = NULL;
+  CHECK(dit_backend_upload_wtable_as(be, &t, true, &blk, &err) == DIT_OK);
+  CHECK(th.dtype == DIT_BF16 && tf.dtype == DIT_F32 && th.data != (void *)h && blk);
+  for (int i = 0; blk && i < 5; i++) {
+    uint16_t b;
+    memcpy(&b, (char *)th.data + 2 * i, 2);
+    CHECK_MSG(dit_bf16_to_f32(b) == dit_bf16_to_f32(dit_f32_to_bf16(dit_f16_to_f32(h[i]))), "value %d", i);
+  }
+  CHECK(blk && !memcmp(tf.data, f, sizeof f));
+  if (blk) be->ops->free(be, blk);
+  dit_wtable_free(&t);
+  dit_backend_free(be);
+}
+
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_kinds, test_cpu_memory, test_cpu_backend};
+  static void (*const cases[])(const dt_args *) = {test_kinds, test_cpu_memory, test_cpu_backend,
+                                                   test_upload_f16_as_bf16};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -21,7 +21,37 @@ dit_device dit_backend_device(const dit_backend *be) { return dit_backend_is_hos
 
 static size_t align_up(size_t n) { return (n + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN; }
 
+/* n F16 values at src as BF16 into dst (host buffers). */
+static void f16_to_bf16(uint16_t *dst, const void *src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, (const char *)src + 2 * i, 2);
+    dst[i] = dit_f32_to_bf16(dit_f16_to_f32(h));
+  }
+}
+
+/* Uploads an F16 tensor's nb bytes as BF16 through a staging buffer, piece by piece. */
+static dit_status upload_as_bf16(dit_backend *be, void *dst, const void *src, size_t nb, dit_error *err) {
+  const size_t piece = STAGE_BYTES < nb ? STAGE_BYTES : nb;
+  uint16_t *stage = malloc(piece ? piece : 2);
+  if (!stage) return dit_errorf(err, DIT_ERR_NOMEM, "no memory for a %zu-byte staging buffer", piece);
+  dit_status s = DIT_OK;
+  for (size_t off = 0; off < nb && s == DIT_OK; off += piece) {
+    const size_t len = nb - off < piece ? nb - off : piece;
+    f16_to_bf16(stage, (const char *)src + off, len / 2);
+    s = be->ops->upload(be, (char *)dst + off, stage, len, err);
+    if (s == DIT_OK) s = be->ops->sync(be, err); /* the stage is reused */
+  }
+  free(stage);
+  return s;
+}
+
 dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void **block, dit_error *err) {
+  return dit_backend_upload_wtable_as(be, t, false, block, err);
+}
+
+dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, bool f16_as_bf16, void **block,
+                                        dit_error *err) {
   *block = NULL;
   size_t total = 0;
   for (size_t i = 0; i < t->n; i++)
@@ -35,12 +65,15 @@ dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void 
     dit_tensor *d = t->entries[i].dst;
     if (!d->data) continue;
     size_t nb = dit_tensor_nbytes(d);
-    dit_status s = be->ops->upload(be, (char *)blk + off, d->data, nb, err);
+    const bool conv = f16_as_bf16 && d->dtype == DIT_F16;
+    dit_status s = conv ? upload_as_bf16(be, (char *)blk + off, d->data, nb, err)
+                        : be->ops->upload(be, (char *)blk + off, d->data, nb, err);
     if (s != DIT_OK) {
       be->ops->free(be, blk);
       dit_error_prefix(err, "uploading weight %s", t->entries[i].name);
       return s;
     }
+    if (conv) d->dtype = DIT_BF16;
     d->data = (char *)blk + off;
     d->device = dev;
     off += align_up(nb);

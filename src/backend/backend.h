@@ -144,6 +144,10 @@ dit_device dit_backend_device(const dit_backend *be);
  * allocation *block (stored dtype kept, 256-byte aligned pieces) and repoints the
  * destinations there (device tag set). Free *block with be->ops->free. */
 dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t, void **block, dit_error *err);
+/* The same; with f16_as_bf16, F16 tensors are converted to BF16 on the way (same size, the
+ * range of fp32: for models whose activations overflow fp16, such as T5). */
+dit_status dit_backend_upload_wtable_as(dit_backend *be, const struct dit_wtable *t, bool f16_as_bf16, void **block,
+                                        dit_error *err);
 /* Gives every entry of t (unbound) deterministic random values of dtype dt (F32/BF16/F16)
  * in one new backend allocation *block: uniform in +-1/sqrt(last dim) for matrices,
  * 1 +- 0.05 for 1-D "*weight" tensors (norm scales), +-0.02 for other 1-D tensors. Same seed, same values

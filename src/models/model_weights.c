@@ -31,7 +31,7 @@ static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *
   DIT_TRY(dit_wtable_bind(t, w->files, "", NULL, err));
   if (check_float) DIT_TRY(dit_wtable_check_float(t, err));
   if (dit_backend_is_host(be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable(be, t, &w->wblock, err));
+  DIT_TRY(dit_backend_upload_wtable_as(be, t, w->f16_as_bf16, &w->wblock, err));
   w->wbytes = block_bytes(t);
   dit_weights_close(w->files);
   w->files = NULL;

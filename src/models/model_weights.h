@@ -15,6 +15,7 @@ typedef struct dit_model_weights {
   dit_weights *files; /* open checkpoint, or NULL once copied into wblock */
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
+  bool f16_as_bf16;   /* set before loading: a device copy holds F16 tensors as BF16 */
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

@@ -1,8 +1,9 @@
 /* `ditrun generate` on FLUX.1 [dev] and [schnell] end to end through the CLI: the fixture's
  * reference image (within one 8-bit level) from the folder, the same PNG byte for byte when
  * the weights come from single files (--diffusion-model: the transformer under BFL's names;
- * --clip-l, --t5xxl: the encoders' files; --vae: the VAE under ae.safetensors' LDM names), and a single file with a missing tensor or a
- * file that does not exist ending in exit 2 with a message that names it. */
+ * --clip-l, --t5xxl: the encoders' files; --vae: the VAE under ae.safetensors' LDM names), and
+ * a single file with a missing or mis-shaped tensor, a file that does not exist or a broken T5
+ * tokenizer.json ending in exit 2 with a message that names it. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,18 @@ static void test_bad_files(const char *model) {
   snprintf(extra, sizeof extra, "--diffusion-model '%s'", bad);
   int rc = gen(&r, extra, out, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "txt_in.weight"), "missing tensor: exit %d, '%s'", rc, msg);
+  /* mis-shaped: the MLP's out weight [D, F] holding its in weight [F, D] */
+  snprintf(bad, sizeof bad, "%s/bad_mlp.safetensors", g.tmp);
+  CHECK(dt_st_rewrite(src, bad, "double_blocks.0.img_mlp.2.weight", "double_blocks.0.img_mlp.0.weight") == 0);
+  snprintf(extra, sizeof extra, "--diffusion-model '%s'", bad);
+  rc = gen(&r, extra, out, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "double_blocks.0.img_mlp.2.weight"), "mis-shaped tensor: exit %d, '%s'", rc, msg);
+  /* a width the folder's config.json does not have: txt_in.weight holding img_in.weight's data */
+  snprintf(bad, sizeof bad, "%s/bad_txt_in.safetensors", g.tmp);
+  CHECK(dt_st_rewrite(src, bad, "txt_in.weight", "img_in.weight") == 0);
+  snprintf(extra, sizeof extra, "--diffusion-model '%s'", bad);
+  rc = gen(&r, extra, out, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "joint_attention_dim"), "width unlike the config: exit %d, '%s'", rc, msg);
   snprintf(extra, sizeof extra, "--clip-l '%s/nonexistent.safetensors'", g.tmp);
   rc = gen(&r, extra, out, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "nonexistent.safetensors"), "missing file: exit %d, '%s'", rc, msg);

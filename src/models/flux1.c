@@ -348,10 +348,16 @@ static dit_status single_file_config(const char *path, const char *cfg_json, dit
   if (cfg_json) {
     dit_flux2_config j;
     DIT_TRY(parse_config(cfg_json, &j, err));
-    if (j.dim != c->n_heads * c->head_dim || j.head_dim != c->head_dim || j.n_layers != c->n_layers ||
-        j.n_single_layers != c->n_single_layers || j.guidance_embeds != c->guidance_embeds)
-      return dit_errorf(err, DIT_ERR_FORMAT, "%s does not describe %s (sizes, blocks or guidance differ)", cfg_json,
-                        path);
+    static const char *const what[] = {"attention_head_dim", "num_attention_heads", "num_layers", "num_single_layers",
+                                       "guidance_embeds", "in_channels", "joint_attention_dim", "pooled_projection_dim"};
+    const int got[] = {c->head_dim, c->n_heads, c->n_layers, c->n_single_layers, c->guidance_embeds, c->in_channels,
+                       c->joint_attention_dim, c->pooled_dim};
+    const int want[] = {j.head_dim, j.n_heads, j.n_layers, j.n_single_layers, j.guidance_embeds, j.in_channels,
+                        j.joint_attention_dim, j.pooled_dim};
+    for (size_t i = 0; i < sizeof got / sizeof *got; i++)
+      if (got[i] != want[i])
+        return dit_errorf(err, DIT_ERR_FORMAT, "%s: %s is %d in the tensors, %d in %s", path, what[i], got[i], want[i],
+                          cfg_json);
     memcpy(c->axes_dims, j.axes_dims, sizeof c->axes_dims);
   } else if (c->head_dim != BFL_HEAD_DIM) {
     return dit_errorf(err, DIT_ERR_UNSUPPORTED,

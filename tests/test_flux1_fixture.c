@@ -3,8 +3,8 @@
  * explicit inputs, dit_* ; dev with its guidance embedder, schnell without), within 1e-4
  * relative error; the same weights from the Black Forest Labs-named single file
  * (single/transformer.safetensors: fused qkv, linear1, shift-first final layer) give the
- * same output; and the bad inputs of a single file (missing RoPE axes, a missing or
- * mis-shaped tensor) end in errors that name them. */
+ * same output, also under ComfyUI's prefixed names; and the bad inputs of a single file
+ * (missing RoPE axes, a missing or mis-shaped tensor) end in errors that name them. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -116,6 +116,36 @@ static void test_model(dit_backend *be, const char *data, const char *name, bool
   case_free(&c);
 }
 
+/* dt_st_rename callback: ComfyUI's prefix on every name. */
+static int add_prefix(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim) {
+  (void)user, (void)shape, (void)ndim;
+  return (size_t)snprintf(out, len, "model.diffusion_model.%s", name) < len ? 0 : -1;
+}
+
+/* The single file under ComfyUI's names (model.diffusion_model. on each) gives the same output. */
+static void test_prefixed(dit_backend *be, const char *data, const char *tmp) {
+  char fix[4096], comp[4096], single[4096], cfg[4096], pre[4200];
+  snprintf(fix, sizeof fix, "%s/models/flux1-dev-tiny", data);
+  dt_path(comp, sizeof comp, fix, "components.safetensors");
+  dt_path(single, sizeof single, fix, "single/transformer.safetensors");
+  dt_path(cfg, sizeof cfg, fix, "transformer/config.json");
+  snprintf(pre, sizeof pre, "%s/comfy_prefixed.safetensors", tmp);
+  mkdir(tmp, 0755);
+  flux1_case c;
+  if (case_load(comp, true, &c) || dt_st_rename(single, pre, add_prefix, NULL)) {
+    CHECK_MSG(0, "cannot prepare the prefixed file");
+    case_free(&c);
+    return;
+  }
+  size_t n = (size_t)(c.k.os[0] * c.k.os[1] * c.k.os[2]);
+  float *a = forward_of(be, single, cfg, &c, n, "bare names"), *b = forward_of(be, pre, cfg, &c, n, "prefixed");
+  if (a && b) CHECK_MSG(!memcmp(a, b, n * sizeof *a), "the prefixed file gave another output");
+  free(a);
+  free(b);
+  case_free(&c);
+  unlink(pre);
+}
+
 /* A copy of the single file with one tensor dropped, or renamed onto a wrong shape. */
 static void test_bad_single(dit_backend *be, const char *data, const char *tmp) {
   char single[4096], cfg[4096];
@@ -159,6 +189,7 @@ int main(int argc, char **argv) {
   test_model(be, a.data, "flux1-dev-tiny", true);
   test_model(be, a.data, "flux1-schnell-tiny", false);
   test_bad_single(be, a.data, a.tmp);
+  test_prefixed(be, a.data, a.tmp);
   dit_backend_free(be);
   return dt_finish();
 }

@@ -282,22 +282,35 @@ static void fuse_qkv(dit_flux2 *m) {
 
 /* ---- a single file's config from its shapes ---------------------------------------- */
 
-static const dit_st_tensor *need(const dit_weights *w, const char *name, int ndim, const char *path, dit_error *err) {
-  const dit_st_tensor *t = dit_weights_find(w, name);
-  if (!t) dit_errorf(err, DIT_ERR_FORMAT, "%s: no tensor %s (not a FLUX.1 single file?)", path, name);
+/* ComfyUI saves the transformer with this prefix on every name. */
+#define COMFY_PREFIX "model.diffusion_model."
+
+/* Tensor pfx + name, or NULL. */
+static const dit_st_tensor *find(const dit_weights *w, const char *pfx, const char *name) {
+  char full[2 * DIT_WNAME_MAX];
+  snprintf(full, sizeof full, "%s%s", pfx, name);
+  return dit_weights_find(w, full);
+}
+
+static const dit_st_tensor *need(const dit_weights *w, const char *pfx, const char *name, int ndim, const char *path,
+                                 dit_error *err) {
+  const dit_st_tensor *t = find(w, pfx, name);
+  if (!t) dit_errorf(err, DIT_ERR_FORMAT, "%s: no tensor %s%s (not a FLUX.1 single file?)", path, pfx, name);
   else if (t->ndim != ndim) {
-    dit_errorf(err, DIT_ERR_FORMAT, "%s: tensor %s has %d dims, expected %d", path, name, t->ndim, ndim);
+    dit_errorf(err, DIT_ERR_FORMAT, "%s: tensor %s%s has %d dims, expected %d", path, pfx, name, t->ndim, ndim);
     t = NULL;
   }
   return t;
 }
 
-/* Blocks "<prefix>.N." present: the largest N + 1. */
-static int count_blocks(const dit_weights *w, const char *prefix) {
-  size_t pl = strlen(prefix);
+/* Blocks "<pfx><prefix>.N." present: the largest N + 1. */
+static int count_blocks(const dit_weights *w, const char *pfx, const char *prefix) {
+  size_t pl = strlen(prefix), fl = strlen(pfx);
   int n = 0;
   for (size_t i = 0; i < w->n_tensors; i++) {
     const char *nmv = w->tensors[i]->name;
+    if (strncmp(nmv, pfx, fl) != 0) continue;
+    nmv += fl;
     if (strncmp(nmv, prefix, pl) != 0 || nmv[pl] != '.') continue;
     long v = strtol(nmv + pl + 1, NULL, 10);
     if (v >= 0 && v < MAX_LAYERS && v + 1 > n) n = (int)v + 1;
@@ -305,16 +318,22 @@ static int count_blocks(const dit_weights *w, const char *prefix) {
   return n;
 }
 
-static dit_status infer_config(const dit_weights *w, const char *path, dit_flux2_config *c, dit_error *err) {
-  const dit_st_tensor *img = need(w, "img_in.weight", 2, path, err), *txt, *vec, *tin, *fin;
+/* The config a single file's shapes imply; *pfx is the names' prefix ("" or ComfyUI's). */
+static dit_status infer_config(const dit_weights *w, const char *path, dit_flux2_config *c, const char **pfx,
+                               dit_error *err) {
+  const char *p = !find(w, "", "img_in.weight") && find(w, COMFY_PREFIX, "img_in.weight") ? COMFY_PREFIX : "";
+  *pfx = p;
+  const dit_st_tensor *img = need(w, p, "img_in.weight", 2, path, err), *txt, *vec, *tin, *fin;
   if (!img) return DIT_ERR_FORMAT;
   dit_flux1_config(c, false);
-  c->n_layers = count_blocks(w, "double_blocks");
-  c->n_single_layers = count_blocks(w, "single_blocks");
+  c->n_layers = count_blocks(w, p, "double_blocks");
+  c->n_single_layers = count_blocks(w, p, "single_blocks");
   const char *qn = c->n_layers ? "double_blocks.0.img_attn.norm.query_norm.scale" : "single_blocks.0.norm.query_norm.scale";
-  const dit_st_tensor *q = need(w, qn, 1, path, err);
-  if (!q || !(txt = need(w, "txt_in.weight", 2, path, err)) || !(vec = need(w, "vector_in.in_layer.weight", 2, path, err)) ||
-      !(tin = need(w, "time_in.in_layer.weight", 2, path, err)) || !(fin = need(w, "final_layer.linear.weight", 2, path, err)))
+  const dit_st_tensor *q = need(w, p, qn, 1, path, err);
+  if (!q || !(txt = need(w, p, "txt_in.weight", 2, path, err)) ||
+      !(vec = need(w, p, "vector_in.in_layer.weight", 2, path, err)) ||
+      !(tin = need(w, p, "time_in.in_layer.weight", 2, path, err)) ||
+      !(fin = need(w, p, "final_layer.linear.weight", 2, path, err)))
     return DIT_ERR_FORMAT;
   const int64_t D = img->shape[0], hd = q->shape[0];
   if (hd < 2 || D % hd != 0 || D > MAX_DIM)
@@ -327,9 +346,9 @@ static dit_status infer_config(const dit_weights *w, const char *path, dit_flux2
   c->pooled_dim = (int)vec->shape[1];
   c->t_channels = (int)tin->shape[1];
   c->out_channels = (int)fin->shape[0];
-  c->guidance_embeds = dit_weights_find(w, "guidance_in.in_layer.weight") != NULL;
-  const dit_st_tensor *mlp = c->n_layers ? need(w, "double_blocks.0.img_mlp.0.weight", 2, path, err)
-                                         : need(w, "single_blocks.0.linear1.weight", 2, path, err);
+  c->guidance_embeds = find(w, p, "guidance_in.in_layer.weight") != NULL;
+  const dit_st_tensor *mlp = c->n_layers ? need(w, p, "double_blocks.0.img_mlp.0.weight", 2, path, err)
+                                         : need(w, p, "single_blocks.0.linear1.weight", 2, path, err);
   if (!mlp) return DIT_ERR_FORMAT;
   int64_t F = c->n_layers ? mlp->shape[0] : mlp->shape[0] - 3 * D;
   if (F < 1 || F > 64 * D) return dit_errorf(err, DIT_ERR_FORMAT, "%s: MLP width %lld out of range", path, (long long)F);
@@ -339,10 +358,11 @@ static dit_status infer_config(const dit_weights *w, const char *path, dit_flux2
 }
 
 /* The RoPE axes a single file implies (or cfg_json's), then the usual checks. */
-static dit_status single_file_config(const char *path, const char *cfg_json, dit_flux2_config *c, dit_error *err) {
+static dit_status single_file_config(const char *path, const char *cfg_json, dit_flux2_config *c, const char **pfx,
+                                     dit_error *err) {
   dit_weights *w = NULL;
   DIT_TRY(dit_weights_open(path, NULL, &w, err));
-  dit_status s = infer_config(w, path, c, err);
+  dit_status s = infer_config(w, path, c, pfx, err);
   dit_weights_close(w);
   DIT_TRY(s);
   if (cfg_json) {
@@ -386,7 +406,7 @@ dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_jso
     if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_diffusers, m, true, err);
     if (s == DIT_OK) fuse_qkv(m);
   } else {
-    s = single_file_config(path, cfg_json, &m->cfg, err);
+    s = single_file_config(path, cfg_json, &m->cfg, &m->mw.prefix, err);
     if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_bfl, m, true, err);
     if (s == DIT_OK) bfl_views(m);
   }

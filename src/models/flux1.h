@@ -6,7 +6,8 @@
  *  - a diffusers transformer folder (config.json + diffusion_pytorch_model*.safetensors);
  *  - Black Forest Labs' single file (flux1-dev.safetensors / flux1-schnell.safetensors: the
  *    original key names, fused img/txt qkv, single blocks' linear1 = [q; k; v; mlp_in],
- *    final_layer.adaLN_modulation with shift before scale). Its config is read from the
+ *    final_layer.adaLN_modulation with shift before scale; also with ComfyUI's
+ *    "model.diffusion_model." before every name). Its config is read from the
  *    tensor shapes: head_dim from the q-norm scale, blocks by count, guidance_embeds from
  *    guidance_in.*, joint/pooled widths from txt_in / vector_in, the MLP ratio from
  *    img_mlp.0. The RoPE axes are not in the file: FLUX.1's (16, 56, 56) for head_dim 128,

@@ -16,6 +16,7 @@ typedef struct dit_model_weights {
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
   bool f16_as_bf16;   /* set before loading: a device copy holds F16 tensors as BF16 */
+  const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

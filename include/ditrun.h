@@ -39,13 +39,21 @@ int dit_status_exit_code(dit_status s);
 typedef enum dit_dtype {
   DIT_F32 = 0, DIT_BF16, DIT_F16, DIT_F8_E4M3, DIT_F8_E5M2,
   DIT_F64, DIT_I8, DIT_I16, DIT_I32, DIT_I64, DIT_U8, DIT_U16, DIT_U32, DIT_U64, DIT_BOOL,
+  /* Block-quantized weights in ggml's layouts (GGUF files): each row of the last dim is a
+   * run of blocks of dit_dtype_block_elems() elements, dit_dtype_block_bytes() bytes each. */
+  DIT_Q4_0, DIT_Q4_1, DIT_Q5_0, DIT_Q5_1, DIT_Q8_0, DIT_Q2_K, DIT_Q3_K, DIT_Q4_K, DIT_Q5_K, DIT_Q6_K,
   DIT_DTYPE_COUNT
 } dit_dtype;
 
-/* Name as safetensors spells it ("F32", "BF16", "F8_E4M3", ...). */
+/* Name as safetensors spells it ("F32", "BF16", "F8_E4M3", ...); ggml's name in capitals
+ * for the block types ("Q8_0", "Q4_K"). */
 const char *dit_dtype_name(dit_dtype t);
-/* Size of one element in bytes. */
+/* Size of one element in bytes; 0 for the block types (see dit_dtype_block_bytes). */
 size_t dit_dtype_size(dit_dtype t);
+/* Elements per block (1 for element types) and bytes per block (the element size for
+ * element types). */
+size_t dit_dtype_block_elems(dit_dtype t);
+size_t dit_dtype_block_bytes(dit_dtype t);
 
 /* ---- engine context ------------------------------------------------------------ */
 typedef enum dit_log_level { DIT_LOG_ERROR = 0, DIT_LOG_WARN, DIT_LOG_INFO, DIT_LOG_DEBUG } dit_log_level;

@@ -1,5 +1,6 @@
 /* dtype conversions: exhaustive round trips and round-to-nearest-even cases. */
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "testing.h"
 
 /* How many of the 65536 values of a 16-bit float format (NaNs aside) do not come back
@@ -65,6 +66,17 @@ static void test_names(const dt_args *args) {
   CHECK(dit_dtype_from_name("F8_E4M3", &t) && t == DIT_F8_E4M3);
   CHECK(!dit_dtype_from_name("bf16", &t));
   CHECK(dit_dtype_size(DIT_I64) == 8 && dit_dtype_size(DIT_BOOL) == 1);
+  /* Block types: ggml's sizes; not safetensors names; nbytes counts whole blocks. */
+  CHECK(!dit_dtype_from_name("Q8_0", &t) && !strcmp(dit_dtype_name(DIT_Q4_K), "Q4_K"));
+  CHECK(dit_dtype_is_block(DIT_Q5_1) && !dit_dtype_is_block(DIT_BF16) && dit_dtype_size(DIT_Q8_0) == 0);
+  CHECK(dit_dtype_block_elems(DIT_Q8_0) == 32 && dit_dtype_block_bytes(DIT_Q8_0) == 34);
+  CHECK(dit_dtype_block_elems(DIT_Q6_K) == 256 && dit_dtype_block_bytes(DIT_Q6_K) == 210);
+  CHECK(dit_dtype_block_elems(DIT_F16) == 1 && dit_dtype_block_bytes(DIT_F16) == 2);
+  uint64_t rb = 0;
+  CHECK(dit_dtype_row_bytes(DIT_Q4_K, 512, &rb) && rb == 288 && !dit_dtype_row_bytes(DIT_Q4_K, 100, &rb));
+  CHECK(dit_dtype_row_bytes(DIT_BF16, 3, &rb) && rb == 6);
+  dit_tensor qt = dit_tensor_2d(DIT_Q4_0, NULL, 3, 64);
+  CHECK(dit_tensor_nbytes(&qt) == 3 * 2 * 18);
   float out[3];
   uint16_t in[3] = {0x3f80, 0xc000, 0x0000};
   dit_convert_to_f32(out, in, DIT_BF16, 3);

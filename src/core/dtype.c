@@ -4,15 +4,23 @@
 
 #include <math.h>
 
+#include "core/tensor.h"
+
 static const struct {
   const char *name;
-  size_t size;
+  size_t size, block_elems, block_bytes; /* block fields 0 for element types */
 } dtype_info[DIT_DTYPE_COUNT] = {
     [DIT_F32] = {"F32", 4},     [DIT_BF16] = {"BF16", 2},       [DIT_F16] = {"F16", 2},
     [DIT_F8_E4M3] = {"F8_E4M3", 1}, [DIT_F8_E5M2] = {"F8_E5M2", 1}, [DIT_F64] = {"F64", 8},
     [DIT_I8] = {"I8", 1},       [DIT_I16] = {"I16", 2},         [DIT_I32] = {"I32", 4},
     [DIT_I64] = {"I64", 8},     [DIT_U8] = {"U8", 1},           [DIT_U16] = {"U16", 2},
     [DIT_U32] = {"U32", 4},     [DIT_U64] = {"U64", 8},         [DIT_BOOL] = {"BOOL", 1},
+    /* ggml's block layouts: 32-element blocks with one fp16 scale (and min), 256-element
+     * super-blocks for the K types. */
+    [DIT_Q4_0] = {"Q4_0", 0, 32, 18},   [DIT_Q4_1] = {"Q4_1", 0, 32, 20},   [DIT_Q5_0] = {"Q5_0", 0, 32, 22},
+    [DIT_Q5_1] = {"Q5_1", 0, 32, 24},   [DIT_Q8_0] = {"Q8_0", 0, 32, 34},   [DIT_Q2_K] = {"Q2_K", 0, 256, 84},
+    [DIT_Q3_K] = {"Q3_K", 0, 256, 110}, [DIT_Q4_K] = {"Q4_K", 0, 256, 144}, [DIT_Q5_K] = {"Q5_K", 0, 256, 176},
+    [DIT_Q6_K] = {"Q6_K", 0, 256, 210},
 };
 
 const char *dit_dtype_name(dit_dtype t) {
@@ -21,8 +29,27 @@ const char *dit_dtype_name(dit_dtype t) {
 
 size_t dit_dtype_size(dit_dtype t) { return (unsigned)t < DIT_DTYPE_COUNT ? dtype_info[t].size : 0; }
 
+bool dit_dtype_is_block(dit_dtype t) { return (unsigned)t < DIT_DTYPE_COUNT && dtype_info[t].block_elems > 0; }
+
+size_t dit_dtype_block_elems(dit_dtype t) {
+  if ((unsigned)t >= DIT_DTYPE_COUNT) return 0;
+  return dtype_info[t].block_elems ? dtype_info[t].block_elems : 1;
+}
+
+size_t dit_dtype_block_bytes(dit_dtype t) {
+  if ((unsigned)t >= DIT_DTYPE_COUNT) return 0;
+  return dtype_info[t].block_elems ? dtype_info[t].block_bytes : dtype_info[t].size;
+}
+
+bool dit_dtype_row_bytes(dit_dtype t, uint64_t n, uint64_t *out) {
+  uint64_t be = dit_dtype_block_elems(t);
+  if (!be || n % be) return false;
+  return !dit_mul_overflow_u64(n / be, dit_dtype_block_bytes(t), out);
+}
+
 bool dit_dtype_from_name(const char *name, dit_dtype *out) {
   for (int i = 0; i < DIT_DTYPE_COUNT; i++) {
+    if (dtype_info[i].block_elems) continue; /* safetensors has no block types */
     if (strcmp(name, dtype_info[i].name) == 0) {
       *out = (dit_dtype)i;
       return true;

@@ -9,9 +9,15 @@
 
 #include "ditrun.h"
 
-/* Parses a safetensors dtype name ("F32", "BF16", ...); returns false if unknown. */
+/* Parses a safetensors dtype name ("F32", "BF16", ...); returns false if unknown (the
+ * block types are not safetensors dtypes). */
 bool dit_dtype_from_name(const char *name, dit_dtype *out);
 bool dit_dtype_is_float(dit_dtype t);
+/* True for the block-quantized types (DIT_Q4_0 ... DIT_Q6_K). */
+bool dit_dtype_is_block(dit_dtype t);
+/* Bytes of n consecutive elements of a row: false when n is not a whole number of blocks
+ * or the size overflows. */
+bool dit_dtype_row_bytes(dit_dtype t, uint64_t n, uint64_t *out);
 
 static inline float dit_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;

@@ -44,6 +44,11 @@ int64_t dit_tensor_numel(const dit_tensor *t) {
 }
 
 size_t dit_tensor_nbytes(const dit_tensor *t) {
+  if (dit_dtype_is_block(t->dtype)) {
+    /* Whole rows of blocks: numel / block_elems blocks (the last dim is a multiple). */
+    return (size_t)(dit_tensor_numel(t) / (int64_t)dit_dtype_block_elems(t->dtype)) *
+           dit_dtype_block_bytes(t->dtype);
+  }
   return (size_t)dit_tensor_numel(t) * dit_dtype_size(t->dtype);
 }
 

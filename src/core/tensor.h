@@ -32,6 +32,8 @@ dit_tensor dit_tensor_3d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, in
 dit_tensor dit_tensor_4d(dit_dtype dtype, void *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
 
 int64_t dit_tensor_numel(const dit_tensor *t);
+/* Bytes of the contiguous data (block types: whole blocks; the last dim is a multiple of
+ * the block). */
 size_t dit_tensor_nbytes(const dit_tensor *t);
 bool dit_tensor_is_contiguous(const dit_tensor *t);
 /* A tensor seen as P blocks of M rows of its last dim C: row (p, m) starts at element

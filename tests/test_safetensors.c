@@ -543,6 +543,57 @@ static void test_wtable(const dt_args *a) {
   dit_weights_close(w);
 }
 
+/* Opens zimage-tiny's transformer and applies r: the status, and the message's needle. */
+static dit_weights *remap_case(const dit_wremap *r, dit_status want, const char *needle) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/transformer", g_args->data);
+  dit_weights *w = NULL;
+  dit_error err = {0};
+  if (dit_weights_open(path, NULL, &w, &err) != DIT_OK) {
+    CHECK_MSG(0, "%s", err.msg);
+    return NULL;
+  }
+  dit_status s = dit_weights_remap(w, r, &err);
+  CHECK_MSG(s == want, "remap: status %d, want %d (%s)", s, want, err.msg);
+  if (needle) CHECK_MSG(strstr(err.msg, needle) != NULL, "remap message lacks \"%s\": %s", needle, err.msg);
+  if (s != DIT_OK) {
+    printf("remap -> %s\n", err.msg);
+    dit_weights_close(w);
+    return NULL;
+  }
+  return w;
+}
+
+static void test_remap(void) {
+  /* prefix, renames (every occurrence, in order), a split in row ranges, a drop */
+  static const dit_wrename ren[] = {{"layers.", "blk."}, {"blk.0.", "first."}};
+  static const dit_wsplit sp[] = {{".feed_forward.w1.weight", 2, {".w1a", ".w1b"}}};
+  static const char *const drop[] = {"x_pad_token", NULL};
+  dit_wremap r = {"noise_", ren, 2, sp, 1, drop};
+  dit_weights *w = remap_case(&r, DIT_OK, NULL);
+  if (w) {
+    const dit_st_tensor *a = dit_weights_find(w, "first.feed_forward.w1.weight");
+    CHECK(a == NULL && dit_weights_find(w, "x_pad_token") == NULL);
+    const dit_st_tensor *p0 = dit_weights_find(w, "first.w1a"), *p1 = dit_weights_find(w, "first.w1b");
+    const dit_st_tensor *nr = dit_weights_find(w, "refiner.0.attention.to_q.weight"); /* "noise_" stripped */
+    CHECK(p0 && p1 && nr && dit_weights_find(w, "blk.1.attention.to_q.weight"));
+    if (p0 && p1) {
+      CHECK(p0->shape[0] == 341 && p1->shape[0] == 341 && p0->shape[1] == 256);
+      CHECK((const char *)p1->data == (const char *)p0->data + (p0->end - p0->begin) && p1->begin == p0->end);
+    }
+    dit_error err = {0};
+    CHECK(dit_weights_remap(w, &r, &err) == DIT_ERR_INVALID_ARG); /* once per set */
+    dit_weights_close(w);
+  }
+  /* rows not a multiple of the parts; two tensors renamed to one name */
+  static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}}};
+  dit_wremap r2 = {NULL, NULL, 0, odd, 1, NULL};
+  remap_case(&r2, DIT_ERR_FORMAT, "682 rows");
+  static const dit_wrename clash[] = {{"to_k", "to_q"}};
+  dit_wremap r3 = {NULL, clash, 1, NULL, 0, NULL};
+  remap_case(&r3, DIT_ERR_FORMAT, "to_q.weight\" after renaming");
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -555,5 +606,6 @@ int main(int argc, char **argv) {
   test_mutations();
   test_sharded(&a);
   test_wtable(&a);
+  test_remap();
   return dt_finish();
 }

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "fixture.h"
+#include "io/safetensors.h"
 #include "models/zimage.h"
 #include "testing.h"
 
@@ -237,6 +238,76 @@ static void test_stacked_qkv(dit_backend *be) {
   dit_zimage_free(m);
 }
 
+/* The transformer saved as Z-Image's original checkpoint names it (q, k, v fused, renamed
+ * modules, an unused norm_final) with ComfyUI's prefix: the same model, bit for bit. */
+static void test_original_names(dit_backend *be, dit_zimage *ref, dt_zimage_case *d, const char *tdir,
+                                const char *tmp) {
+  char src[4096], dst[4096], cfg[4096];
+  dt_path(src, sizeof src, tdir, "diffusion_pytorch_model.safetensors");
+  dt_path(cfg, sizeof cfg, tdir, "config.json");
+  snprintf(dst, sizeof dst, "%s/z_image_original.safetensors", tmp);
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  CHECK(dit_st_open(src, NULL, &f, &err) == DIT_OK);
+  if (!f) return;
+  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p);
+  size_t n = 0;
+  static const char *const pre = "model.diffusion_model.";
+  for (size_t i = 0; i < f->n_tensors; i++) {
+    char name[256], from[256];
+    snprintf(name, sizeof name, "%s", f->tensors[i].name);
+    const char *q = strstr(name, ".attention.to_q.weight");
+    if (strstr(name, ".attention.to_k.weight") || strstr(name, ".attention.to_v.weight")) continue;
+    if (q) { /* q, k, v as one tensor */
+      size_t stem = (size_t)(q - name);
+      snprintf(p[n].name, sizeof p[n].name, "%s%.*s.attention.qkv.weight", pre, (int)stem, name);
+      static const char *const parts[3] = {"q", "k", "v"};
+      for (int k = 0; k < 3; k++)
+        snprintf(p[n].src[k], sizeof p[n].src[k], "%.*s.attention.to_%s.weight", (int)stem, name, parts[k]);
+      p[n++].n_src = 3;
+      continue;
+    }
+    static const char *const ren[][2] = {{"all_final_layer.2-1.", "final_layer."}, {"all_x_embedder.2-1.", "x_embedder."},
+                                         {".attention.to_out.0.", ".attention.out."}, {".attention.norm_k.", ".attention.k_norm."},
+                                         {".attention.norm_q.", ".attention.q_norm."}};
+    snprintf(from, sizeof from, "%s", name);
+    for (size_t r = 0; r < sizeof ren / sizeof *ren; r++) {
+      char *at = strstr(name, ren[r][0]);
+      if (!at) continue;
+      char tail[256];
+      snprintf(tail, sizeof tail, "%s", at + strlen(ren[r][0]));
+      snprintf(at, sizeof name - (size_t)(at - name), "%s%s", ren[r][1], tail);
+    }
+    snprintf(p[n].name, sizeof p[n].name, "%s%s", pre, name);
+    snprintf(p[n].src[0], sizeof p[n].src[0], "%s", from);
+    p[n++].n_src = 1;
+  }
+  snprintf(p[n].name, sizeof p[n].name, "%snorm_final.weight", pre); /* in the original, unused */
+  snprintf(p[n].src[0], sizeof p[n].src[0], "cap_embedder.0.weight");
+  p[n++].n_src = 1;
+  dit_st_close(f);
+  CHECK(dt_st_compose(src, dst, p, n) == 0);
+  free(p);
+  dit_zimage *m = NULL;
+  dit_status s = dit_zimage_load_from(be, dst, cfg, &m, &err);
+  CHECK_MSG(s == DIT_OK, "load original names %s: %s", dst, err.msg);
+  if (s != DIT_OK) return;
+  check_forward(m, d, 0, 2);
+  /* bit-identical to the diffusers-named folder */
+  dit_tensor x, cap;
+  dt_zimage_case_item(d, 0, &x, &cap);
+  size_t numel = (size_t)dit_tensor_numel(&x);
+  float *o1 = malloc(numel * 4), *o2 = malloc(numel * 4);
+  dit_tensor y1 = dit_tensor_make(DIT_F32, o1, 4, d->xs[0]), y2 = dit_tensor_make(DIT_F32, o2, 4, d->xs[0]);
+  CHECK(dit_zimage_forward(ref, 1, &x, &cap, d->t, &y1, &err) == DIT_OK);
+  CHECK(dit_zimage_forward(m, 1, &x, &cap, d->t, &y2, &err) == DIT_OK);
+  CHECK_MSG(!memcmp(o1, o2, numel * 4), "original names: output differs from the diffusers folder's");
+  printf("zimage original names (ComfyUI prefix, fused qkv): bit-identical output\n");
+  free(o1);
+  free(o2);
+  dit_zimage_free(m);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -269,6 +340,7 @@ int main(int argc, char **argv) {
     check_forward(m, &d, 0, 2); /* same shapes: cached tables */
     check_timestep_change(m, &d);
     test_bad_inputs(m, &d);
+    test_original_names(be, m, &d, tdir, a.tmp);
   }
   dt_zimage_case_free(&d);
   dit_zimage_free(m);

@@ -63,6 +63,8 @@ typedef struct dit_weights {
   const dit_st_tensor **tensors; /* all tensors of all files, sorted by name */
   void **owned;                  /* aligned copies made for misaligned tensors */
   size_t n_owned;
+  dit_st_tensor *renamed;        /* after dit_weights_remap: the entries tensors points to */
+  size_t n_renamed;
 } dit_weights;
 
 /* path: a .safetensors file, a .safetensors.index.json file, or a folder holding either
@@ -78,6 +80,35 @@ const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name);
  * dtype, an aligned (64-byte) copy is made and owned by w (one per call). The data are
  * read-only (a PROT_READ mapping): never write through out->data. */
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err);
+
+/* ---- other programs' names for the same tensors (st_remap.c) ----
+ * Checkpoints saved by other tools name a model's tensors their own way: a prefix on every
+ * name, renamed modules, projections fused into one tensor. A remap rewrites the names of
+ * an open set into the ones a weight table uses, without touching the data. */
+typedef struct dit_wrename {
+  const char *from, *to; /* every occurrence of from becomes to */
+} dit_wrename;
+
+typedef struct dit_wsplit {
+  const char *suffix;   /* a name ending in this ... */
+  int n;                /* ... is n tensors of equal rows (dim 0), in order, */
+  const char *parts[4]; /* named with parts[i] in place of the suffix */
+} dit_wsplit;
+
+typedef struct dit_wremap {
+  const char *strip_prefix;  /* removed from names that start with it (NULL: none) */
+  const dit_wrename *rename; /* applied in order after the prefix is stripped */
+  size_t n_rename;
+  const dit_wsplit *split;   /* then the first split whose suffix matches */
+  size_t n_split;
+  const char *const *drop;   /* names (after the above) left out; NULL-terminated, or NULL */
+} dit_wremap;
+
+/* Rewrites w's names by r (the tensors become views with the new names; a split part
+ * covers its rows of the original's bytes). A split tensor whose dim 0 is not a multiple
+ * of n, a name longer than DIT_WNAME_MAX, or two tensors ending with one name is
+ * DIT_ERR_FORMAT naming them. May be applied once per set. */
+dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err);
 
 /* ---- weight table: {checkpoint name, destination, expected shape} ---- */
 #define DIT_WNAME_MAX 192

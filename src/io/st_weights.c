@@ -33,6 +33,8 @@ void dit_weights_close(dit_weights *w) {
   free(w->tensors);
   for (size_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
   free(w->owned);
+  for (size_t i = 0; i < w->n_renamed; i++) free(w->renamed[i].name);
+  free(w->renamed);
   free(w);
 }
 

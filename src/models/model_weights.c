@@ -43,6 +43,10 @@ dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const c
   dit_wtable t;
   dit_status s = build(model, &t, err);
   if (s == DIT_OK) s = dit_weights_open(dir, NULL, &w->files, err);
+  if (s == DIT_OK && w->rename) {
+    s = w->rename(w->files, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s: %s", who, dir);
+  }
   if (s == DIT_OK) {
     s = bind_place(be, w, &t, check_float, err);
     if (s != DIT_OK) dit_error_prefix(err, "%s: %s", who, dir);

@@ -17,6 +17,8 @@ typedef struct dit_model_weights {
   size_t wbytes;      /* its size */
   bool f16_as_bf16;   /* set before loading: a device copy holds F16 tensors as BF16 */
   const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
+  /* set before loading (NULL: none): renames an opened checkpoint saved under other names */
+  dit_status (*rename)(dit_weights *files, dit_error *err);
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

@@ -202,8 +202,36 @@ static const char *detect_prefix(const dit_weights *w) {
   return "";
 }
 
+/* llama.cpp's names (its GGUF files of Qwen3) as transformers' Qwen3Model names. Its
+ * converter stores Qwen3's q and k projections unpermuted (only LLaMA's are permuted). */
+static const dit_wrename llama_cpp_names[] = {
+    {"blk.", "layers."},
+    {"attn_q_norm.", "self_attn.q_norm."},
+    {"attn_k_norm.", "self_attn.k_norm."},
+    {"attn_norm.", "input_layernorm."},
+    {"attn_q.", "self_attn.q_proj."},
+    {"attn_k.", "self_attn.k_proj."},
+    {"attn_v.", "self_attn.v_proj."},
+    {"attn_output.", "self_attn.o_proj."},
+    {"ffn_norm.", "post_attention_layernorm."},
+    {"ffn_gate.", "mlp.gate_proj."},
+    {"ffn_up.", "mlp.up_proj."},
+    {"ffn_down.", "mlp.down_proj."},
+    {"token_embd.", "embed_tokens."},
+    {"output_norm.", "norm."},
+    {"output.", "lm_head."},
+};
+
 static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));
+  if (dit_weights_find(m->weights, "blk.0.attn_q.weight")) {
+    dit_wremap r = {NULL, llama_cpp_names, sizeof llama_cpp_names / sizeof *llama_cpp_names, NULL, 0, NULL};
+    dit_status s = dit_weights_remap(m->weights, &r, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "%s (Qwen3, llama.cpp names)", dir);
+      return s;
+    }
+  }
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);

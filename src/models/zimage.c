@@ -228,17 +228,56 @@ static dit_zimage *new_model(dit_backend *be) {
   return m;
 }
 
+/* The original checkpoint's names (Z-Image's own release, ComfyUI's single files and the
+ * GGUF files made from them) as diffusers names, as diffusers' single-file converter maps
+ * them: q, k and v fused in one tensor, a few modules renamed, an unused final norm. */
+static const dit_wrename orig_renames[] = {
+    {"final_layer.", "all_final_layer.2-1."},         {"x_embedder.", "all_x_embedder.2-1."},
+    {".attention.out.", ".attention.to_out.0."},       {".attention.k_norm.", ".attention.norm_k."},
+    {".attention.q_norm.", ".attention.norm_q."},
+};
+static const dit_wsplit orig_splits[] = {
+    {".attention.qkv.weight", 3, {".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}},
+};
+static const char *const orig_drop[] = {"norm_final.weight", NULL};
+
+static dit_status rename_original(dit_weights *w, dit_error *err) {
+  static const char *const prefixes[] = {"", "model.diffusion_model."};
+  for (int i = 0; i < 2; i++) {
+    char probe[96];
+    snprintf(probe, sizeof probe, "%slayers.0.attention.qkv.weight", prefixes[i]);
+    if (!dit_weights_find(w, probe)) continue;
+    dit_wremap r = {prefixes[i], orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, orig_drop};
+    return dit_weights_remap(w, &r, err);
+  }
+  /* diffusers' names, perhaps with the prefix */
+  if (dit_weights_find(w, "model.diffusion_model.layers.0.attention.to_q.weight")) {
+    dit_wremap r = {"model.diffusion_model.", NULL, 0, NULL, 0, NULL};
+    return dit_weights_remap(w, &r, err);
+  }
+  return DIT_OK;
+}
+
+dit_status dit_zimage_load_from(dit_backend *be, const char *weights, const char *config_json, dit_zimage **out,
+                                dit_error *err) {
+  *out = NULL;
+  if (!be || !weights || !config_json)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend, weights or config given");
+  dit_zimage *m = new_model(be);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
+  m->mw.rename = rename_original;
+  dit_status s = zimage_parse_config(config_json, &m->cfg, err);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "zimage", weights, build_table, m, false, err);
+  if (s == DIT_OK) stack_weights(m);
+  DIT_HAND_OVER(s, m, out, dit_zimage_free);
+}
+
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err) {
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage: no backend or folder given");
   char path[4096];
   DIT_TRY(dit_model_config_path("zimage", component_dir, path, sizeof path, err));
-  dit_zimage *m = new_model(be);
-  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "zimage: out of memory");
-  dit_status s = zimage_parse_config(path, &m->cfg, err);
-  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "zimage", component_dir, build_table, m, false, err);
-  if (s == DIT_OK) stack_weights(m);
-  DIT_HAND_OVER(s, m, out, dit_zimage_free);
+  return dit_zimage_load_from(be, component_dir, path, out, err);
 }
 
 void dit_zimage_config_turbo(dit_zimage_config *c) {

@@ -48,6 +48,12 @@ typedef struct dit_zimage dit_zimage;
  * before anything is built; weights stay mapped in their stored dtype. On failure *out
  * is NULL and the message names the config field or the tensor that was wrong. */
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err);
+/* The same from a weights path (a folder as above, or one file) and a config.json path.
+ * Besides diffusers' names, the weights may carry the original checkpoint's (fused
+ * attention.qkv, final_layer, x_embedder ...), with or without ComfyUI's
+ * "model.diffusion_model." prefix, as Z-Image's single files and GGUF files do. */
+dit_status dit_zimage_load_from(dit_backend *be, const char *weights, const char *config_json, dit_zimage **out,
+                                dit_error *err);
 /* A model with deterministic random weights of dtype wdt (F32/BF16/F16) created directly
  * in the backend's memory (no files), for benchmarks at the real geometry. c's "read
  * from config.json" fields must be set (dit_zimage_config_turbo gives Z-Image-Turbo's);

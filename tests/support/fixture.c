@@ -373,6 +373,53 @@ int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *use
   return rc;
 }
 
+/* Adds piece p (its parts found in f) to hdr at *off; the parts into parts[0..n). */
+static int compose_one(json_t *hdr, const dit_st_file *f, const dt_st_piece *p, const dit_st_tensor **parts,
+                       uint64_t *off) {
+  int64_t rows = 0;
+  uint64_t nb = 0;
+  const dit_st_tensor *a = NULL;
+  for (int k = 0; k < p->n_src; k++) {
+    const dit_st_tensor *b = parts[k] = dit_st_find(f, p->src[k]);
+    if (!b || b->ndim < 1) return -1;
+    if (!a) a = b;
+    if (b->dtype != a->dtype || b->ndim != a->ndim || memcmp(b->shape + 1, a->shape + 1, (size_t)(a->ndim - 1) * 8))
+      return -1;
+    rows += b->shape[0];
+    nb += b->end - b->begin;
+  }
+  json_t *sh = json_array();
+  json_array_append_new(sh, json_integer(rows));
+  for (int k = 1; k < a->ndim; k++) json_array_append_new(sh, json_integer(a->shape[k]));
+  if (json_object_get(hdr, p->name)) return -1;
+  json_object_set_new(hdr, p->name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(a->dtype), "shape",
+                                               sh, "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
+  *off += nb;
+  return 0;
+}
+
+int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t n) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  const dit_st_tensor **parts = calloc(3 * n + 1, sizeof *parts);
+  json_t *hdr = json_object();
+  int rc = parts && hdr ? 0 : -1;
+  size_t np = 0;
+  uint64_t off = 0;
+  /* st_write writes the data in the order given and the header sorted by name: the
+   * offsets above follow the pieces' order, so the data must too. */
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (p[i].n_src < 1 || p[i].n_src > 3 || compose_one(hdr, f, &p[i], parts + np, &off)) rc = -1;
+    else np += (size_t)p[i].n_src;
+  }
+  if (!rc) rc = st_write(dst, hdr, parts, np);
+  json_decref(hdr);
+  free(parts);
+  dit_st_close(f);
+  return rc;
+}
+
 int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int64_t *is) {
   int zn = 0, in = 0;
   *z = *img = NULL;

@@ -78,6 +78,16 @@ typedef int (*dt_st_rename_fn)(void *user, const char *name, char *out, size_t l
 /* Copies the safetensors file src to dst with every tensor passed through fn (same data
  * bytes). 0, or -1 on failure (fn failed, an element count changed, two names collide). */
 int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user);
+/* One tensor of a file dt_st_compose writes: its name and the tensors of the source whose
+ * data, back to back (rows of the same dtype and trailing dims), make it. */
+typedef struct dt_st_piece {
+  char name[256];
+  char src[3][256];
+  int n_src;
+} dt_st_piece;
+/* Writes dst with the n pieces (in that order), from the tensors of src. 0, or -1 on
+ * failure (a missing source, mismatched parts, an I/O error). */
+int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t n);
 /* Copies a diffusers-named AutoencoderKL file (n_levels up/down blocks) to dst under the
  * original LDM names FLUX.1's ae.safetensors uses (the decoder's up blocks counted from the
  * other end; the mid attention's q/k/v/proj_out as [C, C, 1, 1] 1x1 convs unless

@@ -1,0 +1,126 @@
+/* Remapping a weight set's names (see safetensors.h, "other programs' names"): every tensor
+ * is copied into w->renamed under its new name (split tensors as several row ranges), then
+ * w->tensors is rebuilt from those copies, sorted, with collisions reported by name. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+
+/* dst = src with every occurrence of from replaced by to; false if it does not fit. */
+static bool replace_all(char *dst, size_t len, const char *src, const char *from, const char *to) {
+  size_t fl = strlen(from), tl = strlen(to), o = 0;
+  if (!fl) return snprintf(dst, len, "%s", src) < (int)len;
+  for (const char *p = src; *p;) {
+    const char *q = strstr(p, from);
+    size_t keep = q ? (size_t)(q - p) : strlen(p);
+    if (o + keep + (q ? tl : 0) >= len) return false;
+    memcpy(dst + o, p, keep);
+    o += keep;
+    if (!q) break;
+    memcpy(dst + o, to, tl);
+    o += tl;
+    p = q + fl;
+  }
+  dst[o] = 0;
+  return true;
+}
+
+static bool ends_with(const char *s, const char *suffix, size_t *stem) {
+  size_t n = strlen(s), m = strlen(suffix);
+  *stem = n - m;
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static bool dropped(const char *name, const char *const *drop) {
+  for (; drop && *drop; drop++)
+    if (!strcmp(name, *drop)) return true;
+  return false;
+}
+
+/* The new name of `name` before splitting. */
+static dit_status new_name(const dit_wremap *r, const char *name, char *out, size_t len, dit_error *err) {
+  char a[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
+  size_t pl = r->strip_prefix ? strlen(r->strip_prefix) : 0;
+  const char *src = pl && !strncmp(name, r->strip_prefix, pl) ? name + pl : name;
+  if (snprintf(a, sizeof a, "%s", src) >= (int)sizeof a)
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor name \"%.64s...\" is too long (at most %d bytes)", name,
+                      DIT_WNAME_MAX - 1);
+  for (size_t i = 0; i < r->n_rename; i++) {
+    if (!replace_all(b, sizeof b, a, r->rename[i].from, r->rename[i].to))
+      return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": renamed, its name is too long", name);
+    memcpy(a, b, sizeof a);
+  }
+  if (snprintf(out, len, "%s", a) >= (int)len)
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": renamed, its name is too long", name);
+  return DIT_OK;
+}
+
+static dit_status push(dit_weights *w, size_t cap, const dit_st_tensor *src, const char *name, dit_error *err) {
+  if (w->n_renamed == cap) return dit_errorf(err, DIT_ERR_INVALID_ARG, "remap: table overflow"); /* not reached */
+  dit_st_tensor *t = &w->renamed[w->n_renamed];
+  *t = *src;
+  t->name = strdup(name);
+  if (!t->name) return dit_errorf(err, DIT_ERR_NOMEM, "remap: out of memory");
+  w->n_renamed++;
+  return DIT_OK;
+}
+
+/* Appends the n row-range parts of t named stem + parts[i]. */
+static dit_status push_split(dit_weights *w, size_t cap, const dit_st_tensor *t, const char *name, size_t stem,
+                             const dit_wsplit *sp, dit_error *err) {
+  if (t->ndim < 1 || t->shape[0] % sp->n)
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\" (%d dims, %lld rows) cannot be split in %d equal parts",
+                      t->name, t->ndim, t->ndim ? (long long)t->shape[0] : 0LL, sp->n);
+  uint64_t part = (t->end - t->begin) / (uint64_t)sp->n;
+  for (int i = 0; i < sp->n; i++) {
+    char pn[DIT_WNAME_MAX];
+    if (snprintf(pn, sizeof pn, "%.*s%s", (int)stem, name, sp->parts[i]) >= (int)sizeof pn)
+      return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": split, its name is too long", t->name);
+    dit_st_tensor v = *t;
+    v.shape[0] = t->shape[0] / sp->n;
+    v.begin = t->begin + part * (uint64_t)i;
+    v.end = v.begin + part;
+    v.data = (const char *)t->data + part * (uint64_t)i;
+    DIT_TRY(push(w, cap, &v, pn, err));
+  }
+  return DIT_OK;
+}
+
+static int cmp_ptr_name(const void *a, const void *b) {
+  return strcmp((*(const dit_st_tensor *const *)a)->name, (*(const dit_st_tensor *const *)b)->name);
+}
+
+dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err) {
+  if (w->renamed) return dit_errorf(err, DIT_ERR_INVALID_ARG, "remap: this weight set is already remapped");
+  uint64_t max_n = 1, cap;
+  for (size_t k = 0; k < r->n_split; k++)
+    if ((uint64_t)r->split[k].n > max_n) max_n = (uint64_t)r->split[k].n;
+  if (dit_mul_overflow_u64(w->n_tensors, max_n, &cap) || cap > SIZE_MAX / sizeof *w->renamed)
+    return dit_errorf(err, DIT_ERR_NOMEM, "remap: too many tensors");
+  w->renamed = calloc(cap ? (size_t)cap : 1, sizeof *w->renamed);
+  if (!w->renamed) return dit_errorf(err, DIT_ERR_NOMEM, "remap: cannot allocate %llu entries", (unsigned long long)cap);
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const dit_st_tensor *t = w->tensors[i];
+    char name[DIT_WNAME_MAX];
+    DIT_TRY(new_name(r, t->name, name, sizeof name, err));
+    if (dropped(name, r->drop)) continue;
+    const dit_wsplit *sp = NULL;
+    size_t stem = 0;
+    for (size_t k = 0; k < r->n_split && !sp; k++)
+      if (ends_with(name, r->split[k].suffix, &stem)) sp = &r->split[k];
+    if (sp) DIT_TRY(push_split(w, cap, t, name, stem, sp, err));
+    else DIT_TRY(push(w, cap, t, name, err));
+  }
+  const dit_st_tensor **tv = malloc((w->n_renamed ? w->n_renamed : 1) * sizeof *tv);
+  if (!tv) return dit_errorf(err, DIT_ERR_NOMEM, "remap: out of memory");
+  for (size_t i = 0; i < w->n_renamed; i++) tv[i] = &w->renamed[i];
+  qsort(tv, w->n_renamed, sizeof *tv, cmp_ptr_name);
+  free(w->tensors);
+  w->tensors = tv;
+  w->n_tensors = w->n_renamed;
+  for (size_t i = 1; i < w->n_tensors; i++)
+    if (!strcmp(tv[i - 1]->name, tv[i]->name))
+      return dit_errorf(err, DIT_ERR_FORMAT, "two tensors are both named \"%s\" after renaming", tv[i]->name);
+  return DIT_OK;
+}

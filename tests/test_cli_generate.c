@@ -53,6 +53,25 @@ static void test_reference_images(void) {
   check_image(out, "cfg_image");
 }
 
+/* The transformer and text encoder from single files under other programs' names (Z-Image's
+ * original names with ComfyUI's prefix; llama.cpp's Qwen3 names): the same PNG, byte for
+ * byte, as the folder's diffusers-named weights. */
+static void test_component_files(void) {
+  char src[4200], dit[4200], te[4200], out[4096], ref[4096], extra[9000];
+  snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", g.model);
+  snprintf(dit, sizeof dit, "%s/z_image_original.safetensors", g.tmp);
+  CHECK(dt_zimage_write_original(src, dit) == 0);
+  snprintf(src, sizeof src, "%s/text_encoder/model.safetensors", g.model);
+  snprintf(te, sizeof te, "%s/qwen3_llama_cpp.safetensors", g.tmp);
+  CHECK(dt_st_rename(src, te, dt_qwen3_to_llama_cpp, NULL) == 0);
+  snprintf(ref, sizeof ref, "%s/turbo.png", g.tmp);
+  snprintf(out, sizeof out, "%s/files.png", g.tmp);
+  unlink(out);
+  snprintf(extra, sizeof extra, "--steps 4 --guidance 0 --diffusion-model '%s' --text-encoder '%s'", dit, te);
+  CHECK(gen(extra, out, NULL) == 0);
+  CHECK_MSG(dt_files_equal(ref, out), "single files under other names gave a different image");
+}
+
 /* A bad invocation: exit 2, a non-empty message, and no output file. */
 static void bad(const char *args, const char *expect) {
   char out[4096], log[4096], cmd[8192], msg[4096];
@@ -124,6 +143,7 @@ int main(int argc, char **argv) {
   snprintf(g_neg, sizeof g_neg, "%s", json_string_value(json_object_get(rj, "negative_prompt")));
   json_decref(rj);
   test_reference_images();
+  test_component_files();
   test_bad_options();
   return dt_finish();
 }

@@ -307,28 +307,6 @@ static void expect_fail(const char *dir, const char *needle, const char *what) {
             err.msg, needle);
 }
 
-/* dt_st_rename callback: transformers' names (with "model.") as llama.cpp's GGUF converter
- * writes them (this suite's own table). */
-static int to_llama_cpp(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim) {
-  (void)user, (void)shape, (void)ndim;
-  static const char *const map[][2] = {
-      {"model.layers.", "blk."},          {"self_attn.q_norm.", "attn_q_norm."}, {"self_attn.k_norm.", "attn_k_norm."},
-      {"input_layernorm.", "attn_norm."}, {"self_attn.q_proj.", "attn_q."},      {"self_attn.k_proj.", "attn_k."},
-      {"self_attn.v_proj.", "attn_v."},   {"self_attn.o_proj.", "attn_output."}, {"post_attention_layernorm.", "ffn_norm."},
-      {"mlp.gate_proj.", "ffn_gate."},    {"mlp.up_proj.", "ffn_up."},           {"mlp.down_proj.", "ffn_down."},
-      {"model.embed_tokens.", "token_embd."}, {"model.norm.", "output_norm."},   {"lm_head.", "output."}};
-  char buf[512];
-  snprintf(buf, sizeof buf, "%s", name);
-  for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-    char *at = strstr(buf, map[i][0]);
-    if (!at) continue;
-    char tail[512];
-    snprintf(tail, sizeof tail, "%s", at + strlen(map[i][0]));
-    snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", map[i][1], tail);
-  }
-  return snprintf(out, len, "%s", buf) < (int)len ? 0 : -1;
-}
-
 static void test_errors(const char *tmp) {
   char a[4096], b[4096];
   dt_path(a, sizeof a, tmp, "prefixed");
@@ -354,7 +332,7 @@ static void test_errors(const char *tmp) {
   write_tiny_config(c3, NULL, NULL);
   snprintf(src, sizeof src, "%s/model.safetensors", a);
   snprintf(dst, sizeof dst, "%s/model.safetensors", c3);
-  CHECK(dt_st_rename(src, dst, to_llama_cpp, NULL) == 0);
+  CHECK(dt_st_rename(src, dst, dt_qwen3_to_llama_cpp, NULL) == 0);
   float oc[6 * T_H] = {0};
   run_tiny(c3, oc);
   CHECK_MSG(memcmp(oa, oc, sizeof oa) == 0, "llama.cpp names: output differs");

@@ -8,7 +8,6 @@
 
 #include "backend/backend.h"
 #include "fixture.h"
-#include "io/safetensors.h"
 #include "models/zimage.h"
 #include "testing.h"
 
@@ -246,48 +245,8 @@ static void test_original_names(dit_backend *be, dit_zimage *ref, dt_zimage_case
   dt_path(src, sizeof src, tdir, "diffusion_pytorch_model.safetensors");
   dt_path(cfg, sizeof cfg, tdir, "config.json");
   snprintf(dst, sizeof dst, "%s/z_image_original.safetensors", tmp);
-  dit_st_file *f = NULL;
   dit_error err = {0};
-  CHECK(dit_st_open(src, NULL, &f, &err) == DIT_OK);
-  if (!f) return;
-  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p);
-  size_t n = 0;
-  static const char *const pre = "model.diffusion_model.";
-  for (size_t i = 0; i < f->n_tensors; i++) {
-    char name[256], from[256];
-    snprintf(name, sizeof name, "%s", f->tensors[i].name);
-    const char *q = strstr(name, ".attention.to_q.weight");
-    if (strstr(name, ".attention.to_k.weight") || strstr(name, ".attention.to_v.weight")) continue;
-    if (q) { /* q, k, v as one tensor */
-      size_t stem = (size_t)(q - name);
-      snprintf(p[n].name, sizeof p[n].name, "%s%.*s.attention.qkv.weight", pre, (int)stem, name);
-      static const char *const parts[3] = {"q", "k", "v"};
-      for (int k = 0; k < 3; k++)
-        snprintf(p[n].src[k], sizeof p[n].src[k], "%.*s.attention.to_%s.weight", (int)stem, name, parts[k]);
-      p[n++].n_src = 3;
-      continue;
-    }
-    static const char *const ren[][2] = {{"all_final_layer.2-1.", "final_layer."}, {"all_x_embedder.2-1.", "x_embedder."},
-                                         {".attention.to_out.0.", ".attention.out."}, {".attention.norm_k.", ".attention.k_norm."},
-                                         {".attention.norm_q.", ".attention.q_norm."}};
-    snprintf(from, sizeof from, "%s", name);
-    for (size_t r = 0; r < sizeof ren / sizeof *ren; r++) {
-      char *at = strstr(name, ren[r][0]);
-      if (!at) continue;
-      char tail[256];
-      snprintf(tail, sizeof tail, "%s", at + strlen(ren[r][0]));
-      snprintf(at, sizeof name - (size_t)(at - name), "%s%s", ren[r][1], tail);
-    }
-    snprintf(p[n].name, sizeof p[n].name, "%s%s", pre, name);
-    snprintf(p[n].src[0], sizeof p[n].src[0], "%s", from);
-    p[n++].n_src = 1;
-  }
-  snprintf(p[n].name, sizeof p[n].name, "%snorm_final.weight", pre); /* in the original, unused */
-  snprintf(p[n].src[0], sizeof p[n].src[0], "cap_embedder.0.weight");
-  p[n++].n_src = 1;
-  dit_st_close(f);
-  CHECK(dt_st_compose(src, dst, p, n) == 0);
-  free(p);
+  CHECK(dt_zimage_write_original(src, dst) == 0);
   dit_zimage *m = NULL;
   dit_status s = dit_zimage_load_from(be, dst, cfg, &m, &err);
   CHECK_MSG(s == DIT_OK, "load original names %s: %s", dst, err.msg);

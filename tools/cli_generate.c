@@ -40,6 +40,7 @@ static void usage(FILE *f) {
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
           "      --diffusion-model FILE  a single weights file for the transformer (e.g. BFL's flux1-dev.safetensors)\n"
           "      --vae FILE         a single weights file for the VAE (e.g. ae.safetensors)\n"
+          "      --text-encoder FILE  a single weights file for the text encoder (Qwen3: e.g. a llama.cpp GGUF)\n"
           "      --clip-l FILE      a single weights file for CLIP-L (text_encoder, e.g. clip_l.safetensors)\n"
           "      --t5xxl FILE       a single weights file for T5-XXL (text_encoder_2, e.g. t5xxl_fp16.safetensors)\n"
           "                         (the folder still gives configs, tokenizers and the scheduler)\n"
@@ -62,11 +63,12 @@ static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
     "--overwrite", "--vae-tile", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
-    "--diffusion-model", "--vae", "--clip-l", "--t5xxl"};
+    "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl"};
 
 /* The single-file options and the components they stand for. */
 static const char *const file_opts[][2] = {
-    {"--diffusion-model", "transformer"}, {"--vae", "vae"}, {"--clip-l", "text_encoder"}, {"--t5xxl", "text_encoder_2"}};
+    {"--diffusion-model", "transformer"}, {"--vae", "vae"}, {"--text-encoder", "text_encoder"},
+    {"--clip-l", "text_encoder"}, {"--t5xxl", "text_encoder_2"}};
 
 /* A single-file option at argv[*i]: recorded (the last one for a component wins); false
  * when argv[*i] is none of them. */

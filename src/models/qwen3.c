@@ -261,28 +261,36 @@ static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   return s;
 }
 
-dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err) {
+dit_status dit_qwen3_load_from(dit_backend *be, const char *weights, const char *config_json, dit_qwen3 **out,
+                               dit_error *err) {
   *out = NULL;
-  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: NULL backend or folder");
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s/config.json", component_dir) >= (int)sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: folder path too long");
+  if (!be || !weights || !config_json)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: NULL backend, weights or config");
   json_t *cfg = NULL;
-  DIT_TRY(dit_json_load_file(path, QWEN3_CONFIG_MAX_BYTES, &cfg, err));
+  DIT_TRY(dit_json_load_file(config_json, QWEN3_CONFIG_MAX_BYTES, &cfg, err));
   dit_qwen3 *m = calloc(1, sizeof *m);
   if (!m) {
     json_decref(cfg);
     return dit_errorf(err, DIT_ERR_NOMEM, "qwen3: out of memory");
   }
   m->be = be;
-  dit_status s = parse_config(cfg, &m->cfg, path, err);
+  dit_status s = parse_config(cfg, &m->cfg, config_json, err);
   json_decref(cfg);
   if (s == DIT_OK) {
     m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     if (!m->layers) s = dit_errorf(err, DIT_ERR_NOMEM, "qwen3: out of memory for %d layers", m->cfg.num_layers);
   }
-  if (s == DIT_OK) s = bind_weights(m, component_dir, err);
+  if (s == DIT_OK) s = bind_weights(m, weights, err);
   DIT_HAND_OVER(s, m, out, dit_qwen3_free);
+}
+
+dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: NULL backend or folder");
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s/config.json", component_dir) >= (int)sizeof path)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3: folder path too long");
+  return dit_qwen3_load_from(be, component_dir, path, out, err);
 }
 
 dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, dit_dtype wdt, uint64_t seed,

@@ -38,6 +38,10 @@ typedef struct dit_qwen3 dit_qwen3;
  * their stored dtype, mapped. On failure *out is NULL and the message names the field
  * or tensor that was wrong. */
 dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err);
+/* The same from a weights path (a folder, or one file: transformers' names or llama.cpp's,
+ * as in its GGUF files) and a config.json path. */
+dit_status dit_qwen3_load_from(dit_backend *be, const char *weights, const char *config_json, dit_qwen3 **out,
+                               dit_error *err);
 void dit_qwen3_free(dit_qwen3 *m);
 /* A model of config c (rope_freq_dtype as given) with deterministic random weights of
  * dtype wdt in one backend allocation (dit_backend_random_wtable): for benchmarks at the

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/timer.h"
+#include "models/model_weights.h"
 
 dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err) {
   if (!c->obj[slot]) DIT_TRY(c->kind[slot]->load(rt, &c->obj[slot], err));
@@ -80,8 +81,13 @@ static dit_status text_encoder_load(const dit_model_rt *rt, void **obj, dit_erro
   char path[4096];
   dit_status s = dit_model_dir_component_path(rt->dir, "tokenizer", path, sizeof path, err);
   if (s == DIT_OK) s = dit_tok_load(path, &t->tok, err);
-  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "text_encoder", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_qwen3_load(rt->dev, path, &t->te, err);
+  dit_component_src src;
+  if (s == DIT_OK) s = dit_component_source(rt, "text_encoder", &src, err);
+  if (s == DIT_OK && !src.is_file) s = dit_model_config_path("qwen3", src.path, path, sizeof path, err);
+  if (s == DIT_OK && src.is_file && !src.cfg)
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a single Qwen3 text encoder file needs the model folder's "
+                   "text_encoder/config.json", src.path);
+  if (s == DIT_OK) s = dit_qwen3_load_from(rt->dev, src.path, src.is_file ? src.cfg : path, &t->te, err);
   if (s != DIT_OK) {
     text_encoder_free(t);
     t = NULL;

@@ -420,6 +420,77 @@ int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t
   return rc;
 }
 
+/* The first occurrence of from in s (len bytes) replaced by to; false if it does not fit. */
+static bool replace(char *s, size_t len, const char *from, const char *to) {
+  char *p = strstr(s, from);
+  if (!p) return true;
+  char tail[512];
+  snprintf(tail, sizeof tail, "%s", p + strlen(from));
+  size_t head = (size_t)(p - s);
+  return (size_t)snprintf(p, len - head, "%s%s", to, tail) < len - head;
+}
+
+/* Z-Image's original checkpoint names (q, k, v fused, renamed modules, an unused
+ * norm_final, ComfyUI's prefix), from a diffusers-named transformer file: this suite's own
+ * table. */
+int dt_zimage_write_original(const char *src, const char *dst) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p);
+  size_t n = 0;
+  static const char *const pre = "model.diffusion_model.";
+  for (size_t i = 0; p && i < f->n_tensors; i++) {
+    char name[200], from[256];
+    snprintf(name, sizeof name, "%s", f->tensors[i].name);
+    const char *q = strstr(name, ".attention.to_q.weight");
+    if (strstr(name, ".attention.to_k.weight") || strstr(name, ".attention.to_v.weight")) continue;
+    if (q) { /* q, k, v as one tensor */
+      size_t stem = (size_t)(q - name);
+      snprintf(p[n].name, sizeof p[n].name, "%s%.*s.attention.qkv.weight", pre, (int)stem, name);
+      static const char *const parts[3] = {"q", "k", "v"};
+      for (int k = 0; k < 3; k++)
+        snprintf(p[n].src[k], sizeof p[n].src[k], "%.*s.attention.to_%s.weight", (int)stem, name, parts[k]);
+      p[n++].n_src = 3;
+      continue;
+    }
+    static const char *const ren[][2] = {{"all_final_layer.2-1.", "final_layer."}, {"all_x_embedder.2-1.", "x_embedder."},
+                                         {".attention.to_out.0.", ".attention.out."}, {".attention.norm_k.", ".attention.k_norm."},
+                                         {".attention.norm_q.", ".attention.q_norm."}};
+    snprintf(from, sizeof from, "%s", name);
+    for (size_t r = 0; r < sizeof ren / sizeof *ren; r++) replace(name, sizeof name, ren[r][0], ren[r][1]);
+    snprintf(p[n].name, sizeof p[n].name, "%s%s", pre, name);
+    snprintf(p[n].src[0], sizeof p[n].src[0], "%s", from);
+    p[n++].n_src = 1;
+  }
+  if (p) { /* in the original, unused */
+    snprintf(p[n].name, sizeof p[n].name, "%snorm_final.weight", pre);
+    snprintf(p[n].src[0], sizeof p[n].src[0], "cap_embedder.0.weight");
+    p[n++].n_src = 1;
+  }
+  dit_st_close(f);
+  int rc = p ? dt_st_compose(src, dst, p, n) : -1;
+  free(p);
+  return rc;
+}
+
+/* dt_st_rename callback: transformers' names (with "model.") as llama.cpp's GGUF converter
+ * writes them (this suite's own table). */
+int dt_qwen3_to_llama_cpp(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim) {
+  (void)user, (void)shape, (void)ndim;
+  static const char *const map[][2] = {
+      {"model.layers.", "blk."},          {"self_attn.q_norm.", "attn_q_norm."}, {"self_attn.k_norm.", "attn_k_norm."},
+      {"input_layernorm.", "attn_norm."}, {"self_attn.q_proj.", "attn_q."},      {"self_attn.k_proj.", "attn_k."},
+      {"self_attn.v_proj.", "attn_v."},   {"self_attn.o_proj.", "attn_output."}, {"post_attention_layernorm.", "ffn_norm."},
+      {"mlp.gate_proj.", "ffn_gate."},    {"mlp.up_proj.", "ffn_up."},           {"mlp.down_proj.", "ffn_down."},
+      {"model.embed_tokens.", "token_embd."}, {"model.norm.", "output_norm."},   {"lm_head.", "output."}};
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", name);
+  for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+    if (!replace(buf, sizeof buf, map[i][0], map[i][1])) return -1;
+  return snprintf(out, len, "%s", buf) < (int)len ? 0 : -1;
+}
+
 int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int64_t *is) {
   int zn = 0, in = 0;
   *z = *img = NULL;
@@ -436,14 +507,6 @@ int dt_vae_case_load(const char *file, float **z, int64_t *zs, float **img, int6
 /* ---- an AutoencoderKL under LDM names (as FLUX.1's ae.safetensors) ---- */
 
 /* Replaces the first `from` in s (len bytes) by `to`; false when the result does not fit. */
-static bool replace(char *s, size_t len, const char *from, const char *to) {
-  char *p = strstr(s, from);
-  if (!p) return true;
-  char tail[512];
-  snprintf(tail, sizeof tail, "%s", p + strlen(from));
-  size_t head = (size_t)(p - s);
-  return (size_t)snprintf(p, len - head, "%s%s", to, tail) < len - head;
-}
 
 /* diffusers -> LDM, by substring, for encoder and decoder alike. */
 static const char *const subst[][2] = {

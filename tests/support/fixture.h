@@ -88,6 +88,11 @@ typedef struct dt_st_piece {
 /* Writes dst with the n pieces (in that order), from the tensors of src. 0, or -1 on
  * failure (a missing source, mismatched parts, an I/O error). */
 int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t n);
+/* Writes dst: the diffusers-named Z-Image transformer file src under the original
+ * checkpoint's names with ComfyUI's prefix (fused attention.qkv). 0, or -1 on failure. */
+int dt_zimage_write_original(const char *src, const char *dst);
+/* dt_st_rename callback: transformers' Qwen3 names ("model."-prefixed) as llama.cpp's. */
+int dt_qwen3_to_llama_cpp(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim);
 /* Copies a diffusers-named AutoencoderKL file (n_levels up/down blocks) to dst under the
  * original LDM names FLUX.1's ae.safetensors uses (the decoder's up blocks counted from the
  * other end; the mid attention's q/k/v/proj_out as [C, C, 1, 1] 1x1 convs unless

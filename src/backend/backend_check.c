@@ -60,6 +60,19 @@ dit_status dit_check_weight(const char *op, const char *name, const dit_tensor *
   return DIT_OK;
 }
 
+dit_status dit_check_matrix(const char *op, const char *name, const dit_tensor *t, dit_device dev, dit_error *err) {
+  DIT_TRY(dit_check_present(op, name, t, dev, err));
+  if (!dit_dtype_is_block(t->dtype)) return dit_check_weight(op, name, t, dev, -1, err);
+  uint64_t rb;
+  if (t->ndim != 2 || !dit_dtype_row_bytes(t->dtype, (uint64_t)t->shape[1], &rb)) {
+    char s[128];
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %s %s %s must be 2-D with rows of whole %zu-element blocks", op,
+                      name, dit_dtype_name(t->dtype), dit_shape_str(t->shape, t->ndim, s, sizeof s),
+                      dit_dtype_block_elems(t->dtype));
+  }
+  return DIT_OK;
+}
+
 dit_status dit_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,
                                 const dit_tensor *b, bool same_dtype, dit_error *err) {
   if (dit_tensor_has_shape(b, a->ndim, a->shape) && (!same_dtype || a->dtype == b->dtype)) return DIT_OK;

@@ -80,6 +80,8 @@ const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name);
  * dtype, an aligned (64-byte) copy is made and owned by w (one per call). The data are
  * read-only (a PROT_READ mapping): never write through out->data. */
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err);
+/* 64-byte aligned memory owned (and freed) by w; NULL when out of memory. */
+void *dit_weights_alloc(dit_weights *w, size_t bytes);
 
 /* ---- other programs' names for the same tensors (st_remap.c) ----
  * Checkpoints saved by other tools name a model's tensors their own way: a prefix on every
@@ -136,7 +138,8 @@ void dit_wtable_add(dit_wtable *t, dit_tensor *dst, bool optional, int ndim, con
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Binds every entry: finds its tensor (with `prefix` prepended to the name, "" for
  * none), checks the shape, fills *dst (stored dtype, pointing into the mapping or an
- * aligned copy). Stored tensors not in the table are an error unless they start with
+ * aligned copy; a block-quantized tensor that is not a 2-D "*.weight" matrix, such as a
+ * norm's weight or a pad token some GGUF writers quantize, becomes an F32 copy). Stored tensors not in the table are an error unless they start with
  * one of `ignore` (NULL-terminated list, may be NULL). The message names every missing,
  * mis-shaped or extra tensor (the first few, then a count). */
 dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, const char *const *ignore,

@@ -236,21 +236,25 @@ dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_wei
   DIT_HAND_OVER(s, w, out, dit_weights_close);
 }
 
+void *dit_weights_alloc(dit_weights *w, size_t bytes) {
+  void **no = realloc(w->owned, (w->n_owned + 1) * sizeof *no);
+  if (!no) return NULL;
+  w->owned = no;
+  void *p = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+  if (p) w->owned[w->n_owned++] = p;
+  return p;
+}
+
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err) {
   size_t esz = dit_dtype_size(st->dtype);
   size_t nbytes = (size_t)(st->end - st->begin);
   void *data = (void *)st->data; /* read-only mapping: callers must not write through it */
   if (nbytes && esz > 1 && (uintptr_t)data % esz != 0) {
-    void **no = realloc(w->owned, (w->n_owned + 1) * sizeof *no);
-    if (!no) return dit_errorf(err, DIT_ERR_NOMEM, "tensor \"%s\": out of memory", st->name);
-    w->owned = no;
-    size_t alloc = (nbytes + 63) / 64 * 64;
-    void *copy = aligned_alloc(64, alloc);
+    void *copy = dit_weights_alloc(w, nbytes);
     if (!copy)
       return dit_errorf(err, DIT_ERR_NOMEM, "tensor \"%s\": cannot allocate %zu bytes for an aligned copy", st->name,
                         nbytes);
     memcpy(copy, st->data, nbytes);
-    w->owned[w->n_owned++] = copy;
     data = copy;
   }
   *out = dit_tensor_make(st->dtype, data, st->ndim, st->shape);

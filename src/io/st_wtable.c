@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/quant.h"
 #include "io/safetensors.h"
 
 #define LIST_SHOWN 4
@@ -110,6 +111,25 @@ static bool find_index(const dit_weights *w, const char *name, size_t *idx) {
   return false;
 }
 
+/* A block-quantized tensor the ops read as plain floats (not a 2-D "*.weight" matrix) as an
+ * F32 copy owned by w, dequantized as ggml does. */
+static dit_status dequant_small(dit_weights *w, dit_tensor *d, const char *name, dit_error *err) {
+  size_t len = strlen(name);
+  if (!dit_dtype_is_block(d->dtype) || (d->ndim == 2 && len >= 7 && !strcmp(name + len - 7, ".weight")))
+    return DIT_OK;
+  int64_t numel = dit_tensor_numel(d), row = d->ndim ? d->shape[d->ndim - 1] : 1;
+  uint64_t rb;
+  if (!dit_dtype_row_bytes(d->dtype, (uint64_t)row, &rb))
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": rows of %lld are not whole %s blocks", name,
+                      (long long)row, dit_dtype_name(d->dtype));
+  float *f = dit_weights_alloc(w, (size_t)numel * sizeof(float));
+  if (!f) return dit_errorf(err, DIT_ERR_NOMEM, "tensor \"%s\": out of memory for its F32 copy", name);
+  for (int64_t r = 0; row && r < numel / row; r++)
+    dit_dequant_row(d->dtype, (const char *)d->data + (uint64_t)r * rb, f + r * row, row);
+  *d = dit_tensor_make(DIT_F32, f, d->ndim, d->shape);
+  return DIT_OK;
+}
+
 dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, const char *const *ignore,
                            dit_error *err) {
   if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
@@ -136,6 +156,7 @@ dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, co
       continue;
     }
     dit_status s = dit_weights_tensor(w, st, e->dst, err);
+    if (s == DIT_OK) s = dequant_small(w, e->dst, full, err);
     if (s != DIT_OK) {
       free(used);
       return s;

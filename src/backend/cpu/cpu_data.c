@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "core/quant.h"
 
 dit_status cpu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table, const dit_tensor *ids,
                          dit_error *err) {
-  DIT_TRY(cpu_check_w("embedding", "table", table, -1, err));
+  DIT_TRY(dit_check_matrix("embedding", "table", table, DIT_DEV_CPU, err));
   DIT_TRY(cpu_check_act("embedding", "y", y, err));
   if (!ids || (ids->dtype != DIT_I32 && ids->dtype != DIT_I64) || !dit_tensor_is_contiguous(ids))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "embedding: ids must be a contiguous I32 or I64 tensor");
@@ -25,10 +26,15 @@ dit_status cpu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table
                         (long long)id, (long long)n, (long long)V);
   }
   float *yd = y->data;
+  uint64_t row = 0; /* block-quantized tables: bytes per row, whole blocks (checked above) */
+  bool blocks = dit_dtype_is_block(table->dtype) && dit_dtype_row_bytes(table->dtype, (uint64_t)D, &row);
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
   for (int64_t n = 0; n < N; n++) {
     int64_t id = ids->dtype == DIT_I32 ? ((const int32_t *)ids->data)[n] : ((const int64_t *)ids->data)[n];
-    cpu_ld_row(yd + n * D, table->data, table->dtype, id * D, D);
+    if (blocks)
+      dit_dequant_row(table->dtype, (const char *)table->data + (uint64_t)id * row, yd + n * D, D);
+    else
+      cpu_ld_row(yd + n * D, table->data, table->dtype, id * D, D);
   }
   return DIT_OK;
 }

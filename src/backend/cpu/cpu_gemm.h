@@ -63,6 +63,8 @@ typedef struct cpu_gemm_bf16_path {
 } cpu_gemm_bf16_path;
 
 #if defined(DIT_CPU_X86)
+/* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K and Q6_K (bit-identical results). */
+void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n);
 extern const cpu_gemm_path cpu_gemm_path_avx512;
 extern const cpu_gemm_bf16_path cpu_gemm_bf16_avx512;
 #endif

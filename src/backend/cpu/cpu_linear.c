@@ -3,12 +3,16 @@
  * NR columns, so the upcast happens per tile in a thread-private buffer and never for the
  * whole model; a register-blocked micro-kernel then multiplies MR rows of x by a panel.
  * Work items are (M block, N block) pairs shared over the threads. The portable C
- * kernel always exists; an AVX-512 kernel (cpu_gemm_avx512.c) is chosen at run time. */
+ * kernel always exists; an AVX-512 kernel (cpu_gemm_avx512.c) is chosen at run time.
+ * Block-quantized W (GGUF's Q8_0, Q4_K ...) is dequantized per (NC x KC) block into a
+ * thread-private fp32 staging buffer, exactly as ggml dequantizes, then packed from there:
+ * the weights stay quantized in memory and no full-precision copy is made. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_internal.h"
+#include "core/quant.h"
 
 /* Packs rows n0 .. n0+nc of w, columns k0 .. k0+kc, into panels of nr: panel p holds
  * wp[p*kc*nr + k*nr + j] = w[n0 + p*nr + j][k0 + k] (zero beyond nc). */
@@ -151,9 +155,35 @@ typedef struct gemm_job {
   float *y;
   int64_t MC, NC, nmb, nnb;
   bool round_w;       /* portable bf16 precision: round the packed W to bf16 values */
+  size_t stage_off;   /* block-quantized W: byte offset of the fp32 staging area in a thread's buffer */
+  void (*deq)(dit_dtype, const void *, float *, int64_t); /* and its row dequantizer */
   const uint16_t *xb; /* the bf16 packed GEMM: x rounded to bf16 rows, ldxb apart */
   int64_t ldxb;
 } gemm_job;
+
+/* Bytes of the fp32 staging area for a KC-deep block of block-quantized W (0 otherwise). */
+static size_t stage_bytes(const gemm_job *J, int64_t kc) {
+  return dit_dtype_is_block(J->wt) ? (size_t)kc * GEMM_NC * sizeof(float) : 0;
+}
+
+/* The W block rows n0 .. n0+nc, columns k0 .. k0+kc as the pack functions read it: W itself,
+ * or for a block-quantized W its dequantization into the staging area st (rows kc apart;
+ * k0 and kc are whole blocks because K and the KC sizes are). */
+typedef struct wsrc {
+  const void *w;
+  dit_dtype wt;
+  int64_t ldw, n0, k0;
+} wsrc;
+
+static wsrc w_block(const gemm_job *J, float *st, int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
+  if (!dit_dtype_is_block(J->wt)) return (wsrc){J->w, J->wt, J->ldw, n0, k0};
+  uint64_t row = 0, skip = 0;
+  dit_dtype_row_bytes(J->wt, (uint64_t)J->K, &row); /* checked by cpu_linear */
+  dit_dtype_row_bytes(J->wt, (uint64_t)k0, &skip);
+  for (int64_t n = 0; n < nc; n++)
+    J->deq(J->wt, (const char *)J->w + (uint64_t)(n0 + n) * row + skip, st + n * kc, kc);
+  return (wsrc){st, DIT_F32, kc, 0, 0};
+}
 
 /* Computes one work item of J, y rows m0 .. m0+mc and columns n0 .. n0+nc, with a kernel
  * path and the thread's packing buffer wp. */
@@ -173,7 +203,8 @@ static void gemm_item(const void *path, void *wpv, const gemm_job *J, int64_t m0
   }
   for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
     int64_t kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
-    P->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc, P->nr);
+    wsrc ws = w_block(J, (float *)((char *)wpv + J->stage_off), n0, nc, k0, kc);
+    P->pack(wp, ws.w, ws.wt, ws.ldw, ws.n0, nc, ws.k0, kc, P->nr);
     if (J->round_w)
       for (int64_t e = 0, ne = (nc + P->nr - 1) / P->nr * P->nr * kc; e < ne; e++) wp[e] = round_bf16(wp[e]);
     for (int64_t i = 0; i < mc; i += P->mr) {
@@ -241,10 +272,12 @@ static void run_items(gemm_item_fn item, const void *path, int nt, const gemm_jo
 /* fp32 packed GEMM (and, with round_w and an x already rounded, the portable bf16 one). */
 static dit_status gemm_f32(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
   nt = gemm_plan(J, P->mr, P->nr, nt, 192);
-  size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64);
-  float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
+  size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64) * sizeof(float);
+  J->stage_off = per;
+  per += stage_bytes(J, GEMM_KC);
+  float *buf = aligned_alloc(64, per * (size_t)nt);
   if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for packing buffers");
-  run_items(gemm_item, P, nt, J, (char *)buf, per * sizeof(float));
+  run_items(gemm_item, P, nt, J, (char *)buf, per);
   free(buf);
   return DIT_OK;
 }
@@ -286,7 +319,8 @@ static void gemm_item_bf16(const void *path, void *wpv, const gemm_job *J, int64
   int64_t ldxb = J->ldxb;
   for (int64_t k0 = 0; k0 < J->K; k0 += GEMM_KC_BF) {
     int64_t kc = J->K - k0 < GEMM_KC_BF ? J->K - k0 : GEMM_KC_BF, kp = (kc + 1) / 2;
-    B->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc);
+    wsrc ws = w_block(J, (float *)((char *)wpv + J->stage_off), n0, nc, k0, kc);
+    B->pack(wp, ws.w, ws.wt, ws.ldw, ws.n0, nc, ws.k0, kc);
     for (int64_t i = 0; i < mc; i += B->mr) {
       int mr = (int)(mc - i < B->mr ? mc - i : B->mr);
       const uint16_t *xr = xb + (m0 + i) * ldxb + k0;
@@ -305,15 +339,17 @@ static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, di
    * K=3840, N=3840: 425-408 GFLOP/s per CPU-second with 192, 452-533 with 384) */
   nt = gemm_plan(J, B->mr, B->nr, nt, 384);
   uint16_t *xb = round_x(B, nt, J, &J->ldxb);
-  size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64);
-  uint16_t *buf = aligned_alloc(64, per * 2 * (size_t)nt);
+  size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64) * 2;
+  J->stage_off = per;
+  per += stage_bytes(J, GEMM_KC_BF);
+  uint16_t *buf = aligned_alloc(64, per * (size_t)nt);
   if (!xb || !buf) {
     free(xb);
     free(buf);
     return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations and packing buffers");
   }
   J->xb = xb;
-  run_items(gemm_item_bf16, B, nt, J, (char *)buf, per * 2);
+  run_items(gemm_item_bf16, B, nt, J, (char *)buf, per);
   free(buf);
   free(xb);
   return DIT_OK;
@@ -367,12 +403,15 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
                     const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
-  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false, NULL, 0};
+  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false, 0, dit_dequant_row, NULL, 0};
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) {
-    if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M)) return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
+    J.deq = cpu_dequant_row_avx512;
+    /* the stream kernels read W in place: element types only */
+    if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M) && !dit_dtype_is_block(wt))
+      return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
     if (bf) return gemm_bf16(&cpu_gemm_bf16_avx512, nt, &J, err);
   }
 #endif
@@ -385,7 +424,7 @@ dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   dit_rowview xv, yv;
   DIT_TRY(cpu_check_rows("linear", "x", x, &xv, err));
   DIT_TRY(cpu_check_rows("linear", "y", y, &yv, err));
-  DIT_TRY(cpu_check_w("linear", "w", w, -1, err));
+  DIT_TRY(dit_check_matrix("linear", "w", w, DIT_DEV_CPU, err));
   char s1[128], s2[128];
   if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: x %s does not match w %s (want x [..., K], w [N, K])",

@@ -1,9 +1,9 @@
-/* PNG writer over libpng (see png.h): validate, write to a mkstemp file in the target's
- * folder, flush + fsync, then move it into place without replacing an existing file
- * (renameat2 RENAME_NOREPLACE, else link + unlink) unless asked to. libpng reports errors
+/* PNG writer over libpng (see png.h): validate, then write through io/outfile.h (a temporary
+ * file moved into place, an existing file kept unless asked to). libpng reports errors
  * by calling our error function, which records the message and longjmps back; nothing is
  * printed and nothing aborts. */
 #include "io/png.h"
+#include "io/outfile.h"
 #include "io/png_libpng.h"
 
 #include <errno.h>
@@ -76,37 +76,6 @@ static dit_status check_args(const char *path, const uint8_t *rgb, int width, in
 
 /* Splits path into its folder (malloc'd; "." when none) and checks the target and the
  * folder; fails naming the path and the reason. */
-static dit_status check_target(const char *path, bool overwrite, char **dir_out, dit_error *err) {
-  size_t n = strlen(path);
-  if (path[n - 1] == '/') return dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: it names a directory", path);
-  struct stat st;
-  if (stat(path, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: it is a directory", path);
-    if (!overwrite)
-      return dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: the file already exists (refusing to overwrite it)",
-                        path);
-    if (!S_ISREG(st.st_mode))
-      return dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: it exists and is not a regular file", path);
-  }
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  if (!dir) return dit_errorf(err, DIT_ERR_NOMEM, "PNG %s: out of memory", path);
-  if (stat(dir, &st) != 0) {
-    int e = errno;
-    dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: folder %s %s", path, dir,
-               e == ENOENT ? "does not exist" : strerror(e));
-    free(dir);
-    return DIT_ERR_IO;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: %s is not a folder", path, dir);
-    free(dir);
-    return DIT_ERR_IO;
-  }
-  *dir_out = dir;
-  return DIT_OK;
-}
-
 /* ---- libpng ----------------------------------------------------------------------- */
 
 typedef struct png_sink {
@@ -182,94 +151,19 @@ static int encode(png_sink *s, const uint8_t *rgb, int width, int height, const 
   return 0;
 }
 
-/* Moves tmp to path: atomically refusing an existing path unless overwrite. Returns 0 or
- * an errno (EEXIST when path appeared meanwhile). */
-static int move_into_place(const char *tmp, const char *path, bool overwrite) {
-  if (overwrite) return rename(tmp, path) == 0 ? 0 : errno;
-#ifdef RENAME_NOREPLACE
-  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
-#endif
-  /* Filesystem without RENAME_NOREPLACE: link() refuses an existing name atomically. */
-  if (link(tmp, path) == 0) {
-    unlink(tmp);
-    return 0;
-  }
-  if (errno == EEXIST) return EEXIST;
-  if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EMLINK) return errno;
-  /* No hard links either (some FUSE / FAT mounts): check, then rename (a small race). */
-  struct stat st;
-  if (stat(path, &st) == 0) return EEXIST;
-  return rename(tmp, path) == 0 ? 0 : errno;
-}
-
-static void sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    (void)fsync(fd); /* best effort: makes the rename durable */
-    close(fd);
-  }
-}
-
-static dit_status io_error(const char *path, const char *what, int e, dit_error *err) {
-  const char *why = e == EACCES || e == EPERM ? "permission denied"
-                    : e == ENOSPC          ? "no space left on the device (disk full)"
-                    : e == EDQUOT          ? "disk quota exceeded"
-                    : e == EROFS           ? "read-only file system"
-                                           : strerror(e);
-  return dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: %s: %s", path, what, why);
-}
-
 dit_status dit_png_write(const char *path, const uint8_t *rgb, int width, int height, const char *const *keys,
                          const char *const *values, int n_text, bool overwrite, dit_error *err) {
   DIT_TRY(check_args(path, rgb, width, height, keys, values, n_text, err));
-  char *dir = NULL;
-  DIT_TRY(check_target(path, overwrite, &dir, err));
-  size_t tlen = strlen(dir) + 32;
-  char *tmp = malloc(tlen);
-  if (!tmp) {
-    free(dir);
-    return dit_errorf(err, DIT_ERR_NOMEM, "PNG %s: out of memory", path);
-  }
-  snprintf(tmp, tlen, "%s/.ditrun-png-XXXXXX", dir);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    dit_status s = io_error(path, "cannot create a temporary file in its folder", errno, err);
-    free(tmp);
-    free(dir);
-    return s;
-  }
-  (void)fchmod(fd, 0644); /* mkstemp makes 0600; a picture is normally readable by all */
+  dit_outfile o;
+  DIT_TRY(dit_outfile_begin(&o, path, "PNG", overwrite, err));
   png_sink sink;
   memset(&sink, 0, sizeof sink);
-  sink.fp = fdopen(fd, "wb");
+  sink.fp = o.fp;
   dit_status st = DIT_OK;
-  if (!sink.fp) {
-    st = io_error(path, "fdopen", errno, err);
-    close(fd);
-  } else {
-    int rc = encode(&sink, rgb, width, height, keys, values, n_text);
-    if (rc != 0 && sink.write_errno) st = io_error(path, "writing", sink.write_errno, err);
-    else if (rc != 0) st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: libpng: %s", path, sink.j.msg);
-    if (st == DIT_OK && fflush(sink.fp) != 0) st = io_error(path, "writing", errno, err);
-    if (st == DIT_OK && fsync(fd) != 0) st = io_error(path, "fsync", errno, err);
-    if (fclose(sink.fp) != 0 && st == DIT_OK) st = io_error(path, "closing", errno, err);
-  }
-  if (st == DIT_OK) {
-    int e = move_into_place(tmp, path, overwrite);
-    if (e == EEXIST)
-      st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: the file already exists (refusing to overwrite it)", path);
-    else if (e == EISDIR)
-      st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: it is a directory", path);
-    else if (e != 0)
-      st = io_error(path, "renaming the finished file into place", e, err);
-    else
-      sync_dir(dir);
-  }
-  if (st != DIT_OK) unlink(tmp); /* no partial file: the target was never touched */
-  free(tmp);
-  free(dir);
-  return st;
+  int rc = encode(&sink, rgb, width, height, keys, values, n_text);
+  if (rc != 0 && sink.write_errno) st = dit_outfile_error(&o, "writing", sink.write_errno, err);
+  else if (rc != 0) st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: libpng: %s", path, sink.j.msg);
+  return dit_outfile_end(&o, st, err);
 }
 
 dit_status dit_image_to_u8(const float *hwc, size_t n, uint8_t *out, dit_error *err) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/gguf.h"
 #include "io/json.h"
 
 /* True if the n bytes at s are well-formed UTF-8 (no overlongs, surrogates or code
@@ -234,7 +235,7 @@ static dit_status parse(dit_st_file *f, const unsigned char *buf, size_t len, co
   return s;
 }
 
-static dit_status st_new(const char *what, dit_st_file **out, dit_error *err) {
+dit_status dit_st_new(const char *what, dit_st_file **out, dit_error *err) {
   dit_st_file *f = calloc(1, sizeof *f);
   if (f) f->path = strdup(what ? what : "(memory)");
   if (!f || !f->path) {
@@ -249,15 +250,16 @@ dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, con
                               dit_st_file **out, dit_error *err) {
   *out = NULL;
   dit_st_file *f;
-  DIT_TRY(st_new(what, &f, err));
+  DIT_TRY(dit_st_new(what, &f, err));
   f->map = (void *)buf;
   f->map_size = len;
   dit_status s = parse(f, buf, len, opt, err);
   DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
-dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
-  *out = NULL;
+dit_status dit_map_file(const char *path, size_t min_len, const char *what_min, void **map, size_t *len,
+                        dit_error *err) {
+  *map = NULL, *len = 0;
   /* O_NONBLOCK so that opening a FIFO does not wait for a writer; it is rejected below. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return dit_errorf(err, DIT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -278,17 +280,26 @@ dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file 
     close(fd);
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: file too large to map", path);
   }
-  size_t len = (size_t)st.st_size;
-  if (len < 8) {
+  size_t n = (size_t)st.st_size;
+  if (n < min_len) {
     close(fd);
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: file is %zu bytes, too short for the 8-byte header length", path, len);
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: file is %zu bytes, too short for %s", path, n, what_min);
   }
-  void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  void *m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
   close(fd);
-  if (map == MAP_FAILED) return dit_errorf(err, DIT_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(e));
+  if (m == MAP_FAILED) return dit_errorf(err, DIT_ERR_IO, "%s: cannot map %zu bytes: %s", path, n, strerror(e));
+  *map = m, *len = n;
+  return DIT_OK;
+}
+
+dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
+  *out = NULL;
+  void *map;
+  size_t len;
+  DIT_TRY(dit_map_file(path, 8, "the 8-byte header length", &map, &len, err));
   dit_st_file *f;
-  dit_status s = st_new(path, &f, err);
+  dit_status s = dit_st_new(path, &f, err);
   if (s != DIT_OK) {
     munmap(map, len);
     return s;
@@ -306,6 +317,7 @@ void dit_st_close(dit_st_file *f) {
   for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
   free(f->tensors);
   if (f->metadata) json_decref(f->metadata);
+  dit_gguf_meta_free(f->gguf);
   free(f->path);
   free(f);
 }

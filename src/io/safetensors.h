@@ -38,6 +38,7 @@ typedef struct dit_st_file {
   size_t n_tensors;
   dit_st_tensor *tensors; /* sorted by name */
   json_t *metadata;     /* __metadata__ object or NULL */
+  struct dit_gguf_meta *gguf; /* a GGUF file's header (io/gguf.h), NULL for safetensors */
 } dit_st_file;
 
 typedef struct dit_st_options {
@@ -52,6 +53,12 @@ dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file 
 dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, const dit_st_options *opt,
                               dit_st_file **out, dit_error *err);
 void dit_st_close(dit_st_file *f);
+/* An empty file record named what (for the readers). */
+dit_status dit_st_new(const char *what, dit_st_file **out, dit_error *err);
+/* Maps a regular file read-only (FIFOs, folders and devices refused; at least min_len
+ * bytes, else DIT_ERR_FORMAT "too short for <what_min>"). Unmap with munmap(map, len). */
+dit_status dit_map_file(const char *path, size_t min_len, const char *what_min, void **map, size_t *len,
+                        dit_error *err);
 const dit_st_tensor *dit_st_find(const dit_st_file *f, const char *name);
 
 /* A component's weights: one .safetensors file, or the shards of an index.json, or the

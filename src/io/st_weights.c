@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/gguf.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 
@@ -74,12 +75,27 @@ static dit_status merge_tensors(dit_weights *w, dit_error *err) {
   return DIT_OK;
 }
 
-static dit_status add_file(dit_weights *w, const char *path, const dit_st_options *opt, dit_error *err) {
+/* True when the file at path starts with GGUF's magic. */
+static bool file_is_gguf(const char *path) {
+  unsigned char m[4] = {0};
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return false;
+  size_t n = fread(m, 1, 4, fp);
+  fclose(fp);
+  return dit_gguf_is_gguf(m, n);
+}
+
+/* Adds one safetensors file (or, when gguf_ok, a GGUF file: told by its magic). */
+static dit_status add_file(dit_weights *w, const char *path, const dit_st_options *opt, bool gguf_ok,
+                           dit_error *err) {
   dit_st_file **nf = realloc(w->files, (w->n_files + 1) * sizeof *nf);
   if (!nf) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", path);
   w->files = nf;
   dit_st_file *f;
-  DIT_TRY(dit_st_open(path, opt, &f, err));
+  bool gguf = file_is_gguf(path);
+  if (gguf && !gguf_ok)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: a GGUF file cannot be a shard of a safetensors index", path);
+  DIT_TRY(gguf ? dit_gguf_open(path, &f, err) : dit_st_open(path, opt, &f, err));
   w->files[w->n_files++] = f;
   return DIT_OK;
 }
@@ -169,7 +185,7 @@ static dit_status open_index(dit_weights *w, const char *index, const dit_st_opt
     if (json_object_get(seen, shard)) continue;
     char path[4352];
     if ((s = check_shard(index, dir, shard, path, sizeof path, err)) != DIT_OK) break;
-    if ((s = add_file(w, path, opt, err)) != DIT_OK) break;
+    if ((s = add_file(w, path, opt, false, err)) != DIT_OK) break;
     json_object_set_new(seen, shard, json_true());
   }
   json_decref(seen);
@@ -231,7 +247,7 @@ dit_status dit_weights_open(const char *path, const dit_st_options *opt, dit_wei
   }
   dit_weights *w = calloc(1, sizeof *w);
   if (!w) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", path);
-  dit_status s = is_index ? open_index(w, file, opt, err) : add_file(w, file, opt, err);
+  dit_status s = is_index ? open_index(w, file, opt, err) : add_file(w, file, opt, true, err);
   if (s == DIT_OK && !is_index) s = merge_tensors(w, err);
   DIT_HAND_OVER(s, w, out, dit_weights_close);
 }

@@ -84,6 +84,41 @@ dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
 /* dit_info_print with flags (DIT_INFO_*). */
 dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out);
 
+/* ---- image comparison (ditrun compare) ------------------------------------------ */
+typedef struct dit_image_metrics {
+  int width, height, channels; /* channels: 3 (RGB, gray expanded) or 4 (when either has alpha) */
+  double psnr;                 /* dB, data range 255 over all channels; +inf when identical */
+  double ssim;                 /* scikit-image's structural_similarity: 7x7 uniform window,
+                                  sample covariance, K1 0.01, K2 0.03, mean over channels */
+  int max_diff;                /* largest absolute difference of one channel value */
+  double mean_abs_diff;
+  uint64_t n_diff;             /* pixels with any channel different */
+} dit_image_metrics;
+
+/* Compares two PNG files of the same size (at least 7x7, SSIM's window). DIT_ERR_INVALID_ARG
+ * naming both sizes when they differ; the reader's errors for unreadable files. */
+dit_status dit_compare_png(dit_ctx *ctx, const char *a, const char *b, dit_image_metrics *out);
+
+/* ---- quantized files (ditrun quantize) ------------------------------------------- */
+typedef struct dit_quantize_params {
+  const char *model_dir;  /* diffusers folder (model_index.json) */
+  const char *component;  /* "transformer" (NULL: it) or "text_encoder" */
+  dit_dtype type;         /* weight matrices to: a block type (DIT_Q8_0 ...), DIT_BF16, DIT_F16 or DIT_F32 */
+  const char *output;     /* the .gguf to write */
+  int overwrite;          /* replace an existing output */
+  /* called before each tensor is written (i of n, its name in the file); may be NULL */
+  void (*on_tensor)(void *user, size_t i, size_t n, const char *name);
+  void *user;
+} dit_quantize_params;
+
+/* Writes one component of a model folder as a GGUF file: its weight matrices (2-D
+ * "*.weight" tensors whose rows are whole blocks, except the input and output projections
+ * stable-diffusion.cpp also keeps: embedders and final layers) in p->type, the rest as
+ * stored; the names those of the family's GGUF files elsewhere (Z-Image: the original
+ * checkpoint's; Qwen3: llama.cpp's), others as stored. The output is written to a
+ * temporary file and renamed when complete. */
+dit_status dit_quantize(dit_ctx *ctx, const dit_quantize_params *p);
+
 /* ---- image generation (ditrun generate) ---------------------------------------- */
 typedef enum dit_rng_kind {
   DIT_RNG_TORCH_CPU = 0  /* torch.randn with a CPU torch.Generator().manual_seed(seed), bit for bit */

@@ -17,6 +17,9 @@ bool cli_parse_double(const char *cmd, const char *opt, const char *s, double mi
 /* The index of s in names[0..n); -1 after printing "ditrun CMD: OPTION: 's' is not A, B or C"
  * when it is none of them. */
 int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char *const *names, size_t n);
+/* A weight type as ggml spells it (bf16, f32, q8_0, q6_k ... q2_k; blocks_only: the block
+ * types only) into *out; false (after a message listing them) for anything else. */
+bool cli_parse_wtype(const char *cmd, const char *opt, const char *s, bool blocks_only, dit_dtype *out);
 
 /* --cpu-precision fp32 | bf16. */
 bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);

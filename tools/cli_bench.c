@@ -18,7 +18,9 @@ static void usage(FILE *f) {
           "  --res PX           square image side in pixels, multiple of 16 (default 1024)\n"
           "  --text-len N       caption tokens (default 128; 512 for flux2-klein-*)\n"
           "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
-          "  --dtype T          weights (and GPU activations): bf16 (default) or f32\n"
+          "  --dtype T          weights (and GPU activations): bf16 (default) or f32, or ggml's block\n"
+          "                     types q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q3_k, q2_k (weights\n"
+          "                     quantized from the same random values; GPU activations bf16)\n"
           "  --iters N          timed forwards, the median is reported (default 5)\n"
           "  --warmup N         untimed forwards first (default 1)\n"
           "  --no-profile       skip the op-by-op profiled run\n"
@@ -71,11 +73,7 @@ static bool parse_device(const char *v, dit_bench_params *p) {
 }
 
 static bool parse_dtype(const char *v, dit_bench_params *p) {
-  static const char *const names[] = {"bf16", "f32"};
-  static const dit_dtype dtypes[] = {DIT_BF16, DIT_F32};
-  int k = cli_parse_choice("bench", "--dtype", v, names, 2);
-  if (k >= 0) p->dtype = dtypes[k];
-  return k >= 0;
+  return cli_parse_wtype("bench", "--dtype", v, false, &p->dtype);
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage. */

@@ -12,8 +12,9 @@ static void info_usage(FILE *f) {
           "usage: ditrun info [--tensors] PATH\n"
           "  PATH       a diffusers model folder (model_index.json), a component folder,\n"
           "             a PNG made by ditrun generate (its generation parameters),\n"
-          "             a .safetensors file or a .safetensors.index.json file\n"
-          "  --tensors  also list every tensor: name, dtype, shape\n");
+          "             a .safetensors file, a .safetensors.index.json file or a .gguf file\n"
+          "             (its metadata too)\n"
+          "  --tensors  also list every tensor: name, dtype, shape, bytes\n");
 }
 
 int cli_info_parse(int argc, char **argv, cli_info_opts *o) {

@@ -15,6 +15,8 @@ static void usage(FILE *f) {
           "  info PATH          describe a model folder, component, weights file or generated PNG\n"
           "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
           "  bench --arch zimage  time a DiT forward at the real geometry, random weights\n"
+          "  quantize -m DIR --type q8_0 -o F.gguf  write a component as a (quantized) GGUF file\n"
+          "  compare A.png B.png  PSNR, SSIM and differences of two images\n"
           "model families (diffusers folders whose model_index.json names one of these pipelines):\n",
           DITRUN_VERSION);
   const char *name, *title;
@@ -45,6 +47,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "compare")) return cli_compare(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

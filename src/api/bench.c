@@ -62,8 +62,9 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
   if (p->iters < 1 || p->iters > MAX_ITERS || p->warmup < 0 || p->warmup > MAX_ITERS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: iters %d (1..%d), warmup %d (0..%d)", p->iters, MAX_ITERS,
                       p->warmup, MAX_ITERS);
-  if (p->dtype != DIT_BF16 && p->dtype != DIT_F32)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: dtype %s (bf16 or f32)", dit_dtype_name(p->dtype));
+  if (p->dtype != DIT_BF16 && p->dtype != DIT_F32 && !dit_dtype_is_block(p->dtype))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: dtype %s (bf16, f32 or a block type such as q8_0)",
+                      dit_dtype_name(p->dtype));
   if (!(p->peak_tflops >= 0) || !isfinite(p->peak_tflops))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: peak must be a finite number >= 0");
   if (p->dim < 0 || p->n_layers < 0 || p->n_refiner_layers < 0 || p->n_heads < 0 || p->cap_feat_dim < 0)
@@ -277,7 +278,8 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   bench_model m = {v->ops, NULL};
   bench_io io;
   memset(&io, 0, sizeof io);
-  const dit_dtype adt = p->device != DIT_DEVICE_CPU && p->dtype == DIT_BF16 ? DIT_BF16 : DIT_F32;
+  const dit_dtype adt =
+      p->device != DIT_DEVICE_CPU && (p->dtype == DIT_BF16 || dit_dtype_is_block(p->dtype)) ? DIT_BF16 : DIT_F32;
   double t0 = dit_time_now();
   dit_status s = dit_backend_profiler_create(be, &prof, err);
   if (s == DIT_OK) s = v->ops->create(v, p, o, prof, adt, &m.obj, err);
@@ -288,7 +290,7 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
     r->img_tokens = img;
     r->cap_tokens = cap;
     r->weight_bytes = v->ops->weight_bytes(m.obj);
-    r->params = (long long)(r->weight_bytes / dit_dtype_size(p->dtype)); /* pieces are 256-byte aligned: ~exact */
+    r->params = (long long)v->ops->weight_params(m.obj);
     s = v->ops->inputs(m.obj, p, &io.t, err);
     if (s == DIT_OK) s = make_inputs(prof, p, &io, err);
   }

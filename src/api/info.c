@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/ctx.h"
+#include "io/gguf.h"
 #include "io/json.h"
 #include "io/model_dir.h"
 #include "io/png.h"
@@ -28,7 +29,8 @@ static void summarize(const dit_weights *w, weights_summary *s) {
   s->n_tensors = w->n_tensors;
   for (size_t i = 0; i < w->n_tensors; i++) {
     const dit_st_tensor *t = w->tensors[i];
-    uint64_t bytes = t->end - t->begin, numel = bytes / dit_dtype_size(t->dtype);
+    uint64_t bytes = t->end - t->begin, numel = 1;
+    for (int k = 0; k < t->ndim; k++) numel *= (uint64_t)t->shape[k]; /* validated: no overflow */
     s->params += numel;
     s->bytes += bytes;
     s->dtype_tensors[t->dtype]++;
@@ -69,8 +71,8 @@ static void print_weights(const dit_weights *w, const char *indent, unsigned fla
   for (size_t i = 0; i < w->n_tensors; i++) {
     const dit_st_tensor *t = w->tensors[i];
     char shape[160];
-    fprintf(out, "%s  %s %s %s\n", indent, t->name, dit_dtype_name(t->dtype),
-            dit_shape_str(t->shape, t->ndim, shape, sizeof shape));
+    fprintf(out, "%s  %s %s %s %llu bytes\n", indent, t->name, dit_dtype_name(t->dtype),
+            dit_shape_str(t->shape, t->ndim, shape, sizeof shape), (unsigned long long)(t->end - t->begin));
   }
 }
 
@@ -89,9 +91,61 @@ static bool has_weights(const char *dir) {
   return found;
 }
 
+/* Up to n bytes of s as printable text (other bytes as \xNN), cut with "..." past 60. */
+static void print_text(FILE *out, const char *s, uint64_t n) {
+  fputc('"', out);
+  for (uint64_t i = 0; i < n && i < 60; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 32 && c < 127 && c != '"' && c != '\\') fputc(c, out);
+    else if (c >= 128) fputc(c, out); /* UTF-8 bytes as they are */
+    else fprintf(out, "\\x%02x", c);
+  }
+  fprintf(out, "\"%s", n > 60 ? "..." : "");
+}
+
+/* Element i of kv as text. */
+static void print_elem(FILE *out, const dit_gguf_kv *kv, uint64_t i) {
+  const char *s;
+  uint64_t n;
+  int64_t v;
+  double d;
+  if (kv->elem == DIT_GGUF_STRING) {
+    if (kv->type == DIT_GGUF_ARRAY ? dit_gguf_str_at(kv, i, &s, &n) : dit_gguf_str(kv, &s, &n)) print_text(out, s, n);
+  } else if (kv->elem == DIT_GGUF_BOOL) {
+    fprintf(out, "%s", dit_gguf_int_at(kv, i, &v) && v ? "true" : "false");
+  } else if (kv->elem == DIT_GGUF_F32 || kv->elem == DIT_GGUF_F64) {
+    if (dit_gguf_float_at(kv, i, &d)) fprintf(out, "%.9g", d);
+  } else if (dit_gguf_int_at(kv, i, &v)) {
+    fprintf(out, "%lld", (long long)v);
+  } else if (dit_gguf_float_at(kv, i, &d)) {
+    fprintf(out, "%.0f", d); /* a u64 above INT64_MAX */
+  }
+}
+
+/* A GGUF file's header: version, alignment and every key/value (arrays: their first 8). */
+static void print_gguf(const dit_st_file *f, FILE *out) {
+  const dit_gguf_meta *m = f->gguf;
+  fprintf(out, "GGUF version %u, alignment %llu, data at byte %llu, %zu key/values\n", m->version,
+          (unsigned long long)m->alignment, (unsigned long long)m->data_offset, m->n_kv);
+  for (size_t i = 0; i < m->n_kv; i++) {
+    const dit_gguf_kv *kv = &m->kv[i];
+    bool arr = kv->type == DIT_GGUF_ARRAY;
+    fprintf(out, "  %s: %s", kv->key, dit_gguf_type_name(kv->elem));
+    if (arr) fprintf(out, "[%llu]", (unsigned long long)kv->n);
+    fprintf(out, " = %s", arr ? "[" : "");
+    for (uint64_t k = 0; k < kv->n && k < (arr ? 8 : 1); k++) {
+      if (k) fprintf(out, ", ");
+      print_elem(out, kv, k);
+    }
+    fprintf(out, "%s\n", arr ? (kv->n > 8 ? ", ...]" : "]") : "");
+  }
+}
+
 static dit_status print_weights_at(const char *path, const char *indent, unsigned flags, FILE *out, dit_error *err) {
   dit_weights *w;
   DIT_TRY(dit_weights_open(path, NULL, &w, err));
+  for (size_t i = 0; i < w->n_files; i++)
+    if (w->files[i]->gguf) print_gguf(w->files[i], out);
   print_weights(w, indent, flags, out);
   dit_weights_close(w);
   return DIT_OK;

@@ -2,12 +2,14 @@
  * created in) backend memory once at load, and a profiling backend that forwards to
  * another one and accumulates per-op wall time (for `ditrun bench`). */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/splitmix.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
@@ -99,17 +101,42 @@ dit_status dit_backend_check_act_dtype(const dit_backend *be, dit_dtype dt, cons
 
 /* ---- random weights ---- */
 
-/* Elements [first, first + n) of entry `e` (key: seed and entry index) into dst. */
+/* The value of element j of an entry (key: seed and entry index): center + amp * u, u
+ * uniform in [-1, 1). */
+static inline float random_value(uint64_t key, int64_t j, float center, float amp) {
+  uint64_t h = dit_splitmix64(key ^ (uint64_t)j * 0xD1B54A32D192ED03ull);
+  float u = (float)((double)(h >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+  return center + amp * u;
+}
+
+/* Elements [first, first + n) of an entry into dst (F32, BF16 or F16). */
 static void fill_random(void *dst, dit_dtype dt, int64_t first, int64_t n, uint64_t key, float center, float amp) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; j++) {
-    uint64_t h = dit_splitmix64(key ^ (uint64_t)(first + j) * 0xD1B54A32D192ED03ull);
-    float u = (float)((double)(h >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-    float v = center + amp * u;
+    float v = random_value(key, first + j, center, amp);
     if (dt == DIT_F32) ((float *)dst)[j] = v;
     else if (dt == DIT_BF16) ((uint16_t *)dst)[j] = dit_f32_to_bf16(v);
     else ((uint16_t *)dst)[j] = dit_f32_to_f16(v);
   }
+}
+
+/* Rows [r0, r0 + nr) of K elements of an entry, quantized to block type dt (the same values
+ * as fill_random's, then ggml's reference quantization), into dst. False when out of memory. */
+static bool fill_random_blocks(void *dst, dit_dtype dt, int64_t K, int64_t r0, int64_t nr, uint64_t key, float center,
+                               float amp) {
+  uint64_t rb = 0;
+  dit_dtype_row_bytes(dt, (uint64_t)K, &rb);
+  const int nt = omp_get_max_threads();
+  float *rows = malloc((size_t)nt * (size_t)K * sizeof *rows);
+  if (!rows) return false;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < nr; r++) {
+    float *row = rows + (size_t)omp_get_thread_num() * (size_t)K;
+    for (int64_t k = 0; k < K; k++) row[k] = random_value(key, (r0 + r) * K + k, center, amp);
+    dit_quant_row(dt, row, (char *)dst + (uint64_t)r * rb, K);
+  }
+  free(rows);
+  return true;
 }
 
 static void init_law(const dit_wentry *e, float *center, float *amp) {
@@ -119,23 +146,56 @@ static void init_law(const dit_wentry *e, float *center, float *amp) {
   else *amp = 0.02f;
 }
 
+/* An entry's dtype for random weights of dt: a block type only for 2-D "*.weight" matrices
+ * whose rows are whole blocks (as a quantized file holds them), F32 for the rest. */
+static dit_dtype entry_dtype(const dit_wentry *e, dit_dtype dt) {
+  if (!dit_dtype_is_block(dt)) return dt;
+  size_t n = strlen(e->name);
+  uint64_t rb;
+  bool matrix = e->ndim == 2 && n >= 7 && !strcmp(e->name + n - 7, ".weight") &&
+                dit_dtype_row_bytes(dt, (uint64_t)e->shape[1], &rb);
+  return matrix ? dt : DIT_F32;
+}
+
+/* Fills entry d (dtype set) with its random values on a host or, through stage, a device. */
+static dit_status fill_entry(dit_backend *be, dit_tensor *d, void *stage, uint64_t key, float center, float amp,
+                             dit_error *err) {
+  const bool block = dit_dtype_is_block(d->dtype);
+  const int64_t n = dit_tensor_numel(d), K = block ? d->shape[1] : 1, units = block ? n / K : n;
+  uint64_t ub = block ? 0 : dit_dtype_size(d->dtype); /* bytes per unit: a row, or an element */
+  if (block) dit_dtype_row_bytes(d->dtype, (uint64_t)K, &ub);
+  const bool host = stage == NULL;
+  const int64_t chunk = host ? units : (int64_t)(STAGE_BYTES / ub) > 0 ? (int64_t)(STAGE_BYTES / ub) : 1;
+  for (int64_t j = 0; j < units; j += chunk) {
+    int64_t m = units - j < chunk ? units - j : chunk;
+    void *dst = host ? (char *)d->data + (uint64_t)j * ub : stage;
+    if (!block) fill_random(dst, d->dtype, j, m, key, center, amp);
+    else if (!fill_random_blocks(dst, d->dtype, K, j, m, key, center, amp))
+      return dit_errorf(err, DIT_ERR_NOMEM, "random weights: out of memory for a row of %lld", (long long)K);
+    if (host) continue;
+    DIT_TRY(be->ops->upload(be, (char *)d->data + (uint64_t)j * ub, stage, (size_t)((uint64_t)m * ub), err));
+    DIT_TRY(be->ops->sync(be, err)); /* stage is reused */
+  }
+  return DIT_OK;
+}
+
 dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_dtype dt, uint64_t seed,
                                      void **block, dit_error *err) {
   *block = NULL;
-  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16 or F16)", dit_dtype_name(dt));
+  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16 && !dit_dtype_is_block(dt))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16, F16 or a block type)",
+                      dit_dtype_name(dt));
   if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
   const dit_device dev = dit_backend_device(be);
-  const size_t es = dit_dtype_size(dt);
   size_t total = 0;
   for (size_t i = 0; i < t->n; i++) {
-    *t->entries[i].dst = dit_tensor_make(dt, NULL, t->entries[i].ndim, t->entries[i].shape);
+    *t->entries[i].dst = dit_tensor_make(entry_dtype(&t->entries[i], dt), NULL, t->entries[i].ndim,
+                                         t->entries[i].shape);
     total += align_up(dit_tensor_nbytes(t->entries[i].dst));
   }
   void *blk = NULL, *stage = NULL;
   DIT_TRY(be->ops->alloc(be, total ? total : PIECE_ALIGN, &blk, err));
-  const bool host = dit_backend_is_host(be);
-  if (!host && !(stage = malloc(STAGE_BYTES))) {
+  if (!dit_backend_is_host(be) && !(stage = malloc(STAGE_BYTES))) {
     be->ops->free(be, blk);
     return dit_errorf(err, DIT_ERR_NOMEM, "random weights: no memory for a %zu-byte staging buffer", STAGE_BYTES);
   }
@@ -148,14 +208,7 @@ dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_d
     float center, amp;
     init_law(&t->entries[i], &center, &amp);
     const uint64_t key = dit_splitmix64(seed ^ dit_splitmix64((uint64_t)i + 1));
-    const int64_t n = dit_tensor_numel(d), chunk = (int64_t)(STAGE_BYTES / es);
-    if (host) fill_random(d->data, dt, 0, n, key, center, amp);
-    for (int64_t j = 0; !host && j < n && s == DIT_OK; j += chunk) {
-      int64_t m = n - j < chunk ? n - j : chunk;
-      fill_random(stage, dt, j, m, key, center, amp);
-      s = be->ops->upload(be, (char *)d->data + (size_t)j * es, stage, (size_t)m * es, err);
-      if (s == DIT_OK) s = be->ops->sync(be, err); /* stage is reused */
-    }
+    s = fill_entry(be, d, stage, key, center, amp, err);
     off += align_up(dit_tensor_nbytes(d));
   }
   free(stage);

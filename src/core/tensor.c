@@ -126,6 +126,15 @@ bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *ou
   return true;
 }
 
+dit_tensor dit_tensor_rows(const dit_tensor *t, int64_t r0, int64_t n) {
+  dit_tensor v = *t;
+  v.shape[0] = 1;
+  size_t row = dit_tensor_nbytes(&v); /* bytes of one row (of dim 0) */
+  v.shape[0] = n;
+  v.data = t->data ? (char *)t->data + (size_t)r0 * row : NULL;
+  return v;
+}
+
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape) {
   if (t->ndim != ndim) return false;
   for (int i = 0; i < ndim; i++)

@@ -54,6 +54,9 @@ char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
  * to back in memory in this order, *out becomes one [sum r_i, C] tensor over them and the
  * result is true; otherwise false (*out untouched). */
 bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *out);
+/* Rows [r0, r0 + n) of a contiguous tensor (dim 0) as a view: the same dtype (block types
+ * too: a row is whole blocks), device and trailing dims. */
+dit_tensor dit_tensor_rows(const dit_tensor *t, int64_t r0, int64_t n);
 /* True if t has exactly this shape. */
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape);
 

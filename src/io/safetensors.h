@@ -113,6 +113,24 @@ typedef struct dit_wremap {
   const char *const *drop;   /* names (after the above) left out; NULL-terminated, or NULL */
 } dit_wremap;
 
+/* The other direction, for files ditrun writes (`ditrun quantize`): the names a family's
+ * GGUF files carry elsewhere, made from the diffusers names of a set. */
+typedef struct dit_wfuse {
+  const char *parts[3]; /* name suffixes whose tensors, rows concatenated in this order, ... */
+  const char *fused;    /* ... become one tensor with this suffix */
+} dit_wfuse;
+
+typedef struct dit_wexport {
+  const char *arch;          /* the file's general.architecture */
+  const char *strip_prefix;  /* removed first (NULL: none) */
+  const dit_wrename *rename; /* then applied in order (to fused names too); a name is seen
+                                with a leading '^' here, so a rule can anchor at its start */
+  size_t n_rename;
+  const dit_wfuse *fuse;
+  size_t n_fuse;
+  const char *const *drop;   /* source names left out; NULL-terminated, or NULL */
+} dit_wexport;
+
 /* Rewrites w's names by r (the tensors become views with the new names; a split part
  * covers its rows of the original's bytes). A split tensor whose dim 0 is not a multiple
  * of n, a name longer than DIT_WNAME_MAX, or two tensors ending with one name is

@@ -235,11 +235,7 @@ static dit_status build_bfl(void *model, dit_wtable *t, dit_error *err) {
 
 /* Rows [r0, r0 + n) of a bound linear (weight rows and bias entries), as a view. */
 static flux_lin lin_rows(const flux_lin *l, int64_t r0, int64_t n) {
-  flux_lin v = *l;
-  v.w.data = (char *)l->w.data + (size_t)(r0 * l->w.shape[1]) * dit_dtype_size(l->w.dtype);
-  v.w.shape[0] = n;
-  v.b.data = (char *)l->b.data + (size_t)r0 * dit_dtype_size(l->b.dtype);
-  v.b.shape[0] = n;
+  flux_lin v = {dit_tensor_rows(&l->w, r0, n), dit_tensor_rows(&l->b, r0, n)};
   return v;
 }
 

@@ -258,6 +258,7 @@ dit_status flux2_check_sizes(const dit_flux2_config *c, const char *who, dit_err
 }
 
 size_t dit_flux2_weight_bytes(const dit_flux2 *m) { return m ? m->mw.wbytes : 0; }
+uint64_t dit_flux2_weight_params(const dit_flux2 *m) { return m ? m->mw.wparams : 0; }
 
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no model");

@@ -70,6 +70,8 @@ void dit_flux2_config_klein(dit_flux2_config *c, bool nine_b);
 dit_status dit_flux2_set_act_dtype(dit_flux2 *m, dit_dtype dt, dit_error *err);
 /* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
 size_t dit_flux2_weight_bytes(const dit_flux2 *m);
+/* Parameters (elements) of its weights. */
+uint64_t dit_flux2_weight_params(const dit_flux2 *m);
 void dit_flux2_free(dit_flux2 *m);
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
 void dit_flux2_graph_counts(const dit_flux2 *m, long *captures, long *launches);

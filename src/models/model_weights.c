@@ -9,14 +9,35 @@ dit_status dit_model_config_path(const char *who, const char *dir, char *path, s
   return DIT_OK;
 }
 
-dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err) {
+dit_status dit_wtable_check_weights(const dit_wtable *t, bool any_elements, bool blocks, dit_error *err) {
   for (size_t i = 0; i < t->n; i++) {
     const dit_tensor *d = t->entries[i].dst;
-    if (d->data && d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16)
+    if (!d->data) continue;
+    if (dit_dtype_is_block(d->dtype)) {
+      if (!blocks)
+        return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s is block-quantized (%s), which this model does not take",
+                          t->entries[i].name, dit_dtype_name(d->dtype));
+      if (d->ndim != 2)
+        return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s: %s is supported for 2-D weight matrices only",
+                          t->entries[i].name, dit_dtype_name(d->dtype));
+    } else if (!any_elements && d->dtype != DIT_F32 && d->dtype != DIT_BF16 && d->dtype != DIT_F16) {
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s has dtype %s (expected F32, BF16 or F16)",
                         t->entries[i].name, dit_dtype_name(d->dtype));
+    }
   }
   return DIT_OK;
+}
+
+dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err) {
+  return dit_wtable_check_weights(t, false, false, err);
+}
+
+/* Elements of t's bound tensors. */
+static uint64_t table_params(const dit_wtable *t) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->entries[i].dst->data) n += (uint64_t)dit_tensor_numel(t->entries[i].dst);
+  return n;
 }
 
 /* Bytes of t's tensors as one backend block (each piece 256-byte aligned). */
@@ -29,7 +50,8 @@ static size_t block_bytes(const dit_wtable *t) {
 /* Binds t from w->files, checks the dtypes when asked, then on a device backend uploads. */
 static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *t, bool check_float, dit_error *err) {
   DIT_TRY(dit_wtable_bind(t, w->files, w->prefix ? w->prefix : "", NULL, err));
-  if (check_float) DIT_TRY(dit_wtable_check_float(t, err));
+  DIT_TRY(dit_wtable_check_weights(t, !check_float, true, err));
+  w->wparams = table_params(t);
   if (dit_backend_is_host(be)) return DIT_OK;
   DIT_TRY(dit_backend_upload_wtable_as(be, t, w->f16_as_bf16, &w->wblock, err));
   w->wbytes = block_bytes(t);
@@ -60,7 +82,7 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
   dit_wtable t;
   dit_status s = build(model, &t, err);
   if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &w->wblock, err);
-  if (s == DIT_OK) w->wbytes = block_bytes(&t);
+  if (s == DIT_OK) w->wbytes = block_bytes(&t), w->wparams = table_params(&t);
   dit_wtable_free(&t);
   if (s != DIT_OK) dit_error_prefix(err, "%s random weights", who);
   return s;

@@ -15,6 +15,7 @@ typedef struct dit_model_weights {
   dit_weights *files; /* open checkpoint, or NULL once copied into wblock */
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
+  uint64_t wparams;   /* elements of the bound tensors (parameters) */
   bool f16_as_bf16;   /* set before loading: a device copy holds F16 tensors as BF16 */
   const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
   /* set before loading (NULL: none): renames an opened checkpoint saved under other names */
@@ -29,8 +30,8 @@ dit_status dit_model_config_path(const char *who, const char *dir, char *path, s
 typedef dit_status (*dit_wtable_build_fn)(void *model, dit_wtable *t, dit_error *err);
 
 /* Opens the checkpoint in dir and binds every tensor build(model) lists (naming the first
- * problems, after "who: dir"); with check_float, a tensor that is not F32, BF16 or F16 is
- * refused by name. On a device backend then copies them into one block and closes the
+ * problems, after "who: dir"); with check_float, a tensor that is not F32, BF16 or F16 (or a
+ * block-quantized matrix) is refused by name. On a device backend then copies them into one block and closes the
  * files. */
 dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const char *who, const char *dir,
                                   dit_wtable_build_fn build, void *model, bool check_float, dit_error *err);
@@ -43,6 +44,10 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
 /* DIT_ERR_UNSUPPORTED naming the first bound tensor of t that is not F32, BF16 or F16 (the
  * dtypes the ops read weights in). */
 dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err);
+/* The same with choices: any element type passes when any_elements; block-quantized
+ * tensors (GGUF's Q8_0 ...) pass when blocks and they are 2-D weight matrices (the linear
+ * and embedding ops read those). */
+dit_status dit_wtable_check_weights(const dit_wtable *t, bool any_elements, bool blocks, dit_error *err);
 
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w);
 

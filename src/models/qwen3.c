@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "models/model_weights.h"
 
 #define QWEN3_CONFIG_MAX_BYTES (16u << 20)
 
@@ -222,6 +223,26 @@ static const dit_wrename llama_cpp_names[] = {
     {"output.", "lm_head."},
 };
 
+static const dit_wrename to_llama_cpp[] = {
+    {"^layers.", "blk."},
+    {"self_attn.q_norm.", "attn_q_norm."},
+    {"self_attn.k_norm.", "attn_k_norm."},
+    {"input_layernorm.", "attn_norm."},
+    {"self_attn.q_proj.", "attn_q."},
+    {"self_attn.k_proj.", "attn_k."},
+    {"self_attn.v_proj.", "attn_v."},
+    {"self_attn.o_proj.", "attn_output."},
+    {"post_attention_layernorm.", "ffn_norm."},
+    {"mlp.gate_proj.", "ffn_gate."},
+    {"mlp.up_proj.", "ffn_up."},
+    {"mlp.down_proj.", "ffn_down."},
+    {"^embed_tokens.", "token_embd."},
+    {"^norm.", "output_norm."},
+};
+static const char *const export_drop[] = {"lm_head.weight", NULL};
+const dit_wexport dit_qwen3_export = {"qwen3", "model.", to_llama_cpp, sizeof to_llama_cpp / sizeof *to_llama_cpp, NULL,
+                                      0, export_drop};
+
 static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));
   if (dit_weights_find(m->weights, "blk.0.attn_q.weight")) {
@@ -241,14 +262,8 @@ static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   if (s != DIT_OK) {
     dit_error_prefix(err, "%s (Qwen3, names %s)", dir, *prefix ? "\"model.\"-prefixed" : "without prefix");
   } else {
-    for (size_t i = 0; i < t.n; i++) {
-      dit_dtype dt = t.entries[i].dst->dtype;
-      if (t.entries[i].dst->data && dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16) {
-        s = dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: tensor \"%s%s\" has dtype %s (F32, BF16 or F16 expected)", dir,
-                       prefix, t.entries[i].name, dit_dtype_name(dt));
-        break;
-      }
-    }
+    s = dit_wtable_check_weights(&t, false, true, err);
+    if (s != DIT_OK) dit_error_prefix(err, "%s (Qwen3)", dir);
   }
   if (s == DIT_OK && !dit_backend_is_host(m->be)) { /* a GPU: one upload, then the files are not needed */
     s = dit_backend_upload_wtable(m->be, &t, &m->wblock, err);

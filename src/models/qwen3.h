@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "io/safetensors.h"
 
 typedef struct dit_qwen3_config {
   int hidden_size;             /* H */
@@ -38,6 +39,8 @@ typedef struct dit_qwen3 dit_qwen3;
  * their stored dtype, mapped. On failure *out is NULL and the message names the field
  * or tensor that was wrong. */
 dit_status dit_qwen3_load(dit_backend *be, const char *component_dir, dit_qwen3 **out, dit_error *err);
+/* How ditrun writes a Qwen3 text encoder to GGUF: llama.cpp's names (no lm_head). */
+extern const dit_wexport dit_qwen3_export;
 /* The same from a weights path (a folder, or one file: transformers' names or llama.cpp's,
  * as in its GGUF files) and a config.json path. */
 dit_status dit_qwen3_load_from(dit_backend *be, const char *weights, const char *config_json, dit_qwen3 **out,

@@ -241,6 +241,17 @@ static const dit_wsplit orig_splits[] = {
 };
 static const char *const orig_drop[] = {"norm_final.weight", NULL};
 
+static const dit_wrename export_renames[] = {
+    {"all_final_layer.2-1.", "final_layer."},         {"all_x_embedder.2-1.", "x_embedder."},
+    {".attention.to_out.0.", ".attention.out."},       {".attention.norm_k.", ".attention.k_norm."},
+    {".attention.norm_q.", ".attention.q_norm."},
+};
+static const dit_wfuse export_fuse[] = {
+    {{".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}, ".attention.qkv.weight"},
+};
+const dit_wexport dit_zimage_export = {"lumina2", NULL, export_renames, sizeof export_renames / sizeof *export_renames,
+                                       export_fuse, 1, NULL};
+
 static dit_status rename_original(dit_weights *w, dit_error *err) {
   static const char *const prefixes[] = {"", "model.diffusion_model."};
   for (int i = 0; i < 2; i++) {
@@ -329,6 +340,7 @@ dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err)
 }
 
 size_t dit_zimage_weight_bytes(const dit_zimage *m) { return m ? m->mw.wbytes : 0; }
+uint64_t dit_zimage_weight_params(const dit_zimage *m) { return m ? m->mw.wparams : 0; }
 
 void dit_zimage_free(dit_zimage *m) {
   if (!m) return;

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "io/safetensors.h"
 
 #define DIT_ZIMAGE_N_AXES 3   /* RoPE axes: frame/caption position, height, width */
 #define DIT_ZIMAGE_SEQ_MULTI 32 /* token streams are padded to multiples of this */
@@ -48,6 +49,9 @@ typedef struct dit_zimage dit_zimage;
  * before anything is built; weights stay mapped in their stored dtype. On failure *out
  * is NULL and the message names the config field or the tensor that was wrong. */
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err);
+/* How ditrun writes a Z-Image transformer to GGUF: the original checkpoint's names (q, k, v
+ * fused), as Z-Image's own GGUF files and stable-diffusion.cpp use. */
+extern const dit_wexport dit_zimage_export;
 /* The same from a weights path (a folder as above, or one file) and a config.json path.
  * Besides diffusers' names, the weights may carry the original checkpoint's (fused
  * attention.qkv, final_layer, x_embedder ...), with or without ComfyUI's
@@ -76,6 +80,8 @@ dit_status dit_zimage_set_act_dtype(dit_zimage *m, dit_dtype dt, dit_error *err)
 void dit_zimage_set_stacked_qkv(dit_zimage *m, bool on);
 /* Bytes of the weights as stored in the backend (0 when they stay in mapped files). */
 size_t dit_zimage_weight_bytes(const dit_zimage *m);
+/* Parameters (elements) of its weights. */
+uint64_t dit_zimage_weight_params(const dit_zimage *m);
 void dit_zimage_free(dit_zimage *m);
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */

@@ -39,6 +39,7 @@ typedef struct dit_bench_ops {
   /* One forward at t = 0.5 (not synchronised). */
   dit_status (*forward)(void *model, dit_bench_io *io, dit_error *err);
   size_t (*weight_bytes)(const void *model);
+  uint64_t (*weight_params)(const void *model);
   void (*graph_counts)(const void *model, long *captures, long *launches);
   void (*free)(void *model);
   const char *flops_what; /* the FLOP formula, as the report prints it */
@@ -48,10 +49,11 @@ typedef struct dit_bench_ops {
  * forward and the model's own prefix##_weight_bytes, prefix##_graph_counts, prefix##_free. */
 #define DIT_BENCH_OPS(name, prefix, create_fn, geometry_fn, inputs_fn, forward_fn, what)                          \
   static size_t name##_weight_bytes(const void *m) { return prefix##_weight_bytes(m); }                          \
+  static uint64_t name##_weight_params(const void *m) { return prefix##_weight_params(m); }                      \
   static void name##_graph_counts(const void *m, long *c, long *l) { prefix##_graph_counts(m, c, l); }           \
   static void name##_free(void *m) { prefix##_free(m); }                                                          \
   static const dit_bench_ops name = {create_fn,          geometry_fn,          inputs_fn, forward_fn,             \
-                                     name##_weight_bytes, name##_graph_counts, name##_free, what}
+                                     name##_weight_bytes, name##_weight_params, name##_graph_counts, name##_free, what}
 
 struct dit_bench_variant {
   const char *name;          /* bench --arch: "flux2-klein-4b" */

@@ -1,0 +1,233 @@
+/* `ditrun quantize` (see ditrun.h): plans the output tensors of one component (names by the
+ * family's dit_wexport, fused parts, output dtypes), then streams them into a GGUF file,
+ * converting each row to float and quantizing it as ggml's reference quantizer does. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "core/quant.h"
+#include "io/gguf.h"
+#include "io/model_dir.h"
+#include "models/qwen3.h"
+#include "models/zimage.h"
+
+/* The families whose GGUF names differ from diffusers': a component class and its export. */
+static const struct {
+  const char *cls;
+  const dit_wexport *ex;
+} exports[] = {
+    {"ZImageTransformer2DModel", &dit_zimage_export},
+    {"Qwen3ForCausalLM", &dit_qwen3_export},
+    {"Qwen3Model", &dit_qwen3_export},
+};
+
+typedef struct q_item {
+  char name[DIT_WNAME_MAX];
+  const dit_st_tensor *src[3];
+  int n_src;
+} q_item;
+
+typedef struct q_plan {
+  dit_weights *w;
+  q_item *items;
+  dit_gguf_wtensor *t;
+  size_t n;
+  int threads;
+} q_plan;
+
+static bool has_suffix(const char *s, const char *suf, size_t *stem) {
+  size_t n = strlen(s), m = strlen(suf);
+  *stem = n - m;
+  return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* dst = "^" + src with ex's prefix stripped and renames applied, the '^' removed. */
+static dit_status export_name(const dit_wexport *ex, const char *src, char *dst, size_t len, dit_error *err) {
+  size_t pl = ex && ex->strip_prefix ? strlen(ex->strip_prefix) : 0;
+  if (pl && !strncmp(src, ex->strip_prefix, pl)) src += pl;
+  char a[DIT_WNAME_MAX + 1], b[DIT_WNAME_MAX + 1];
+  if (snprintf(a, sizeof a, "^%s", src) >= (int)sizeof a)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%.64s...\" is too long", src);
+  for (size_t i = 0; ex && i < ex->n_rename; i++) {
+    const char *from = ex->rename[i].from, *to = ex->rename[i].to;
+    size_t o = 0, fl = strlen(from), tl = strlen(to);
+    for (const char *p = a; *p;) {
+      const char *q = strstr(p, from);
+      size_t keep = q ? (size_t)(q - p) : strlen(p);
+      if (o + keep + (q ? tl : 0) >= sizeof b) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: name too long");
+      memcpy(b + o, p, keep), o += keep;
+      if (!q) break;
+      memcpy(b + o, to, tl), o += tl, p = q + fl;
+    }
+    b[o] = 0;
+    memcpy(a, b, sizeof a);
+  }
+  const char *r = a[0] == '^' ? a + 1 : a;
+  if (strlen(r) >= 64 || snprintf(dst, len, "%s", r) >= (int)len)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" is 64 bytes or longer (GGUF's limit)", r);
+  return DIT_OK;
+}
+
+/* The dtype a tensor is written in: type for weight matrices with rows of whole blocks,
+ * except sd.cpp's kept-precision inputs and outputs; other tensors as stored (F32, F16 or
+ * BF16; anything else as F32). */
+static dit_dtype out_dtype(const char *name, const dit_st_tensor *t, dit_dtype type) {
+  static const char *const keep[] = {"x_embedder.", "t_embedder.", "final_layer.", "img_in.", "txt_in.", "time_in.",
+                                     "vector_in.", "guidance_in.", "context_embedder.", "pos_embed"};
+  size_t stem;
+  uint64_t rb;
+  bool matrix = t->ndim == 2 && has_suffix(name, ".weight", &stem) && dit_dtype_row_bytes(type, (uint64_t)t->shape[1], &rb);
+  for (size_t i = 0; matrix && i < sizeof keep / sizeof *keep; i++)
+    if (strstr(name, keep[i])) matrix = false;
+  if (matrix) return type;
+  return t->dtype == DIT_F32 || t->dtype == DIT_F16 || t->dtype == DIT_BF16 ? t->dtype : DIT_F32;
+}
+
+static bool dropped(const dit_wexport *ex, const char *name) {
+  for (const char *const *d = ex ? ex->drop : NULL; d && *d; d++)
+    if (!strcmp(*d, name)) return true;
+  return false;
+}
+
+/* Adds the item for stored tensor t (or, when t is a fused group's first part, the group). */
+static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor *t, dit_dtype type, dit_error *err) {
+  q_item *it = &P->items[P->n];
+  it->src[0] = t, it->n_src = 1;
+  char src_name[DIT_WNAME_MAX];
+  snprintf(src_name, sizeof src_name, "%s", t->name);
+  for (size_t f = 0; ex && f < ex->n_fuse; f++) {
+    const dit_wfuse *fu = &ex->fuse[f];
+    size_t stem;
+    for (int k = 0; k < 3; k++) {
+      if (!has_suffix(t->name, fu->parts[k], &stem)) continue;
+      if (k > 0) return DIT_OK; /* written with its group's first part */
+      it->n_src = 0;
+      for (int j = 0; j < 3; j++) {
+        char pn[DIT_WNAME_MAX * 2];
+        snprintf(pn, sizeof pn, "%.*s%s", (int)stem, t->name, fu->parts[j]);
+        const dit_st_tensor *p = dit_weights_find(P->w, pn);
+        if (!p || p->ndim != t->ndim || p->dtype != t->dtype || (t->ndim == 2 && p->shape[1] != t->shape[1]))
+          return dit_errorf(err, DIT_ERR_FORMAT, "quantize: %s has no matching %s to fuse with", t->name, pn);
+        it->src[it->n_src++] = p;
+      }
+      snprintf(src_name, sizeof src_name, "%.*s%s", (int)stem, t->name, fu->fused);
+    }
+  }
+  DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, err));
+  dit_gguf_wtensor *o = &P->t[P->n];
+  o->name = it->name;
+  o->ndim = t->ndim;
+  if (t->ndim < 1 || t->ndim > 4)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor %s has %d dims (GGUF holds 1 to 4)", t->name, t->ndim);
+  memcpy(o->shape, t->shape, sizeof o->shape);
+  for (int k = 1; k < it->n_src; k++) o->shape[0] += it->src[k]->shape[0];
+  o->dtype = out_dtype(it->name, t, type);
+  P->n++;
+  return DIT_OK;
+}
+
+/* Writes tensor i: each source row converted to float, then to the output dtype. */
+static dit_status fill(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  const q_plan *P = user;
+  const q_item *it = &P->items[i];
+  const dit_gguf_wtensor *o = &P->t[i];
+  const int64_t K = o->shape[o->ndim - 1];
+  uint64_t rb_out, rb_in = (uint64_t)K * dit_dtype_size(it->src[0]->dtype);
+  dit_dtype_row_bytes(o->dtype, (uint64_t)K, &rb_out); /* checked by the writer */
+  float *rows = malloc(sizeof(float) * (size_t)(K ? K : 1) * (size_t)P->threads);
+  if (!rows) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory for rows of %lld", (long long)K);
+  uint8_t *out = dst;
+  for (int k = 0; k < it->n_src; k++) {
+    const dit_st_tensor *s = it->src[k];
+    const int64_t nr = K ? (int64_t)((s->end - s->begin) / rb_in) : 0;
+#pragma omp parallel for num_threads(P->threads) schedule(dynamic, 16)
+    for (int64_t r = 0; r < nr; r++) {
+      float *row = rows + (size_t)omp_get_thread_num() * (size_t)K;
+      dit_convert_to_f32(row, (const uint8_t *)s->data + (uint64_t)r * rb_in, s->dtype, (size_t)K);
+      dit_quant_row(o->dtype, row, out + (uint64_t)r * rb_out, K);
+    }
+    out += (uint64_t)nr * rb_out;
+  }
+  free(rows);
+  if ((size_t)(out - (uint8_t *)dst) != nbytes)
+    return dit_errorf(err, DIT_ERR_FORMAT, "quantize: tensor %s: size mismatch", o->name);
+  return DIT_OK;
+}
+
+typedef struct progress {
+  const dit_quantize_params *p;
+  q_plan *P;
+} progress;
+
+static dit_status fill_progress(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  progress *g = user;
+  if (g->p->on_tensor) g->p->on_tensor(g->p->user, i, g->P->n, g->P->t[i].name);
+  return fill(g->P, i, dst, nbytes, err);
+}
+
+static dit_status plan(q_plan *P, const dit_wexport *ex, dit_dtype type, dit_error *err) {
+  P->items = calloc(P->w->n_tensors + 1, sizeof *P->items);
+  P->t = calloc(P->w->n_tensors + 1, sizeof *P->t);
+  if (!P->items || !P->t) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory");
+  for (size_t i = 0; i < P->w->n_tensors; i++) {
+    const dit_st_tensor *t = P->w->tensors[i];
+    if (dropped(ex, t->name)) continue;
+    if (!dit_dtype_is_float(t->dtype))
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor %s is %s (float weights expected)", t->name,
+                        dit_dtype_name(t->dtype));
+    DIT_TRY(plan_one(P, ex, t, type, err));
+  }
+  return DIT_OK;
+}
+
+static dit_status quantize(dit_ctx *ctx, const dit_quantize_params *p, dit_error *err) {
+  const char *comp = p->component ? p->component : "transformer";
+  if (!p->model_dir || !p->output) return dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: no model folder or output");
+  if (!dit_dtype_is_block(p->type) && p->type != DIT_BF16 && p->type != DIT_F16 && p->type != DIT_F32)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: type %s (a block type, bf16, f16 or f32)",
+                      dit_dtype_name(p->type));
+  dit_model_dir *dir = NULL;
+  DIT_TRY(dit_model_dir_open(p->model_dir, &dir, err));
+  const dit_component *c = dit_model_dir_component(dir, comp);
+  char path[4096];
+  dit_status s = c ? dit_model_dir_component_path(dir, comp, path, sizeof path, err)
+                   : dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: %s has no component \"%s\"", p->model_dir, comp);
+  const dit_wexport *ex = NULL;
+  for (size_t i = 0; c && i < sizeof exports / sizeof *exports; i++)
+    if (c->cls && !strcmp(c->cls, exports[i].cls)) ex = exports[i].ex;
+  char cls[128];
+  snprintf(cls, sizeof cls, "%s", c && c->cls ? c->cls : "?");
+  dit_model_dir_close(dir);
+  q_plan P = {0};
+  P.threads = ctx->params.n_threads > 0 ? ctx->params.n_threads : omp_get_max_threads();
+  if (s == DIT_OK) s = dit_weights_open(path, NULL, &P.w, err);
+  if (s == DIT_OK) s = plan(&P, ex, p->type, err);
+  if (s == DIT_OK) {
+    const char *arch = ex ? ex->arch : cls, *tname = dit_dtype_name(p->type);
+    uint32_t qv = 2;
+    const dit_gguf_wkv kv[] = {
+        {"general.architecture", DIT_GGUF_STRING, 0, 0, arch},
+        {"general.quantization_version", DIT_GGUF_U32, 0, 0, &qv},
+        {"ditrun.source_class", DIT_GGUF_STRING, 0, 0, cls},
+        {"ditrun.weight_type", DIT_GGUF_STRING, 0, 0, tname},
+    };
+    progress g = {p, &P};
+    s = dit_gguf_write(p->output, p->overwrite != 0, kv, sizeof kv / sizeof *kv, P.t, P.n, fill_progress, &g, err);
+  }
+  free(P.items);
+  free(P.t);
+  dit_weights_close(P.w);
+  return s;
+}
+
+dit_status dit_quantize(dit_ctx *ctx, const dit_quantize_params *p) {
+  dit_error err = {0};
+  if (!p) {
+    dit_errorf(&err, DIT_ERR_INVALID_ARG, "dit_quantize: no parameters");
+    return dit_ctx_fail(ctx, &err);
+  }
+  dit_status s = quantize(ctx, p, &err);
+  return s == DIT_OK ? DIT_OK : dit_ctx_fail(ctx, &err);
+}

@@ -14,6 +14,31 @@ def put(target, name, data):
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
 
+# ---- gguf ----
+def gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+def gguf(kvs, tensors, data, version=3):
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += gstr(k) + struct.pack("<I", t) + v
+    for name, ne, typ, off in tensors:
+        out += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne)
+        out += struct.pack("<IQ", typ, off)
+    out += b"\0" * (-len(out) % 32)
+    return out + data
+q8 = struct.pack("<H", 0x3c00) + bytes(range(32))
+put("gguf", "ok_f32_q8", gguf([("general.architecture", 8, gstr("test")),
+    ("a.strs", 9, struct.pack("<IQ", 8, 2) + gstr("x") + gstr("yz")),
+    ("a.u32", 4, struct.pack("<I", 7))],
+    [("w", [4, 2], 0, 0), ("q", [32, 2], 8, 32)], b"\0" * 32 + q8 * 2))
+put("gguf", "ok_orig_shape", gguf([("comfy.gguf.orig_shape.c", 9, struct.pack("<IQii", 5, 2, 2, 2))],
+    [("c", [4], 1, 0)], b"\0" * 8))
+put("gguf", "ok_empty", gguf([], [], b""))
+put("gguf", "bad_offset", gguf([], [("w", [4], 0, 8)], b"\0" * 24))
+put("gguf", "bad_nested", gguf([("n", 9, struct.pack("<IQ", 9, 0))], [], b""))
+put("gguf", "bad_iq", gguf([], [("w", [256], 16, 0)], b"\0" * 66))
+
 # ---- safetensors ----
 def st(header, data=b"", n=None):
     h = header if isinstance(header, bytes) else json.dumps(header).encode()

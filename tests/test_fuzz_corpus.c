@@ -3,6 +3,7 @@
  * CLI, so no abort/assert/crash is reachable from those inputs in a build without
  * sanitizers: every run must exit 0, 1 or 2, never by a signal.
  *   safetensors     `ditrun info FILE.safetensors --tensors`
+ *   gguf            `ditrun info FILE.gguf --tensors`
  *   config          byte 0 picks the file (as fuzz/fuzz_config.c); model_index.json and
  *                   index.json via `ditrun info`, component configs via `ditrun generate`
  *                   (64x64, 1 step) on a symlinked zimage-tiny copy with a small tokenizer
@@ -60,6 +61,14 @@ static void one_safetensors(const char *file, const unsigned char *d, size_t n) 
   dt_write_bytes(path, d, n);
   char *argv[] = {"ditrun", "info", "--tensors", path, NULL};
   check_run("safetensors", file, argv, g.tmp);
+}
+
+static void one_gguf(const char *file, const unsigned char *d, size_t n) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/x.gguf", g.tmp);
+  dt_write_bytes(path, d, n);
+  char *argv[] = {"ditrun", "info", "--tensors", path, NULL};
+  check_run("gguf", file, argv, g.tmp);
 }
 
 static void one_config(const char *file, const unsigned char *d, size_t n) {
@@ -200,7 +209,8 @@ int main(int argc, char **argv) {
   snprintf(g_log, sizeof g_log, "%s/run.log", g.tmp);
   CHECK_MSG(make_model(), "cannot make the model folder copy");
   static const struct { const char *name; one_fn fn; } targets[] = {
-      {"safetensors", one_safetensors}, {"config", one_config}, {"tokenizer_json", one_tokenizer_json},
+      {"safetensors", one_safetensors}, {"gguf", one_gguf}, {"config", one_config},
+      {"tokenizer_json", one_tokenizer_json},
       {"tokenize", one_tokenize},       {"cli", one_cli},
       {"png", one_png},
   };

@@ -147,14 +147,15 @@ static void init_law(const dit_wentry *e, float *center, float *amp) {
 }
 
 /* An entry's dtype for random weights of dt: a block type only for 2-D "*.weight" matrices
- * whose rows are whole blocks (as a quantized file holds them), F32 for the rest. */
+ * whose rows are whole blocks, BF16 for the rest (as ditrun quantize keeps them from a
+ * bf16 folder). */
 static dit_dtype entry_dtype(const dit_wentry *e, dit_dtype dt) {
   if (!dit_dtype_is_block(dt)) return dt;
   size_t n = strlen(e->name);
   uint64_t rb;
   bool matrix = e->ndim == 2 && n >= 7 && !strcmp(e->name + n - 7, ".weight") &&
                 dit_dtype_row_bytes(dt, (uint64_t)e->shape[1], &rb);
-  return matrix ? dt : DIT_F32;
+  return matrix ? dt : DIT_BF16;
 }
 
 /* Fills entry d (dtype set) with its random values on a host or, through stage, a device. */

@@ -239,14 +239,19 @@ static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor 
  * strides as lda/ldc; an F32 x is converted into a contiguous scratch copy, and a SiLU / exact
  * GELU on a strided y runs on a contiguous scratch result copied into y afterwards (GELU-tanh
  * is cuBLASLt's epilogue, written into the strided y itself). */
-dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *wq,
                      const dit_tensor *b, dit_act act, dit_error *err) {
   const char *op = "cuda linear";
   cu_impl *im = cu_im(be);
   dit_rowview xv, yv;
   DIT_TRY(cu_check_rows(op, "x", x, &xv, err));
   DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
-  DIT_TRY(cu_check_w(op, "w", w, -1, err));
+  DIT_TRY(dit_check_matrix(op, "w", wq, DIT_DEV_CUDA, err));
+  /* a block-quantized w is expanded to bf16 in the scratch (placed first, below) */
+  const bool wblocks = dit_dtype_is_block(wq->dtype);
+  dit_tensor wbf = *wq;
+  if (wblocks) wbf = dit_tensor_2d(DIT_BF16, NULL, wq->shape[0], wq->shape[1]), wbf.device = DIT_DEV_CUDA;
+  const dit_tensor *w = &wbf;
   if (w->ndim != 2 || x->ndim < 1 || w->shape[1] != x->shape[x->ndim - 1])
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: w must be [N, K] with K = x's last dim", op);
   int64_t K = w->shape[1], N = w->shape[0];
@@ -265,12 +270,18 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: the row layouts of x and y do not match", op);
   const bool ycontig = dit_tensor_is_contiguous(y);
+  const size_t wbytes = wblocks ? al256((size_t)(N * K) * 2) : 0;
   size_t xbytes = (int)x->dtype != abt ? al256((size_t)(M * K) * dit_dtype_size(abt)) : 0;
   size_t bbytes = b && (int)b->dtype != dt ? al256((size_t)N * dit_dtype_size(dt)) : 0;
   bool post_act = act != DIT_ACT_NONE && act != DIT_ACT_GELU_TANH;
   size_t ybytes = !ycontig && act != DIT_ACT_NONE ? al256((size_t)(M * N) * dit_dtype_size(dt)) : 0;
   void *scr = NULL;
-  if (xbytes + bbytes + ybytes) DIT_TRY(cu_scratch(be, xbytes + bbytes + ybytes, &scr, err));
+  if (wbytes + xbytes + bbytes + ybytes) DIT_TRY(cu_scratch(be, wbytes + xbytes + bbytes + ybytes, &scr, err));
+  if (wblocks) {
+    wbf.data = scr;
+    DIT_TRY(cu_check(cuk_dequant_bf16(scr, wq->data, (int)wq->dtype, N, K, im->stream), op, "dequantize w", err));
+    scr = (char *)scr + wbytes;
+  }
   const void *xp = x->data, *bp = b ? b->data : NULL;
   if (xbytes) {
     if (dit_tensor_is_contiguous(x)) {

@@ -1,0 +1,151 @@
+/* Dequantization of ggml's block-quantized weights (GGUF's Q4_0 ... Q6_K) into bf16 rows on
+ * the GPU, for the linear op: a quantized weight is expanded into the backend's scratch just
+ * before its GEMM, so the resident copy stays quantized. Each element is computed as ggml's
+ * dequantize_row_* computes it on the CPU (fp16 scales widened exactly, products and sums
+ * rounded one at a time, no fused multiply-add), then rounded to bf16 (nearest even). The
+ * block layouts are ggml's (block_q8_0 ... block_q6_K in its ggml-common.h). */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+__device__ __forceinline__ float h2f(const uint8_t *p) {
+  __half_raw r;
+  r.x = (unsigned short)(p[0] | (p[1] << 8));
+  return __half2float(__half(r));
+}
+
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float mul_sub(float a, float b, float c) { return __fsub_rn(__fmul_rn(a, b), c); }
+__device__ __forceinline__ float mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+
+/* Element i of one block at b. */
+__device__ __forceinline__ float dq_q8_0(const uint8_t *b, int i) { return mul((float)(int8_t)b[2 + i], h2f(b)); }
+
+__device__ __forceinline__ float dq_q4_0(const uint8_t *b, int i) {
+  const uint8_t q = b[2 + (i & 15)];
+  return mul((float)((i < 16 ? q & 15 : q >> 4) - 8), h2f(b));
+}
+
+__device__ __forceinline__ float dq_q4_1(const uint8_t *b, int i) {
+  const uint8_t q = b[4 + (i & 15)];
+  return mul_add((float)(i < 16 ? q & 15 : q >> 4), h2f(b), h2f(b + 2));
+}
+
+/* The 5-bit value of element i of Q5_0 / Q5_1 (qh at h, qs at s). */
+__device__ __forceinline__ int q5_value(const uint8_t *h, const uint8_t *s, int i) {
+  const uint32_t qh = h[0] | (h[1] << 8) | (h[2] << 16) | ((uint32_t)h[3] << 24);
+  const int j = i & 15;
+  if (i < 16) return (s[j] & 15) | (((qh >> j) << 4) & 0x10);
+  return (s[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+}
+
+__device__ __forceinline__ float dq_q5_0(const uint8_t *b, int i) {
+  return mul((float)(q5_value(b + 2, b + 6, i) - 16), h2f(b));
+}
+
+__device__ __forceinline__ float dq_q5_1(const uint8_t *b, int i) {
+  return mul_add((float)q5_value(b + 4, b + 8, i), h2f(b), h2f(b + 2));
+}
+
+/* Q2_K: scales[16], qs[64], d, dmin. */
+__device__ __forceinline__ float dq_q2_k(const uint8_t *b, int i) {
+  const int n = i >> 7, r = i & 127, j = r >> 5, second = (r >> 4) & 1, l = r & 15;
+  const uint8_t sc = b[n * 8 + j * 2 + second];
+  const int v = (b[16 + n * 32 + second * 16 + l] >> (2 * j)) & 3;
+  const float dl = mul(h2f(b + 80), (float)(sc & 15)), ml = mul(h2f(b + 82), (float)(sc >> 4));
+  return mul_sub(dl, (float)v, ml);
+}
+
+/* Q3_K: hmask[32], qs[64], scales[12] (16 6-bit scales), d. */
+__device__ __forceinline__ float dq_q3_k(const uint8_t *b, int i) {
+  const uint8_t *hm = b, *qs = b + 32, *s = b + 96;
+  const int n = i >> 7, r = i & 127, j = r >> 5, second = (r >> 4) & 1, l = r & 15;
+  const int is = n * 8 + j * 2 + second, k = is & 3, grp = is >> 2;
+  const int lo = grp == 0 ? s[k] & 15 : grp == 1 ? s[4 + k] & 15 : grp == 2 ? s[k] >> 4 : s[4 + k] >> 4;
+  const int hi = (s[8 + k] >> (2 * grp)) & 3;
+  const int scale = (int)(int8_t)(uint8_t)(lo | (hi << 4)) - 32;
+  const int q = (qs[n * 32 + second * 16 + l] >> (2 * j)) & 3;
+  const int v = q - ((hm[second * 16 + l] & (1 << (n * 4 + j))) ? 0 : 4);
+  return mul(mul(h2f(b + 108), (float)scale), (float)v);
+}
+
+/* The 6-bit scale and min j of a K block's 12 scale bytes q (ggml's get_scale_min_k4). */
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+  if (j < 4) {
+    *d = q[j] & 63, *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+/* Q4_K: d, dmin, scales[12], qs[128]. */
+__device__ __forceinline__ float dq_q4_k(const uint8_t *b, int i) {
+  const int c = i >> 6, r = i & 63;
+  int sc, m;
+  scale_min_k4(2 * c + (r >> 5), b + 4, &sc, &m);
+  const uint8_t q = b[16 + c * 32 + (r & 31)];
+  const float d1 = mul(h2f(b), (float)sc), m1 = mul(h2f(b + 2), (float)m);
+  return mul_sub(d1, (float)(r < 32 ? q & 15 : q >> 4), m1);
+}
+
+/* Q5_K: d, dmin, scales[12], qh[32], qs[128]. */
+__device__ __forceinline__ float dq_q5_k(const uint8_t *b, int i) {
+  const int c = i >> 6, r = i & 63;
+  int sc, m;
+  scale_min_k4(2 * c + (r >> 5), b + 4, &sc, &m);
+  const uint8_t q = b[48 + c * 32 + (r & 31)], h = b[16 + (r & 31)];
+  const int bit = r < 32 ? 1 << (2 * c) : 2 << (2 * c);
+  const int v = (r < 32 ? q & 15 : q >> 4) + ((h & bit) ? 16 : 0);
+  const float d1 = mul(h2f(b), (float)sc), m1 = mul(h2f(b + 2), (float)m);
+  return mul_sub(d1, (float)v, m1);
+}
+
+/* Q6_K: ql[128], qh[64], scales[16] (int8), d. */
+__device__ __forceinline__ float dq_q6_k(const uint8_t *b, int i) {
+  const int n = i >> 7, r = i & 127, quarter = r >> 5, l = r & 31;
+  const uint8_t *ql = b + n * 64, *qh = b + 128 + n * 32;
+  const int8_t *sc = (const int8_t *)(b + 192 + n * 8);
+  const uint8_t lo = quarter & 1 ? ql[l + 32] : ql[l];
+  const int v = (int)(int8_t)(uint8_t)((quarter < 2 ? lo & 15 : lo >> 4) | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+  return mul(mul(h2f(b + 208), (float)sc[(l >> 4) + 2 * quarter]), (float)v);
+}
+
+/* Two consecutive elements per thread: y[r][e], y[r][e + 1] of rows of K elements; each row
+ * is K / QK blocks of BB bytes. */
+template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
+__global__ void k_dequant(__nv_bfloat16 *y, const uint8_t *w, int64_t rows, int64_t K) {
+  const int64_t half = K / 2, n = rows * half, row_bytes = K / QK * BB;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / half, e = (t - r * half) * 2;
+    const uint8_t *blk = w + r * row_bytes + e / QK * BB;
+    const int i = (int)(e % QK);
+    __nv_bfloat162 v;
+    v.x = __float2bfloat16_rn(DQ(blk, i));
+    v.y = __float2bfloat16_rn(DQ(blk, i + 1));
+    reinterpret_cast<__nv_bfloat162 *>(y)[t] = v;
+  }
+}
+
+template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
+static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, cudaStream_t s) {
+  const int64_t n = rows * (K / 2);
+  if (n <= 0) return cudaSuccess;
+  k_dequant<QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((__nv_bfloat16 *)y, (const uint8_t *)w, rows, K);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s) {
+  switch (dtype) {
+    case DIT_Q8_0: return launch<32, 34, dq_q8_0>(y, w, rows, K, s);
+    case DIT_Q4_0: return launch<32, 18, dq_q4_0>(y, w, rows, K, s);
+    case DIT_Q4_1: return launch<32, 20, dq_q4_1>(y, w, rows, K, s);
+    case DIT_Q5_0: return launch<32, 22, dq_q5_0>(y, w, rows, K, s);
+    case DIT_Q5_1: return launch<32, 24, dq_q5_1>(y, w, rows, K, s);
+    case DIT_Q2_K: return launch<256, 84, dq_q2_k>(y, w, rows, K, s);
+    case DIT_Q3_K: return launch<256, 110, dq_q3_k>(y, w, rows, K, s);
+    case DIT_Q4_K: return launch<256, 144, dq_q4_k>(y, w, rows, K, s);
+    case DIT_Q5_K: return launch<256, 176, dq_q5_k>(y, w, rows, K, s);
+    case DIT_Q6_K: return launch<256, 210, dq_q6_k>(y, w, rows, K, s);
+    default: return cudaErrorInvalidValue;
+  }
+}

@@ -114,7 +114,7 @@ void dit_q_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   }
 }
 
-/* Q4_K (qh NULL) and Q5_K: d, dmin, scales[12], [qh[32]], qs[128]. */
+/* Q4_K and Q5_K (five): d, dmin, scales[12], [qh[32]], qs[128]. */
 static void dq_q45_k(const uint8_t *b, float *y, int64_t nb, bool five) {
   const int bb = five ? 176 : 144;
   for (int64_t i = 0; i < nb; i++, b += bb) {
@@ -178,11 +178,11 @@ void dit_dequant_row(dit_dtype t, const void *src, float *dst, int64_t n) {
 
 /* ---- quantization of the 32-element types ---- */
 
-/* The value of max |x| with its sign (the first of equal magnitudes). */
-static float signed_absmax(const float *x, int n) {
-  float amax = 0.0f, max = 0.0f;
+float dit_q_signed_absmax(const float *x, int n, float *amax) {
+  float a = 0.0f, max = 0.0f;
   for (int j = 0; j < n; j++)
-    if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    if (a < fabsf(x[j])) a = fabsf(x[j]), max = x[j];
+  if (amax) *amax = a;
   return max;
 }
 
@@ -215,7 +215,7 @@ static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
 
 static void q_q4_0(const float *x, uint8_t *b, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += 32, b += 18) {
-    const float d = signed_absmax(x, 32) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = dit_q_signed_absmax(x, 32, NULL) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     dit_q_put_f16(b, d);
     for (int j = 0; j < 16; j++) {
       int x0 = (int8_t)trunc_int(x[j] * id + 8.5f), x1 = (int8_t)trunc_int(x[j + 16] * id + 8.5f);
@@ -253,7 +253,7 @@ static void pack5(const uint8_t *v, uint8_t *qh_out, uint8_t *qs) {
 
 static void q_q5_0(const float *x, uint8_t *b, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += 32, b += 22) {
-    const float d = signed_absmax(x, 32) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = dit_q_signed_absmax(x, 32, NULL) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     dit_q_put_f16(b, d);
     uint8_t v[32];
     for (int j = 0; j < 32; j++) {

@@ -13,6 +13,8 @@ static inline void dit_q_put_f16(uint8_t *p, float f) {
   uint16_t h = dit_f32_to_f16(f);
   p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
 }
+/* The x[i] of largest magnitude (the first of equal ones), its magnitude into *amax. */
+float dit_q_signed_absmax(const float *x, int n, float *amax);
 /* Scale and min j (6 bits each) of a Q4_K / Q5_K block's 12 scale bytes q. */
 void dit_q_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m);
 /* The K types' reference quantizers, nb blocks of 256 from x into b. */

@@ -25,11 +25,7 @@ static inline int nearest_int(float v) {
 /* ggml's make_qx_quants with rmse_type 1 and no importance weights: a symmetric scale for
  * n values into L[i] in [0, 2 nmax), refined over 18 nearby scales. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    float ax = fabsf(x[i]);
-    if (ax > amax) amax = ax, max = x[i];
-  }
+  float amax, max = dit_q_signed_absmax(x, n, &amax);
   if (amax < GROUP_MAX_EPS) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -66,11 +62,7 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
 
 /* ggml's make_q3_quants with its rmse refinement: L[i] in [0, 2 nmax). */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    float ax = fabsf(x[i]);
-    if (ax > amax) amax = ax, max = x[i];
-  }
+  float amax, max = dit_q_signed_absmax(x, n, &amax);
   if (amax < GROUP_MAX_EPS) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;

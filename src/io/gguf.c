@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_NAME 64 /* ggml's GGML_MAX_NAME: names are shorter */
@@ -355,22 +354,13 @@ dit_status dit_gguf_open_memory(const void *buf, size_t len, const char *what, d
   DIT_HAND_OVER(s, f, out, dit_st_close);
 }
 
+static dit_status parse_mapped(dit_st_file *f, const unsigned char *buf, size_t len, const void *arg, dit_error *err) {
+  (void)arg;
+  return parse(f, buf, len, err);
+}
+
 dit_status dit_gguf_open(const char *path, dit_st_file **out, dit_error *err) {
-  *out = NULL;
-  void *map;
-  size_t len;
-  DIT_TRY(dit_map_file(path, 24, "a GGUF header", &map, &len, err));
-  dit_st_file *f;
-  dit_status s = dit_st_new(path, &f, err);
-  if (s != DIT_OK) {
-    munmap(map, len);
-    return s;
-  }
-  f->map = map;
-  f->map_size = len;
-  f->mapped = true;
-  s = parse(f, map, len, err);
-  DIT_HAND_OVER(s, f, out, dit_st_close);
+  return dit_st_open_mapped(path, 24, "a GGUF header", parse_mapped, NULL, out, err);
 }
 
 void dit_gguf_meta_free(dit_gguf_meta *m) {

@@ -293,11 +293,12 @@ dit_status dit_map_file(const char *path, size_t min_len, const char *what_min, 
   return DIT_OK;
 }
 
-dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
+dit_status dit_st_open_mapped(const char *path, size_t min_len, const char *what_min, dit_st_parse_fn parse_fn,
+                              const void *arg, dit_st_file **out, dit_error *err) {
   *out = NULL;
   void *map;
   size_t len;
-  DIT_TRY(dit_map_file(path, 8, "the 8-byte header length", &map, &len, err));
+  DIT_TRY(dit_map_file(path, min_len, what_min, &map, &len, err));
   dit_st_file *f;
   dit_status s = dit_st_new(path, &f, err);
   if (s != DIT_OK) {
@@ -307,8 +308,16 @@ dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file 
   f->map = map;
   f->map_size = len;
   f->mapped = true;
-  s = parse(f, map, len, opt, err);
+  s = parse_fn(f, map, len, arg, err);
   DIT_HAND_OVER(s, f, out, dit_st_close);
+}
+
+static dit_status parse_st(dit_st_file *f, const unsigned char *buf, size_t len, const void *opt, dit_error *err) {
+  return parse(f, buf, len, opt, err);
+}
+
+dit_status dit_st_open(const char *path, const dit_st_options *opt, dit_st_file **out, dit_error *err) {
+  return dit_st_open_mapped(path, 8, "the 8-byte header length", parse_st, opt, out, err);
 }
 
 void dit_st_close(dit_st_file *f) {

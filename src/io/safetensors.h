@@ -55,6 +55,12 @@ dit_status dit_st_open_memory(const void *buf, size_t len, const char *what, con
 void dit_st_close(dit_st_file *f);
 /* An empty file record named what (for the readers). */
 dit_status dit_st_new(const char *what, dit_st_file **out, dit_error *err);
+/* Maps path (dit_map_file), then parse_fn fills a new record over the mapping (arg passed
+ * through); on failure nothing is left. The safetensors and GGUF readers' open. */
+typedef dit_status (*dit_st_parse_fn)(dit_st_file *f, const unsigned char *buf, size_t len, const void *arg,
+                                      dit_error *err);
+dit_status dit_st_open_mapped(const char *path, size_t min_len, const char *what_min, dit_st_parse_fn parse_fn,
+                              const void *arg, dit_st_file **out, dit_error *err);
 /* Maps a regular file read-only (FIFOs, folders and devices refused; at least min_len
  * bytes, else DIT_ERR_FORMAT "too short for <what_min>"). Unmap with munmap(map, len). */
 dit_status dit_map_file(const char *path, size_t min_len, const char *what_min, void **map, size_t *len,

@@ -5,11 +5,12 @@
  * multiply-add, so the results are bit-identical; other types go to dit_dequant_row. */
 #include "backend/cpu/cpu_avx512.h"
 #include "core/quant.h"
+#include "core/quant_internal.h"
 
 #if defined(DIT_CPU_X86)
 #define TGT CPU_AVX512_TGT
 
-static inline float f16(const uint8_t *p) { return dit_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+#define f16 dit_q_f16
 
 /* 16 bytes as 16 int32 lanes (signed or unsigned). */
 TGT static inline __m512 cvt_i8(const uint8_t *p) {
@@ -38,16 +39,6 @@ TGT static void q4_0(const uint8_t *b, float *y, int64_t nb) {
   }
 }
 
-/* The 6-bit scale and min j of a K block's 12 scale bytes q. */
-static inline void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
-  if (j < 4) {
-    *d = q[j] & 63, *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 /* 32 values v (two halves of 16 lanes) as d1 * v - m1. */
 TGT static inline void store_dm(float *y, __m512i v0, __m512i v1, float d1, float m1) {
   const __m512 d = _mm512_set1_ps(d1), m = _mm512_set1_ps(m1);
@@ -61,11 +52,11 @@ TGT static void q4_k(const uint8_t *b, float *y, int64_t nb) {
     const float d = f16(b), dmin = f16(b + 2);
     const uint8_t *q = b + 16;
     for (int c = 0; c < 4; c++, q += 32, y += 64) {
-      int sc, m;
+      uint8_t sc, m;
       const __m512i a = u8x16(q), bb = u8x16(q + 16);
-      scale_min_k4(2 * c, b + 4, &sc, &m);
+      dit_q_scale_min_k4(2 * c, b + 4, &sc, &m);
       store_dm(y, _mm512_and_si512(a, lo), _mm512_and_si512(bb, lo), d * (float)sc, dmin * (float)m);
-      scale_min_k4(2 * c + 1, b + 4, &sc, &m);
+      dit_q_scale_min_k4(2 * c + 1, b + 4, &sc, &m);
       store_dm(y + 32, _mm512_srli_epi32(a, 4), _mm512_srli_epi32(bb, 4), d * (float)sc, dmin * (float)m);
     }
   }

@@ -144,6 +144,10 @@ cudaError_t cuk_convert(void *dst, int ddt, const void *src, int sdt, int64_t n,
 /* y [rows, K] bf16 = the block-quantized rows w (dtype a DIT_Q* block type), as ggml
  * dequantizes them, rounded to bf16. */
 cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s);
+/* cuk_embedding over a block-quantized table (tdt a DIT_Q* type): each value as ggml
+ * dequantizes it. */
+cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, const void *ids,
+                            int idt, int64_t N, int *flag, cudaStream_t s);
 cudaError_t cuk_act(void *y, const void *x, int dt, int64_t n, int act, cudaStream_t s);
 /* op: 0 add, 1 mul, 2 swiglu (silu(a) * b). */
 cudaError_t cuk_binary(void *y, const void *a, const void *b, int dt, int64_t n, int op, cudaStream_t s);

@@ -291,7 +291,7 @@ dit_status cu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table,
   const char *op = "cuda embedding";
   cu_impl *im = cu_im(be);
   DIT_TRY(cu_check_act(op, "y", y, err));
-  DIT_TRY(cu_check_w(op, "table", table, -1, err));
+  DIT_TRY(dit_check_matrix(op, "table", table, DIT_DEV_CUDA, err));
   if (!ids || ids->device != DIT_DEV_CUDA || (ids->dtype != DIT_I32 && ids->dtype != DIT_I64) ||
       !dit_tensor_is_contiguous(ids))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: ids must be a contiguous CUDA I32/I64 tensor", op);
@@ -300,8 +300,12 @@ dit_status cu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table,
   if (dit_tensor_numel(y) != N * D || last_dim(y) != D)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y must be [%lld, %lld]", op, (long long)N, (long long)D);
   if (N == 0) return DIT_OK;
-  LAUNCH(op, "kernel", cuk_embedding(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype, N,
-                                     im->flag, im->stream));
+  if (dit_dtype_is_block(table->dtype))
+    LAUNCH(op, "kernel", cuk_embedding_q(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype,
+                                         N, im->flag, im->stream));
+  else
+    LAUNCH(op, "kernel", cuk_embedding(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype, N,
+                                       im->flag, im->stream));
   int bad = 0;
   LAUNCH(op, "read flag", cudaMemcpyAsync(&bad, im->flag, sizeof bad, cudaMemcpyDeviceToHost, im->stream));
   LAUNCH(op, "sync", cudaStreamSynchronize(im->stream));

@@ -134,6 +134,51 @@ static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, cudaS
   return cudaGetLastError();
 }
 
+/* Embedding rows of a block-quantized table: y[r][d] = table[ids[r]][d]; a bad id sets *flag
+ * and zeroes its row (as k_embedding). */
+template <typename T, int QK, int BB, float (*DQ)(const uint8_t *, int)>
+__global__ void k_embed_q(T *y, const uint8_t *w, int64_t V, int64_t D, const void *ids, int idt, int64_t n,
+                          int *flag) {
+  const int64_t row_bytes = D / QK * BB;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / D, d = i - r * D;
+    const int64_t id = idt == CU_DT_I64 ? ((const int64_t *)ids)[r] : (int64_t)((const int32_t *)ids)[r];
+    if (id < 0 || id >= V) {
+      *flag = 1;
+      cu_st(y, i, 0.0f);
+    } else {
+      cu_st(y, i, DQ(w + id * row_bytes + d / QK * BB, (int)(d % QK)));
+    }
+  }
+}
+
+template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
+static cudaError_t launch_embed(void *y, int ydt, const void *w, int64_t V, int64_t D, const void *ids, int idt,
+                                int64_t N, int *flag, cudaStream_t s) {
+  const int64_t n = N * D;
+  if (n <= 0) return cudaSuccess;
+  CU_DISPATCH(ydt, T, k_embed_q<T, QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, (const uint8_t *)w, V, D,
+                                                                                   ids, idt, n, flag));
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D,
+                                       const void *ids, int idt, int64_t N, int *flag, cudaStream_t s) {
+  switch (tdt) {
+    case DIT_Q8_0: return launch_embed<32, 34, dq_q8_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q4_0: return launch_embed<32, 18, dq_q4_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q4_1: return launch_embed<32, 20, dq_q4_1>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q5_0: return launch_embed<32, 22, dq_q5_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q5_1: return launch_embed<32, 24, dq_q5_1>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q2_K: return launch_embed<256, 84, dq_q2_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q3_K: return launch_embed<256, 110, dq_q3_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q4_K: return launch_embed<256, 144, dq_q4_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q5_K: return launch_embed<256, 176, dq_q5_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_Q6_K: return launch_embed<256, 210, dq_q6_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s) {
   switch (dtype) {
     case DIT_Q8_0: return launch<32, 34, dq_q8_0>(y, w, rows, K, s);

@@ -51,17 +51,8 @@ static dit_status export_name(const dit_wexport *ex, const char *src, char *dst,
   if (snprintf(a, sizeof a, "^%s", src) >= (int)sizeof a)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%.64s...\" is too long", src);
   for (size_t i = 0; ex && i < ex->n_rename; i++) {
-    const char *from = ex->rename[i].from, *to = ex->rename[i].to;
-    size_t o = 0, fl = strlen(from), tl = strlen(to);
-    for (const char *p = a; *p;) {
-      const char *q = strstr(p, from);
-      size_t keep = q ? (size_t)(q - p) : strlen(p);
-      if (o + keep + (q ? tl : 0) >= sizeof b) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: name too long");
-      memcpy(b + o, p, keep), o += keep;
-      if (!q) break;
-      memcpy(b + o, to, tl), o += tl, p = q + fl;
-    }
-    b[o] = 0;
+    if (!dit_wname_replace(b, sizeof b, a, ex->rename[i].from, ex->rename[i].to))
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" too long once renamed", src);
     memcpy(a, b, sizeof a);
   }
   const char *r = a[0] == '^' ? a + 1 : a;

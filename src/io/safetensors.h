@@ -137,6 +137,9 @@ typedef struct dit_wexport {
   const char *const *drop;   /* source names left out; NULL-terminated, or NULL */
 } dit_wexport;
 
+/* dst = src with every occurrence of from replaced by to (len bytes with the NUL); false
+ * when it does not fit. */
+bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from, const char *to);
 /* Rewrites w's names by r (the tensors become views with the new names; a split part
  * covers its rows of the original's bytes). A split tensor whose dim 0 is not a multiple
  * of n, a name longer than DIT_WNAME_MAX, or two tensors ending with one name is

@@ -7,8 +7,7 @@
 
 #include "io/safetensors.h"
 
-/* dst = src with every occurrence of from replaced by to; false if it does not fit. */
-static bool replace_all(char *dst, size_t len, const char *src, const char *from, const char *to) {
+bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from, const char *to) {
   size_t fl = strlen(from), tl = strlen(to), o = 0;
   if (!fl) return snprintf(dst, len, "%s", src) < (int)len;
   for (const char *p = src; *p;) {
@@ -47,7 +46,7 @@ static dit_status new_name(const dit_wremap *r, const char *name, char *out, siz
     return dit_errorf(err, DIT_ERR_FORMAT, "tensor name \"%.64s...\" is too long (at most %d bytes)", name,
                       DIT_WNAME_MAX - 1);
   for (size_t i = 0; i < r->n_rename; i++) {
-    if (!replace_all(b, sizeof b, a, r->rename[i].from, r->rename[i].to))
+    if (!dit_wname_replace(b, sizeof b, a, r->rename[i].from, r->rename[i].to))
       return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": renamed, its name is too long", name);
     memcpy(a, b, sizeof a);
   }

@@ -36,7 +36,7 @@ enum bad {
   OK = 0, BAD_MAGIC, V1, V4, CUT_HEADER, HUGE_KV_COUNT, HUGE_STRING, DUP_KEY, EMPTY_KEY, BAD_UTF8_KEY, NUL_KEY,
   BAD_VTYPE, NESTED, HUGE_ARRAY, ALIGN_48, ALIGN_U64, DIMS_0, DIMS_5, NEG_DIM, OVERFLOW_DIMS, UNKNOWN_TYPE,
   IQ_TYPE, ROW_NOT_BLOCKS, OFFSET_WRONG, OFFSET_MISALIGNED, OVERLAP, TRUNC_DATA, DUP_NAME, LONG_NAME,
-  HUGE_TENSOR_COUNT, ORIG_SHAPE_BAD, N_BAD
+  HUGE_TENSOR_COUNT, ORIG_SHAPE_BAD, ZERO_DIM_HUGE, N_BAD
 };
 
 static const struct {
@@ -73,6 +73,7 @@ static const struct {
     [LONG_NAME] = {DIT_ERR_FORMAT, "at most"},
     [HUGE_TENSOR_COUNT] = {DIT_ERR_FORMAT, "cannot fit"},
     [ORIG_SHAPE_BAD] = {DIT_ERR_FORMAT, "does not fit"},
+    [ZERO_DIM_HUGE] = {DIT_ERR_FORMAT, "zero dims aside"},
 };
 
 /* The file: key/values of every value type, tensors "a" F32 ne [8, 2] (torch [2, 8]), "b"
@@ -108,9 +109,10 @@ static void build(gb *b, enum bad bad) {
   if (bad == ALIGN_U64) str(b, "general.alignment"), u32(b, DIT_GGUF_U64), u64(b, 32);
   if (bad == NESTED) str(b, "t.nest"), u32(b, DIT_GGUF_ARRAY), u32(b, DIT_GGUF_ARRAY), u64(b, 0);
   /* tensor infos */
-  str(b, "a"), u32(b, bad == DIMS_0 ? 0 : bad == DIMS_5 ? 5 : 2);
-  u64(b, bad == NEG_DIM ? (uint64_t)-8 : bad == OVERFLOW_DIMS ? (uint64_t)1 << 40 : 8);
-  u64(b, bad == OVERFLOW_DIMS ? (uint64_t)1 << 40 : 2);
+  str(b, "a"), u32(b, bad == DIMS_0 ? 0 : bad == DIMS_5 ? 5 : bad == ZERO_DIM_HUGE ? 3 : 2);
+  if (bad == ZERO_DIM_HUGE) u64(b, 0); /* no elements, yet 64000 x 2^56 overflows */
+  u64(b, bad == NEG_DIM ? (uint64_t)-8 : bad == OVERFLOW_DIMS ? (uint64_t)1 << 40 : bad == ZERO_DIM_HUGE ? 64000 : 8);
+  u64(b, bad == OVERFLOW_DIMS ? (uint64_t)1 << 40 : bad == ZERO_DIM_HUGE ? (uint64_t)1 << 56 : 2);
   if (bad == DIMS_5) u64(b, 1), u64(b, 1), u64(b, 1);
   u32(b, bad == UNKNOWN_TYPE ? 99 : bad == IQ_TYPE ? 16 : 0), u64(b, 0);
   char longname[80];

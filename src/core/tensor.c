@@ -135,6 +135,15 @@ dit_tensor dit_tensor_rows(const dit_tensor *t, int64_t r0, int64_t n) {
   return v;
 }
 
+bool dit_shape_fits(const int64_t *shape, int ndim) {
+  uint64_t p = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return false;
+    if (shape[i] && (dit_mul_overflow_u64(p, (uint64_t)shape[i], &p) || p > (uint64_t)INT64_MAX)) return false;
+  }
+  return true;
+}
+
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape) {
   if (t->ndim != ndim) return false;
   for (int i = 0; i < ndim; i++)

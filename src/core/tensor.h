@@ -57,6 +57,10 @@ bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *ou
 /* Rows [r0, r0 + n) of a contiguous tensor (dim 0) as a view: the same dtype (block types
  * too: a row is whole blocks), device and trailing dims. */
 dit_tensor dit_tensor_rows(const dit_tensor *t, int64_t r0, int64_t n);
+/* True when the dims are non-negative and the product of the non-zero ones fits in int64, so
+ * element counts, strides and their partial products of any order cannot overflow (a zero
+ * dim does not excuse huge others). */
+bool dit_shape_fits(const int64_t *shape, int ndim);
 /* True if t has exactly this shape. */
 bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape);
 

@@ -195,6 +195,11 @@ static dit_status rd_tensor(cursor *c, dit_st_tensor *t, tinfo *ti) {
     if (dit_mul_overflow_u64(numel, v, &numel) || numel > (uint64_t)INT64_MAX)
       return dit_errorf(c->err, DIT_ERR_FORMAT, "%s: tensor \"%s\": the element count overflows", c->what, t->name);
   }
+  int64_t torch[GGUF_MAX_DIMS];
+  for (int j = 0; j < ti->ndim; j++) torch[j] = ti->ne[j];
+  if (!dit_shape_fits(torch, ti->ndim))
+    return dit_errorf(c->err, DIT_ERR_FORMAT, "%s: tensor \"%s\": the element count overflows (zero dims aside)",
+                      c->what, t->name);
   DIT_TRY(rd(c, 4, &v, t->name));
   ti->type = (uint32_t)v;
   const char *tn = v < N_GGML_TYPES ? ggml_types[v].name : NULL;

@@ -106,6 +106,9 @@ static dit_status parse_entry(const char *what, const char *name, const json_t *
     if (dit_mul_overflow_u64(numel, d, &numel))
       return dit_errorf(err, DIT_ERR_FORMAT, "%s: tensor \"%s\": element count of the shape overflows", what, name);
   }
+  if (!dit_shape_fits(t->shape, t->ndim))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: tensor \"%s\": element count of the shape overflows (zero dims aside)",
+                      what, name);
   uint64_t nbytes;
   if (dit_mul_overflow_u64(numel, dit_dtype_size(t->dtype), &nbytes))
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: tensor \"%s\": byte size of the shape overflows", what, name);

@@ -278,6 +278,9 @@ static dit_status apply_orig_shapes(cursor *c, dit_st_file *f) {
     }
     for (int j = 0; j < t->ndim; j++) had *= (uint64_t)t->shape[j];
     uint64_t rb;
+    if (!dit_shape_fits(shape, (int)kv->n))
+      return dit_errorf(c->err, DIT_ERR_FORMAT, "%s: \"%s\": the element count overflows (zero dims aside)", c->what,
+                        kv->key);
     if (numel != had || !dit_dtype_row_bytes(t->dtype, (uint64_t)shape[kv->n - 1], &rb))
       return dit_errorf(c->err, DIT_ERR_FORMAT, "%s: \"%s\" does not fit tensor \"%s\" (%llu elements of %s)",
                         c->what, kv->key, name, (unsigned long long)had, dit_dtype_name(t->dtype));

@@ -25,7 +25,7 @@ static const struct {
 
 typedef struct q_item {
   char name[DIT_WNAME_MAX];
-  const dit_st_tensor *src[3];
+  const dit_st_tensor *src[4];
   int n_src;
 } q_item;
 
@@ -51,7 +51,8 @@ static dit_status export_name(const dit_wexport *ex, const char *src, char *dst,
   if (snprintf(a, sizeof a, "^%s", src) >= (int)sizeof a)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%.64s...\" is too long", src);
   for (size_t i = 0; ex && i < ex->n_rename; i++) {
-    if (!dit_wname_replace(b, sizeof b, a, ex->rename[i].from, ex->rename[i].to))
+    const dit_wrename *r = &ex->rename[i];
+    if (!dit_wname_replace(b, sizeof b, a, ex->inverse ? r->to : r->from, ex->inverse ? r->from : r->to))
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" too long once renamed", src);
     memcpy(a, b, sizeof a);
   }
@@ -89,13 +90,13 @@ static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor
   char src_name[DIT_WNAME_MAX];
   snprintf(src_name, sizeof src_name, "%s", t->name);
   for (size_t f = 0; ex && f < ex->n_fuse; f++) {
-    const dit_wfuse *fu = &ex->fuse[f];
+    const dit_wsplit *fu = &ex->fuse[f];
     size_t stem;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < fu->n; k++) {
       if (!has_suffix(t->name, fu->parts[k], &stem)) continue;
       if (k > 0) return DIT_OK; /* written with its group's first part */
       it->n_src = 0;
-      for (int j = 0; j < 3; j++) {
+      for (int j = 0; j < fu->n; j++) {
         char pn[DIT_WNAME_MAX * 2];
         snprintf(pn, sizeof pn, "%.*s%s", (int)stem, t->name, fu->parts[j]);
         const dit_st_tensor *p = dit_weights_find(P->w, pn);
@@ -103,7 +104,7 @@ static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor
           return dit_errorf(err, DIT_ERR_FORMAT, "quantize: %s has no matching %s to fuse with", t->name, pn);
         it->src[it->n_src++] = p;
       }
-      snprintf(src_name, sizeof src_name, "%.*s%s", (int)stem, t->name, fu->fused);
+      snprintf(src_name, sizeof src_name, "%.*s%s", (int)stem, t->name, fu->suffix);
     }
   }
   DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, err));

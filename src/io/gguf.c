@@ -140,11 +140,8 @@ static dit_status rd_type(cursor *c, dit_gguf_type *t, const char *key) {
   return DIT_OK;
 }
 
-static dit_status rd_kv(cursor *c, dit_gguf_meta *m, dit_gguf_kv *kv) {
+static dit_status rd_kv(cursor *c, dit_gguf_kv *kv) {
   DIT_TRY(rd_name(c, 1u << 16, &kv->key, "a key"));
-  for (size_t j = 0; j < m->n_kv; j++)
-    if (!strcmp(m->kv[j].key, kv->key))
-      return dit_errorf(c->err, DIT_ERR_FORMAT, "%s: duplicate key \"%s\"", c->what, kv->key);
   DIT_TRY(rd_type(c, &kv->type, kv->key));
   kv->elem = kv->type, kv->n = 1;
   if (kv->type == DIT_GGUF_ARRAY) {
@@ -261,9 +258,7 @@ static dit_status apply_orig_shapes(cursor *c, dit_st_file *f) {
     const dit_gguf_kv *kv = &f->gguf->kv[k];
     if (strncmp(kv->key, pre, sizeof pre - 1)) continue;
     const char *name = kv->key + sizeof pre - 1;
-    dit_st_tensor *t = NULL;
-    for (size_t i = 0; i < f->n_tensors && !t; i++)
-      if (!strcmp(f->tensors[i].name, name)) t = &f->tensors[i];
+    dit_st_tensor *t = (dit_st_tensor *)dit_st_find(f, name); /* the tensors are sorted by now */
     if (!t) continue;
     if (kv->type != DIT_GGUF_ARRAY || (kv->elem != DIT_GGUF_I32 && kv->elem != DIT_GGUF_U32 && kv->elem != DIT_GGUF_I64) ||
         kv->n < 1 || kv->n > DIT_MAX_DIMS)
@@ -294,6 +289,24 @@ static int cmp_name(const void *a, const void *b) {
   return strcmp(((const dit_st_tensor *)a)->name, ((const dit_st_tensor *)b)->name);
 }
 
+static int cmp_key_ptr(const void *a, const void *b) {
+  return strcmp((*(const dit_gguf_kv *const *)a)->key, (*(const dit_gguf_kv *const *)b)->key);
+}
+
+/* No key twice (sorted copies of the pointers: n log n for any count the file holds). */
+static dit_status check_unique_keys(cursor *c, const dit_gguf_meta *m) {
+  const dit_gguf_kv **p = malloc((m->n_kv ? m->n_kv : 1) * sizeof *p);
+  if (!p) return dit_errorf(c->err, DIT_ERR_NOMEM, "%s: out of memory", c->what);
+  for (size_t i = 0; i < m->n_kv; i++) p[i] = &m->kv[i];
+  qsort(p, m->n_kv, sizeof *p, cmp_key_ptr);
+  dit_status s = DIT_OK;
+  for (size_t i = 1; i < m->n_kv && s == DIT_OK; i++)
+    if (!strcmp(p[i - 1]->key, p[i]->key))
+      s = dit_errorf(c->err, DIT_ERR_FORMAT, "%s: duplicate key \"%s\"", c->what, p[i]->key);
+  free(p);
+  return s;
+}
+
 /* The header: magic, version, counts, key/values, alignment. */
 static dit_status parse_header(cursor *c, dit_gguf_meta *m, uint64_t *n_tensors) {
   uint64_t v, n_kv;
@@ -314,10 +327,11 @@ static dit_status parse_header(cursor *c, dit_gguf_meta *m, uint64_t *n_tensors)
   m->kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *m->kv);
   if (!m->kv) return dit_errorf(c->err, DIT_ERR_NOMEM, "%s: out of memory", c->what);
   for (uint64_t i = 0; i < n_kv; i++) {
-    dit_status s = rd_kv(c, m, &m->kv[m->n_kv]);
+    dit_status s = rd_kv(c, &m->kv[m->n_kv]);
     if (m->kv[m->n_kv].key) m->n_kv++; /* freed with m, also on failure */
     DIT_TRY(s);
   }
+  DIT_TRY(check_unique_keys(c, m));
   m->alignment = GGUF_DEFAULT_ALIGNMENT;
   for (size_t i = 0; i < m->n_kv; i++) {
     if (strcmp(m->kv[i].key, "general.alignment")) continue;
@@ -343,13 +357,12 @@ static dit_status parse(dit_st_file *f, const uint8_t *buf, size_t len, dit_erro
   }
   if (s == DIT_OK) s = check_layout(&c, f, ti);
   free(ti);
-  if (s == DIT_OK) s = apply_orig_shapes(&c, f);
   if (s != DIT_OK) return s;
   qsort(f->tensors, f->n_tensors, sizeof *f->tensors, cmp_name);
   for (size_t i = 1; i < f->n_tensors; i++)
     if (!strcmp(f->tensors[i - 1].name, f->tensors[i].name))
       return dit_errorf(err, DIT_ERR_FORMAT, "%s: duplicate tensor name \"%s\"", f->path, f->tensors[i].name);
-  return DIT_OK;
+  return apply_orig_shapes(&c, f);
 }
 
 dit_status dit_gguf_open_memory(const void *buf, size_t len, const char *what, dit_st_file **out, dit_error *err) {

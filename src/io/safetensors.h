@@ -120,19 +120,17 @@ typedef struct dit_wremap {
 } dit_wremap;
 
 /* The other direction, for files ditrun writes (`ditrun quantize`): the names a family's
- * GGUF files carry elsewhere, made from the diffusers names of a set. */
-typedef struct dit_wfuse {
-  const char *parts[3]; /* name suffixes whose tensors, rows concatenated in this order, ... */
-  const char *fused;    /* ... become one tensor with this suffix */
-} dit_wfuse;
-
+ * GGUF files carry elsewhere, made from the diffusers names of a set; a family whose import
+ * is a plain remap reads that remap's tables backwards. */
 typedef struct dit_wexport {
   const char *arch;          /* the file's general.architecture */
   const char *strip_prefix;  /* removed first (NULL: none) */
   const dit_wrename *rename; /* then applied in order (to fused names too); a name is seen
                                 with a leading '^' here, so a rule can anchor at its start */
   size_t n_rename;
-  const dit_wfuse *fuse;
+  bool inverse;              /* each rename applied as to -> from */
+  const dit_wsplit *fuse;    /* a split read backwards: the stored parts, rows concatenated in
+                                order, become one tensor named with the suffix */
   size_t n_fuse;
   const char *const *drop;   /* source names left out; NULL-terminated, or NULL */
 } dit_wexport;

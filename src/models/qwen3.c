@@ -240,8 +240,8 @@ static const dit_wrename to_llama_cpp[] = {
     {"^norm.", "output_norm."},
 };
 static const char *const export_drop[] = {"lm_head.weight", NULL};
-const dit_wexport dit_qwen3_export = {"qwen3", "model.", to_llama_cpp, sizeof to_llama_cpp / sizeof *to_llama_cpp, NULL,
-                                      0, export_drop};
+const dit_wexport dit_qwen3_export = {
+    "qwen3", "model.", to_llama_cpp, sizeof to_llama_cpp / sizeof *to_llama_cpp, false, NULL, 0, export_drop};
 
 static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));

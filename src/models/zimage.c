@@ -241,16 +241,9 @@ static const dit_wsplit orig_splits[] = {
 };
 static const char *const orig_drop[] = {"norm_final.weight", NULL};
 
-static const dit_wrename export_renames[] = {
-    {"all_final_layer.2-1.", "final_layer."},         {"all_x_embedder.2-1.", "x_embedder."},
-    {".attention.to_out.0.", ".attention.out."},       {".attention.norm_k.", ".attention.k_norm."},
-    {".attention.norm_q.", ".attention.q_norm."},
-};
-static const dit_wfuse export_fuse[] = {
-    {{".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}, ".attention.qkv.weight"},
-};
-const dit_wexport dit_zimage_export = {"lumina2", NULL, export_renames, sizeof export_renames / sizeof *export_renames,
-                                       export_fuse, 1, NULL};
+/* Writing: the same tables backwards. */
+const dit_wexport dit_zimage_export = {"lumina2", NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames,
+                                       true, orig_splits, 1, NULL};
 
 static dit_status rename_original(dit_weights *w, dit_error *err) {
   static const char *const prefixes[] = {"", "model.diffusion_model."};

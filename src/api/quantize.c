@@ -68,9 +68,7 @@ static dit_status export_name(const dit_wexport *ex, const char *src, char *dst,
 static dit_dtype out_dtype(const char *name, const dit_st_tensor *t, dit_dtype type) {
   static const char *const keep[] = {"x_embedder.", "t_embedder.", "final_layer.", "img_in.", "txt_in.", "time_in.",
                                      "vector_in.", "guidance_in.", "context_embedder.", "pos_embed"};
-  size_t stem;
-  uint64_t rb;
-  bool matrix = t->ndim == 2 && has_suffix(name, ".weight", &stem) && dit_dtype_row_bytes(type, (uint64_t)t->shape[1], &rb);
+  bool matrix = dit_wname_quant_matrix(name, t->ndim, t->shape, type);
   for (size_t i = 0; matrix && i < sizeof keep / sizeof *keep; i++)
     if (strstr(name, keep[i])) matrix = false;
   if (matrix) return type;

@@ -151,11 +151,7 @@ static void init_law(const dit_wentry *e, float *center, float *amp) {
  * bf16 folder). */
 static dit_dtype entry_dtype(const dit_wentry *e, dit_dtype dt) {
   if (!dit_dtype_is_block(dt)) return dt;
-  size_t n = strlen(e->name);
-  uint64_t rb;
-  bool matrix = e->ndim == 2 && n >= 7 && !strcmp(e->name + n - 7, ".weight") &&
-                dit_dtype_row_bytes(dt, (uint64_t)e->shape[1], &rb);
-  return matrix ? dt : DIT_BF16;
+  return dit_wname_quant_matrix(e->name, e->ndim, e->shape, dt) ? dt : DIT_BF16;
 }
 
 /* Fills entry d (dtype set) with its random values on a host or, through stage, a device. */

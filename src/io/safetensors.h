@@ -168,6 +168,10 @@ void dit_wtable_free(dit_wtable *t);
  * dit_wtable_bind, so a model can add all its entries without checking each call. */
 void dit_wtable_add(dit_wtable *t, dit_tensor *dst, bool optional, int ndim, const int64_t *shape,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* True for a weight matrix that stays block-quantized (and that block-quantized files quantize):
+ * a 2-D tensor named "*.weight" whose rows of shape[1] are whole blocks of type t. Other
+ * block-quantized tensors (norm weights, pad tokens) bind as F32 copies. */
+bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, dit_dtype t);
 /* Binds every entry: finds its tensor (with `prefix` prepended to the name, "" for
  * none), checks the shape, fills *dst (stored dtype, pointing into the mapping or an
  * aligned copy; a block-quantized tensor that is not a 2-D "*.weight" matrix, such as a

@@ -111,12 +111,16 @@ static bool find_index(const dit_weights *w, const char *name, size_t *idx) {
   return false;
 }
 
-/* A block-quantized tensor the ops read as plain floats (not a 2-D "*.weight" matrix) as an
- * F32 copy owned by w, dequantized as ggml does. */
-static dit_status dequant_small(dit_weights *w, dit_tensor *d, const char *name, dit_error *err) {
+bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, dit_dtype t) {
   size_t len = strlen(name);
-  if (!dit_dtype_is_block(d->dtype) || (d->ndim == 2 && len >= 7 && !strcmp(name + len - 7, ".weight")))
-    return DIT_OK;
+  uint64_t rb;
+  return ndim == 2 && len >= 7 && !strcmp(name + len - 7, ".weight") && dit_dtype_row_bytes(t, (uint64_t)shape[1], &rb);
+}
+
+/* A block-quantized tensor the ops read as plain floats (not a weight matrix) as an F32
+ * copy owned by w, dequantized as ggml does. */
+static dit_status dequant_small(dit_weights *w, dit_tensor *d, const char *name, dit_error *err) {
+  if (!dit_dtype_is_block(d->dtype) || dit_wname_quant_matrix(name, d->ndim, d->shape, d->dtype)) return DIT_OK;
   int64_t numel = dit_tensor_numel(d), row = d->ndim ? d->shape[d->ndim - 1] : 1;
   uint64_t rb;
   if (!dit_dtype_row_bytes(d->dtype, (uint64_t)row, &rb))

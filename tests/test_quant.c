@@ -124,6 +124,8 @@ static void test_avx512(const dt_args *a) {
   uint64_t seed = 99;
   unsigned char blk[8 * 210];
   float y1[2048], y2[2048];
+  uint16_t h[2048];
+  const bool bf = __builtin_cpu_supports("avx512bf16");
   for (int t = 0; t < N_TYPES; t++) {
     const int n = (int)dit_dtype_block_elems(all_types[t]) * 8;
     for (int rep = 0; rep < 50; rep++) {
@@ -134,6 +136,17 @@ static void test_avx512(const dt_args *a) {
         CHECK_MSG(0, "%s: AVX-512 dequantization differs from the portable one", dit_dtype_name(all_types[t]));
         break;
       }
+      if (!bf) continue;
+      /* the bf16 rows the GEMM packs from: the same values rounded to nearest even */
+      cpu_dequant_row_bf16_avx512(all_types[t], blk, h, n);
+      int bad = 0;
+      for (int i = 0; i < n && !bad; i++)
+        bad = isnan(y1[i]) ? !isnan(dit_bf16_to_f32(h[i])) : h[i] != dit_f32_to_bf16(y1[i]);
+      if (bad) {
+        CHECK_MSG(0, "%s: AVX-512 bf16 dequantization differs from the rounded portable one",
+                  dit_dtype_name(all_types[t]));
+        break;
+      }
     }
   }
 }
@@ -141,7 +154,9 @@ static void test_avx512(const dt_args *a) {
 
 /* linear(x, Wq) against linear(x, dequant(Wq) as F32) on each kernel path: identical. */
 static void check_linear(dit_backend *be, dit_dtype dt, const char *label) {
-  const int64_t M = 70, N = 45, K = 512; /* N: not a multiple of the panels; M: packed and streamed sizes */
+  /* N: not a multiple of the panels; M: packed and streamed sizes; K: two k blocks of the
+   * bf16 path (512) and a shorter tail, so blocks are read at an offset into each row */
+  const int64_t M = 70, N = 45, K = 1280;
   uint64_t seed = 1234, rb;
   dit_dtype_row_bytes(dt, K, &rb);
   float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N);
@@ -166,7 +181,7 @@ static void check_linear(dit_backend *be, dit_dtype dt, const char *label) {
   }
   /* embedding rows of the quantized table are its dequantized rows */
   int32_t ids[3] = {0, 44, 7};
-  float emb[3 * 512];
+  float emb[3 * 1280];
   dit_tensor tid = dit_tensor_1d(DIT_I32, ids, 3), te = dit_tensor_2d(DIT_F32, emb, 3, K);
   dit_error err = {0};
   CHECK_MSG(dit_op_embedding(be, &te, &twq, &tid, &err) == DIT_OK, "%s", err.msg);

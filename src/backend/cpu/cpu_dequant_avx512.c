@@ -1,8 +1,10 @@
 /* AVX-512 dequantization of the block types the GEMM meets most (Q8_0, Q4_0, Q4_K, Q6_K)
- * into fp32 rows, for the packing of block-quantized weights (cpu_linear.c). Each value is
+ * into fp32 rows, or into bf16 rows for the bf16 GEMM's packing (cpu_gemm_avx512bf16.c),
+ * which then reads a few rows from L1 instead of a whole fp32 block from L2. Each value is
  * computed with the same roundings as dit_dequant_row (core/quant.c): an exact integer to
  * float conversion, then one product (and one difference for Q4_K), never a fused
- * multiply-add, so the results are bit-identical; other types go to dit_dequant_row. */
+ * multiply-add, so the fp32 results are bit-identical and the bf16 ones are those values
+ * rounded to nearest even; other types go to dit_dequant_row. */
 #include "backend/cpu/cpu_avx512.h"
 #include "core/quant.h"
 #include "core/quant_internal.h"
@@ -11,6 +13,15 @@
 #define TGT CPU_AVX512_TGT
 
 #define f16 dit_q_f16
+#define INL CPU_AVX512_INL
+
+/* 16 values to y + off: fp32, or rounded to bf16 (bf is a constant where inlined). */
+INL void put16(const bool bf, void *y, int64_t off, __m512 v) {
+  if (bf)
+    _mm256_storeu_si256((__m256i *)((uint16_t *)y + off), (__m256i)_mm512_cvtneps_pbh(v));
+  else
+    _mm512_storeu_ps((float *)y + off, v);
+}
 
 /* 16 bytes as 16 int32 lanes (signed or unsigned). */
 TGT static inline __m512 cvt_i8(const uint8_t *p) {
@@ -19,45 +30,45 @@ TGT static inline __m512 cvt_i8(const uint8_t *p) {
 
 TGT static inline __m512i u8x16(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 
-TGT static void q8_0(const uint8_t *b, float *y, int64_t nb) {
-  for (int64_t i = 0; i < nb; i++, b += 34, y += 32) {
+INL void q8_0(const bool bf, const uint8_t *b, void *y, int64_t nb) {
+  for (int64_t i = 0, o = 0; i < nb; i++, b += 34, o += 32) {
     const __m512 d = _mm512_set1_ps(f16(b));
-    _mm512_storeu_ps(y, _mm512_mul_ps(cvt_i8(b + 2), d));
-    _mm512_storeu_ps(y + 16, _mm512_mul_ps(cvt_i8(b + 18), d));
+    put16(bf, y, o, _mm512_mul_ps(cvt_i8(b + 2), d));
+    put16(bf, y, o + 16, _mm512_mul_ps(cvt_i8(b + 18), d));
   }
 }
 
-TGT static void q4_0(const uint8_t *b, float *y, int64_t nb) {
+INL void q4_0(const bool bf, const uint8_t *b, void *y, int64_t nb) {
   const __m512i lo = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
-  for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+  for (int64_t i = 0, o = 0; i < nb; i++, b += 18, o += 32) {
     const __m512 d = _mm512_set1_ps(f16(b));
     const __m512i q = u8x16(b + 2);
     const __m512i x0 = _mm512_sub_epi32(_mm512_and_si512(q, lo), eight);
     const __m512i x1 = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
-    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(x0), d));
-    _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(x1), d));
+    put16(bf, y, o, _mm512_mul_ps(_mm512_cvtepi32_ps(x0), d));
+    put16(bf, y, o + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(x1), d));
   }
 }
 
-/* 32 values v (two halves of 16 lanes) as d1 * v - m1. */
-TGT static inline void store_dm(float *y, __m512i v0, __m512i v1, float d1, float m1) {
+/* 32 values v (two halves of 16 lanes) as d1 * v - m1, to y + off. */
+INL void store_dm(const bool bf, void *y, int64_t off, __m512i v0, __m512i v1, float d1, float m1) {
   const __m512 d = _mm512_set1_ps(d1), m = _mm512_set1_ps(m1);
-  _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(v0)), m));
-  _mm512_storeu_ps(y + 16, _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(v1)), m));
+  put16(bf, y, off, _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(v0)), m));
+  put16(bf, y, off + 16, _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(v1)), m));
 }
 
-TGT static void q4_k(const uint8_t *b, float *y, int64_t nb) {
+INL void q4_k(const bool bf, const uint8_t *b, void *y, int64_t nb) {
   const __m512i lo = _mm512_set1_epi32(15);
-  for (int64_t i = 0; i < nb; i++, b += 144) {
+  for (int64_t i = 0, o = 0; i < nb; i++, b += 144) {
     const float d = f16(b), dmin = f16(b + 2);
     const uint8_t *q = b + 16;
-    for (int c = 0; c < 4; c++, q += 32, y += 64) {
+    for (int c = 0; c < 4; c++, q += 32, o += 64) {
       uint8_t sc, m;
       const __m512i a = u8x16(q), bb = u8x16(q + 16);
       dit_q_scale_min_k4(2 * c, b + 4, &sc, &m);
-      store_dm(y, _mm512_and_si512(a, lo), _mm512_and_si512(bb, lo), d * (float)sc, dmin * (float)m);
+      store_dm(bf, y, o, _mm512_and_si512(a, lo), _mm512_and_si512(bb, lo), d * (float)sc, dmin * (float)m);
       dit_q_scale_min_k4(2 * c + 1, b + 4, &sc, &m);
-      store_dm(y + 32, _mm512_srli_epi32(a, 4), _mm512_srli_epi32(bb, 4), d * (float)sc, dmin * (float)m);
+      store_dm(bf, y, o + 32, _mm512_srli_epi32(a, 4), _mm512_srli_epi32(bb, 4), d * (float)sc, dmin * (float)m);
     }
   }
 }
@@ -70,10 +81,10 @@ TGT static inline __m512i q6_vals(const uint8_t *ql, const uint8_t *qh, bool hig
   return _mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32));
 }
 
-TGT static void q6_k(const uint8_t *b, float *y, int64_t nb) {
-  for (int64_t i = 0; i < nb; i++, b += 210) {
+INL void q6_k(const bool bf, const uint8_t *b, void *y, int64_t nb) {
+  for (int64_t i = 0, o = 0; i < nb; i++, b += 210) {
     const float d = f16(b + 208);
-    for (int n = 0; n < 2; n++, y += 128) {
+    for (int n = 0; n < 2; n++, o += 128) {
       const uint8_t *ql = b + n * 64, *qh = b + 128 + n * 32;
       const int8_t *sc = (const int8_t *)(b + 192 + n * 8);
       for (int quarter = 0; quarter < 4; quarter++) {
@@ -81,21 +92,38 @@ TGT static void q6_k(const uint8_t *b, float *y, int64_t nb) {
         for (int h = 0; h < 2; h++) { /* l = 16 h .. 16 h + 15: scale index is + h */
           const __m512i v = q6_vals(lq + 16 * h, qh + 16 * h, quarter >= 2, 2 * quarter);
           const __m512 s = _mm512_set1_ps(d * (float)sc[h + 2 * quarter]);
-          _mm512_storeu_ps(y + 32 * quarter + 16 * h, _mm512_mul_ps(s, _mm512_cvtepi32_ps(v)));
+          put16(bf, y, o + 32 * quarter + 16 * h, _mm512_mul_ps(s, _mm512_cvtepi32_ps(v)));
         }
       }
     }
   }
 }
 
-void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n) {
-  const uint8_t *b = src;
+/* The row dequantizer for fp32 (bf false) or bf16 output; false where t has none here. */
+INL bool dequant(const bool bf, dit_dtype t, const uint8_t *b, void *dst, int64_t n) {
   switch (t) {
-    case DIT_Q8_0: q8_0(b, dst, n / 32); break;
-    case DIT_Q4_0: q4_0(b, dst, n / 32); break;
-    case DIT_Q4_K: q4_k(b, dst, n / 256); break;
-    case DIT_Q6_K: q6_k(b, dst, n / 256); break;
-    default: dit_dequant_row(t, src, dst, n); break;
+    case DIT_Q8_0: q8_0(bf, b, dst, n / 32); return true;
+    case DIT_Q4_0: q4_0(bf, b, dst, n / 32); return true;
+    case DIT_Q4_K: q4_k(bf, b, dst, n / 256); return true;
+    case DIT_Q6_K: q6_k(bf, b, dst, n / 256); return true;
+    default: return false;
+  }
+}
+
+TGT void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n) {
+  if (!dequant(false, t, src, dst, n)) dit_dequant_row(t, src, dst, n);
+}
+
+TGT void cpu_dequant_row_bf16_avx512(dit_dtype t, const void *src, uint16_t *dst, int64_t n) {
+  if (dequant(true, t, src, dst, n)) return;
+  /* the other types: portable fp32 rows, a block at a time, rounded as vcvtneps2bf16 does */
+  const int64_t be = (int64_t)dit_dtype_block_elems(t);
+  uint64_t bb = 0;
+  dit_dtype_row_bytes(t, (uint64_t)be, &bb);
+  float tmp[256];
+  for (int64_t i = 0; i < n; i += be) {
+    dit_dequant_row(t, (const uint8_t *)src + (uint64_t)(i / be) * bb, tmp, be);
+    for (int64_t j = 0; j < be; j += 16) put16(true, dst, i + j, _mm512_loadu_ps(tmp + j));
   }
 }
 #endif

@@ -43,7 +43,8 @@ void cpu_pack_w_c(float *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n
 /* The bf16-compute and small-M kernels (AVX512-BF16 only; see cpu_gemm_avx512bf16.c):
  * round_rows: fp32 rows to bf16 (nearest even), an odd row padded with one zero;
  * pack: a W block into bf16 k-pair panels of nr columns (kp = (kc+1)/2 pairs: panel p
- * holds wp[p*kp*2*nr + q*2*nr + 2*j + e] = w[n0+p*nr+j][k0+2q+e]); kern: mr (<= mr) rows
+ * holds wp[p*kp*2*nr + q*2*nr + 2*j + e] = w[n0+p*nr+j][k0+2q+e]), block-quantized W
+ * included (rows of ldw elements; k0, kc whole blocks, kc <= 512); kern: mr (<= mr) rows
  * of bf16 x times one panel, kp pairs; stream_f32 / stream_bf16: y[i][j] (+)= x row i
  * . w row j over kc for i < mr <= st_mr, j < nr <= st_nr, w read in place (x fp32, or
  * bf16 rows rounded by round_rows). */
@@ -63,8 +64,10 @@ typedef struct cpu_gemm_bf16_path {
 } cpu_gemm_bf16_path;
 
 #if defined(DIT_CPU_X86)
-/* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K and Q6_K (bit-identical results). */
+/* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K and Q6_K (bit-identical results), and
+ * the same values rounded to bf16 (nearest even) for every block type. */
 void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n);
+void cpu_dequant_row_bf16_avx512(dit_dtype t, const void *src, uint16_t *dst, int64_t n);
 extern const cpu_gemm_path cpu_gemm_path_avx512;
 extern const cpu_gemm_bf16_path cpu_gemm_bf16_avx512;
 #endif

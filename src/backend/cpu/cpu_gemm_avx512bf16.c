@@ -49,27 +49,53 @@ TGT static void round_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t
   }
 }
 
+/* 16 rows of kc elements (rows[j] of type wt, NULL = zero) as the h-th 16 columns of a
+ * bf16 k-pair panel of 32 columns at dst, by 16x16 transposes of 32-bit words. */
+INL void pack_half(uint16_t *dst, const void *const rows[16], dit_dtype wt, int64_t kc, int h) {
+  for (int64_t q = 0, kp = (kc + 1) / 2; q < kp; q += 16) {
+    int qn = kp - q < 16 ? (int)(kp - q) : 16;
+    __mmask32 m = mask32(kc - 2 * q);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) r[j] = rows[j] ? (__m512)ld32bf(rows[j], wt, 2 * q, m) : _mm512_setzero_ps();
+    cpu_tr16(r);
+    for (int i = 0; i < qn; i++) _mm512_store_ps((float *)(dst + (q + i) * 2 * BF_NR) + h * 16, r[i]);
+  }
+}
+
+/* Largest kc of a block-quantized W the packing dequantizes (GEMM_KC_BF in cpu_linear.c). */
+#define PACK_MAX_KC 512
+
 /* Rows n0 .. n0+nc of w, columns k0 .. k0+kc, into bf16 panels of 32 columns: with
  * kp = (kc+1)/2 pairs, panel p holds wp[p*kp*64 + q*64 + 2*j + e] = w[n0+p*32+j][k0+2q+e]
- * (zero beyond nc and kc). */
+ * (zero beyond nc and kc). F32/F16 are rounded to bf16. A block-quantized w (rows of ldw
+ * elements, k0 and kc whole blocks, kc <= PACK_MAX_KC) is dequantized 16 rows at a time
+ * into bf16 rows on the stack (16 KiB, in L1) and packed from there. */
 TGT static void pack_bf16(uint16_t *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc,
                           int64_t k0, int64_t kc) {
   int64_t np = (nc + BF_NR - 1) / BF_NR, kp = (kc + 1) / 2;
+  const bool blk = dit_dtype_is_block(wt);
+  uint64_t row = 0, skip = 0;
+  uint16_t tmp[16 * PACK_MAX_KC] __attribute__((aligned(64)));
+  if (blk) {
+    dit_dtype_row_bytes(wt, (uint64_t)ldw, &row); /* both checked by cpu_linear */
+    dit_dtype_row_bytes(wt, (uint64_t)k0, &skip);
+  }
+  size_t esz = blk ? 0 : dit_dtype_size(wt);
   for (int64_t p = 0; p < np; p++) {
-    uint16_t *dst = wp + p * kp * 2 * BF_NR;
-    for (int64_t q = 0; q < kp; q += 16) {
-      int qn = kp - q < 16 ? (int)(kp - q) : 16;
-      __mmask32 m = mask32(kc - 2 * q);
-      for (int h = 0; h < 2; h++) {
-        __m512 r[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) {
-          int64_t n = p * BF_NR + h * 16 + j;
-          r[j] = n < nc ? (__m512)ld32bf(w, wt, (n0 + n) * ldw + k0 + 2 * q, m) : _mm512_setzero_ps();
-        }
-        cpu_tr16(r);
-        for (int i = 0; i < qn; i++) _mm512_store_ps((float *)(dst + (q + i) * 2 * BF_NR) + h * 16, r[i]);
+    for (int h = 0; h < 2; h++) {
+      const void *rows[16];
+      for (int j = 0; j < 16; j++) {
+        int64_t n = p * BF_NR + h * 16 + j;
+        if (n >= nc)
+          rows[j] = NULL;
+        else if (blk) {
+          cpu_dequant_row_bf16_avx512(wt, (const char *)w + (uint64_t)(n0 + n) * row + skip, tmp + j * kc, kc);
+          rows[j] = tmp + j * kc;
+        } else
+          rows[j] = (const char *)w + (size_t)((n0 + n) * ldw + k0) * esz;
       }
+      pack_half(wp + p * kp * 2 * BF_NR, rows, blk ? DIT_BF16 : wt, kc, h);
     }
   }
 }

@@ -4,9 +4,10 @@
  * whole model; a register-blocked micro-kernel then multiplies MR rows of x by a panel.
  * Work items are (M block, N block) pairs shared over the threads. The portable C
  * kernel always exists; an AVX-512 kernel (cpu_gemm_avx512.c) is chosen at run time.
- * Block-quantized W (GGUF's Q8_0, Q4_K ...) is dequantized per (NC x KC) block into a
- * thread-private fp32 staging buffer, exactly as ggml dequantizes, then packed from there:
- * the weights stay quantized in memory and no full-precision copy is made. */
+ * Block-quantized W (GGUF's Q8_0, Q4_K ...) is dequantized exactly as ggml dequantizes
+ * while it is packed: the AVX512-BF16 pack does it 16 rows at a time into L1; the other
+ * paths dequantize the (NC x KC) block into a thread-private fp32 staging buffer first.
+ * The weights stay quantized in memory and no full-precision copy is made. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -319,8 +320,7 @@ static void gemm_item_bf16(const void *path, void *wpv, const gemm_job *J, int64
   int64_t ldxb = J->ldxb;
   for (int64_t k0 = 0; k0 < J->K; k0 += GEMM_KC_BF) {
     int64_t kc = J->K - k0 < GEMM_KC_BF ? J->K - k0 : GEMM_KC_BF, kp = (kc + 1) / 2;
-    wsrc ws = w_block(J, (float *)((char *)wpv + J->stage_off), n0, nc, k0, kc);
-    B->pack(wp, ws.w, ws.wt, ws.ldw, ws.n0, nc, ws.k0, kc);
+    B->pack(wp, J->w, J->wt, J->ldw, n0, nc, k0, kc); /* block-quantized W included */
     for (int64_t i = 0; i < mc; i += B->mr) {
       int mr = (int)(mc - i < B->mr ? mc - i : B->mr);
       const uint16_t *xr = xb + (m0 + i) * ldxb + k0;
@@ -340,8 +340,6 @@ static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, di
   nt = gemm_plan(J, B->mr, B->nr, nt, 384);
   uint16_t *xb = round_x(B, nt, J, &J->ldxb);
   size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64) * 2;
-  J->stage_off = per;
-  per += stage_bytes(J, GEMM_KC_BF);
   uint16_t *buf = aligned_alloc(64, per * (size_t)nt);
   if (!xb || !buf) {
     free(xb);

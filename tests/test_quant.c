@@ -114,6 +114,27 @@ static void test_round_trip(const dt_args *a) {
 #if defined(DIT_CPU_X86)
 /* The AVX-512 dequantization equals the portable one bit for bit (random blocks, so odd
  * scales, NaN and Inf included). */
+/* Every fp8 code (and a masked tail) through the AVX-512 conversion: the scalar value (any
+ * NaN for a NaN), and that value in bf16. */
+static void check_avx512_fp8(bool bf) {
+  uint8_t codes[256 + 13];
+  float y1[269], y2[269];
+  uint16_t h[269];
+  for (int i = 0; i < 269; i++) codes[i] = (uint8_t)(i * 7);
+  for (int e = 0; e < 2; e++) {
+    const dit_dtype t = e ? DIT_F8_E5M2 : DIT_F8_E4M3;
+    dit_dequant_row(t, codes, y1, 269);
+    cpu_dequant_row_avx512(t, codes, y2, 269);
+    if (bf) cpu_dequant_row_bf16_avx512(t, codes, h, 269);
+    int bad = 0;
+    for (int i = 0; i < 269; i++) {
+      bad += isnan(y1[i]) ? !isnan(y2[i]) : memcmp(&y1[i], &y2[i], 4) != 0;
+      if (bf) bad += isnan(y1[i]) ? !isnan(dit_bf16_to_f32(h[i])) : dit_bf16_to_f32(h[i]) != y1[i];
+    }
+    CHECK_MSG(!bad, "%s: %d AVX-512 conversions differ from the scalar ones", dit_dtype_name(t), bad);
+  }
+}
+
 static void test_avx512(const dt_args *a) {
   (void)a;
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
@@ -126,6 +147,7 @@ static void test_avx512(const dt_args *a) {
   float y1[2048], y2[2048];
   uint16_t h[2048];
   const bool bf = __builtin_cpu_supports("avx512bf16");
+  check_avx512_fp8(bf);
   for (int t = 0; t < N_TYPES; t++) {
     const int n = (int)dit_dtype_block_elems(all_types[t]) * 8;
     for (int rep = 0; rep < 50; rep++) {
@@ -152,11 +174,13 @@ static void test_avx512(const dt_args *a) {
 }
 #endif
 
-/* linear(x, Wq) against linear(x, dequant(Wq) as F32) on each kernel path: identical. */
-static void check_linear(dit_backend *be, dit_dtype dt, const char *label) {
-  /* N: not a multiple of the panels; M: packed and streamed sizes; K: two k blocks of the
-   * bf16 path (512) and a shorter tail, so blocks are read at an offset into each row */
-  const int64_t M = 70, N = 45, K = 1280;
+/* linear(x, Wq) against linear(x, dequant(Wq) as F32) on each kernel path: identical; with
+ * a per-tensor scale (fp8), to fp32 rounding (the scale multiplies the sums). K: whole blocks,
+ * or for fp8 any length (odd K: masked tails). */
+static void check_linear(dit_backend *be, dit_dtype dt, const char *label, int64_t K, float scale) {
+  /* N: not a multiple of the panels; M: packed and streamed sizes; K = 1280: two k blocks of
+   * the bf16 path (512) and a shorter tail, so blocks are read at an offset into each row */
+  const int64_t M = 70, N = 45;
   uint64_t seed = 1234, rb;
   dit_dtype_row_bytes(dt, K, &rb);
   float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N);
@@ -167,8 +191,10 @@ static void check_linear(dit_backend *be, dit_dtype dt, const char *label) {
   for (int64_t i = 0; i < N; i++) b[i] = rnd(&seed);
   for (int64_t r = 0; r < N; r++) dit_quant_row(dt, w + r * K, wq + r * rb, K);
   for (int64_t r = 0; r < N; r++) dit_dequant_row(dt, wq + r * rb, w + r * K, K);
+  for (int64_t i = 0; i < N * K; i++) w[i] *= scale;
   dit_tensor tx = dit_tensor_2d(DIT_F32, x, M, K), tb = dit_tensor_1d(DIT_F32, b, N);
   dit_tensor twq = dit_tensor_2d(dt, wq, N, K), twf = dit_tensor_2d(DIT_F32, w, N, K);
+  twq.scale = scale;
   for (int64_t m = 1; m <= M; m += M - 1) { /* one row (small-M path) and all rows */
     tx.shape[0] = m;
     dit_tensor ty1 = dit_tensor_2d(DIT_F32, y1, m, N), ty2 = dit_tensor_2d(DIT_F32, y2, m, N);
@@ -176,17 +202,17 @@ static void check_linear(dit_backend *be, dit_dtype dt, const char *label) {
     CHECK_MSG(dit_op_linear(be, &ty1, &tx, &twq, &tb, DIT_ACT_NONE, &err) == DIT_OK, "%s", err.msg);
     CHECK_MSG(dit_op_linear(be, &ty2, &tx, &twf, &tb, DIT_ACT_NONE, &err) == DIT_OK, "%s", err.msg);
     double e = dt_rel_err(y1, y2, (size_t)(m * N));
-    CHECK_MSG(e < 1e-6, "%s %s M=%lld: quantized linear differs from its F32 dequantization (rel %g)", label,
-              dit_dtype_name(dt), (long long)m, e);
+    CHECK_MSG(scale == 1.0f ? e < 1e-6 : e < 1e-5, "%s %s K=%lld M=%lld: quantized linear differs from its F32 "
+              "dequantization (rel %g)", label, dit_dtype_name(dt), (long long)K, (long long)m, e);
   }
   /* embedding rows of the quantized table are its dequantized rows */
   int32_t ids[3] = {0, 44, 7};
-  float emb[3 * 1280];
+  float *emb = malloc(sizeof(float) * 3 * (size_t)K);
   dit_tensor tid = dit_tensor_1d(DIT_I32, ids, 3), te = dit_tensor_2d(DIT_F32, emb, 3, K);
   dit_error err = {0};
   CHECK_MSG(dit_op_embedding(be, &te, &twq, &tid, &err) == DIT_OK, "%s", err.msg);
   for (int i = 0; i < 3; i++) CHECK(!memcmp(emb + i * K, w + ids[i] * K, K * sizeof(float)));
-  free(w), free(x), free(b), free(y1), free(y2), free(wq);
+  free(w), free(x), free(b), free(y1), free(y2), free(wq), free(emb);
 }
 
 static void test_cpu_ops(const dt_args *a) {
@@ -206,7 +232,11 @@ static void test_cpu_ops(const dt_args *a) {
   for (size_t k = 0; k < sizeof paths / sizeof *paths; k++) {
     dit_cpu_set_simd(be, paths[k].simd);
     dit_backend_cpu_set_precision(be, paths[k].p, &err);
-    for (int t = 0; t < N_TYPES; t++) check_linear(be, all_types[t], paths[k].label);
+    for (int t = 0; t < N_TYPES; t++) check_linear(be, all_types[t], paths[k].label, 1280, 1.0f);
+    for (int64_t K = 1280; K >= 135; K -= 1145) { /* fp8 with a scale, and with an odd K */
+      check_linear(be, DIT_F8_E4M3, paths[k].label, K, 0.0625f);
+      check_linear(be, DIT_F8_E5M2, paths[k].label, K, 3.0f);
+    }
   }
   /* a row that is not whole blocks is refused by name */
   unsigned char q[64] = {0};

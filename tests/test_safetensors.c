@@ -543,6 +543,63 @@ static void test_wtable(const dt_args *a) {
   dit_weights_close(w);
 }
 
+/* Scaled fp8 files: a matrix keeps its fp8 codes with the one-element scale beside it (input
+ * scales and ComfyUI's "scaled_fp8" marker accepted, unused); a 1-D fp8 tensor becomes F32
+ * values times its scale; a scale per channel and a non-finite scale are refused by name. */
+static void test_fp8_scales(const dt_args *a) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/fp8.safetensors", a->tmp);
+  const char *h = "{\"a.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,4],\"data_offsets\":[0,8]},"
+                  "\"a.scale_weight\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]},"
+                  "\"a.scale_input\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[12,16]},"
+                  "\"scaled_fp8\":{\"dtype\":\"F8_E4M3\",\"shape\":[0],\"data_offsets\":[16,16]},"
+                  "\"b.weight\":{\"dtype\":\"F8_E5M2\",\"shape\":[2,4],\"data_offsets\":[16,24]},"
+                  "\"b.weight_scale\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+                  "\"c.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,4],\"data_offsets\":[32,40]},"
+                  "\"c.weight_scale\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]},"
+                  "\"n.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[44,48]},"
+                  "\"n.weight_scale\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[48,50]}}";
+  size_t len;
+  unsigned char *b = build(h, 50, &len), *d = b + 8 + strlen(h);
+  const float half = 0.5f, inf = INFINITY;
+  const uint8_t codes[4] = {0x38, 0x40, 0xb8, 0x7e}; /* e4m3 1, 2, -1, 448 */
+  memcpy(d + 8, &half, 4);
+  memcpy(d + 40, &inf, 4);
+  memcpy(d + 44, codes, 4);
+  d[48] = 0x40, d[49] = 0x40; /* bf16 3.0 */
+  write_file(path, b, len);
+  free(b);
+  dit_error err = {0};
+  dit_weights *w;
+  dit_status s = dit_weights_open(path, NULL, &w, &err);
+  CHECK_MSG(s == DIT_OK, "%s", err.msg);
+  if (s != DIT_OK) return;
+  const int64_t s24[] = {2, 4}, s4[] = {4};
+  dit_tensor ta = {0}, tn = {0}, tb = {0}, tc = {0};
+  dit_wtable t;
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &ta, false, 2, s24, "a.weight");
+  dit_wtable_add(&t, &tn, false, 1, s4, "n.weight");
+  s = dit_wtable_bind(&t, w, "", (const char *const[]){"b.", "c.", NULL}, &err);
+  CHECK_MSG(s == DIT_OK, "fp8 table: %s", err.msg);
+  CHECK(ta.dtype == DIT_F8_E4M3 && dit_tensor_scale(&ta) == 0.5f);
+  const float *nf = tn.data;
+  CHECK(tn.dtype == DIT_F32 && nf && nf[0] == 3.0f && nf[1] == 6.0f && nf[2] == -3.0f && nf[3] == 1344.0f);
+  dit_wtable_free(&t);
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tb, false, 2, s24, "b.weight");
+  s = dit_wtable_bind(&t, w, "", (const char *const[]){"a.", "c.", "n.", "scaled_fp8", NULL}, &err);
+  CHECK_MSG(s == DIT_ERR_UNSUPPORTED && strstr(err.msg, "b.weight_scale") && strstr(err.msg, "one scale per tensor"),
+            "%s", err.msg);
+  dit_wtable_free(&t);
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tc, false, 2, s24, "c.weight");
+  s = dit_wtable_bind(&t, w, "", (const char *const[]){"a.", "b.", "n.", NULL}, &err);
+  CHECK_MSG(s == DIT_ERR_FORMAT && strstr(err.msg, "c.weight_scale") && strstr(err.msg, "finite"), "%s", err.msg);
+  dit_wtable_free(&t);
+  dit_weights_close(w);
+}
+
 /* Opens zimage-tiny's transformer and applies r: the status, and the message's needle. */
 static dit_weights *remap_case(const dit_wremap *r, dit_status want, const char *needle) {
   char path[4096];
@@ -606,6 +663,7 @@ int main(int argc, char **argv) {
   test_mutations();
   test_sharded(&a);
   test_wtable(&a);
+  test_fp8_scales(&a);
   test_remap();
   return dt_finish();
 }

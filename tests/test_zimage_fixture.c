@@ -267,6 +267,54 @@ static void test_original_names(dit_backend *be, dit_zimage *ref, dt_zimage_case
   dit_zimage_free(m);
 }
 
+/* Scaled fp8 checkpoints: the original names with ComfyUI's scale_weight (e4m3; the fused
+ * qkv's one scale follows it through the split) and diffusers' names with weight_scale
+ * (e5m2). Each computes what an F32 file of its decoded values (fp8 value times scale)
+ * computes, to fp32 rounding: the scale multiplies each GEMM's sums instead of each weight. */
+static void test_fp8(dit_backend *be, dt_zimage_case *d, const char *tdir, const char *tmp) {
+  char src[4096], orig[4096], cfg[4096], q[4096], ref[4096];
+  dt_path(src, sizeof src, tdir, "diffusion_pytorch_model.safetensors");
+  dt_path(cfg, sizeof cfg, tdir, "config.json");
+  snprintf(orig, sizeof orig, "%s/z_image_original_fp8src.safetensors", tmp);
+  CHECK(dt_zimage_write_original(src, orig) == 0);
+  static const struct {
+    bool original, weight_scale;
+    dit_dtype t;
+  } cases[] = {{true, false, DIT_F8_E4M3}, {false, true, DIT_F8_E5M2}};
+  dit_tensor x, cap;
+  dt_zimage_case_item(d, 0, &x, &cap);
+  const size_t numel = (size_t)dit_tensor_numel(&x);
+  float *o1 = malloc(numel * 4), *o2 = malloc(numel * 4);
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const char *from = cases[k].original ? orig : src;
+    snprintf(q, sizeof q, "%s/zimage_fp8_%zu.safetensors", tmp, k);
+    snprintf(ref, sizeof ref, "%s/zimage_fp8_%zu_decoded.safetensors", tmp, k);
+    CHECK(dt_st_to_fp8(from, q, cases[k].t, cases[k].weight_scale, false) == 0);
+    CHECK(dt_st_to_fp8(from, ref, cases[k].t, cases[k].weight_scale, true) == 0);
+    dit_zimage *mq = NULL, *mr = NULL;
+    dit_error err = {0};
+    dit_status s = dit_zimage_load_from(be, q, cfg, &mq, &err);
+    CHECK_MSG(s == DIT_OK, "load %s: %s", q, err.msg);
+    if (s == DIT_OK) s = dit_zimage_load_from(be, ref, cfg, &mr, &err);
+    CHECK_MSG(s == DIT_OK, "load %s: %s", ref, err.msg);
+    dit_tensor y1 = dit_tensor_make(DIT_F32, o1, 4, d->xs[0]), y2 = dit_tensor_make(DIT_F32, o2, 4, d->xs[0]);
+    if (s == DIT_OK) s = dit_zimage_forward(mq, 1, &x, &cap, d->t, &y1, &err);
+    if (s == DIT_OK) s = dit_zimage_forward(mr, 1, &x, &cap, d->t, &y2, &err);
+    CHECK_MSG(s == DIT_OK, "fp8 forward: %s", err.msg);
+    if (s == DIT_OK) {
+      double e = dt_rel_err(o1, o2, numel), ed = dt_rel_err(o1, d->ref[0], numel);
+      CHECK_MSG(e < 1e-5, "%s: rel err %g against its decoded F32 weights", dit_dtype_name(cases[k].t), e);
+      printf("zimage %s (%s names, %s): rel err %.2e vs its decoded weights in F32, %.2e vs diffusers (F32 weights)\n",
+             dit_dtype_name(cases[k].t), cases[k].original ? "original" : "diffusers",
+             cases[k].weight_scale ? "weight_scale" : "scale_weight + scaled_fp8", e, ed);
+    }
+    dit_zimage_free(mq);
+    dit_zimage_free(mr);
+  }
+  free(o1);
+  free(o2);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -300,6 +348,7 @@ int main(int argc, char **argv) {
     check_timestep_change(m, &d);
     test_bad_inputs(m, &d);
     test_original_names(be, m, &d, tdir, a.tmp);
+    test_fp8(be, &d, tdir, a.tmp);
   }
   dt_zimage_case_free(&d);
   dit_zimage_free(m);

@@ -89,13 +89,16 @@ int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char
 
 /* The weight types in ggml's spelling, and the dtypes they stand for; the first two are
  * element types, the rest block types. */
-static const char *const wtype_names[] = {"bf16", "f32",  "q8_0", "q6_k", "q5_k", "q5_1", "q5_0",
-                                          "q4_k", "q4_1", "q4_0", "q3_k", "q2_k"};
-static const dit_dtype wtype_dtypes[] = {DIT_BF16, DIT_F32,  DIT_Q8_0, DIT_Q6_K, DIT_Q5_K, DIT_Q5_1,
-                                         DIT_Q5_0, DIT_Q4_K, DIT_Q4_1, DIT_Q4_0, DIT_Q3_K, DIT_Q2_K};
+/* element types, the block types (what quantize writes), fp8 */
+static const char *const wtype_names[] = {"bf16", "f32",  "q8_0", "q6_k", "q5_k", "q5_1",    "q5_0",
+                                          "q4_k", "q4_1", "q4_0", "q3_k", "q2_k", "f8_e4m3", "f8_e5m2"};
+static const dit_dtype wtype_dtypes[] = {DIT_BF16, DIT_F32,  DIT_Q8_0, DIT_Q6_K, DIT_Q5_K, DIT_Q5_1,    DIT_Q5_0,
+                                         DIT_Q4_K, DIT_Q4_1, DIT_Q4_0, DIT_Q3_K, DIT_Q2_K, DIT_F8_E4M3, DIT_F8_E5M2};
+enum { WT_FIRST_BLOCK = 2, WT_N_BLOCK = 10 };
 
 bool cli_parse_wtype(const char *cmd, const char *opt, const char *s, bool blocks_only, dit_dtype *out) {
-  size_t first = blocks_only ? 2 : 0, n = sizeof wtype_names / sizeof *wtype_names - first;
+  size_t first = blocks_only ? WT_FIRST_BLOCK : 0;
+  size_t n = blocks_only ? WT_N_BLOCK : sizeof wtype_names / sizeof *wtype_names;
   int k = cli_parse_choice(cmd, opt, s, wtype_names + first, n);
   if (k >= 0) *out = wtype_dtypes[first + (size_t)k];
   return k >= 0;

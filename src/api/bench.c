@@ -62,8 +62,8 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
   if (p->iters < 1 || p->iters > MAX_ITERS || p->warmup < 0 || p->warmup > MAX_ITERS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: iters %d (1..%d), warmup %d (0..%d)", p->iters, MAX_ITERS,
                       p->warmup, MAX_ITERS);
-  if (p->dtype != DIT_BF16 && p->dtype != DIT_F32 && !dit_dtype_is_block(p->dtype))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: dtype %s (bf16, f32 or a block type such as q8_0)",
+  if (p->dtype != DIT_BF16 && p->dtype != DIT_F32 && !dit_dtype_is_quant(p->dtype))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: dtype %s (bf16, f32, fp8 or a block type such as q8_0)",
                       dit_dtype_name(p->dtype));
   if (!(p->peak_tflops >= 0) || !isfinite(p->peak_tflops))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: peak must be a finite number >= 0");
@@ -279,7 +279,7 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   bench_io io;
   memset(&io, 0, sizeof io);
   const dit_dtype adt =
-      p->device != DIT_DEVICE_CPU && (p->dtype == DIT_BF16 || dit_dtype_is_block(p->dtype)) ? DIT_BF16 : DIT_F32;
+      p->device != DIT_DEVICE_CPU && (p->dtype == DIT_BF16 || dit_dtype_is_quant(p->dtype)) ? DIT_BF16 : DIT_F32;
   double t0 = dit_time_now();
   dit_status s = dit_backend_profiler_create(be, &prof, err);
   if (s == DIT_OK) s = v->ops->create(v, p, o, prof, adt, &m.obj, err);

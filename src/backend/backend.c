@@ -109,14 +109,18 @@ static inline float random_value(uint64_t key, int64_t j, float center, float am
   return center + amp * u;
 }
 
-/* Elements [first, first + n) of an entry into dst (F32, BF16 or F16). */
-static void fill_random(void *dst, dit_dtype dt, int64_t first, int64_t n, uint64_t key, float center, float amp) {
+/* Elements [first, first + n) of an entry into dst (F32, BF16, F16, or fp8 codes of the
+ * values divided by the entry's scale: amp maps to the type's largest value). */
+static void fill_random(void *dst, dit_dtype dt, float scale, int64_t first, int64_t n, uint64_t key, float center,
+                        float amp) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; j++) {
     float v = random_value(key, first + j, center, amp);
     if (dt == DIT_F32) ((float *)dst)[j] = v;
     else if (dt == DIT_BF16) ((uint16_t *)dst)[j] = dit_f32_to_bf16(v);
-    else ((uint16_t *)dst)[j] = dit_f32_to_f16(v);
+    else if (dt == DIT_F16) ((uint16_t *)dst)[j] = dit_f32_to_f16(v);
+    else if (dt == DIT_F8_E4M3) ((uint8_t *)dst)[j] = dit_f32_to_e4m3(v / scale);
+    else ((uint8_t *)dst)[j] = dit_f32_to_e5m2(v / scale);
   }
 }
 
@@ -146,11 +150,11 @@ static void init_law(const dit_wentry *e, float *center, float *amp) {
   else *amp = 0.02f;
 }
 
-/* An entry's dtype for random weights of dt: a block type only for 2-D "*.weight" matrices
- * whose rows are whole blocks, BF16 for the rest (as ditrun quantize keeps them from a
- * bf16 folder). */
+/* An entry's dtype for random weights of dt: a block type or fp8 only for 2-D "*.weight"
+ * matrices (whose rows are whole blocks), BF16 for the rest (as ditrun quantize keeps them
+ * from a bf16 folder, and scaled fp8 files keep norms and biases). */
 static dit_dtype entry_dtype(const dit_wentry *e, dit_dtype dt) {
-  if (!dit_dtype_is_block(dt)) return dt;
+  if (!dit_dtype_is_quant(dt)) return dt;
   return dit_wname_quant_matrix(e->name, e->ndim, e->shape, dt) ? dt : DIT_BF16;
 }
 
@@ -162,11 +166,13 @@ static dit_status fill_entry(dit_backend *be, dit_tensor *d, void *stage, uint64
   uint64_t ub = block ? 0 : dit_dtype_size(d->dtype); /* bytes per unit: a row, or an element */
   if (block) dit_dtype_row_bytes(d->dtype, (uint64_t)K, &ub);
   const bool host = stage == NULL;
+  if (d->dtype == DIT_F8_E4M3 || d->dtype == DIT_F8_E5M2) /* a per-tensor scale, as scaled fp8 files have */
+    d->scale = (fabsf(center) + amp) / (d->dtype == DIT_F8_E4M3 ? 448.0f : 57344.0f);
   const int64_t chunk = host ? units : (int64_t)(STAGE_BYTES / ub) > 0 ? (int64_t)(STAGE_BYTES / ub) : 1;
   for (int64_t j = 0; j < units; j += chunk) {
     int64_t m = units - j < chunk ? units - j : chunk;
     void *dst = host ? (char *)d->data + (uint64_t)j * ub : stage;
-    if (!block) fill_random(dst, d->dtype, j, m, key, center, amp);
+    if (!block) fill_random(dst, d->dtype, dit_tensor_scale(d), j, m, key, center, amp);
     else if (!fill_random_blocks(dst, d->dtype, K, j, m, key, center, amp))
       return dit_errorf(err, DIT_ERR_NOMEM, "random weights: out of memory for a row of %lld", (long long)K);
     if (host) continue;
@@ -179,8 +185,8 @@ static dit_status fill_entry(dit_backend *be, dit_tensor *d, void *stage, uint64
 dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_dtype dt, uint64_t seed,
                                      void **block, dit_error *err) {
   *block = NULL;
-  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16 && !dit_dtype_is_block(dt))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16, F16 or a block type)",
+  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16 && !dit_dtype_is_quant(dt))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16, F16, fp8 or a block type)",
                       dit_dtype_name(dt));
   if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
   const dit_device dev = dit_backend_device(be);

@@ -62,7 +62,7 @@ dit_status dit_check_weight(const char *op, const char *name, const dit_tensor *
 
 dit_status dit_check_matrix(const char *op, const char *name, const dit_tensor *t, dit_device dev, dit_error *err) {
   DIT_TRY(dit_check_present(op, name, t, dev, err));
-  if (!dit_dtype_is_block(t->dtype)) return dit_check_weight(op, name, t, dev, -1, err);
+  if (!dit_dtype_is_quant(t->dtype)) return dit_check_weight(op, name, t, dev, -1, err);
   uint64_t rb;
   if (t->ndim != 2 || !dit_dtype_row_bytes(t->dtype, (uint64_t)t->shape[1], &rb)) {
     char s[128];

@@ -26,8 +26,8 @@ dit_status dit_check_rows(const char *op, const char *name, const dit_tensor *t,
 /* A weight-like tensor: present on dev, F32/BF16/F16, exactly n elements (n < 0: any). */
 dit_status dit_check_weight(const char *op, const char *name, const dit_tensor *t, dit_device dev, int64_t n,
                             dit_error *err);
-/* A weight matrix: as dit_check_weight (any size), or a 2-D block-quantized tensor whose
- * rows are whole blocks (for the backends that read those). */
+/* A weight matrix: as dit_check_weight (any size), or a 2-D quantized tensor (fp8, or a
+ * block type whose rows are whole blocks) for the linear and embedding ops. */
 dit_status dit_check_matrix(const char *op, const char *name, const dit_tensor *t, dit_device dev, dit_error *err);
 /* a and b have the same shape (and, when same_dtype, the same dtype). */
 dit_status dit_check_same_shape(const char *op, const char *an, const dit_tensor *a, const char *bn,

@@ -31,6 +31,8 @@ size_t dit_dtype_size(dit_dtype t) { return (unsigned)t < DIT_DTYPE_COUNT ? dtyp
 
 bool dit_dtype_is_block(dit_dtype t) { return (unsigned)t < DIT_DTYPE_COUNT && dtype_info[t].block_elems > 0; }
 
+bool dit_dtype_is_quant(dit_dtype t) { return dit_dtype_is_block(t) || t == DIT_F8_E4M3 || t == DIT_F8_E5M2; }
+
 size_t dit_dtype_block_elems(dit_dtype t) {
   if ((unsigned)t >= DIT_DTYPE_COUNT) return 0;
   return dtype_info[t].block_elems ? dtype_info[t].block_elems : 1;

@@ -15,6 +15,9 @@ bool dit_dtype_from_name(const char *name, dit_dtype *out);
 bool dit_dtype_is_float(dit_dtype t);
 /* True for the block-quantized types (DIT_Q4_0 ... DIT_Q6_K). */
 bool dit_dtype_is_block(dit_dtype t);
+/* True for the stored weight types the linear and embedding ops read through
+ * dequantization (dit_dequant_row) of 2-D weight matrices: the block types and fp8. */
+bool dit_dtype_is_quant(dit_dtype t);
 /* Bytes of n consecutive elements of a row: false when n is not a whole number of blocks
  * or the size overflows. */
 bool dit_dtype_row_bytes(dit_dtype t, uint64_t n, uint64_t *out);

@@ -18,8 +18,8 @@
 
 #include "core/dtype.h"
 
-/* n elements (a whole number of blocks) of type t at src to float. Element types F32, F16
- * and BF16 convert too. */
+/* n elements (a whole number of blocks) of type t at src to float. Element types (F32, F16,
+ * BF16, the fp8 types) convert too. */
 void dit_dequant_row(dit_dtype t, const void *src, float *dst, int64_t n);
 /* n floats (whole blocks) to type t; F32, F16 and BF16 too (nearest even). */
 void dit_quant_row(dit_dtype t, const float *src, void *dst, int64_t n);

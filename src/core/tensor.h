@@ -21,7 +21,12 @@ typedef struct dit_tensor {
   int64_t stride[DIT_MAX_DIMS]; /* in elements */
   dit_device device;
   void *data;
+  /* A weight's values are its stored elements times this (per-tensor scaled fp8
+   * checkpoints); 0 means 1. Only the linear and embedding ops read it (dit_tensor_scale). */
+  float scale;
 } dit_tensor;
+
+static inline float dit_tensor_scale(const dit_tensor *t) { return t->scale != 0.0f ? t->scale : 1.0f; }
 
 /* A contiguous row-major descriptor over `data` (ndim <= DIT_MAX_DIMS). */
 dit_tensor dit_tensor_make(dit_dtype dtype, void *data, int ndim, const int64_t *shape);
@@ -50,7 +55,7 @@ bool dit_tensor_rowview(const dit_tensor *t, dit_rowview *v);
 bool dit_rowview_split(dit_rowview *v, int64_t P);
 /* Writes "[a, b, c]" into buf. Returns buf. */
 char *dit_shape_str(const int64_t *shape, int ndim, char *buf, size_t len);
-/* When the n 2-D tensors parts[i] ([r_i, C], same dtype, device and C, contiguous) lie back
+/* When the n 2-D tensors parts[i] ([r_i, C], same dtype, device, C and scale, contiguous) lie back
  * to back in memory in this order, *out becomes one [sum r_i, C] tensor over them and the
  * result is true; otherwise false (*out untouched). */
 bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *out);

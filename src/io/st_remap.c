@@ -86,6 +86,43 @@ static dit_status push_split(dit_weights *w, size_t cap, const dit_st_tensor *t,
   return DIT_OK;
 }
 
+/* An fp8 weight's per-tensor scale (or input scale), "S.scale_weight" beside "S.weight",
+ * follows its weight through a split: the same one-element tensor under each part's name.
+ * True (with the split and the suffix) when name is such a scale of a split weight. */
+static bool split_scale(const dit_wremap *r, const char *name, const dit_wsplit **sp, const char **sfx) {
+  static const char *const scales[] = {".scale_weight", ".weight_scale", ".scale_input", ".input_scale"};
+  for (int k = 0; k < 4; k++) {
+    size_t stem, wstem;
+    char wn[DIT_WNAME_MAX];
+    if (!ends_with(name, scales[k], &stem) || snprintf(wn, sizeof wn, "%.*s.weight", (int)stem, name) >= (int)sizeof wn)
+      continue;
+    for (size_t i = 0; i < r->n_split; i++)
+      if (ends_with(wn, r->split[i].suffix, &wstem) && ends_with(r->split[i].suffix, ".weight", &stem)) {
+        *sp = &r->split[i], *sfx = scales[k];
+        return true;
+      }
+  }
+  return false;
+}
+
+/* Appends the scale t (named for a split weight, see split_scale) once per part. */
+static dit_status push_split_scale(dit_weights *w, size_t cap, const dit_st_tensor *t, const char *name,
+                                   const dit_wsplit *sp, const char *sfx, dit_error *err) {
+  size_t stem, sstem;
+  ends_with(name, sfx, &stem);
+  ends_with(sp->suffix, ".weight", &sstem); /* the suffix without ".weight" ends the stem */
+  stem -= sstem;
+  for (int i = 0; i < sp->n; i++) {
+    size_t pstem;
+    char pn[DIT_WNAME_MAX];
+    if (!ends_with(sp->parts[i], ".weight", &pstem) ||
+        snprintf(pn, sizeof pn, "%.*s%.*s%s", (int)stem, name, (int)pstem, sp->parts[i], sfx) >= (int)sizeof pn)
+      return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": cannot name its copy for a split weight", t->name);
+    DIT_TRY(push(w, cap, t, pn, err));
+  }
+  return DIT_OK;
+}
+
 static int cmp_ptr_name(const void *a, const void *b) {
   return strcmp((*(const dit_st_tensor *const *)a)->name, (*(const dit_st_tensor *const *)b)->name);
 }
@@ -105,10 +142,12 @@ dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err
     DIT_TRY(new_name(r, t->name, name, sizeof name, err));
     if (dropped(name, r->drop)) continue;
     const dit_wsplit *sp = NULL;
+    const char *sfx = NULL;
     size_t stem = 0;
     for (size_t k = 0; k < r->n_split && !sp; k++)
       if (ends_with(name, r->split[k].suffix, &stem)) sp = &r->split[k];
     if (sp) DIT_TRY(push_split(w, cap, t, name, stem, sp, err));
+    else if (split_scale(r, name, &sp, &sfx)) DIT_TRY(push_split_scale(w, cap, t, name, sp, sfx, err));
     else DIT_TRY(push(w, cap, t, name, err));
   }
   const dit_st_tensor **tv = malloc((w->n_renamed ? w->n_renamed : 1) * sizeof *tv);

@@ -1,6 +1,7 @@
 /* The weight table: a model lists {checkpoint name, destination, expected shape} once,
  * and binding resolves every name at load time, reporting all missing, mis-shaped and
  * unexpected tensors in one message instead of failing on the first. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,10 +118,10 @@ bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, di
   return ndim == 2 && len >= 7 && !strcmp(name + len - 7, ".weight") && dit_dtype_row_bytes(t, (uint64_t)shape[1], &rb);
 }
 
-/* A block-quantized tensor the ops read as plain floats (not a weight matrix) as an F32
- * copy owned by w, dequantized as ggml does. */
+/* A quantized tensor the ops read as plain floats (not a weight matrix) as an F32 copy owned
+ * by w, dequantized as ggml does (times its scale, for fp8). */
 static dit_status dequant_small(dit_weights *w, dit_tensor *d, const char *name, dit_error *err) {
-  if (!dit_dtype_is_block(d->dtype) || dit_wname_quant_matrix(name, d->ndim, d->shape, d->dtype)) return DIT_OK;
+  if (!dit_dtype_is_quant(d->dtype) || dit_wname_quant_matrix(name, d->ndim, d->shape, d->dtype)) return DIT_OK;
   int64_t numel = dit_tensor_numel(d), row = d->ndim ? d->shape[d->ndim - 1] : 1;
   uint64_t rb;
   if (!dit_dtype_row_bytes(d->dtype, (uint64_t)row, &rb))
@@ -130,7 +131,48 @@ static dit_status dequant_small(dit_weights *w, dit_tensor *d, const char *name,
   if (!f) return dit_errorf(err, DIT_ERR_NOMEM, "tensor \"%s\": out of memory for its F32 copy", name);
   for (int64_t r = 0; row && r < numel / row; r++)
     dit_dequant_row(d->dtype, (const char *)d->data + (uint64_t)r * rb, f + r * row, row);
+  const float ws = dit_tensor_scale(d);
+  for (int64_t i = 0; ws != 1.0f && i < numel; i++) f[i] *= ws;
   *d = dit_tensor_make(DIT_F32, f, d->ndim, d->shape);
+  return DIT_OK;
+}
+
+/* The per-tensor scale of an fp8 weight "P.weight": a one-element F32/BF16/F16 tensor named
+ * "P.scale_weight" (ComfyUI's scaled fp8) or "P.weight_scale", finite and nonzero, into
+ * d->scale (the tensor is marked used). None: the plain cast, scale 1. A scale per output
+ * channel is refused by name. The fp8 files' input scales ("P.scale_input",
+ * "P.input_scale", for fp8 activations) are marked used too: ditrun keeps activations in
+ * bf16/fp32, so they are not needed. */
+static dit_status bind_fp8_scale(const dit_weights *w, const char *name, dit_tensor *d, bool *used, dit_error *err) {
+  if (d->dtype != DIT_F8_E4M3 && d->dtype != DIT_F8_E5M2) return DIT_OK;
+  size_t len = strlen(name), idx;
+  if (len < 7 || strcmp(name + len - 7, ".weight")) return DIT_OK;
+  static const char *const scales[] = {"scale_weight", "weight_scale"}, *const inputs[] = {"scale_input", "input_scale"};
+  char sn[2 * DIT_WNAME_MAX];
+  for (int k = 0; k < 2; k++) {
+    snprintf(sn, sizeof sn, "%.*s.%s", (int)(len - 7), name, inputs[k]);
+    if (find_index(w, sn, &idx)) used[idx] = true;
+  }
+  for (int k = 0; k < 2; k++) {
+    snprintf(sn, sizeof sn, "%.*s.%s", (int)(len - 7), name, scales[k]);
+    if (!find_index(w, sn, &idx)) continue;
+    const dit_st_tensor *st = w->tensors[idx];
+    int64_t n = 1;
+    for (int i = 0; i < st->ndim; i++) n *= st->shape[i];
+    if (st->dtype != DIT_F32 && st->dtype != DIT_BF16 && st->dtype != DIT_F16)
+      return dit_errorf(err, DIT_ERR_FORMAT, "fp8 scale \"%s\" is %s (expected F32, BF16 or F16)", sn,
+                        dit_dtype_name(st->dtype));
+    if (n != 1)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                        "fp8 scale \"%s\" has %lld values: only one scale per tensor is supported", sn, (long long)n);
+    float s = 0.0f;
+    dit_convert_to_f32(&s, st->data, st->dtype, 1);
+    if (!isfinite(s) || s == 0.0f)
+      return dit_errorf(err, DIT_ERR_FORMAT, "fp8 scale \"%s\" is %g (must be finite and nonzero)", sn, (double)s);
+    d->scale = s;
+    used[idx] = true;
+    return DIT_OK;
+  }
   return DIT_OK;
 }
 
@@ -160,6 +202,7 @@ dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, co
       continue;
     }
     dit_status s = dit_weights_tensor(w, st, e->dst, err);
+    if (s == DIT_OK) s = bind_fp8_scale(w, full, e->dst, used, err);
     if (s == DIT_OK) s = dequant_small(w, e->dst, full, err);
     if (s != DIT_OK) {
       free(used);
@@ -167,7 +210,8 @@ dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, co
     }
   }
   for (size_t i = 0; i < w->n_tensors; i++)
-    if (!used[i] && !ignored(w->tensors[i]->name, ignore)) list_add(&extra, "%s", w->tensors[i]->name);
+    if (!used[i] && !ignored(w->tensors[i]->name, ignore) && strcmp(w->tensors[i]->name, "scaled_fp8"))
+      list_add(&extra, "%s", w->tensors[i]->name); /* "scaled_fp8": ComfyUI's marker of a scaled fp8 file */
   free(used);
   if (!missing.n && !shaped.n && !extra.n) return DIT_OK;
   char msg[DIT_ERROR_MSG_MAX];

@@ -13,9 +13,9 @@ dit_status dit_wtable_check_weights(const dit_wtable *t, bool any_elements, bool
   for (size_t i = 0; i < t->n; i++) {
     const dit_tensor *d = t->entries[i].dst;
     if (!d->data) continue;
-    if (dit_dtype_is_block(d->dtype)) {
+    if (dit_dtype_is_quant(d->dtype)) {
       if (!blocks)
-        return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s is block-quantized (%s), which this model does not take",
+        return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s is quantized (%s), which this model does not take",
                           t->entries[i].name, dit_dtype_name(d->dtype));
       if (d->ndim != 2)
         return dit_errorf(err, DIT_ERR_UNSUPPORTED, "tensor %s: %s is supported for 2-D weight matrices only",

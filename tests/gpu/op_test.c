@@ -202,6 +202,22 @@ static void t_linear(env *e, int64_t M, int64_t K, int64_t N, dit_dtype wdt, dit
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
 }
 
+/* An fp8 w with a per-tensor scale (stored values up to +-100, scale 1/256): the GPU takes the
+ * scale as cuBLASLt's alpha before the bias, the CPU in its epilogue. */
+static void t_linear_fp8(env *e, int64_t M, int64_t K, int64_t N, dit_dtype wdt, dit_dtype xdt, bool bias) {
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N}, bs[1] = {N};
+  pair x = act(e, xdt, 2, xs, true), w = wgt(e, wdt, 2, ws, 100.0f), b = wgt(e, DIT_F32, 1, bs, 1.0f);
+  pair y = act(e, xdt, 2, ys, false);
+  w.c.scale = w.g.scale = 1.0f / 256.0f;
+  OK(dit_op_linear(e->cpu, &y.c, &x.c, &w.c, bias ? &b.c : NULL, DIT_ACT_NONE, E));
+  OK(dit_op_linear(e->gpu, &y.g, &x.g, &w.g, bias ? &b.g : NULL, DIT_ACT_NONE, E));
+  char name[160];
+  snprintf(name, sizeof name, "linear %lldx%lldx%lld w%s*scale x%s%s", (long long)M, (long long)K, (long long)N,
+           dn(wdt), dn(xdt), bias ? " bias" : "");
+  compare(e, name, &y, true);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
 /* Big GEMM: the CPU checks the first and last `rows` rows; timed. */
 static void t_linear_big(env *e, int64_t M, int64_t K, int64_t N, dit_dtype xdt, dit_dtype ydt) {
   int64_t xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N}, bs[1] = {N};
@@ -587,6 +603,7 @@ static void t_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit_dtype
 static void t_embedding(env *e, int64_t V, int64_t D, int64_t N, dit_dtype tdt, dit_dtype idt) {
   int64_t ts[2] = {V, D}, is[1] = {N}, ys[2] = {N, D};
   pair t = wgt(e, tdt, 2, ts, 1.0f), y = act(e, DIT_F32, 2, ys, false);
+  if (tdt == DIT_F8_E4M3 || tdt == DIT_F8_E5M2) t.c.scale = t.g.scale = 0.375f; /* a per-tensor scale */
   size_t es = dit_dtype_size(idt);
   void *ih = xmalloc((size_t)N * es), *id = NULL;
   for (int64_t i = 0; i < N; i++) {
@@ -1107,6 +1124,10 @@ static void small_tests(env *e) {
   fused_tests(e);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
   t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);
+  t_embedding(e, 300, 64, 29, DIT_F8_E4M3, DIT_I32);
+  t_embedding(e, 300, 64, 29, DIT_F8_E5M2, DIT_I64);
+  t_linear_fp8(e, 65, 136, 72, DIT_F8_E4M3, DIT_BF16, true);
+  t_linear_fp8(e, 300, 512, 200, DIT_F8_E5M2, DIT_F32, false);
   t_conv(e, 2, 8, 17, 17, 12, 3, 1, 1, DIT_F32, true);
   t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);

@@ -420,6 +420,88 @@ int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t
   return rc;
 }
 
+/* Adds t to hdr at *off and to list (n entries). */
+static void st_add(json_t *hdr, const dit_st_tensor **list, size_t *n, const dit_st_tensor *t, uint64_t *off) {
+  json_t *sh = json_array();
+  for (int k = 0; k < t->ndim; k++) json_array_append_new(sh, json_integer(t->shape[k]));
+  const uint64_t nb = t->end - t->begin;
+  json_object_set_new(hdr, t->name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
+                                              "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
+  *off += nb;
+  list[(*n)++] = t;
+}
+
+/* t (a float matrix) as fp8 codes q over scale *s, or decoded: F32 values q * s. */
+static void *fp8_data(const dit_st_tensor *t, dit_dtype f8, bool decoded, float *s, uint64_t *nb) {
+  size_t n = (size_t)(t->shape[0] * t->shape[1]);
+  float *f = malloc(n * sizeof *f + 1);
+  uint8_t *q = malloc(n + 1);
+  float amax = 0.0f;
+  dit_convert_to_f32(f, t->data, t->dtype, n);
+  for (size_t i = 0; i < n; i++) amax = fabsf(f[i]) > amax ? fabsf(f[i]) : amax;
+  *s = amax > 0.0f ? amax / (f8 == DIT_F8_E4M3 ? 448.0f : 57344.0f) : 1.0f;
+  for (size_t i = 0; i < n; i++) q[i] = f8 == DIT_F8_E4M3 ? dit_f32_to_e4m3(f[i] / *s) : dit_f32_to_e5m2(f[i] / *s);
+  if (!decoded) {
+    free(f);
+    *nb = n;
+    return q;
+  }
+  for (size_t i = 0; i < n; i++) f[i] = (f8 == DIT_F8_E4M3 ? dit_e4m3_to_f32(q[i]) : dit_e5m2_to_f32(q[i])) * *s;
+  free(q);
+  *nb = n * 4;
+  return f;
+}
+
+int dt_st_to_fp8(const char *src, const char *dst, dit_dtype f8, bool weight_scale, bool decoded) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  size_t cap = 2 * f->n_tensors + 2, n = 0;
+  const dit_st_tensor **list = calloc(cap, sizeof *list);
+  dit_st_tensor *made = calloc(cap, sizeof *made);
+  float *scales = calloc(cap, sizeof *scales);
+  json_t *hdr = json_object();
+  uint64_t off = 0;
+  size_t nm = 0;
+  int rc = list && made && scales && hdr ? 0 : -1;
+  static const uint8_t marker = 0;
+  if (!rc && !decoded && !weight_scale) { /* ComfyUI's marker: an empty fp8 tensor */
+    made[nm] = (dit_st_tensor){.name = strdup("scaled_fp8"), .dtype = f8, .ndim = 1, .data = &marker};
+    st_add(hdr, list, &n, &made[nm++], &off);
+  }
+  for (size_t i = 0; !rc && i < f->n_tensors; i++) {
+    const dit_st_tensor *t = &f->tensors[i];
+    if (!dit_wname_quant_matrix(t->name, t->ndim, t->shape, f8) || !dit_dtype_is_float(t->dtype)) {
+      st_add(hdr, list, &n, t, &off);
+      continue;
+    }
+    float *s = &scales[nm];
+    dit_st_tensor *q = &made[nm++], *sc = &made[nm++];
+    *q = *t;
+    q->name = strdup(t->name);
+    q->dtype = decoded ? DIT_F32 : f8;
+    q->data = fp8_data(t, f8, decoded, s, &q->end);
+    q->begin = 0;
+    st_add(hdr, list, &n, q, &off);
+    if (decoded) continue;
+    size_t stem = strlen(t->name) - 7; /* without ".weight" */
+    char sn[300];
+    snprintf(sn, sizeof sn, "%.*s.%s", (int)stem, t->name, weight_scale ? "weight_scale" : "scale_weight");
+    *sc = (dit_st_tensor){.name = strdup(sn), .dtype = DIT_F32, .ndim = 0, .end = 4, .data = s};
+    st_add(hdr, list, &n, sc, &off);
+  }
+  if (!rc) rc = st_write(dst, hdr, list, n);
+  for (size_t i = 0; made && i < nm; i++) {
+    free(made[i].name);
+    if (made[i].data != &marker && (made[i].data < (const void *)scales || made[i].data >= (const void *)(scales + cap)))
+      free((void *)made[i].data);
+  }
+  json_decref(hdr);
+  free(list), free(made), free(scales);
+  dit_st_close(f);
+  return rc;
+}
+
 /* The first occurrence of from in s (len bytes) replaced by to; false if it does not fit. */
 static bool replace(char *s, size_t len, const char *from, const char *to) {
   char *p = strstr(s, from);

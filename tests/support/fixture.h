@@ -91,6 +91,13 @@ int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t
 /* Writes dst: the diffusers-named Z-Image transformer file src under the original
  * checkpoint's names with ComfyUI's prefix (fused attention.qkv). 0, or -1 on failure. */
 int dt_zimage_write_original(const char *src, const char *dst);
+/* Writes dst: src with every 2-D "*.weight" matrix stored as fp8 (f8: DIT_F8_E4M3 or
+ * DIT_F8_E5M2) divided by a per-tensor scale (its absolute maximum over the type's largest
+ * value), the scale beside it as "X.scale_weight" (ComfyUI's scaled fp8, with its
+ * "scaled_fp8" marker) or "X.weight_scale" (weight_scale); with decoded, the same matrices
+ * as F32 holding exactly the fp8 values times their scale instead (the reference the fp8
+ * file must compute). 0, or -1 on failure. */
+int dt_st_to_fp8(const char *src, const char *dst, dit_dtype f8, bool weight_scale, bool decoded);
 /* dt_st_rename callback: transformers' Qwen3 names ("model."-prefixed) as llama.cpp's. */
 int dt_qwen3_to_llama_cpp(void *user, const char *name, char *out, size_t len, int64_t *shape, int *ndim);
 /* Copies a diffusers-named AutoencoderKL file (n_levels up/down blocks) to dst under the

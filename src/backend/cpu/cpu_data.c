@@ -26,14 +26,17 @@ dit_status cpu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table
                         (long long)id, (long long)n, (long long)V);
   }
   float *yd = y->data;
-  uint64_t row = 0; /* block-quantized tables: bytes per row, whole blocks (checked above) */
-  bool blocks = dit_dtype_is_block(table->dtype) && dit_dtype_row_bytes(table->dtype, (uint64_t)D, &row);
+  uint64_t row = 0; /* quantized tables: bytes per row, whole blocks (checked above) */
+  bool blocks = dit_dtype_is_quant(table->dtype) && dit_dtype_row_bytes(table->dtype, (uint64_t)D, &row);
+  const float ws = dit_tensor_scale(table);
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
   for (int64_t n = 0; n < N; n++) {
     int64_t id = ids->dtype == DIT_I32 ? ((const int32_t *)ids->data)[n] : ((const int64_t *)ids->data)[n];
-    if (blocks)
+    if (blocks) {
       dit_dequant_row(table->dtype, (const char *)table->data + (uint64_t)id * row, yd + n * D, D);
-    else
+      if (ws != 1.0f)
+        for (int64_t d = 0; d < D; d++) yd[n * D + d] *= ws;
+    } else
       cpu_ld_row(yd + n * D, table->data, table->dtype, id * D, D);
   }
   return DIT_OK;

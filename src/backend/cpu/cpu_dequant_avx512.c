@@ -1,4 +1,4 @@
-/* AVX-512 dequantization of the block types the GEMM meets most (Q8_0, Q4_0, Q4_K, Q6_K)
+/* AVX-512 dequantization of the block types the GEMM meets most (Q8_0, Q4_0, Q4_K, Q6_K) and fp8
  * into fp32 rows, or into bf16 rows for the bf16 GEMM's packing (cpu_gemm_avx512bf16.c),
  * which then reads a few rows from L1 instead of a whole fp32 block from L2. Each value is
  * computed with the same roundings as dit_dequant_row (core/quant.c): an exact integer to
@@ -6,6 +6,9 @@
  * multiply-add, so the fp32 results are bit-identical and the bf16 ones are those values
  * rounded to nearest even; other types go to dit_dequant_row. */
 #include "backend/cpu/cpu_avx512.h"
+
+#include <math.h>
+
 #include "core/quant.h"
 #include "core/quant_internal.h"
 
@@ -21,6 +24,30 @@ INL void put16(const bool bf, void *y, int64_t off, __m512 v) {
     _mm256_storeu_si256((__m256i *)((uint16_t *)y + off), (__m256i)_mm512_cvtneps_pbh(v));
   else
     _mm512_storeu_ps((float *)y + off, v);
+}
+
+/* fp8 rows (n elements, any n): e5m2 is the high byte of an fp16; e4m3 (float8_e4m3fn) placed
+ * as an fp16 with its exponent bias 8 short is exact after a product by 2^8, subnormals
+ * included, and its 0x7f/0xff is NaN. Both are exact in fp32 and in bf16. */
+INL void f8(const bool bf, const bool e4m3, const uint8_t *b, void *y, int64_t n) {
+  const __m256i m7f = _mm256_set1_epi16(0x7f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = cpu_mask16(n - i);
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, b + i));
+    __m512 f;
+    if (e4m3) {
+      const __m256i mag = _mm256_and_si256(v, m7f);
+      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_andnot_si256(m7f, v), 8));
+      f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+      f = _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, m7f), _mm512_set1_ps(NAN));
+    } else {
+      f = _mm512_cvtph_ps(_mm256_slli_epi16(v, 8));
+    }
+    if (bf)
+      _mm256_mask_storeu_epi16((uint16_t *)y + i, m, (__m256i)_mm512_cvtneps_pbh(f));
+    else
+      _mm512_mask_storeu_ps((float *)y + i, m, f);
+  }
 }
 
 /* 16 bytes as 16 int32 lanes (signed or unsigned). */
@@ -106,6 +133,8 @@ INL bool dequant(const bool bf, dit_dtype t, const uint8_t *b, void *dst, int64_
     case DIT_Q4_0: q4_0(bf, b, dst, n / 32); return true;
     case DIT_Q4_K: q4_k(bf, b, dst, n / 256); return true;
     case DIT_Q6_K: q6_k(bf, b, dst, n / 256); return true;
+    case DIT_F8_E4M3: f8(bf, true, b, dst, n); return true;
+    case DIT_F8_E5M2: f8(bf, false, b, dst, n); return true;
     default: return false;
   }
 }

@@ -64,8 +64,9 @@ typedef struct cpu_gemm_bf16_path {
 } cpu_gemm_bf16_path;
 
 #if defined(DIT_CPU_X86)
-/* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K and Q6_K (bit-identical results), and
- * the same values rounded to bf16 (nearest even) for every block type. */
+/* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K, Q6_K and fp8 (bit-identical results,
+ * NaN bits aside), and the same values rounded to bf16 (nearest even) for every type
+ * dit_dtype_is_quant admits. */
 void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n);
 void cpu_dequant_row_bf16_avx512(dit_dtype t, const void *src, uint16_t *dst, int64_t n);
 extern const cpu_gemm_path cpu_gemm_path_avx512;

@@ -68,13 +68,13 @@ INL void pack_half(uint16_t *dst, const void *const rows[16], dit_dtype wt, int6
 
 /* Rows n0 .. n0+nc of w, columns k0 .. k0+kc, into bf16 panels of 32 columns: with
  * kp = (kc+1)/2 pairs, panel p holds wp[p*kp*64 + q*64 + 2*j + e] = w[n0+p*32+j][k0+2q+e]
- * (zero beyond nc and kc). F32/F16 are rounded to bf16. A block-quantized w (rows of ldw
- * elements, k0 and kc whole blocks, kc <= PACK_MAX_KC) is dequantized 16 rows at a time
- * into bf16 rows on the stack (16 KiB, in L1) and packed from there. */
+ * (zero beyond nc and kc). F32/F16 are rounded to bf16. A quantized w (block types or fp8;
+ * rows of ldw elements, k0 and kc whole blocks, kc <= PACK_MAX_KC) is dequantized 16 rows at
+ * a time into bf16 rows on the stack (16 KiB, in L1) and packed from there. */
 TGT static void pack_bf16(uint16_t *wp, const void *w, dit_dtype wt, int64_t ldw, int64_t n0, int64_t nc,
                           int64_t k0, int64_t kc) {
   int64_t np = (nc + BF_NR - 1) / BF_NR, kp = (kc + 1) / 2;
-  const bool blk = dit_dtype_is_block(wt);
+  const bool blk = dit_dtype_is_quant(wt);
   uint64_t row = 0, skip = 0;
   uint16_t tmp[16 * PACK_MAX_KC] __attribute__((aligned(64)));
   if (blk) {

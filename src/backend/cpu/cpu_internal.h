@@ -61,11 +61,12 @@ dit_status cpu_check_bd(const char *op, const char *name, const dit_tensor *x, c
 
 static inline float cpu_act(float v, dit_act a) { return dit_act_apply(v, (int)a); }
 
-/* y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n]) for m < M, n < N: x fp32 with row stride
- * ldx, w in its stored dtype wt with row stride ldw, b (NULL or [N] in dtype bt), y fp32
- * with row stride ldy. Parallel over n_threads; fp32 accumulation. */
+/* y[m, n] = act(ws * sum_k x[m, k] * w[n, k] + b[n]) for m < M, n < N: x fp32 with row
+ * stride ldx, w in its stored dtype wt with row stride ldw (ws: its per-tensor scale), b
+ * (NULL or [N] in dtype bt), y fp32 with row stride ldy. Parallel over n_threads; fp32
+ * accumulation. */
 dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    const void *w, dit_dtype wt, float ws, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err);
 
 /* 1 / sqrt(mean(x^2) + eps) of one row of D floats, as cpu_rms_norm computes it (the

@@ -4,10 +4,11 @@
  * whole model; a register-blocked micro-kernel then multiplies MR rows of x by a panel.
  * Work items are (M block, N block) pairs shared over the threads. The portable C
  * kernel always exists; an AVX-512 kernel (cpu_gemm_avx512.c) is chosen at run time.
- * Block-quantized W (GGUF's Q8_0, Q4_K ...) is dequantized exactly as ggml dequantizes
+ * Block-quantized W (GGUF's Q8_0, Q4_K ...) and fp8 W are dequantized (blocks exactly as ggml does)
  * while it is packed: the AVX512-BF16 pack does it 16 rows at a time into L1; the other
  * paths dequantize the (NC x KC) block into a thread-private fp32 staging buffer first.
- * The weights stay quantized in memory and no full-precision copy is made. */
+ * The weights stay quantized in memory and no full-precision copy is made. A per-tensor
+ * weight scale (scaled fp8) multiplies the fp32 sums in the epilogue, before the bias. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,13 +133,13 @@ const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
 #define STREAM_MAX_M 64     /* measured: at M=100 the packed fp32 path is ~10% faster */
 #define STREAM_MAX_M_BF 128 /* measured: at M=100 the bf16 stream is 0-35% faster than packing */
 
-static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, const void *b, dit_dtype bt,
-                     dit_act act) {
-  if (!b && act == DIT_ACT_NONE) return;
+static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, float ws, const void *b,
+                     dit_dtype bt, dit_act act) {
+  if (!b && act == DIT_ACT_NONE && ws == 1.0f) return;
   for (int64_t i = 0; i < mc; i++) {
     float *yr = y + i * ldy;
     for (int64_t j = 0; j < nc; j++) {
-      float v = yr[j] + (b ? cpu_ld(b, bt, n0 + j) : 0.0f);
+      float v = yr[j] * ws + (b ? cpu_ld(b, bt, n0 + j) : 0.0f);
       yr[j] = cpu_act(v, act);
     }
   }
@@ -152,6 +153,7 @@ typedef struct gemm_job {
   const float *x;
   const void *w, *b;
   dit_dtype wt, bt;
+  float ws; /* W's per-tensor scale, applied in the epilogue */
   dit_act act;
   float *y;
   int64_t MC, NC, nmb, nnb;
@@ -162,14 +164,14 @@ typedef struct gemm_job {
   int64_t ldxb;
 } gemm_job;
 
-/* Bytes of the fp32 staging area for a KC-deep block of block-quantized W (0 otherwise). */
+/* Bytes of the fp32 staging area for a KC-deep block of a quantized W (0 otherwise). */
 static size_t stage_bytes(const gemm_job *J, int64_t kc) {
-  return dit_dtype_is_block(J->wt) ? (size_t)kc * GEMM_NC * sizeof(float) : 0;
+  return dit_dtype_is_quant(J->wt) ? (size_t)kc * GEMM_NC * sizeof(float) : 0;
 }
 
 /* The W block rows n0 .. n0+nc, columns k0 .. k0+kc as the pack functions read it: W itself,
- * or for a block-quantized W its dequantization into the staging area st (rows kc apart;
- * k0 and kc are whole blocks because K and the KC sizes are). */
+ * or for a quantized W its dequantization into the staging area st (rows kc apart; for the
+ * block types k0 and kc are whole blocks because K and the KC sizes are). */
 typedef struct wsrc {
   const void *w;
   dit_dtype wt;
@@ -177,7 +179,7 @@ typedef struct wsrc {
 } wsrc;
 
 static wsrc w_block(const gemm_job *J, float *st, int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
-  if (!dit_dtype_is_block(J->wt)) return (wsrc){J->w, J->wt, J->ldw, n0, k0};
+  if (!dit_dtype_is_quant(J->wt)) return (wsrc){J->w, J->wt, J->ldw, n0, k0};
   uint64_t row = 0, skip = 0;
   dit_dtype_row_bytes(J->wt, (uint64_t)J->K, &row); /* checked by cpu_linear */
   dit_dtype_row_bytes(J->wt, (uint64_t)k0, &skip);
@@ -265,7 +267,7 @@ static void run_items(gemm_item_fn item, const void *path, int nt, const gemm_jo
       int64_t mc = J->M - m0 < J->MC ? J->M - m0 : J->MC;
       int64_t nc = J->N - n0 < J->NC ? J->N - n0 : J->NC;
       item(path, wp, J, m0, mc, n0, nc);
-      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->b, J->bt, J->act);
+      epilogue(J->y + m0 * J->ldy + n0, J->ldy, mc, n0, nc, J->ws, J->b, J->bt, J->act);
     }
   }
 }
@@ -390,7 +392,7 @@ static dit_status gemm_stream(const cpu_gemm_bf16_path *B, int nt, bool bf, gemm
         }
       }
     }
-    epilogue(J->y + n0, J->ldy, M, n0, nc, J->b, J->bt, J->act);
+    epilogue(J->y + n0, J->ldy, M, n0, nc, J->ws, J->b, J->bt, J->act);
   }
   free(xb);
   return DIT_OK;
@@ -398,17 +400,17 @@ static dit_status gemm_stream(const cpu_gemm_bf16_path *B, int nt, bool bf, gemm
 #endif
 
 dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                    const void *w, dit_dtype wt, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
+                    const void *w, dit_dtype wt, float ws, int64_t ldw, const void *b, dit_dtype bt, dit_act act,
                     float *y, int64_t ldy, dit_error *err) {
   if (M <= 0 || N <= 0) return DIT_OK;
-  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, act, y, 0, 0, 0, 0, false, 0, dit_dequant_row, NULL, 0};
+  gemm_job J = {M, N, K, ldx, ldw, ldy, x, w, b, wt, bt, ws, act, y, 0, 0, 0, 0, false, 0, dit_dequant_row, NULL, 0};
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) {
     J.deq = cpu_dequant_row_avx512;
-    /* the stream kernels read W in place: element types only */
-    if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M) && !dit_dtype_is_block(wt))
+    /* the stream kernels read W in place: F32/BF16/F16 only */
+    if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M) && !dit_dtype_is_quant(wt))
       return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
     if (bf) return gemm_bf16(&cpu_gemm_bf16_avx512, nt, &J, err);
   }
@@ -441,7 +443,8 @@ dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: the row layouts of x and y do not match");
   for (int64_t p = 0; p < P; p++)
-    DIT_TRY(cpu_gemm(be, xv.M, N, K, (const float *)x->data + p * xv.ps, xv.rs, w->data, w->dtype, K,
+    DIT_TRY(cpu_gemm(be, xv.M, N, K, (const float *)x->data + p * xv.ps, xv.rs, w->data, w->dtype,
+                     dit_tensor_scale(w), K,
                      b ? b->data : NULL, b ? b->dtype : DIT_F32, act, (float *)y->data + p * yv.ps, yv.rs, err));
   return DIT_OK;
 }

@@ -73,12 +73,12 @@ dit_status cu_attention_gemm(dit_backend *be, void *out, const void *q, const vo
         const char *qp = (const char *)q + (size_t)(b * as->q[0] + i0 * as->q[1] + h * as->q[2]) * es;
         char *outp = (char *)out + (size_t)(b * as->o[0] + i0 * as->o[1] + h * as->o[2]) * es;
         /* column-major: S^T [Sk, n] = K [D, Sk]^T Q [D, n], i.e. S rows of Sk scores per query */
-        DIT_TRY(cu_gemm(be, op, 1, 0, Sk, n, D, kp, ldk, qp, ldq, dt, S, lds, DIT_F32, NULL,
+        DIT_TRY(cu_gemm(be, op, 1, 0, Sk, n, D, 1.0f, kp, ldk, qp, ldq, dt, S, lds, DIT_F32, NULL,
                         CUBLASLT_EPILOGUE_DEFAULT, err));
         DIT_TRY(cu_check(cuk_attn_softmax(P, pdt, ldp, S, lds, n, Sk, scale, mb, causal, i0, im->stream), op,
                          "softmax kernel", err));
         /* O^T [D, n] = V^T [D, Sk] P^T [Sk, n]: out's rows, ld its sequence stride */
-        DIT_TRY(cu_gemm(be, op, 0, 0, D, n, Sk, vp, ldv, P, ldp, pdt, outp, ldo, dt, NULL, CUBLASLT_EPILOGUE_DEFAULT,
+        DIT_TRY(cu_gemm(be, op, 0, 0, D, n, Sk, 1.0f, vp, ldv, P, ldp, pdt, outp, ldo, dt, NULL, CUBLASLT_EPILOGUE_DEFAULT,
                         err));
       }
     }

@@ -169,7 +169,7 @@ static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *
   p->tuned = true;
 }
 
-dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
                    int dt, const void *bias, int epi, dit_error *err) {
   cu_impl *im = cu_im(be);
@@ -210,8 +210,8 @@ dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, i
                                                        sizeof bias),
                         op, "set BIAS_POINTER", err));
   gemm_tune_maybe(im, p, A, B, D);
-  const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
+  const float zero = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &alpha, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
                                      &p->algo, im->workspace, im->workspace_bytes, im->stream);
   return cu_check_lt(st, op, "cublasLtMatmul", err);
 }
@@ -230,7 +230,7 @@ static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor 
   const int64_t K = w->shape[1], N = w->shape[0];
   const size_t xs = dit_dtype_size(w->dtype), ys = dit_dtype_size(dt);
   for (int64_t p = 0; p < xv->P; p++)
-    DIT_TRY(cu_gemm(be, op, 1, 0, N, xv->M, K, w->data, K, (const char *)xp + (size_t)(p * xv->ps) * xs, xv->rs,
+    DIT_TRY(cu_gemm(be, op, 1, 0, N, xv->M, K, dit_tensor_scale(w), w->data, K, (const char *)xp + (size_t)(p * xv->ps) * xs, xv->rs,
                     w->dtype, (char *)yp + (size_t)(p * yv->ps) * ys, yv->rs, dt, bp, epi, err));
   return DIT_OK;
 }
@@ -247,10 +247,16 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   DIT_TRY(cu_check_rows(op, "x", x, &xv, err));
   DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
   DIT_TRY(dit_check_matrix(op, "w", wq, DIT_DEV_CUDA, err));
-  /* a block-quantized w is expanded to bf16 in the scratch (placed first, below) */
-  const bool wblocks = dit_dtype_is_block(wq->dtype);
+  /* a quantized w is expanded to bf16 in the scratch (placed first, below); its per-tensor
+   * scale (fp8) is the GEMM's alpha */
+  const bool wblocks = dit_dtype_is_quant(wq->dtype);
   dit_tensor wbf = *wq;
-  if (wblocks) wbf = dit_tensor_2d(DIT_BF16, NULL, wq->shape[0], wq->shape[1]), wbf.device = DIT_DEV_CUDA;
+  if (wblocks) {
+    if (wq->shape[1] % 2)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: %s w with an odd row length %lld", op, dit_dtype_name(wq->dtype),
+                        (long long)wq->shape[1]);
+    wbf = dit_tensor_2d(DIT_BF16, NULL, wq->shape[0], wq->shape[1]), wbf.device = DIT_DEV_CUDA, wbf.scale = wq->scale;
+  }
   const dit_tensor *w = &wbf;
   if (w->ndim != 2 || x->ndim < 1 || w->shape[1] != x->shape[x->ndim - 1])
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: w must be [N, K] with K = x's last dim", op);
@@ -392,7 +398,7 @@ dit_status cu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
         A = col;
         lda = n;
       }
-      DIT_TRY(cu_gemm(be, op, 0, 0, n, Co, Kd, A, lda, wp, Kd, abt, yb + (size_t)p0 * ys, P, dt, NULL,
+      DIT_TRY(cu_gemm(be, op, 0, 0, n, Co, Kd, 1.0f, A, lda, wp, Kd, abt, yb + (size_t)p0 * ys, P, dt, NULL,
                       CUBLASLT_EPILOGUE_DEFAULT, err));
     }
   }

@@ -86,9 +86,9 @@ dit_status cu_check_rope_tables(const char *op, const dit_tensor *x, const dit_t
                                 int64_t *csb, dit_error *err);
 static inline bool cu_fdtype(dit_dtype t) { return dit_dtype_in(t, DIT_WEIGHT_DTYPES); }
 
-/* GEMM through cuBLASLt (column-major, like cuBLAS): D[m,n] = op(A)[m,k] op(B)[k,n] (+ bias[m])
- * with epilogue epi; A and B of dtype abt, D of dtype dt; fp32 accumulation. */
-dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+/* GEMM through cuBLASLt (column-major, like cuBLAS): D[m,n] = alpha op(A)[m,k] op(B)[k,n]
+ * (+ bias[m]) with epilogue epi; A and B of dtype abt, D of dtype dt; fp32 accumulation. */
+dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
                    int dt, const void *bias, int epi, dit_error *err);
 
@@ -141,13 +141,13 @@ extern "C" {
 #endif
 /* Kernel launchers: enqueue on stream s and return cudaGetLastError(). n: element counts. */
 cudaError_t cuk_convert(void *dst, int ddt, const void *src, int sdt, int64_t n, cudaStream_t s);
-/* y [rows, K] bf16 = the block-quantized rows w (dtype a DIT_Q* block type), as ggml
- * dequantizes them, rounded to bf16. */
+/* y [rows, K] bf16 = the quantized rows w (dtype a DIT_Q* block type, as ggml dequantizes
+ * them, or fp8 with K even), rounded to bf16. */
 cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s);
-/* cuk_embedding over a block-quantized table (tdt a DIT_Q* type): each value as ggml
- * dequantizes it. */
-cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, const void *ids,
-                            int idt, int64_t N, int *flag, cudaStream_t s);
+/* cuk_embedding over a quantized table (tdt a DIT_Q* type or fp8): each value as ggml
+ * dequantizes it, times ws (the table's per-tensor scale). */
+cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, float ws,
+                            const void *ids, int idt, int64_t N, int *flag, cudaStream_t s);
 cudaError_t cuk_act(void *y, const void *x, int dt, int64_t n, int act, cudaStream_t s);
 /* op: 0 add, 1 mul, 2 swiglu (silu(a) * b). */
 cudaError_t cuk_binary(void *y, const void *a, const void *b, int dt, int64_t n, int op, cudaStream_t s);

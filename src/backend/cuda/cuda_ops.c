@@ -300,9 +300,9 @@ dit_status cu_embedding(dit_backend *be, dit_tensor *y, const dit_tensor *table,
   if (dit_tensor_numel(y) != N * D || last_dim(y) != D)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y must be [%lld, %lld]", op, (long long)N, (long long)D);
   if (N == 0) return DIT_OK;
-  if (dit_dtype_is_block(table->dtype))
-    LAUNCH(op, "kernel", cuk_embedding_q(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype,
-                                         N, im->flag, im->stream));
+  if (dit_dtype_is_quant(table->dtype))
+    LAUNCH(op, "kernel", cuk_embedding_q(y->data, y->dtype, table->data, table->dtype, V, D, dit_tensor_scale(table),
+                                         ids->data, ids->dtype, N, im->flag, im->stream));
   else
     LAUNCH(op, "kernel", cuk_embedding(y->data, y->dtype, table->data, table->dtype, V, D, ids->data, ids->dtype, N,
                                        im->flag, im->stream));

@@ -1,4 +1,4 @@
-/* Dequantization of ggml's block-quantized weights (GGUF's Q4_0 ... Q6_K) into bf16 rows on
+/* Dequantization of ggml's block-quantized weights (GGUF's Q4_0 ... Q6_K) and fp8 into bf16 rows on
  * the GPU, for the linear op: a quantized weight is expanded into the backend's scratch just
  * before its GEMM, so the resident copy stays quantized. Each element is computed as ggml's
  * dequantize_row_* computes it on the CPU (fp16 scales widened exactly, products and sums
@@ -100,6 +100,23 @@ __device__ __forceinline__ float dq_q5_k(const uint8_t *b, int i) {
   return mul_sub(d1, (float)v, m1);
 }
 
+/* fp8 (one-byte "blocks"): e5m2 is the high byte of an fp16; e4m3 (float8_e4m3fn) as an
+ * fp16 with its exponent bias 8 short is exact after a product by 2^8, subnormals included;
+ * its 0x7f / 0xff is NaN (as dit_e4m3_to_f32). */
+__device__ __forceinline__ float dq_e5m2(const uint8_t *b, int i) {
+  __half_raw r;
+  r.x = (unsigned short)(b[i] << 8);
+  return __half2float(__half(r));
+}
+
+__device__ __forceinline__ float dq_e4m3(const uint8_t *b, int i) {
+  const unsigned v = b[i];
+  if ((v & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  __half_raw r;
+  r.x = (unsigned short)(((v & 0x80) << 8) | ((v & 0x7f) << 7));
+  return __half2float(__half(r)) * 256.0f;
+}
+
 /* Q6_K: ql[128], qh[64], scales[16] (int8), d. */
 __device__ __forceinline__ float dq_q6_k(const uint8_t *b, int i) {
   const int n = i >> 7, r = i & 127, quarter = r >> 5, l = r & 31;
@@ -137,8 +154,8 @@ static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, cudaS
 /* Embedding rows of a block-quantized table: y[r][d] = table[ids[r]][d]; a bad id sets *flag
  * and zeroes its row (as k_embedding). */
 template <typename T, int QK, int BB, float (*DQ)(const uint8_t *, int)>
-__global__ void k_embed_q(T *y, const uint8_t *w, int64_t V, int64_t D, const void *ids, int idt, int64_t n,
-                          int *flag) {
+__global__ void k_embed_q(T *y, const uint8_t *w, int64_t V, int64_t D, float ws, const void *ids, int idt,
+                          int64_t n, int *flag) {
   const int64_t row_bytes = D / QK * BB;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / D, d = i - r * D;
@@ -147,40 +164,44 @@ __global__ void k_embed_q(T *y, const uint8_t *w, int64_t V, int64_t D, const vo
       *flag = 1;
       cu_st(y, i, 0.0f);
     } else {
-      cu_st(y, i, DQ(w + id * row_bytes + d / QK * BB, (int)(d % QK)));
+      cu_st(y, i, DQ(w + id * row_bytes + d / QK * BB, (int)(d % QK)) * ws);
     }
   }
 }
 
 template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
-static cudaError_t launch_embed(void *y, int ydt, const void *w, int64_t V, int64_t D, const void *ids, int idt,
-                                int64_t N, int *flag, cudaStream_t s) {
+static cudaError_t launch_embed(void *y, int ydt, const void *w, int64_t V, int64_t D, float ws, const void *ids,
+                                int idt, int64_t N, int *flag, cudaStream_t s) {
   const int64_t n = N * D;
   if (n <= 0) return cudaSuccess;
   CU_DISPATCH(ydt, T, k_embed_q<T, QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, (const uint8_t *)w, V, D,
-                                                                                   ids, idt, n, flag));
+                                                                                   ws, ids, idt, n, flag));
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D,
+extern "C" cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, float ws,
                                        const void *ids, int idt, int64_t N, int *flag, cudaStream_t s) {
   switch (tdt) {
-    case DIT_Q8_0: return launch_embed<32, 34, dq_q8_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q4_0: return launch_embed<32, 18, dq_q4_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q4_1: return launch_embed<32, 20, dq_q4_1>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q5_0: return launch_embed<32, 22, dq_q5_0>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q5_1: return launch_embed<32, 24, dq_q5_1>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q2_K: return launch_embed<256, 84, dq_q2_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q3_K: return launch_embed<256, 110, dq_q3_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q4_K: return launch_embed<256, 144, dq_q4_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q5_K: return launch_embed<256, 176, dq_q5_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
-    case DIT_Q6_K: return launch_embed<256, 210, dq_q6_k>(y, ydt, table, V, D, ids, idt, N, flag, s);
+    case DIT_F8_E4M3: return launch_embed<1, 1, dq_e4m3>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_F8_E5M2: return launch_embed<1, 1, dq_e5m2>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q8_0: return launch_embed<32, 34, dq_q8_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q4_0: return launch_embed<32, 18, dq_q4_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q4_1: return launch_embed<32, 20, dq_q4_1>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q5_0: return launch_embed<32, 22, dq_q5_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q5_1: return launch_embed<32, 24, dq_q5_1>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q2_K: return launch_embed<256, 84, dq_q2_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q3_K: return launch_embed<256, 110, dq_q3_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q4_K: return launch_embed<256, 144, dq_q4_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q5_K: return launch_embed<256, 176, dq_q5_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    case DIT_Q6_K: return launch_embed<256, 210, dq_q6_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
     default: return cudaErrorInvalidValue;
   }
 }
 
 extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s) {
   switch (dtype) {
+    case DIT_F8_E4M3: return launch<1, 1, dq_e4m3>(y, w, rows, K, s);
+    case DIT_F8_E5M2: return launch<1, 1, dq_e5m2>(y, w, rows, K, s);
     case DIT_Q8_0: return launch<32, 34, dq_q8_0>(y, w, rows, K, s);
     case DIT_Q4_0: return launch<32, 18, dq_q4_0>(y, w, rows, K, s);
     case DIT_Q4_1: return launch<32, 20, dq_q4_1>(y, w, rows, K, s);

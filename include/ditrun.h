@@ -103,8 +103,9 @@ dit_status dit_compare_png(dit_ctx *ctx, const char *a, const char *b, dit_image
 typedef struct dit_quantize_params {
   const char *model_dir;  /* diffusers folder (model_index.json) */
   const char *component;  /* "transformer" (NULL: it) or "text_encoder" */
-  dit_dtype type;         /* weight matrices to: a block type (DIT_Q8_0 ...), DIT_BF16, DIT_F16 or DIT_F32 */
-  const char *output;     /* the .gguf to write */
+  dit_dtype type;         /* weight matrices to: a block type (DIT_Q8_0 ...), DIT_BF16, DIT_F16 or DIT_F32
+                             (a .gguf output), or DIT_F8_E4M3 / DIT_F8_E5M2 (a .safetensors output) */
+  const char *output;     /* the .gguf (for fp8: .safetensors) to write */
   int overwrite;          /* replace an existing output */
   /* called before each tensor is written (i of n, its name in the file); may be NULL */
   void (*on_tensor)(void *user, size_t i, size_t n, const char *name);
@@ -115,8 +116,10 @@ typedef struct dit_quantize_params {
  * "*.weight" tensors whose rows are whole blocks, except the input and output projections
  * stable-diffusion.cpp also keeps: embedders and final layers) in p->type, the rest as
  * stored; the names those of the family's GGUF files elsewhere (Z-Image: the original
- * checkpoint's; Qwen3: llama.cpp's), others as stored. The output is written to a
- * temporary file and renamed when complete. */
+ * checkpoint's; Qwen3: llama.cpp's), others as stored. For fp8 a safetensors file as
+ * ComfyUI's scaled fp8 checkpoints are: each matrix over its per-tensor scale, the scale as
+ * "X.scale_weight", the "scaled_fp8" marker; Z-Image under the original names, Qwen3 under
+ * transformers'. The output is written to a temporary file and renamed when complete. */
 dit_status dit_quantize(dit_ctx *ctx, const dit_quantize_params *p);
 
 /* ---- image generation (ditrun generate) ---------------------------------------- */

@@ -2,7 +2,8 @@
  * (original Z-Image names, q/k/v fused) and the text encoder as GGUF (llama.cpp names);
  * `generate --diffusion-model F.gguf --text-encoder T.gguf` then runs them: the text encoder
  * file (kept in bf16: its rows are not whole blocks) gives a byte-identical image, Q8_0
- * stays within 45 dB of the bf16 folder's image (measured: 51.7 dB); bad invocations exit 2. */
+ * stays within 45 dB of the bf16 folder's image (measured: 51.7 dB). Then scaled fp8
+ * safetensors (e4m3, e5m2; the text encoder too); bad invocations exit 2. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,7 +78,40 @@ int main(int argc, char **argv) {
   snprintf(extra, sizeof extra, "--text-encoder '%s'", te);
   CHECK(gen(extra, out) == 0);
   CHECK_MSG(dt_files_equal(ref, out), "the text encoder's GGUF gave a different image");
+  /* fp8 (ComfyUI's scaled fp8 safetensors): the transformer, then the text encoder too (its
+   * embedding table included) */
+  static const char *const f8[] = {"f8_e4m3", "f8_e5m2"};
+  for (int t = 0; t < 2; t++) {
+    snprintf(f, sizeof f, "%s/dit-%s.safetensors", g.tmp, f8[t]);
+    snprintf(args, sizeof args, "quantize -m '%s' --type %s -o '%s' --overwrite -q", g.model, f8[t], f);
+    CHECK_MSG(run(args, msg, sizeof msg) == 0, "quantize %s: %s", f8[t], msg);
+    snprintf(args, sizeof args, "info '%s'", f);
+    CHECK(run(args, msg, sizeof msg) == 0 && strstr(msg, t ? "F8_E5M2 x" : "F8_E4M3 x"));
+    snprintf(out, sizeof out, "%s/%s.png", g.tmp, f8[t]);
+    unlink(out);
+    snprintf(extra, sizeof extra, "--diffusion-model '%s'", f);
+    CHECK(gen(extra, out) == 0);
+    double p = psnr_of(ref, out);
+    printf("%s transformer: %.2f dB against the bf16 folder\n", f8[t], p);
+    CHECK_MSG(p >= (t ? 28.0 : 33.0), "%s image at %.2f dB (measured 38.0 e4m3, 33.0 e5m2)", f8[t], p);
+  }
+  char te8[4200];
+  snprintf(te8, sizeof te8, "%s/te-f8.safetensors", g.tmp);
+  snprintf(args, sizeof args, "quantize -m '%s' --component text_encoder --type f8_e4m3 -o '%s' --overwrite -q", g.model,
+           te8);
+  CHECK_MSG(run(args, msg, sizeof msg) == 0, "quantize text encoder f8_e4m3: %s", msg);
+  snprintf(out, sizeof out, "%s/te-f8.png", g.tmp);
+  unlink(out);
+  snprintf(extra, sizeof extra, "--text-encoder '%s' --diffusion-model '%s/dit-f8_e4m3.safetensors'", te8, g.tmp);
+  CHECK(gen(extra, out) == 0);
+  double pt = psnr_of(ref, out);
+  printf("f8_e4m3 text encoder and transformer: %.2f dB against the bf16 folder\n", pt);
+  CHECK_MSG(pt >= 33.0, "f8_e4m3 text encoder + transformer image at %.2f dB (measured 38.3)", pt);
   /* bad invocations */
+  snprintf(args, sizeof args, "quantize -m '%s' --type f8_e4m3 -o '%s/x.gguf'", g.model, g.tmp);
+  CHECK_MSG(run(args, msg, sizeof msg) == 2 && strstr(msg, "safetensors"), "fp8 to GGUF: %s", msg);
+  snprintf(args, sizeof args, "quantize -m '%s' --type q8_0 -o '%s/x.safetensors'", g.model, g.tmp);
+  CHECK_MSG(run(args, msg, sizeof msg) == 2 && strstr(msg, "GGUF"), "q8_0 to safetensors: %s", msg);
   snprintf(args, sizeof args, "quantize -m '%s' --type q9_0 -o '%s/x.gguf'", g.model, g.tmp);
   CHECK(run(args, msg, sizeof msg) == 2 && strstr(msg, "q8_0"));
   snprintf(args, sizeof args, "quantize -m '%s' --type q8_0", g.model);

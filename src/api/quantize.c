@@ -1,6 +1,10 @@
 /* `ditrun quantize` (see ditrun.h): plans the output tensors of one component (names by the
  * family's dit_wexport, fused parts, output dtypes), then streams them into a GGUF file,
- * converting each row to float and quantizing it as ggml's reference quantizer does. */
+ * converting each row to float and quantizing it as ggml's reference quantizer does; or, for
+ * fp8, into a safetensors file as ComfyUI's scaled fp8 checkpoints hold them: each matrix
+ * divided by a per-tensor scale (its absolute maximum over the type's largest value), the
+ * scale beside it as "X.scale_weight", and the "scaled_fp8" marker. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,29 +17,35 @@
 #include "models/qwen3.h"
 #include "models/zimage.h"
 
-/* The families whose GGUF names differ from diffusers': a component class and its export. */
+/* The families whose file names differ from diffusers': a component class and its export,
+ * for GGUF files and for ComfyUI's (scaled fp8) safetensors. */
 static const struct {
   const char *cls;
-  const dit_wexport *ex;
+  const dit_wexport *gguf, *st;
 } exports[] = {
-    {"ZImageTransformer2DModel", &dit_zimage_export},
-    {"Qwen3ForCausalLM", &dit_qwen3_export},
-    {"Qwen3Model", &dit_qwen3_export},
+    {"ZImageTransformer2DModel", &dit_zimage_export, &dit_zimage_export},
+    {"Qwen3ForCausalLM", &dit_qwen3_export, NULL},
+    {"Qwen3Model", &dit_qwen3_export, NULL},
 };
 
 typedef struct q_item {
   char name[DIT_WNAME_MAX];
   const dit_st_tensor *src[4];
   int n_src;
+  size_t scale_of; /* an fp8 scale: its matrix's item + 1 (0: not a scale) */
+  float scale;     /* an fp8 matrix: its per-tensor scale, set when it is written */
 } q_item;
 
 typedef struct q_plan {
   dit_weights *w;
   q_item *items;
-  dit_gguf_wtensor *t;
+  dit_out_tensor *t;
   size_t n;
   int threads;
+  bool st; /* writing safetensors (fp8): no GGUF name limit */
 } q_plan;
+
+static bool is_fp8(dit_dtype t) { return t == DIT_F8_E4M3 || t == DIT_F8_E5M2; }
 
 static bool has_suffix(const char *s, const char *suf, size_t *stem) {
   size_t n = strlen(s), m = strlen(suf);
@@ -44,7 +54,7 @@ static bool has_suffix(const char *s, const char *suf, size_t *stem) {
 }
 
 /* dst = "^" + src with ex's prefix stripped and renames applied, the '^' removed. */
-static dit_status export_name(const dit_wexport *ex, const char *src, char *dst, size_t len, dit_error *err) {
+static dit_status export_name(const dit_wexport *ex, const char *src, char *dst, size_t len, bool st, dit_error *err) {
   size_t pl = ex && ex->strip_prefix ? strlen(ex->strip_prefix) : 0;
   if (pl && !strncmp(src, ex->strip_prefix, pl)) src += pl;
   char a[DIT_WNAME_MAX + 1], b[DIT_WNAME_MAX + 1];
@@ -57,7 +67,7 @@ static dit_status export_name(const dit_wexport *ex, const char *src, char *dst,
     memcpy(a, b, sizeof a);
   }
   const char *r = a[0] == '^' ? a + 1 : a;
-  if (strlen(r) >= 64 || snprintf(dst, len, "%s", r) >= (int)len)
+  if ((!st && strlen(r) >= 64) || snprintf(dst, len, "%s", r) >= (int)len)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" is 64 bytes or longer (GGUF's limit)", r);
   return DIT_OK;
 }
@@ -105,29 +115,64 @@ static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor
       snprintf(src_name, sizeof src_name, "%.*s%s", (int)stem, t->name, fu->suffix);
     }
   }
-  DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, err));
-  dit_gguf_wtensor *o = &P->t[P->n];
+  DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, P->st, err));
+  dit_out_tensor *o = &P->t[P->n];
   o->name = it->name;
   o->ndim = t->ndim;
-  if (t->ndim < 1 || t->ndim > 4)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor %s has %d dims (GGUF holds 1 to 4)", t->name, t->ndim);
+  if (t->ndim < (P->st ? 0 : 1) || t->ndim > 4)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor %s has %d dims (at most 4%s)", t->name, t->ndim,
+                      P->st ? "" : ", at least 1 in GGUF");
   memcpy(o->shape, t->shape, sizeof o->shape);
   for (int k = 1; k < it->n_src; k++) o->shape[0] += it->src[k]->shape[0];
   o->dtype = out_dtype(it->name, t, type);
   P->n++;
+  if (!is_fp8(o->dtype)) return DIT_OK;
+  /* its scale: "X.scale_weight" beside "X.weight" */
+  q_item *sc = &P->items[P->n];
+  size_t stem = strlen(it->name) - 7; /* a matrix name ends in ".weight" (dit_wname_quant_matrix) */
+  if (snprintf(sc->name, sizeof sc->name, "%.*s.scale_weight", (int)stem, it->name) >= (int)sizeof sc->name)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" too long for its scale's", it->name);
+  sc->scale_of = P->n; /* the matrix's index + 1 */
+  P->t[P->n] = (dit_out_tensor){sc->name, DIT_F32, 0, {0}};
+  P->n++;
   return DIT_OK;
 }
 
-/* Writes tensor i: each source row converted to float, then to the output dtype. */
+/* An fp8 matrix's per-tensor scale: the absolute maximum of its rows (n_src sources of K
+ * columns) over the type's largest finite value; 1 for an all-zero matrix. */
+static float fp8_scale(const q_plan *P, const q_item *it, dit_dtype t, int64_t K, float *rows) {
+  float amax = 0.0f;
+  for (int k = 0; k < it->n_src; k++) {
+    const dit_st_tensor *s = it->src[k];
+    const uint64_t rb = (uint64_t)K * dit_dtype_size(s->dtype);
+    const int64_t nr = K ? (int64_t)((s->end - s->begin) / rb) : 0;
+#pragma omp parallel for num_threads(P->threads) schedule(dynamic, 16) reduction(max : amax)
+    for (int64_t r = 0; r < nr; r++) {
+      float *row = rows + (size_t)omp_get_thread_num() * (size_t)K;
+      dit_convert_to_f32(row, (const uint8_t *)s->data + (uint64_t)r * rb, s->dtype, (size_t)K);
+      for (int64_t i = 0; i < K; i++) amax = fabsf(row[i]) > amax ? fabsf(row[i]) : amax;
+    }
+  }
+  return amax > 0.0f && isfinite(amax) ? amax / (t == DIT_F8_E4M3 ? 448.0f : 57344.0f) : 1.0f;
+}
+
+/* Writes tensor i: each source row converted to float, then to the output dtype (an fp8
+ * matrix divided by its scale first; a scale item is its matrix's scale). */
 static dit_status fill(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
   const q_plan *P = user;
-  const q_item *it = &P->items[i];
-  const dit_gguf_wtensor *o = &P->t[i];
-  const int64_t K = o->shape[o->ndim - 1];
+  q_item *it = &P->items[i];
+  const dit_out_tensor *o = &P->t[i];
+  if (it->scale_of) {
+    memcpy(dst, &P->items[it->scale_of - 1].scale, 4);
+    return nbytes == 4 ? DIT_OK : dit_errorf(err, DIT_ERR_INTERNAL, "quantize: scale %s: size mismatch", o->name);
+  }
+  const int64_t K = o->ndim ? o->shape[o->ndim - 1] : 1;
   uint64_t rb_out, rb_in = (uint64_t)K * dit_dtype_size(it->src[0]->dtype);
   dit_dtype_row_bytes(o->dtype, (uint64_t)K, &rb_out); /* checked by the writer */
   float *rows = malloc(sizeof(float) * (size_t)(K ? K : 1) * (size_t)P->threads);
   if (!rows) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory for rows of %lld", (long long)K);
+  const bool f8 = is_fp8(o->dtype);
+  if (f8) it->scale = fp8_scale(P, it, o->dtype, K, rows);
   uint8_t *out = dst;
   for (int k = 0; k < it->n_src; k++) {
     const dit_st_tensor *s = it->src[k];
@@ -136,6 +181,7 @@ static dit_status fill(void *user, size_t i, void *dst, size_t nbytes, dit_error
     for (int64_t r = 0; r < nr; r++) {
       float *row = rows + (size_t)omp_get_thread_num() * (size_t)K;
       dit_convert_to_f32(row, (const uint8_t *)s->data + (uint64_t)r * rb_in, s->dtype, (size_t)K);
+      for (int64_t c = 0; f8 && c < K; c++) row[c] /= it->scale;
       dit_quant_row(o->dtype, row, out + (uint64_t)r * rb_out, K);
     }
     out += (uint64_t)nr * rb_out;
@@ -158,9 +204,13 @@ static dit_status fill_progress(void *user, size_t i, void *dst, size_t nbytes, 
 }
 
 static dit_status plan(q_plan *P, const dit_wexport *ex, dit_dtype type, dit_error *err) {
-  P->items = calloc(P->w->n_tensors + 1, sizeof *P->items);
-  P->t = calloc(P->w->n_tensors + 1, sizeof *P->t);
+  P->items = calloc(2 * P->w->n_tensors + 2, sizeof *P->items); /* a scale per matrix, a marker */
+  P->t = calloc(2 * P->w->n_tensors + 2, sizeof *P->t);
   if (!P->items || !P->t) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory");
+  if (is_fp8(type)) { /* ComfyUI's marker of a scaled fp8 file: an empty fp8 tensor */
+    snprintf(P->items[0].name, sizeof P->items[0].name, "scaled_fp8");
+    P->t[P->n++] = (dit_out_tensor){P->items[0].name, type, 1, {0}};
+  }
   for (size_t i = 0; i < P->w->n_tensors; i++) {
     const dit_st_tensor *t = P->w->tensors[i];
     if (dropped(ex, t->name)) continue;
@@ -175,8 +225,15 @@ static dit_status plan(q_plan *P, const dit_wexport *ex, dit_dtype type, dit_err
 static dit_status quantize(dit_ctx *ctx, const dit_quantize_params *p, dit_error *err) {
   const char *comp = p->component ? p->component : "transformer";
   if (!p->model_dir || !p->output) return dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: no model folder or output");
-  if (!dit_dtype_is_block(p->type) && p->type != DIT_BF16 && p->type != DIT_F16 && p->type != DIT_F32)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: type %s (a block type, bf16, f16 or f32)",
+  if (!dit_dtype_is_quant(p->type) && p->type != DIT_BF16 && p->type != DIT_F16 && p->type != DIT_F32)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: type %s (a block type, fp8, bf16, f16 or f32)",
+                      dit_dtype_name(p->type));
+  const size_t ol = strlen(p->output);
+  const bool st = ol >= 12 && !strcmp(p->output + ol - 12, ".safetensors");
+  if (st != is_fp8(p->type))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      st ? "quantize: a .safetensors output holds fp8 (f8_e4m3, f8_e5m2); %s is written as GGUF"
+                         : "quantize: %s is written as a .safetensors file (GGUF has no fp8 type)",
                       dit_dtype_name(p->type));
   dit_model_dir *dir = NULL;
   DIT_TRY(dit_model_dir_open(p->model_dir, &dir, err));
@@ -186,15 +243,20 @@ static dit_status quantize(dit_ctx *ctx, const dit_quantize_params *p, dit_error
                    : dit_errorf(err, DIT_ERR_INVALID_ARG, "quantize: %s has no component \"%s\"", p->model_dir, comp);
   const dit_wexport *ex = NULL;
   for (size_t i = 0; c && i < sizeof exports / sizeof *exports; i++)
-    if (c->cls && !strcmp(c->cls, exports[i].cls)) ex = exports[i].ex;
+    if (c->cls && !strcmp(c->cls, exports[i].cls)) ex = st ? exports[i].st : exports[i].gguf;
   char cls[128];
   snprintf(cls, sizeof cls, "%s", c && c->cls ? c->cls : "?");
   dit_model_dir_close(dir);
   q_plan P = {0};
+  P.st = st;
   P.threads = ctx->params.n_threads > 0 ? ctx->params.n_threads : omp_get_max_threads();
   if (s == DIT_OK) s = dit_weights_open(path, NULL, &P.w, err);
   if (s == DIT_OK) s = plan(&P, ex, p->type, err);
-  if (s == DIT_OK) {
+  progress g = {p, &P};
+  if (s == DIT_OK && st) {
+    const char *meta[] = {"format", "pt", "ditrun.source_class", cls, "ditrun.weight_type", dit_dtype_name(p->type)};
+    s = dit_st_write(p->output, p->overwrite != 0, meta, 3, P.t, P.n, fill_progress, &g, err);
+  } else if (s == DIT_OK) {
     const char *arch = ex ? ex->arch : cls, *tname = dit_dtype_name(p->type);
     uint32_t qv = 2;
     const dit_gguf_wkv kv[] = {
@@ -203,7 +265,6 @@ static dit_status quantize(dit_ctx *ctx, const dit_quantize_params *p, dit_error
         {"ditrun.source_class", DIT_GGUF_STRING, 0, 0, cls},
         {"ditrun.weight_type", DIT_GGUF_STRING, 0, 0, tname},
     };
-    progress g = {p, &P};
     s = dit_gguf_write(p->output, p->overwrite != 0, kv, sizeof kv / sizeof *kv, P.t, P.n, fill_progress, &g, err);
   }
   free(P.items);

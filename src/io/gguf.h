@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io/outfile.h"
 #include "io/safetensors.h"
 
 /* GGUF value types. */
@@ -71,15 +72,9 @@ typedef struct dit_gguf_wkv {
                          arrays: n values, or n `const char *` for STRING */
 } dit_gguf_wkv;
 
-typedef struct dit_gguf_wtensor {
-  const char *name;
-  dit_dtype dtype; /* F32, F16, BF16 or a block type (or I8..I64, F64) */
-  int ndim;        /* 1..4, torch order */
-  int64_t shape[4];
-} dit_gguf_wtensor;
-
-/* Fills tensor i's nbytes of data at dst (the calls come in order). */
-typedef dit_status (*dit_gguf_fill_fn)(void *user, size_t i, void *dst, size_t nbytes, dit_error *err);
+/* dtype: F32, F16, BF16 or a block type (or I8..I64, F64); ndim 1..4 (io/outfile.h) */
+typedef dit_out_tensor dit_gguf_wtensor;
+typedef dit_out_fill_fn dit_gguf_fill_fn;
 
 /* Writes path (through a temporary file in its folder, renamed when complete; an existing
  * path is replaced only when overwrite): version 3, alignment 32, the key/values, then each

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 typedef struct dit_outfile {
@@ -25,5 +26,15 @@ dit_status dit_outfile_begin(dit_outfile *o, const char *path, const char *kind,
 dit_status dit_outfile_end(dit_outfile *o, dit_status st, dit_error *err);
 /* DIT_ERR_IO "cannot write <kind> <path>: <what>: <reason for errno e>". */
 dit_status dit_outfile_error(const dit_outfile *o, const char *what, int e, dit_error *err);
+
+/* A tensor the weight-file writers (GGUF, safetensors) write: its name, dtype and shape in
+ * torch order; the data come from a fill function, tensor i's nbytes at dst, in order. */
+typedef struct dit_out_tensor {
+  const char *name;
+  dit_dtype dtype;
+  int ndim;
+  int64_t shape[4];
+} dit_out_tensor;
+typedef dit_status (*dit_out_fill_fn)(void *user, size_t i, void *dst, size_t nbytes, dit_error *err);
 
 #endif

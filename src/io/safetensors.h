@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/outfile.h"
 
 #define DIT_ST_DEFAULT_MAX_HEADER (100u * 1024u * 1024u)
 
@@ -96,6 +97,14 @@ dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tenso
 /* 64-byte aligned memory owned (and freed) by w; NULL when out of memory. */
 void *dit_weights_alloc(dit_weights *w, size_t bytes);
 
+/* ---- writing (st_write.c) ----
+ * Writes path (through a temporary file in its folder, renamed when complete; an existing
+ * path is replaced only when overwrite): the header with meta's n_meta key/value string
+ * pairs (meta[2i], meta[2i+1]) as "__metadata__", then each tensor (element types, 0 to 4
+ * dims) as fill gives it, back to back. Nothing is left on failure. */
+dit_status dit_st_write(const char *path, bool overwrite, const char *const *meta, size_t n_meta,
+                        const dit_out_tensor *t, size_t n_t, dit_out_fill_fn fill, void *user, dit_error *err);
+
 /* ---- other programs' names for the same tensors (st_remap.c) ----
  * Checkpoints saved by other tools name a model's tensors their own way: a prefix on every
  * name, renamed modules, projections fused into one tensor. A remap rewrites the names of
@@ -141,7 +150,9 @@ bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from,
 /* Rewrites w's names by r (the tensors become views with the new names; a split part
  * covers its rows of the original's bytes). A split tensor whose dim 0 is not a multiple
  * of n, a name longer than DIT_WNAME_MAX, or two tensors ending with one name is
- * DIT_ERR_FORMAT naming them. May be applied once per set. */
+ * DIT_ERR_FORMAT naming them. The per-tensor scales of a split fp8 weight ("X.scale_weight",
+ * "X.weight_scale" and the input scales beside "X.weight") are copied to each part's name.
+ * May be applied once per set. */
 dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err);
 
 /* ---- weight table: {checkpoint name, destination, expected shape} ---- */

@@ -44,9 +44,9 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
 /* DIT_ERR_UNSUPPORTED naming the first bound tensor of t that is not F32, BF16 or F16 (the
  * dtypes the ops read weights in). */
 dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err);
-/* The same with choices: any element type passes when any_elements; block-quantized
- * tensors (GGUF's Q8_0 ...) pass when blocks and they are 2-D weight matrices (the linear
- * and embedding ops read those). */
+/* The same with choices: any element type passes when any_elements; quantized tensors
+ * (GGUF's Q8_0 ..., fp8) pass when blocks and they are 2-D weight matrices (the linear and
+ * embedding ops read those). */
 dit_status dit_wtable_check_weights(const dit_wtable *t, bool any_elements, bool blocks, dit_error *err);
 
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w);

@@ -112,6 +112,17 @@ static bool find_index(const dit_weights *w, const char *name, size_t *idx) {
   return false;
 }
 
+/* True when shapes a and b are equal once their leading size-1 dims are dropped (ggml's
+ * writers, stable-diffusion.cpp's among them, store a [1, D] tensor as [D]). */
+static bool same_but_leading_ones(const int64_t *a, int na, const int64_t *b, int nb) {
+  while (na > 0 && a[0] == 1) a++, na--;
+  while (nb > 0 && b[0] == 1) b++, nb--;
+  if (na != nb) return false;
+  for (int k = 0; k < na; k++)
+    if (a[k] != b[k]) return false;
+  return true;
+}
+
 bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, dit_dtype t) {
   size_t len = strlen(name);
   uint64_t rb;
@@ -194,14 +205,13 @@ dit_status dit_wtable_bind(dit_wtable *t, dit_weights *w, const char *prefix, co
     }
     const dit_st_tensor *st = w->tensors[idx];
     used[idx] = true;
-    bool same = st->ndim == e->ndim;
-    for (int k = 0; same && k < e->ndim; k++) same = st->shape[k] == e->shape[k];
-    if (!same) {
+    if (!same_but_leading_ones(st->shape, st->ndim, e->shape, e->ndim)) {
       list_add(&shaped, "%s expected %s found %s", full, dit_shape_str(e->shape, e->ndim, (char[128]){0}, 128),
                dit_shape_str(st->shape, st->ndim, (char[128]){0}, 128));
       continue;
     }
     dit_status s = dit_weights_tensor(w, st, e->dst, err);
+    if (s == DIT_OK) *e->dst = dit_tensor_make(e->dst->dtype, e->dst->data, e->ndim, e->shape); /* the table's rank */
     if (s == DIT_OK) s = bind_fp8_scale(w, full, e->dst, used, err);
     if (s == DIT_OK) s = dequant_small(w, e->dst, full, err);
     if (s != DIT_OK) {

@@ -179,39 +179,30 @@ static cudaError_t launch_embed(void *y, int ydt, const void *w, int64_t V, int6
   return cudaGetLastError();
 }
 
+/* Every type with its block elements, block bytes and element decoder. */
+#define DQ_TYPES(X)                                                                                        \
+  X(DIT_F8_E4M3, 1, 1, dq_e4m3) X(DIT_F8_E5M2, 1, 1, dq_e5m2) X(DIT_Q8_0, 32, 34, dq_q8_0)                \
+  X(DIT_Q4_0, 32, 18, dq_q4_0) X(DIT_Q4_1, 32, 20, dq_q4_1) X(DIT_Q5_0, 32, 22, dq_q5_0)                  \
+  X(DIT_Q5_1, 32, 24, dq_q5_1) X(DIT_Q2_K, 256, 84, dq_q2_k) X(DIT_Q3_K, 256, 110, dq_q3_k)               \
+  X(DIT_Q4_K, 256, 144, dq_q4_k) X(DIT_Q5_K, 256, 176, dq_q5_k) X(DIT_Q6_K, 256, 210, dq_q6_k)
+
 extern "C" cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, float ws,
                                        const void *ids, int idt, int64_t N, int *flag, cudaStream_t s) {
   switch (tdt) {
-    case DIT_F8_E4M3: return launch_embed<1, 1, dq_e4m3>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_F8_E5M2: return launch_embed<1, 1, dq_e5m2>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q8_0: return launch_embed<32, 34, dq_q8_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q4_0: return launch_embed<32, 18, dq_q4_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q4_1: return launch_embed<32, 20, dq_q4_1>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q5_0: return launch_embed<32, 22, dq_q5_0>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q5_1: return launch_embed<32, 24, dq_q5_1>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q2_K: return launch_embed<256, 84, dq_q2_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q3_K: return launch_embed<256, 110, dq_q3_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q4_K: return launch_embed<256, 144, dq_q4_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q5_K: return launch_embed<256, 176, dq_q5_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
-    case DIT_Q6_K: return launch_embed<256, 210, dq_q6_k>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+#define EMBED_CASE(T, QK, BB, DQ) \
+  case T: return launch_embed<QK, BB, DQ>(y, ydt, table, V, D, ws, ids, idt, N, flag, s);
+    DQ_TYPES(EMBED_CASE)
+#undef EMBED_CASE
     default: return cudaErrorInvalidValue;
   }
 }
 
 extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s) {
   switch (dtype) {
-    case DIT_F8_E4M3: return launch<1, 1, dq_e4m3>(y, w, rows, K, s);
-    case DIT_F8_E5M2: return launch<1, 1, dq_e5m2>(y, w, rows, K, s);
-    case DIT_Q8_0: return launch<32, 34, dq_q8_0>(y, w, rows, K, s);
-    case DIT_Q4_0: return launch<32, 18, dq_q4_0>(y, w, rows, K, s);
-    case DIT_Q4_1: return launch<32, 20, dq_q4_1>(y, w, rows, K, s);
-    case DIT_Q5_0: return launch<32, 22, dq_q5_0>(y, w, rows, K, s);
-    case DIT_Q5_1: return launch<32, 24, dq_q5_1>(y, w, rows, K, s);
-    case DIT_Q2_K: return launch<256, 84, dq_q2_k>(y, w, rows, K, s);
-    case DIT_Q3_K: return launch<256, 110, dq_q3_k>(y, w, rows, K, s);
-    case DIT_Q4_K: return launch<256, 144, dq_q4_k>(y, w, rows, K, s);
-    case DIT_Q5_K: return launch<256, 176, dq_q5_k>(y, w, rows, K, s);
-    case DIT_Q6_K: return launch<256, 210, dq_q6_k>(y, w, rows, K, s);
+#define DEQUANT_CASE(T, QK, BB, DQ) \
+  case T: return launch<QK, BB, DQ>(y, w, rows, K, s);
+    DQ_TYPES(DEQUANT_CASE)
+#undef DEQUANT_CASE
     default: return cudaErrorInvalidValue;
   }
 }

@@ -341,6 +341,8 @@ typedef struct dit_bench_params {
    * double blocks, n_refiner_layers = single blocks, cap_feat_dim = joint_attention_dim: */
   int dim, n_layers, n_refiner_layers, n_heads, cap_feat_dim;
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  int ref_bf16;                 /* nonzero (quantized dtypes): after timing, the same forward with bf16
+                                   weights of the same random values; its relative error is reported */
 } dit_bench_params;
 
 typedef struct dit_bench_result {
@@ -379,6 +381,8 @@ typedef struct dit_bench_result {
   double cpu_ms_min;            /* CPU: least process CPU time (all threads) of a timed run, ms */
   int output_finite;            /* the last output had no NaN/Inf */
   long graph_launches;          /* timed runs replayed from a captured graph (GPU; DIT_CUDA_GRAPHS=0: none) */
+  int have_ref;                 /* ref_bf16 ran: the output against bf16 weights' output, */
+  double ref_rel_l2, ref_rel_max; /* ||q - b|| / ||b|| and max |q - b| / max |b| */
 } dit_bench_result;
 
 /* End to end (ditrun bench --e2e STEPS, arch zimage): text encode + STEPS forwards + VAE decode

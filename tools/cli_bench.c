@@ -25,6 +25,8 @@ static void usage(FILE *f) {
           "  --iters N          timed forwards, the median is reported (default 5)\n"
           "  --warmup N         untimed forwards first (default 1)\n"
           "  --no-profile       skip the op-by-op profiled run\n"
+          "  --ref-bf16         (quantized --dtype) then run bf16 weights of the same random values and\n"
+          "                     report the output's relative error against them\n"
           "  --peak TFLOPS      the peak to compare against (default: the device's, printed)\n"
           "  --seed N           random weights and inputs (default 42)\n"
           "  --threads N        CPU threads (default: all cores)\n"
@@ -91,6 +93,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
     else if (!strcmp(a, "--json")) o->json = true;
     else if (!strcmp(a, "--no-profile")) p->profile = 0;
+    else if (!strcmp(a, "--ref-bf16")) p->ref_bf16 = 1;
     else if (OPT("--arch")) {
       if (!bad && arch_text_len(v) < 0) {
         fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported:", v);

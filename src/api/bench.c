@@ -270,6 +270,38 @@ static dit_status time_model(const dit_bench_params *p, bench_model *m, dit_back
   return s;
 }
 
+/* The forward of m's output (io->host_out) against the same forward with bf16 weights of the
+ * same random values: m is freed first (one model in memory at a time), the bf16 one made,
+ * run once on the same inputs and freed. */
+static dit_status ref_error(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
+                            dit_backend *be, dit_dtype adt, bench_model *m, bench_io *io, dit_bench_result *r,
+                            dit_error *err) {
+  float *q = malloc(io->nx * sizeof *q);
+  if (!q) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the reference comparison");
+  memcpy(q, io->host_out, io->nx * sizeof *q);
+  v->ops->free(m->obj);
+  m->obj = NULL;
+  dit_bench_params pb = *p;
+  pb.dtype = DIT_BF16;
+  double ms = 0;
+  dit_status s = v->ops->create(v, &pb, o, be, adt, &m->obj, err);
+  if (s == DIT_OK) s = forward_once(m, be, io, &ms, err);
+  if (s == DIT_OK) s = be->ops->download(be, io->host_out, io->po, io->nx * sizeof(float), err);
+  if (s == DIT_OK) {
+    double se = 0, sb = 0, md = 0, mb = 0;
+    for (size_t i = 0; i < io->nx; i++) {
+      const double d = fabs((double)q[i] - io->host_out[i]), b = fabs((double)io->host_out[i]);
+      se += d * d, sb += b * b;
+      md = d > md ? d : md, mb = b > mb ? b : mb;
+    }
+    r->have_ref = 1;
+    r->ref_rel_l2 = sb > 0 ? sqrt(se / sb) : sqrt(se);
+    r->ref_rel_max = mb > 0 ? md / mb : md;
+  }
+  free(q);
+  return s;
+}
+
 /* One variant's bench: the family's random-weight model at p's geometry, its inputs, then
  * timed, profiled and checked. */
 static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
@@ -296,6 +328,7 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   }
   r->setup_s = dit_time_now() - t0;
   if (s == DIT_OK) s = time_model(p, &m, prof, &io, r, err);
+  if (s == DIT_OK && p->ref_bf16 && p->dtype != DIT_BF16) s = ref_error(v, p, o, prof, adt, &m, &io, r, err);
   if (prof) free_inputs(prof, &io);
   if (m.obj) v->ops->free(m.obj);
   dit_backend_profiler_free(prof);
@@ -348,9 +381,11 @@ static void print_json(const dit_bench_result *r, FILE *f) {
             r->gemm_shapes[i].ms);
   fprintf(f,
           "], \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
-          "\"setup_s\": %.3f, \"output_finite\": %s, \"graph_launches\": %ld}\n",
+          "\"setup_s\": %.3f, \"output_finite\": %s, \"graph_launches\": %ld",
           r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s,
           r->output_finite ? "true" : "false", r->graph_launches);
+  if (r->have_ref) fprintf(f, ", \"ref_rel_l2\": %.6g, \"ref_rel_max\": %.6g", r->ref_rel_l2, r->ref_rel_max);
+  fprintf(f, "}\n");
 }
 
 /* The profiled run's split: phases, ops, and GEMM shapes with their rates. */
@@ -409,4 +444,7 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
     fprintf(f, "device in use peak %.2f GiB (%.2f GiB before the backend)\n", gib(r->peak_mem_bytes),
             gib(r->device_base_bytes));
   fprintf(f, "  output finite: %s\n", r->output_finite ? "yes" : "NO");
+  if (r->have_ref)
+    fprintf(f, "  against bf16 weights of the same random values: relative error %.3e (L2), %.3e (max)\n",
+            r->ref_rel_l2, r->ref_rel_max);
 }

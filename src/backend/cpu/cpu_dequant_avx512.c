@@ -29,7 +29,39 @@ INL void put16(const bool bf, void *y, int64_t off, __m512 v) {
 /* fp8 rows (n elements, any n): e5m2 is the high byte of an fp16; e4m3 (float8_e4m3fn) placed
  * as an fp16 with its exponent bias 8 short is exact after a product by 2^8, subnormals
  * included, and its 0x7f/0xff is NaN. Both are exact in fp32 and in bf16. */
+/* fp8 rows straight to bf16, 32 at a time in 16-bit lanes: a normal fp8 value's bf16 bits
+ * are its magnitude bits shifted into place plus the exponent bias difference; the few
+ * subnormal codes come from a table; Inf and NaN (e4m3: NaN only) are set by compare. */
+INL void f8_bf16(const bool e4m3, const uint8_t *b, uint16_t *y, int64_t n) {
+  /* subnormal (and zero) codes 0..7 (e4m3: m * 2^-9) or 0..3 (e5m2: m * 2^-16) as bf16 */
+  static const uint16_t sub4m3[32] = {0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60};
+  static const uint16_t sub5m2[32] = {0, 0x3780, 0x3800, 0x3840};
+  const __m512i tab = _mm512_loadu_si512(e4m3 ? sub4m3 : sub5m2), m7f = _mm512_set1_epi16(0x7f);
+  const __m512i sh = _mm512_set1_epi16(e4m3 ? 4 : 5), bias = _mm512_set1_epi16(e4m3 ? 0x3c00 : 0x3800);
+  const __m512i nsub = _mm512_set1_epi16(e4m3 ? 8 : 4), nan = _mm512_set1_epi16(0x7fc0);
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask32 m = n - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n - i)) - 1);
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, b + i));
+    const __m512i mag = _mm512_and_si512(v, m7f);
+    __m512i r = _mm512_add_epi16(_mm512_sllv_epi16(mag, sh), bias);
+    r = _mm512_mask_mov_epi16(r, _mm512_cmplt_epu16_mask(mag, nsub), _mm512_permutexvar_epi16(mag, tab));
+    r = _mm512_or_si512(r, _mm512_slli_epi16(_mm512_andnot_si512(m7f, v), 8)); /* the sign */
+    if (e4m3) {
+      r = _mm512_mask_mov_epi16(r, _mm512_cmpeq_epi16_mask(mag, m7f), nan);
+    } else { /* exponent all ones: Inf (signed) or NaN */
+      const __m512i inf = _mm512_or_si512(_mm512_set1_epi16(0x7f80), _mm512_slli_epi16(_mm512_andnot_si512(m7f, v), 8));
+      r = _mm512_mask_mov_epi16(r, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7c)), inf);
+      r = _mm512_mask_mov_epi16(r, _mm512_cmpgt_epu16_mask(mag, _mm512_set1_epi16(0x7c)), nan);
+    }
+    _mm512_mask_storeu_epi16(y + i, m, r);
+  }
+}
+
 INL void f8(const bool bf, const bool e4m3, const uint8_t *b, void *y, int64_t n) {
+  if (bf) {
+    f8_bf16(e4m3, b, y, n);
+    return;
+  }
   const __m256i m7f = _mm256_set1_epi16(0x7f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = cpu_mask16(n - i);

@@ -135,7 +135,11 @@ const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
 
 static void epilogue(float *y, int64_t ldy, int64_t mc, int64_t n0, int64_t nc, float ws, const void *b,
                      dit_dtype bt, dit_act act) {
-  if (!b && act == DIT_ACT_NONE && ws == 1.0f) return;
+  if (!b && act == DIT_ACT_NONE) { /* a scale alone: one tight loop (the general one is per element) */
+    for (int64_t i = 0; ws != 1.0f && i < mc; i++)
+      for (float *yr = y + i * ldy, *e = yr + nc; yr < e; yr++) *yr *= ws;
+    return;
+  }
   for (int64_t i = 0; i < mc; i++) {
     float *yr = y + i * ldy;
     for (int64_t j = 0; j < nc; j++) {

@@ -70,6 +70,22 @@ static void test_api(const dt_args *args) {
     CHECK(r.weight_bytes > 0 && r.alloc_peak_bytes > r.weight_bytes && r.peak_mem_bytes > 0);
     CHECK(!strcmp(r.device, "cpu") && !strcmp(r.act_dtype, "F32") && !strcmp(r.weight_dtype, "BF16"));
   }
+  /* quantized weights against bf16 weights of the same random values: a small, nonzero error
+   * (Q8_0 keeps ~8 bits, e4m3 ~4 of bf16's 8) */
+  static const struct {
+    dit_dtype t;
+    double lo, hi;
+  } qs[] = {{DIT_Q8_0, 1e-4, 0.05}, {DIT_F8_E4M3, 1e-3, 0.2}};
+  for (int k = 0; k < 2; k++) {
+    tiny_params(&p);
+    p.dtype = qs[k].t, p.ref_bf16 = 1, p.profile = 0, p.iters = 1, p.warmup = 0;
+    s = dit_bench_run(ctx, &p, &r);
+    CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    printf("%s vs bf16 weights: relative error %.3e (L2), %.3e (max)\n", dit_dtype_name(qs[k].t), r.ref_rel_l2,
+           r.ref_rel_max);
+    CHECK(s != DIT_OK || (r.have_ref && r.ref_rel_l2 > qs[k].lo && r.ref_rel_l2 < qs[k].hi && r.ref_rel_max > 0));
+  }
+  tiny_params(&p);
   p.res = 40; /* not a multiple of 16 */
   CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
   tiny_params(&p);
@@ -153,7 +169,7 @@ static void test_cli(const dt_args *a) {
     CHECK(json_is_true(json_object_get(j, "output_finite")));
     json_decref(j);
   }
-  const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp8", "--arch flux", "--iters 0",
+  const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp9", "--arch flux", "--iters 0",
                        "--bogus", "--text-len 12x"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " %s", a->bin, bad[i]);

@@ -89,11 +89,12 @@ int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char
 
 /* The weight types in ggml's spelling, and the dtypes they stand for; the first two are
  * element types, the rest block types. */
-/* element types, the block types (what quantize writes), fp8 */
-static const char *const wtype_names[] = {"bf16", "f32",  "q8_0", "q6_k", "q5_k", "q5_1",    "q5_0",
-                                          "q4_k", "q4_1", "q4_0", "q3_k", "q2_k", "f8_e4m3", "f8_e5m2"};
-static const dit_dtype wtype_dtypes[] = {DIT_BF16, DIT_F32,  DIT_Q8_0, DIT_Q6_K, DIT_Q5_K, DIT_Q5_1,    DIT_Q5_0,
-                                         DIT_Q4_K, DIT_Q4_1, DIT_Q4_0, DIT_Q3_K, DIT_Q2_K, DIT_F8_E4M3, DIT_F8_E5M2};
+/* element types, the block types (what quantize writes to GGUF), fp8 ("fp8": e4m3) */
+static const char *const wtype_names[] = {"bf16", "f32",  "q8_0", "q6_k", "q5_k",    "q5_1",    "q5_0", "q4_k",
+                                          "q4_1", "q4_0", "q3_k", "q2_k", "f8_e4m3", "f8_e5m2", "fp8"};
+static const dit_dtype wtype_dtypes[] = {DIT_BF16, DIT_F32,  DIT_Q8_0, DIT_Q6_K, DIT_Q5_K,    DIT_Q5_1,    DIT_Q5_0,
+                                         DIT_Q4_K, DIT_Q4_1, DIT_Q4_0, DIT_Q3_K, DIT_Q2_K,    DIT_F8_E4M3, DIT_F8_E5M2,
+                                         DIT_F8_E4M3};
 enum { WT_FIRST_BLOCK = 2, WT_N_BLOCK = 10 };
 
 bool cli_parse_wtype(const char *cmd, const char *opt, const char *s, bool blocks_only, dit_dtype *out) {

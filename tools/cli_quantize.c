@@ -15,7 +15,7 @@ static void quantize_usage(FILE *f) {
           "  -m, --model DIR      a diffusers model folder\n"
           "  --component C        transformer (default) or text_encoder\n"
           "  --type T             weight matrices as q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q3_k,\n"
-          "                       q2_k (ggml's block types), bf16 or f32; or f8_e4m3 / f8_e5m2 with a\n"
+          "                       q2_k (ggml's block types), bf16 or f32; or f8_e4m3 (fp8) / f8_e5m2 with a\n"
           "                       scale per tensor (ComfyUI's scaled fp8), written as .safetensors\n"
           "  -o, --output PATH    the GGUF (fp8: .safetensors) file to write\n"
           "  --overwrite          replace PATH if it exists\n"

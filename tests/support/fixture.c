@@ -270,131 +270,109 @@ void *dt_to_device(dit_backend *be, const float *h, size_t n) {
   return p;
 }
 
+/* An output tensor of the fixture writers: name, dtype, shape, and the source tensors whose
+ * data, back to back, make it. */
+typedef struct out_t {
+  char name[320];
+  dit_dtype dtype;
+  int ndim;
+  int64_t shape[DIT_MAX_DIMS];
+  const dit_st_tensor *src[3];
+  int n_src;
+} out_t;
+
+static void out_from(out_t *o, const char *name, const dit_st_tensor *t) {
+  memset(o, 0, sizeof *o);
+  snprintf(o->name, sizeof o->name, "%s", name);
+  o->dtype = t->dtype, o->ndim = t->ndim;
+  memcpy(o->shape, t->shape, sizeof o->shape);
+  o->src[0] = t, o->n_src = 1;
+}
+
+static dit_status out_fill(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  const out_t *o = (const out_t *)user + i;
+  size_t at = 0;
+  for (int k = 0; k < o->n_src; k++) {
+    const size_t nb = (size_t)(o->src[k]->end - o->src[k]->begin);
+    if (at + nb > nbytes) break;
+    memcpy((char *)dst + at, o->src[k]->data, nb);
+    at += nb;
+  }
+  return at == nbytes ? DIT_OK : dit_errorf(err, DIT_ERR_INTERNAL, "fixture writer: %s: data size", o->name);
+}
+
+/* Writes the n tensors o[i] to dst (replaced if present) with the library's safetensors
+ * writer. 0, or -1 (more than 4 dims, a name twice, sizes that disagree, I/O). */
+static int out_write(const char *dst, const out_t *o, size_t n) {
+  dit_out_tensor *t = calloc(n + 1, sizeof *t);
+  int rc = t ? 0 : -1;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (o[i].ndim > 4) rc = -1;
+    t[i] = (dit_out_tensor){o[i].name, o[i].dtype, o[i].ndim, {0}};
+    memcpy(t[i].shape, o[i].shape, (size_t)(o[i].ndim > 4 ? 4 : o[i].ndim) * sizeof *o[i].shape);
+  }
+  dit_error err = {0};
+  if (!rc && dit_st_write(dst, true, NULL, 0, t, n, out_fill, (void *)o, &err) != DIT_OK) {
+    fprintf(stderr, "fixture writer: %s\n", err.msg);
+    rc = -1;
+  }
+  free(t);
+  return rc;
+}
+
 int dt_st_rewrite(const char *src, const char *dst, const char *drop, const char *data_of) {
   dit_st_file *f = NULL;
   dit_error err = {0};
   if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
   const dit_st_tensor *repl = data_of ? dit_st_find(f, data_of) : NULL;
-  json_t *hdr = json_object();
-  uint64_t off = 0;
-  for (size_t i = 0; i <= f->n_tensors; i++) { /* the last round: drop's replacement, if any */
-    const dit_st_tensor *t = i < f->n_tensors ? &f->tensors[i] : repl;
-    const char *name = i < f->n_tensors ? t->name : drop;
-    if (!t || (i < f->n_tensors && !strcmp(t->name, drop))) continue;
-    json_t *sh = json_array();
-    for (int k = 0; k < t->ndim; k++) json_array_append_new(sh, json_integer(t->shape[k]));
-    uint64_t n = t->end - t->begin;
-    json_object_set_new(hdr, name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
-                                             "data_offsets", (json_int_t)off, (json_int_t)(off + n)));
-    off += n;
-  }
-  char *h = json_dumps(hdr, JSON_COMPACT | JSON_SORT_KEYS);
-  json_decref(hdr);
-  FILE *o = h ? fopen(dst, "wb") : NULL;
-  int rc = o ? 0 : -1;
-  if (o) {
-    uint64_t hl = strlen(h);
-    unsigned char le[8];
-    for (int k = 0; k < 8; k++) le[k] = (unsigned char)(hl >> (8 * k));
-    rc |= fwrite(le, 1, 8, o) != 8 || fwrite(h, 1, hl, o) != hl;
-    for (size_t i = 0; i <= f->n_tensors; i++) { /* data in the header's order: sorted names, then the replacement */
-      const dit_st_tensor *t = i < f->n_tensors ? &f->tensors[i] : repl;
-      if (!t || (i < f->n_tensors && !strcmp(t->name, drop))) continue;
-      rc |= fwrite(t->data, 1, t->end - t->begin, o) != t->end - t->begin;
-    }
-    rc |= fclose(o) != 0;
-  }
-  free(h);
+  out_t *o = calloc(f->n_tensors + 1, sizeof *o);
+  size_t n = 0;
+  for (size_t i = 0; o && i < f->n_tensors; i++)
+    if (strcmp(f->tensors[i].name, drop)) out_from(&o[n++], f->tensors[i].name, &f->tensors[i]);
+  if (o && repl) out_from(&o[n++], drop, repl); /* drop's name, another tensor's dtype, shape and data */
+  int rc = o ? out_write(dst, o, n) : -1;
+  free(o);
   dit_st_close(f);
-  return rc ? -1 : 0;
-}
-
-/* Writes a safetensors file: the 8-byte little-endian header length, the header, then
- * the data of the n tensors src[i] back to back (the header's offsets must agree). */
-static int st_write(const char *dst, const json_t *hdr, const dit_st_tensor *const *src, size_t n) {
-  char *h = json_dumps(hdr, JSON_COMPACT | JSON_SORT_KEYS);
-  FILE *o = h ? fopen(dst, "wb") : NULL;
-  int bad = !o;
-  if (o) {
-    const uint64_t hl = strlen(h);
-    unsigned char le[8];
-    for (int k = 0; k < 8; k++) le[k] = (unsigned char)(hl >> (8 * k));
-    bad |= fwrite(le, 1, 8, o) != 8 || fwrite(h, 1, hl, o) != hl;
-    for (size_t i = 0; i < n; i++) {
-      const size_t nb = (size_t)(src[i]->end - src[i]->begin);
-      bad |= fwrite(src[i]->data, 1, nb, o) != nb;
-    }
-    bad |= fclose(o) != 0;
-  }
-  free(h);
-  return bad ? -1 : 0;
-}
-
-/* Adds tensor t of src to hdr under fn's name and shape, at offset *off; 1 when fn leaves
- * it out, -1 on failure. */
-static int rename_one(json_t *hdr, const dit_st_tensor *t, dt_st_rename_fn fn, void *user, uint64_t *off) {
-  char name[512];
-  int64_t shape[DIT_MAX_DIMS];
-  int ndim = t->ndim;
-  memcpy(shape, t->shape, sizeof shape);
-  int rc = fn(user, t->name, name, sizeof name, shape, &ndim);
-  if (rc) return rc;
-  int64_t before = 1, after = 1;
-  for (int k = 0; k < t->ndim; k++) before *= t->shape[k];
-  for (int k = 0; k < ndim; k++) after *= shape[k];
-  if (ndim < 0 || ndim > DIT_MAX_DIMS || before != after || json_object_get(hdr, name)) return -1;
-  json_t *sh = json_array();
-  for (int k = 0; k < ndim; k++) json_array_append_new(sh, json_integer(shape[k]));
-  const uint64_t nb = t->end - t->begin;
-  json_object_set_new(hdr, name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
-                                           "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
-  *off += nb;
-  return 0;
+  return rc;
 }
 
 int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user) {
   dit_st_file *f = NULL;
   dit_error err = {0};
   if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
-  const dit_st_tensor **kept = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *kept);
-  json_t *hdr = json_object();
-  int rc = kept && hdr ? 0 : -1;
+  out_t *o = calloc(f->n_tensors + 1, sizeof *o);
+  int rc = o ? 0 : -1;
   size_t n = 0;
-  uint64_t off = 0;
   for (size_t i = 0; !rc && i < f->n_tensors; i++) {
-    int r = rename_one(hdr, &f->tensors[i], fn, user, &off);
-    if (r == 0) kept[n++] = &f->tensors[i];
-    rc = r < 0 ? -1 : 0;
+    const dit_st_tensor *t = &f->tensors[i];
+    out_from(&o[n], t->name, t);
+    int r = fn(user, t->name, o[n].name, sizeof o[n].name, o[n].shape, &o[n].ndim);
+    int64_t before = 1, after = 1;
+    for (int k = 0; k < t->ndim; k++) before *= t->shape[k];
+    for (int k = 0; r == 0 && k < o[n].ndim; k++) after *= o[n].shape[k];
+    if (r < 0 || (r == 0 && (o[n].ndim < 0 || o[n].ndim > DIT_MAX_DIMS || before != after))) rc = -1;
+    else if (r == 0) n++;
   }
-  if (!rc) rc = st_write(dst, hdr, kept, n);
-  json_decref(hdr);
-  free(kept);
+  if (!rc) rc = out_write(dst, o, n);
+  free(o);
   dit_st_close(f);
   return rc;
 }
 
-/* Adds piece p (its parts found in f) to hdr at *off; the parts into parts[0..n). */
-static int compose_one(json_t *hdr, const dit_st_file *f, const dt_st_piece *p, const dit_st_tensor **parts,
-                       uint64_t *off) {
-  int64_t rows = 0;
-  uint64_t nb = 0;
-  const dit_st_tensor *a = NULL;
+/* Piece p's tensor (its parts found in f, rows concatenated) into o; -1 when they do not fit. */
+static int compose_one(out_t *o, const dit_st_file *f, const dt_st_piece *p) {
+  memset(o, 0, sizeof *o);
+  if (p->n_src < 1 || p->n_src > 3) return -1;
   for (int k = 0; k < p->n_src; k++) {
-    const dit_st_tensor *b = parts[k] = dit_st_find(f, p->src[k]);
-    if (!b || b->ndim < 1) return -1;
-    if (!a) a = b;
-    if (b->dtype != a->dtype || b->ndim != a->ndim || memcmp(b->shape + 1, a->shape + 1, (size_t)(a->ndim - 1) * 8))
+    const dit_st_tensor *b = o->src[k] = dit_st_find(f, p->src[k]), *a = o->src[0];
+    if (!b || b->ndim < 1 || b->dtype != a->dtype || b->ndim != a->ndim ||
+        memcmp(b->shape + 1, a->shape + 1, (size_t)(a->ndim - 1) * 8))
       return -1;
-    rows += b->shape[0];
-    nb += b->end - b->begin;
+    o->shape[0] += b->shape[0];
   }
-  json_t *sh = json_array();
-  json_array_append_new(sh, json_integer(rows));
-  for (int k = 1; k < a->ndim; k++) json_array_append_new(sh, json_integer(a->shape[k]));
-  if (json_object_get(hdr, p->name)) return -1;
-  json_object_set_new(hdr, p->name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(a->dtype), "shape",
-                                               sh, "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
-  *off += nb;
+  snprintf(o->name, sizeof o->name, "%s", p->name);
+  o->dtype = o->src[0]->dtype, o->ndim = o->src[0]->ndim, o->n_src = p->n_src;
+  memcpy(o->shape + 1, o->src[0]->shape + 1, (size_t)(o->ndim - 1) * 8);
   return 0;
 }
 
@@ -402,33 +380,13 @@ int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t
   dit_st_file *f = NULL;
   dit_error err = {0};
   if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
-  const dit_st_tensor **parts = calloc(3 * n + 1, sizeof *parts);
-  json_t *hdr = json_object();
-  int rc = parts && hdr ? 0 : -1;
-  size_t np = 0;
-  uint64_t off = 0;
-  /* st_write writes the data in the order given and the header sorted by name: the
-   * offsets above follow the pieces' order, so the data must too. */
-  for (size_t i = 0; !rc && i < n; i++) {
-    if (p[i].n_src < 1 || p[i].n_src > 3 || compose_one(hdr, f, &p[i], parts + np, &off)) rc = -1;
-    else np += (size_t)p[i].n_src;
-  }
-  if (!rc) rc = st_write(dst, hdr, parts, np);
-  json_decref(hdr);
-  free(parts);
+  out_t *o = calloc(n + 1, sizeof *o);
+  int rc = o ? 0 : -1;
+  for (size_t i = 0; !rc && i < n; i++) rc = compose_one(&o[i], f, &p[i]);
+  if (!rc) rc = out_write(dst, o, n);
+  free(o);
   dit_st_close(f);
   return rc;
-}
-
-/* Adds t to hdr at *off and to list (n entries). */
-static void st_add(json_t *hdr, const dit_st_tensor **list, size_t *n, const dit_st_tensor *t, uint64_t *off) {
-  json_t *sh = json_array();
-  for (int k = 0; k < t->ndim; k++) json_array_append_new(sh, json_integer(t->shape[k]));
-  const uint64_t nb = t->end - t->begin;
-  json_object_set_new(hdr, t->name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", dit_dtype_name(t->dtype), "shape", sh,
-                                              "data_offsets", (json_int_t)*off, (json_int_t)(*off + nb)));
-  *off += nb;
-  list[(*n)++] = t;
 }
 
 /* t (a float matrix) as fp8 codes q over scale *s, or decoded: F32 values q * s. */
@@ -456,48 +414,41 @@ int dt_st_to_fp8(const char *src, const char *dst, dit_dtype f8, bool weight_sca
   dit_st_file *f = NULL;
   dit_error err = {0};
   if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
-  size_t cap = 2 * f->n_tensors + 2, n = 0;
-  const dit_st_tensor **list = calloc(cap, sizeof *list);
-  dit_st_tensor *made = calloc(cap, sizeof *made);
+  size_t cap = 2 * f->n_tensors + 2, n = 0, nm = 0;
+  out_t *o = calloc(cap, sizeof *o);
+  dit_st_tensor *made = calloc(cap, sizeof *made); /* the fp8 (or decoded) matrices and the scales */
   float *scales = calloc(cap, sizeof *scales);
-  json_t *hdr = json_object();
-  uint64_t off = 0;
-  size_t nm = 0;
-  int rc = list && made && scales && hdr ? 0 : -1;
+  int rc = o && made && scales ? 0 : -1;
   static const uint8_t marker = 0;
   if (!rc && !decoded && !weight_scale) { /* ComfyUI's marker: an empty fp8 tensor */
-    made[nm] = (dit_st_tensor){.name = strdup("scaled_fp8"), .dtype = f8, .ndim = 1, .data = &marker};
-    st_add(hdr, list, &n, &made[nm++], &off);
+    made[nm] = (dit_st_tensor){.dtype = f8, .ndim = 1, .data = &marker};
+    out_from(&o[n++], "scaled_fp8", &made[nm++]);
   }
   for (size_t i = 0; !rc && i < f->n_tensors; i++) {
     const dit_st_tensor *t = &f->tensors[i];
     if (!dit_wname_quant_matrix(t->name, t->ndim, t->shape, f8) || !dit_dtype_is_float(t->dtype)) {
-      st_add(hdr, list, &n, t, &off);
+      out_from(&o[n++], t->name, t);
       continue;
     }
     float *s = &scales[nm];
     dit_st_tensor *q = &made[nm++], *sc = &made[nm++];
     *q = *t;
-    q->name = strdup(t->name);
     q->dtype = decoded ? DIT_F32 : f8;
     q->data = fp8_data(t, f8, decoded, s, &q->end);
     q->begin = 0;
-    st_add(hdr, list, &n, q, &off);
+    out_from(&o[n++], t->name, q);
     if (decoded) continue;
     size_t stem = strlen(t->name) - 7; /* without ".weight" */
     char sn[300];
     snprintf(sn, sizeof sn, "%.*s.%s", (int)stem, t->name, weight_scale ? "weight_scale" : "scale_weight");
-    *sc = (dit_st_tensor){.name = strdup(sn), .dtype = DIT_F32, .ndim = 0, .end = 4, .data = s};
-    st_add(hdr, list, &n, sc, &off);
+    *sc = (dit_st_tensor){.dtype = DIT_F32, .ndim = 0, .end = 4, .data = s};
+    out_from(&o[n++], sn, sc);
   }
-  if (!rc) rc = st_write(dst, hdr, list, n);
-  for (size_t i = 0; made && i < nm; i++) {
-    free(made[i].name);
+  if (!rc) rc = out_write(dst, o, n);
+  for (size_t i = 0; made && i < nm; i++)
     if (made[i].data != &marker && (made[i].data < (const void *)scales || made[i].data >= (const void *)(scales + cap)))
       free((void *)made[i].data);
-  }
-  json_decref(hdr);
-  free(list), free(made), free(scales);
+  free(o), free(made), free(scales);
   dit_st_close(f);
   return rc;
 }

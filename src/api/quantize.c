@@ -163,8 +163,9 @@ static dit_status fill(void *user, size_t i, void *dst, size_t nbytes, dit_error
   q_item *it = &P->items[i];
   const dit_out_tensor *o = &P->t[i];
   if (it->scale_of) {
+    if (nbytes != 4) return dit_errorf(err, DIT_ERR_INTERNAL, "quantize: scale %s: size mismatch", o->name);
     memcpy(dst, &P->items[it->scale_of - 1].scale, 4);
-    return nbytes == 4 ? DIT_OK : dit_errorf(err, DIT_ERR_INTERNAL, "quantize: scale %s: size mismatch", o->name);
+    return DIT_OK;
   }
   const int64_t K = o->ndim ? o->shape[o->ndim - 1] : 1;
   uint64_t rb_out, rb_in = (uint64_t)K * dit_dtype_size(it->src[0]->dtype);

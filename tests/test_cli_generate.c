@@ -60,7 +60,7 @@ static void test_component_files(void) {
   char src[4200], dit[4200], te[4200], out[4096], ref[4096], extra[9000];
   snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", g.model);
   snprintf(dit, sizeof dit, "%s/z_image_original.safetensors", g.tmp);
-  CHECK(dt_zimage_write_original(src, dit) == 0);
+  CHECK(dt_zimage_write_original(src, dit, false) == 0);
   snprintf(src, sizeof src, "%s/text_encoder/model.safetensors", g.model);
   snprintf(te, sizeof te, "%s/qwen3_llama_cpp.safetensors", g.tmp);
   CHECK(dt_st_rename(src, te, dt_qwen3_to_llama_cpp, NULL) == 0);

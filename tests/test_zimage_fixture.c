@@ -238,33 +238,37 @@ static void test_stacked_qkv(dit_backend *be) {
 }
 
 /* The transformer saved as Z-Image's original checkpoint names it (q, k, v fused, renamed
- * modules, an unused norm_final) with ComfyUI's prefix: the same model, bit for bit. */
+ * modules, an unused norm_final) with ComfyUI's prefix, and with q, k, v stored apart as
+ * stable-diffusion.cpp's converter writes them: the same model, bit for bit. */
 static void test_original_names(dit_backend *be, dit_zimage *ref, dt_zimage_case *d, const char *tdir,
                                 const char *tmp) {
   char src[4096], dst[4096], cfg[4096];
   dt_path(src, sizeof src, tdir, "diffusion_pytorch_model.safetensors");
   dt_path(cfg, sizeof cfg, tdir, "config.json");
-  snprintf(dst, sizeof dst, "%s/z_image_original.safetensors", tmp);
-  dit_error err = {0};
-  CHECK(dt_zimage_write_original(src, dst) == 0);
-  dit_zimage *m = NULL;
-  dit_status s = dit_zimage_load_from(be, dst, cfg, &m, &err);
-  CHECK_MSG(s == DIT_OK, "load original names %s: %s", dst, err.msg);
-  if (s != DIT_OK) return;
-  check_forward(m, d, 0, 2);
-  /* bit-identical to the diffusers-named folder */
   dit_tensor x, cap;
   dt_zimage_case_item(d, 0, &x, &cap);
   size_t numel = (size_t)dit_tensor_numel(&x);
   float *o1 = malloc(numel * 4), *o2 = malloc(numel * 4);
-  dit_tensor y1 = dit_tensor_make(DIT_F32, o1, 4, d->xs[0]), y2 = dit_tensor_make(DIT_F32, o2, 4, d->xs[0]);
-  CHECK(dit_zimage_forward(ref, 1, &x, &cap, d->t, &y1, &err) == DIT_OK);
-  CHECK(dit_zimage_forward(m, 1, &x, &cap, d->t, &y2, &err) == DIT_OK);
-  CHECK_MSG(!memcmp(o1, o2, numel * 4), "original names: output differs from the diffusers folder's");
-  printf("zimage original names (ComfyUI prefix, fused qkv): bit-identical output\n");
+  for (int split = 0; split < 2; split++) {
+    const char *what = split ? "q, k, v stored apart (qkv.weight, .1, .2)" : "fused qkv";
+    snprintf(dst, sizeof dst, "%s/z_image_original_%d.safetensors", tmp, split);
+    dit_error err = {0};
+    CHECK(dt_zimage_write_original(src, dst, split) == 0);
+    dit_zimage *m = NULL;
+    dit_status s = dit_zimage_load_from(be, dst, cfg, &m, &err);
+    CHECK_MSG(s == DIT_OK, "load original names, %s, %s: %s", what, dst, err.msg);
+    if (s != DIT_OK) continue;
+    if (!split) check_forward(m, d, 0, 2);
+    /* bit-identical to the diffusers-named folder */
+    dit_tensor y1 = dit_tensor_make(DIT_F32, o1, 4, d->xs[0]), y2 = dit_tensor_make(DIT_F32, o2, 4, d->xs[0]);
+    CHECK(dit_zimage_forward(ref, 1, &x, &cap, d->t, &y1, &err) == DIT_OK);
+    CHECK(dit_zimage_forward(m, 1, &x, &cap, d->t, &y2, &err) == DIT_OK);
+    CHECK_MSG(!memcmp(o1, o2, numel * 4), "original names, %s: output differs from the diffusers folder's", what);
+    printf("zimage original names (ComfyUI prefix, %s): bit-identical output\n", what);
+    dit_zimage_free(m);
+  }
   free(o1);
   free(o2);
-  dit_zimage_free(m);
 }
 
 /* Scaled fp8 checkpoints: the original names with ComfyUI's scale_weight (e4m3; the fused
@@ -276,7 +280,7 @@ static void test_fp8(dit_backend *be, dt_zimage_case *d, const char *tdir, const
   dt_path(src, sizeof src, tdir, "diffusion_pytorch_model.safetensors");
   dt_path(cfg, sizeof cfg, tdir, "config.json");
   snprintf(orig, sizeof orig, "%s/z_image_original_fp8src.safetensors", tmp);
-  CHECK(dt_zimage_write_original(src, orig) == 0);
+  CHECK(dt_zimage_write_original(src, orig, false) == 0);
   static const struct {
     bool original, weight_scale;
     dit_dtype t;

@@ -86,6 +86,38 @@ static dit_status push_split(dit_weights *w, size_t cap, const dit_st_tensor *t,
   return DIT_OK;
 }
 
+/* A split weight stored already split, as stable-diffusion.cpp's converter writes one from
+ * diffusers' parts: "X.qkv.weight" (part 0) beside "X.qkv.weight.1", "X.qkv.weight.2".
+ * True when name is "<stem><suffix>.k". */
+static bool part_of(const char *name, const char *suffix, size_t *stem) {
+  size_t n = strlen(name), m = strlen(suffix);
+  if (n < m + 2 || name[n - 2] != '.' || name[n - 1] < '1' || name[n - 1] > '9') return false;
+  *stem = n - m - 2;
+  return !strncmp(name + *stem, suffix, m);
+}
+
+/* Which part of sp a tensor (orig: its stored name; name: its new one, *stem before sp's
+ * suffix) is when its weight is stored already split: k for "<suffix>.k", 0 for the suffix
+ * itself when "<orig>.1" is stored too; -1 when it is one whole tensor to split. */
+static int presplit_part(const dit_weights *w, const char *orig, const char *name, const dit_wsplit *sp,
+                         size_t *stem) {
+  if (*stem + strlen(sp->suffix) + 2 == strlen(name)) return name[strlen(name) - 1] - '0';
+  char probe[DIT_WNAME_MAX];
+  if (snprintf(probe, sizeof probe, "%s.1", orig) >= (int)sizeof probe) return -1;
+  return dit_weights_find(w, probe) ? 0 : -1;
+}
+
+/* Appends t as part k of sp (stored already split), named stem + parts[k]. */
+static dit_status push_part(dit_weights *w, size_t cap, const dit_st_tensor *t, const char *name, size_t stem,
+                            const dit_wsplit *sp, int k, dit_error *err) {
+  if (k >= sp->n)
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": part %d of a weight stored in %d parts", t->name, k, sp->n);
+  char pn[DIT_WNAME_MAX];
+  if (snprintf(pn, sizeof pn, "%.*s%s", (int)stem, name, sp->parts[k]) >= (int)sizeof pn)
+    return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": split, its name is too long", t->name);
+  return push(w, cap, t, pn, err);
+}
+
 /* An fp8 weight's per-tensor scale (or input scale), "S.scale_weight" beside "S.weight",
  * follows its weight through a split: the same one-element tensor under each part's name.
  * True (with the split and the suffix) when name is such a scale of a split weight. */
@@ -145,8 +177,11 @@ dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err
     const char *sfx = NULL;
     size_t stem = 0;
     for (size_t k = 0; k < r->n_split && !sp; k++)
-      if (ends_with(name, r->split[k].suffix, &stem)) sp = &r->split[k];
-    if (sp) DIT_TRY(push_split(w, cap, t, name, stem, sp, err));
+      if (ends_with(name, r->split[k].suffix, &stem) || part_of(name, r->split[k].suffix, &stem))
+        sp = &r->split[k];
+    int part = sp ? presplit_part(w, t->name, name, sp, &stem) : -1;
+    if (part >= 0) DIT_TRY(push_part(w, cap, t, name, stem, sp, part, err));
+    else if (sp) DIT_TRY(push_split(w, cap, t, name, stem, sp, err));
     else if (split_scale(r, name, &sp, &sfx)) DIT_TRY(push_split_scale(w, cap, t, name, sp, sfx, err));
     else DIT_TRY(push(w, cap, t, name, err));
   }

@@ -466,11 +466,11 @@ static bool replace(char *s, size_t len, const char *from, const char *to) {
 /* Z-Image's original checkpoint names (q, k, v fused, renamed modules, an unused
  * norm_final, ComfyUI's prefix), from a diffusers-named transformer file: this suite's own
  * table. */
-int dt_zimage_write_original(const char *src, const char *dst) {
+int dt_zimage_write_original(const char *src, const char *dst, bool split_qkv) {
   dit_st_file *f = NULL;
   dit_error err = {0};
   if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
-  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p);
+  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p); /* k and v (skipped) make room for split parts */
   size_t n = 0;
   static const char *const pre = "model.diffusion_model.";
   for (size_t i = 0; p && i < f->n_tensors; i++) {
@@ -478,6 +478,16 @@ int dt_zimage_write_original(const char *src, const char *dst) {
     snprintf(name, sizeof name, "%s", f->tensors[i].name);
     const char *q = strstr(name, ".attention.to_q.weight");
     if (strstr(name, ".attention.to_k.weight") || strstr(name, ".attention.to_v.weight")) continue;
+    if (q && split_qkv) { /* q, k, v as stable-diffusion.cpp's converter writes them */
+      size_t stem = (size_t)(q - name);
+      static const char *const parts[3] = {"q", "k", "v"}, *const sfx[3] = {"", ".1", ".2"};
+      for (int k = 0; k < 3; k++, n++) {
+        snprintf(p[n].name, sizeof p[n].name, "%s%.*s.attention.qkv.weight%s", pre, (int)stem, name, sfx[k]);
+        snprintf(p[n].src[0], sizeof p[n].src[0], "%.*s.attention.to_%s.weight", (int)stem, name, parts[k]);
+        p[n].n_src = 1;
+      }
+      continue;
+    }
     if (q) { /* q, k, v as one tensor */
       size_t stem = (size_t)(q - name);
       snprintf(p[n].name, sizeof p[n].name, "%s%.*s.attention.qkv.weight", pre, (int)stem, name);

@@ -89,8 +89,10 @@ typedef struct dt_st_piece {
  * failure (a missing source, mismatched parts, an I/O error). */
 int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t n);
 /* Writes dst: the diffusers-named Z-Image transformer file src under the original
- * checkpoint's names with ComfyUI's prefix (fused attention.qkv). 0, or -1 on failure. */
-int dt_zimage_write_original(const char *src, const char *dst);
+ * checkpoint's names with ComfyUI's prefix (fused attention.qkv; split_qkv: q, k, v as
+ * "attention.qkv.weight", "...weight.1", "...weight.2", the layout stable-diffusion.cpp's
+ * converter writes from a diffusers folder). 0, or -1 on failure. */
+int dt_zimage_write_original(const char *src, const char *dst, bool split_qkv);
 /* Writes dst: src with every 2-D "*.weight" matrix stored as fp8 (f8: DIT_F8_E4M3 or
  * DIT_F8_E5M2) divided by a per-tensor scale (its absolute maximum over the type's largest
  * value), the scale beside it as "X.scale_weight" (ComfyUI's scaled fp8, with its

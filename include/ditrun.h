@@ -220,6 +220,11 @@ void dit_image_free(dit_image *img);
 dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *path, const char *const *keys,
                               const char *const *values, int n_text, int overwrite);
 
+/* The PNG dit_image_save_png writes (same checks, same text chunks), into memory: *out
+ * (malloc'd, free() it) holds *out_len bytes. */
+dit_status dit_image_encode_png(dit_ctx *ctx, const dit_image *img, const char *const *keys,
+                                const char *const *values, int n_text, uint8_t **out, size_t *out_len);
+
 /* ---- resident models -------------------------------------------------------------- */
 /* A model loaded once and used for many generates, with its weights resident on their
  * device. Threading: one dit_model_generate at a time per model (calls on one model must not
@@ -258,6 +263,13 @@ void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
  * *out is empty; DIT_ERR_CANCELLED when p->on_step asked to stop. stats may be NULL. */
 dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
 void dit_model_free(dit_model *m);
+/* A cheap picture of the latents a step callback sees during a width x height generate on
+ * m (for progress displays; not the decoded image): one pixel per latent pixel (1/8 of the
+ * image's side), three latent channels as R, G, B, each stretched over its mean +- 2
+ * standard deviations. Same thread rules as dit_model_generate (call it from the step
+ * callback). DIT_ERR_INVALID_ARG when n does not fit the family's latent shape. */
+dit_status dit_model_latent_preview(const dit_model *m, int width, int height, const float *latents, size_t n,
+                                    dit_image *out);
 /* The model families this build runs (the registry's rows), for listings: the i-th
  * family's short name ("zimage"), a title and its NULL-ended pipeline class names (the
  * model_index.json _class_name values it answers to). Returns 0 past the last family. */

@@ -3,7 +3,8 @@
  * - a model keeping everything makes the same image as one-shot dit_generate, twice, and its
  *   generates read no weights: the weight files are removed after the load and it still works
  *   (a model that keeps nothing then fails, so the check can fail);
- * - the step callback cancels (DIT_ERR_CANCELLED, no image);
+ * - the step callback cancels (DIT_ERR_CANCELLED, no image), and can make a latent preview;
+ * - dit_image_encode_png gives the bytes dit_image_save_png writes;
  * - an unsupported pipeline names the supported ones (from the family registry);
  * - two models in two threads, side by side, give the images they give alone.
  * Usage: test_model_api (fixtures under <data>/models). */
@@ -162,6 +163,66 @@ static void test_cancel(dit_ctx *ctx) {
   dit_model_free(m);
 }
 
+/* dit_model_latent_preview from the step callback: one pixel per latent pixel, not flat;
+ * latents that do not fit the image size are refused. */
+typedef struct preview_at {
+  dit_model *m;
+  int calls, ok, w, h, bad_refused;
+  long distinct;
+} preview_at;
+
+static int preview_cb(void *user, int step, int total, const float *lat, size_t n, double secs) {
+  (void)step, (void)total, (void)secs;
+  preview_at *c = user;
+  dit_image img = {0};
+  c->calls++;
+  if (dit_model_latent_preview(c->m, 96, 128, lat, n, &img) == DIT_OK) {
+    c->ok++, c->w = img.width, c->h = img.height;
+    long d = 0;
+    for (int i = 1; i < img.width * img.height; i++) d += memcmp(img.rgb, img.rgb + 3 * i, 3) != 0;
+    c->distinct = d;
+  }
+  dit_image_free(&img);
+  c->bad_refused += dit_model_latent_preview(c->m, 96, 128, lat, n - 1, &img) == DIT_ERR_INVALID_ARG && !img.rgb;
+  return 0;
+}
+
+static void test_preview_and_png(dit_ctx *ctx, const char *name) {
+  char src[4096], path[4200];
+  snprintf(src, sizeof src, "%s/models/%s", g_data, name);
+  preview_at c = {0};
+  CHECK(dit_model_load(ctx, src, NULL, &c.m) == DIT_OK);
+  if (!c.m) return;
+  dit_gen_params p;
+  params(&p, NULL, 3);
+  p.on_step = preview_cb;
+  p.user = &c;
+  dit_image img = {0};
+  CHECK(dit_model_generate(c.m, &p, &img, NULL) == DIT_OK);
+  CHECK_MSG(c.ok == c.calls && c.calls == 2 && c.w == 12 && c.h == 16 && c.distinct > 100 && c.bad_refused == 2,
+            "%s preview: %d of %d calls, %dx%d, %ld pixels unlike the first, %d bad refused", name, c.ok, c.calls, c.w,
+            c.h, c.distinct, c.bad_refused);
+  printf("%s latent preview: %dx%d for a 96x128 image\n", name, c.w, c.h);
+  /* the PNG in memory is the file dit_image_save_png writes */
+  const char *keys[1] = {"parameters"}, *vals[1] = {"a red fox in the snow\nSteps: 2"};
+  uint8_t *png = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/%s-mem.png", g_tmp, name);
+  CHECK(dit_image_encode_png(ctx, &img, keys, vals, 1, &png, &len) == DIT_OK);
+  CHECK(dit_image_save_png(ctx, &img, path, keys, vals, 1, 1) == DIT_OK);
+  FILE *f = fopen(path, "rb");
+  uint8_t *file = malloc(len + 1);
+  size_t got = f && file ? fread(file, 1, len + 1, f) : 0;
+  CHECK_MSG(png && got == len && !memcmp(png, file, len), "encode_png: %zu bytes in memory, %zu in the file", len, got);
+  if (f) fclose(f);
+  free(file);
+  free(png);
+  const char *bad_key[1] = {" bad"};
+  CHECK(dit_image_encode_png(ctx, &img, bad_key, vals, 1, &png, &len) == DIT_ERR_INVALID_ARG && !png && !len);
+  dit_image_free(&img);
+  dit_model_free(c.m);
+}
+
 static void test_unsupported(dit_ctx *ctx) {
   char dir[4096], f[4200];
   snprintf(dir, sizeof dir, "%s/sdxl", g_tmp);
@@ -233,6 +294,8 @@ int main(int argc, char **argv) {
   test_resident(ctx, "zimage-tiny");
   test_resident(ctx, "flux2-klein-tiny");
   test_cancel(ctx);
+  test_preview_and_png(ctx, "zimage-tiny");
+  test_preview_and_png(ctx, "flux2-klein-tiny");
   test_unsupported(ctx);
   test_side_by_side();
   dit_ctx_free(ctx);

@@ -64,3 +64,15 @@ dit_status dit_image_save_png(dit_ctx *ctx, const dit_image *img, const char *pa
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "no image to save");
   return dit_png_write(path, img->rgb, img->width, img->height, keys, values, n_text, overwrite != 0, err);
 }
+
+dit_status dit_image_encode_png(dit_ctx *ctx, const dit_image *img, const char *const *keys,
+                                const char *const *values, int n_text, uint8_t **out, size_t *out_len) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  if (!out || !out_len) return dit_errorf(err, DIT_ERR_INVALID_ARG, "no output for the PNG");
+  *out = NULL;
+  *out_len = 0;
+  if (!img || !img->rgb || img->width <= 0 || img->height <= 0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "no image to encode");
+  return dit_png_encode(img->rgb, img->width, img->height, keys, values, n_text, out, out_len, err);
+}

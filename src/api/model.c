@@ -108,6 +108,51 @@ dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *
   return s;
 }
 
+/* Mean and standard deviation of channel c over the latent picture (stride apart from
+ * first, count values). */
+static void channel_stats(const float *x, size_t first, size_t stride, size_t count, double *mean, double *sd) {
+  double s = 0, s2 = 0;
+  for (size_t i = 0; i < count; i++) {
+    double v = x[first + i * stride];
+    s += v, s2 += v * v;
+  }
+  *mean = s / (double)count;
+  double var = s2 / (double)count - *mean * *mean;
+  *sd = var > 0 ? sqrt(var) : 0;
+}
+
+dit_status dit_model_latent_preview(const dit_model *m, int width, int height, const float *latents, size_t n,
+                                    dit_image *out) {
+  dit_error *err = &m->rt.ctx->err;
+  dit_error_clear(err);
+  memset(out, 0, sizeof *out);
+  const dit_latent_layout *L = &m->family->latent;
+  if (!latents || !L->grid || width < L->grid || height < L->grid)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "latent preview: no latents for a %dx%d image", width, height);
+  const size_t gh = (size_t)(height / L->grid), gw = (size_t)(width / L->grid), p = (size_t)L->patch;
+  const size_t h = gh * p, w = gw * p, hw = h * w;
+  if (n % hw || n / hw < 3)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "latent preview: %zu latents do not fit a %zux%zu latent picture", n,
+                      h, w);
+  const size_t C = n / hw, tok_ch = C * p * p; /* packed: channels per token */
+  out->rgb = malloc(hw * 3);
+  if (!out->rgb) return dit_errorf(err, DIT_ERR_NOMEM, "latent preview: out of memory");
+  out->width = (int)w, out->height = (int)h;
+  for (size_t c = 0; c < 3; c++) {
+    double mean, sd;
+    if (L->packed) channel_stats(latents, c * p * p, tok_ch, gh * gw, &mean, &sd); /* the (0, 0) pixel of each patch */
+    else channel_stats(latents, c * hw, 1, hw, &mean, &sd);
+    const double lo = mean - 2 * sd, scale = sd > 0 ? 255.0 / (4 * sd) : 0;
+    for (size_t y = 0; y < h; y++)
+      for (size_t x = 0; x < w; x++) {
+        size_t at = L->packed ? ((y / p) * gw + x / p) * tok_ch + c * p * p + (y % p) * p + x % p : c * hw + y * w + x;
+        double v = (latents[at] - lo) * scale;
+        out->rgb[(y * w + x) * 3 + c] = (uint8_t)(v < 0 || v != v ? 0 : v > 255 ? 255 : v + 0.5);
+      }
+  }
+  return DIT_OK;
+}
+
 int dit_family_get(size_t i, const char **name, const char **title, const char *const **pipelines) {
   const dit_family *f = dit_family_at(i);
   if (!f) return 0;

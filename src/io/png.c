@@ -5,6 +5,7 @@
 #include "io/png.h"
 #include "io/outfile.h"
 #include "io/png_libpng.h"
+#include "core/sbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,7 +81,8 @@ static dit_status check_args(const char *path, const uint8_t *rgb, int width, in
 
 typedef struct png_sink {
   dit_png_jmp j;    /* first: libpng's error pointer is the sink */
-  FILE *fp;
+  FILE *fp;         /* a file, or (fp NULL) the memory buffer mem */
+  dit_sbuf *mem;
   int write_errno;  /* errno of the failed write, 0 if none */
 } png_sink;
 
@@ -97,6 +99,10 @@ void dit_png_on_warning(png_structp png, png_const_charp msg) {
 
 static void on_png_write(png_structp png, png_bytep data, size_t len) {
   png_sink *s = png_get_io_ptr(png);
+  if (!s->fp) {
+    if (!dit_sbuf_put(s->mem, (const char *)data, len)) png_error(png, "out of memory for the PNG");
+    return;
+  }
   if (fwrite(data, 1, len, s->fp) != len) {
     s->write_errno = errno ? errno : EIO;
     png_error(png, "write failed");
@@ -105,7 +111,7 @@ static void on_png_write(png_structp png, png_bytep data, size_t len) {
 
 static void on_png_flush(png_structp png) {
   png_sink *s = png_get_io_ptr(png);
-  if (fflush(s->fp) != 0) {
+  if (s->fp && fflush(s->fp) != 0) {
     s->write_errno = errno ? errno : EIO;
     png_error(png, "flush failed");
   }
@@ -164,6 +170,25 @@ dit_status dit_png_write(const char *path, const uint8_t *rgb, int width, int he
   if (rc != 0 && sink.write_errno) st = dit_outfile_error(&o, "writing", sink.write_errno, err);
   else if (rc != 0) st = dit_errorf(err, DIT_ERR_IO, "cannot write PNG %s: libpng: %s", path, sink.j.msg);
   return dit_outfile_end(&o, st, err);
+}
+
+dit_status dit_png_encode(const uint8_t *rgb, int width, int height, const char *const *keys,
+                          const char *const *values, int n_text, uint8_t **out, size_t *out_len, dit_error *err) {
+  *out = NULL;
+  *out_len = 0;
+  DIT_TRY(check_args("(in memory)", rgb, width, height, keys, values, n_text, err));
+  dit_sbuf mem = {.ok = true};
+  png_sink sink;
+  memset(&sink, 0, sizeof sink);
+  sink.mem = &mem;
+  if (encode(&sink, rgb, width, height, keys, values, n_text) != 0 || !mem.ok) {
+    free(mem.s);
+    if (!mem.ok) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory encoding a %dx%d PNG", width, height);
+    return dit_errorf(err, DIT_ERR_INTERNAL, "encoding a %dx%d PNG: libpng: %s", width, height, sink.j.msg);
+  }
+  *out = (uint8_t *)mem.s;
+  *out_len = mem.n;
+  return DIT_OK;
 }
 
 dit_status dit_image_to_u8(const float *hwc, size_t n, uint8_t *out, dit_error *err) {

@@ -23,6 +23,11 @@ dit_status dit_png_write(const char *path, const uint8_t *rgb, int width, int he
                          const char *const *keys, const char *const *values, int n_text,
                          bool overwrite, dit_error *err);
 
+/* The same PNG (same checks, same chunks) into memory: *out (malloc'd, free() it) holds
+ * *out_len bytes. DIT_ERR_INVALID_ARG for bad sizes/keys, DIT_ERR_NOMEM. */
+dit_status dit_png_encode(const uint8_t *rgb, int width, int height, const char *const *keys,
+                          const char *const *values, int n_text, uint8_t **out, size_t *out_len, dit_error *err);
+
 /* What dit_png_read_text found: the image size and the text chunks in file order. */
 typedef struct dit_png_text {
   int width, height;

@@ -11,6 +11,14 @@
 #include "pipeline/model_rt.h"
 #include "text/chat.h"
 
+/* How a family's sampler holds its latents (what the step callback sees): a picture of
+ * (H / grid * patch) x (W / grid * patch) latent pixels, either channel-major [C, h, w]
+ * (packed 0) or as tokens of patch x patch pixels on the H / grid x W / grid grid, each
+ * token's channels ordered (c, py, px) as diffusers' _pack_latents does (packed 1). */
+typedef struct dit_latent_layout {
+  int grid, patch, packed;
+} dit_latent_layout;
+
 typedef struct dit_family {
   const char *name;                /* "zimage": dit_gen_defaults.family, messages */
   const char *title;               /* "Z-Image / Z-Image-Turbo" */
@@ -24,6 +32,7 @@ typedef struct dit_family {
   dit_status (*generate)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                          dit_gen_stats *st, dit_error *err);
   void (*close)(void *state);
+  dit_latent_layout latent;        /* for dit_model_latent_preview */
   /* Its `ditrun bench --arch` variants (family_bench.h), ended by a row whose name is NULL. */
   const dit_bench_variant *bench;
 } dit_family;

@@ -381,5 +381,6 @@ const dit_family dit_family_flux1 = {
     .open = flux1_open,
     .generate = flux1_generate,
     .close = dit_components_state_close,
+    .latent = {16, 2, 1},
     .bench = dit_flux1_bench,
 };

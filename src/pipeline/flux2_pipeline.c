@@ -331,5 +331,6 @@ const dit_family dit_family_flux2_klein = {
     .open = klein_open,
     .generate = klein_generate,
     .close = dit_components_state_close,
+    .latent = {16, 2, 1},
     .bench = dit_flux2_klein_bench,
 };

@@ -275,5 +275,6 @@ const dit_family dit_family_zimage = {
     .open = zimage_open,
     .generate = zimage_generate,
     .close = dit_components_state_close,
+    .latent = {16, 2, 0},
     .bench = dit_zimage_bench,
 };

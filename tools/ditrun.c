@@ -17,6 +17,7 @@ static void usage(FILE *f) {
           "  bench --arch zimage  time a DiT forward at the real geometry, random weights\n"
           "  quantize -m DIR --type q8_0 -o F.gguf  write a component as a (quantized) GGUF file\n"
           "  compare A.png B.png  PSNR, SSIM and differences of two images\n"
+          "  serve -m DIR       keep models loaded behind an HTTP API and a web page\n"
           "model families (diffusers folders whose model_index.json names one of these pipelines):\n",
           DITRUN_VERSION);
   const char *name, *title;
@@ -49,6 +50,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return cli_compare(argc - 1, argv + 1);
+  if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

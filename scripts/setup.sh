@@ -12,6 +12,7 @@ libjansson-dev:JSON, for model_index.json, config.json, tokenizer.json
 libpng-dev:PNG output
 libutf8proc-dev:Unicode normalization for the tokenizer
 libpcre2-dev:the tokenizer's pre-tokenizer regex
+libjpeg62-turbo-dev:JPEG input images (libjpeg-turbo)
 libmicrohttpd-dev:the HTTP server of ditrun serve
 libcurl4-openssl-dev:the HTTP client of the server's tests
 libopenblas-dev:the CPU GEMM comparison in bench/, not linked into ditrun"

@@ -142,6 +142,16 @@ typedef enum dit_cpu_precision { DIT_CPU_PRECISION_FP32 = 0, DIT_CPU_PRECISION_B
  * (e.g. FLUX.1's flux1-dev.safetensors), "vae" (ae.safetensors), "text_encoder"
  * (clip_l.safetensors), "text_encoder_2" (t5xxl_fp16.safetensors). The folder still gives
  * the component's config.json when it has one. */
+/* A LoRA (low-rank update) file merged into the transformer's weights when it is loaded:
+ * diffusers/PEFT (lora_A/lora_B), kohya (lora_down/lora_up/alpha) and the original-names
+ * layouts (ComfyUI, AI-Toolkit); W += scale * (alpha / rank, when the file has an alpha) * B A.
+ * Keys that match nothing in the model are an error listing them. */
+typedef struct dit_lora {
+  const char *path;
+  double scale;                 /* 1.0: as trained */
+} dit_lora;
+#define DIT_MAX_LORAS 8
+
 typedef struct dit_component_file {
   const char *component;
   const char *path;
@@ -171,6 +181,9 @@ typedef struct dit_gen_params {
   dit_step_fn on_step;          /* may be NULL */
   void *user;
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  const dit_lora *loras;        /* dit_generate: LoRAs merged into the transformer (dit_model_generate: the
+                                   model's own, from dit_model_opts) */
+  int n_loras;
 } dit_gen_params;
 
 /* Bits of dit_gen_defaults.from_model_file: which defaults the model folder's own
@@ -249,6 +262,8 @@ typedef struct dit_model_opts {
   unsigned keep;                   /* DIT_KEEP_* bits; default DIT_KEEP_ALL */
   const dit_component_file *files; /* single weight files replacing components' weights */
   int n_files;                     /* 0..DIT_MAX_COMPONENT_FILES */
+  const dit_lora *loras;           /* merged into the transformer whenever it is loaded */
+  int n_loras;                     /* 0..DIT_MAX_LORAS */
 } dit_model_opts;
 
 void dit_model_opts_default(dit_model_opts *o);

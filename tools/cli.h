@@ -26,6 +26,8 @@ typedef struct cli_gen_opts {
   int threads;
   int batch;                    /* -b N: images with seeds S..S+N-1 (1 = one image) */
   dit_component_file files[DIT_MAX_COMPONENT_FILES]; /* --diffusion-model, --vae, --clip-l, --t5xxl */
+  dit_lora loras[DIT_MAX_LORAS];                      /* --lora */
+  char lora_paths[DIT_MAX_LORAS][4096];
 } cli_gen_opts;
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
 

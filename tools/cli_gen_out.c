@@ -82,6 +82,13 @@ char *cli_gen_infotext(const dit_gen_params *p, const dit_gen_defaults *d, const
   if (p->max_sequence_length && p->max_sequence_length != 512) add(l, "Max sequence length", "%d", p->max_sequence_length);
   if (p->vae_tile) add(l, "VAE tile", "%d", p->vae_tile);
   if (p->text_rope_bf16) add(l, "Text RoPE", "bf16");
+  char loras[1024] = "";
+  for (int i = 0, o = 0; i < p->n_loras && o < (int)sizeof loras; i++) { /* "name: scale, ..." */
+    const char *b = strrchr(p->loras[i].path, '/');
+    o += snprintf(loras + o, sizeof loras - (size_t)o, "%s%s: %g", i ? ", " : "", b ? b + 1 : p->loras[i].path,
+                  p->loras[i].scale);
+  }
+  if (loras[0]) add(l, "LoRA", "%s", loras);
   if (p->device == DIT_DEVICE_CUDA) add(l, "Device", "cuda");
   else if (p->cpu_precision == DIT_CPU_PRECISION_BF16) add(l, "CPU precision", "bf16");
   add(l, "Version", "ditrun %s", DITRUN_VERSION);

@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "  -o, --output PATH      PNG to write (default output.png)\n"
           "      --overwrite        replace PATH if it exists\n"
           "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
+          "      --lora FILE[:S]    merge a LoRA into the transformer, scaled by S (default 1; repeat for more):\n"
+          "                         diffusers/PEFT, kohya or original-names (ComfyUI, AI-Toolkit) files\n"
           "      --diffusion-model FILE  a single weights file for the transformer (e.g. BFL's flux1-dev.safetensors)\n"
           "      --vae FILE         a single weights file for the VAE (e.g. ae.safetensors)\n"
           "      --text-encoder FILE  a single weights file for the text encoder (Qwen3: e.g. a llama.cpp GGUF)\n"
@@ -62,7 +64,7 @@ static void usage(FILE *f) {
 static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
-    "--overwrite", "--vae-tile", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
+    "--overwrite", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
     "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl"};
 
 /* The single-file options and the components they stand for. */
@@ -87,6 +89,32 @@ static bool file_opt(int argc, char **argv, int *i, cli_gen_opts *o, bool *bad) 
     return true;
   }
   return false;
+}
+
+/* --lora FILE[:SCALE]: the scale after the last ':' when that is a number (else all is the file). */
+static bool lora_opt(cli_gen_opts *o, const char *v) {
+  if (o->p.n_loras == DIT_MAX_LORAS) {
+    fprintf(stderr, "ditrun generate: --lora: at most %d LoRAs\n", DIT_MAX_LORAS);
+    return false;
+  }
+  char *end = NULL;
+  const char *colon = strrchr(v, ':');
+  double scale = colon && colon[1] ? strtod(colon + 1, &end) : 1.0;
+  bool has_scale = colon && end && !*end && end != colon + 1;
+  if (has_scale && !isfinite(scale)) {
+    fprintf(stderr, "ditrun generate: --lora %s: the scale is not a finite number\n", v);
+    return false;
+  }
+  size_t n = has_scale ? (size_t)(colon - v) : strlen(v);
+  if (!n || n >= sizeof o->lora_paths[0]) {
+    fprintf(stderr, "ditrun generate: --lora: '%s' is not FILE or FILE:SCALE\n", v);
+    return false;
+  }
+  int k = o->p.n_loras++;
+  snprintf(o->lora_paths[k], sizeof o->lora_paths[k], "%.*s", (int)n, v);
+  o->loras[k] = (dit_lora){o->lora_paths[k], has_scale ? scale : 1.0};
+  o->p.loras = o->loras;
+  return true;
 }
 
 typedef struct progress {
@@ -187,6 +215,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     }
     else if (OPT("-b", "--batch-count")) { if (!bad && !cli_parse_int("generate", "--batch-count", v, 1, 10000, &o->batch)) return 2; }
     else if (OPT(NULL, "--max-seq-len")) { if (!bad && !cli_parse_int("generate", "--max-seq-len", v, 1, 32768, &o->p.max_sequence_length)) return 2; }
+    else if (OPT(NULL, "--lora")) { if (!bad && !lora_opt(o, v)) return 2; }
     else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int("generate", "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
     else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int("generate", "--threads", v, 1, 1024, &o->threads)) return 2; }
     else if (OPT(NULL, "--rng")) {

@@ -43,6 +43,8 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   o.keep = 0;
   o.files = p->files;
   o.n_files = p->n_files;
+  o.loras = p->loras;
+  o.n_loras = p->n_loras;
   dit_model *m = NULL;
   dit_status s = dit_model_load(ctx, p->model_dir, &o, &m);
   if (s == DIT_OK) s = dit_model_generate(m, p, out, stats);

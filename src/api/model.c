@@ -28,7 +28,23 @@ void dit_model_free(dit_model *m) {
   if (m->rt.dev && m->rt.dev != m->rt.host) dit_backend_free(m->rt.dev);
   dit_backend_free(m->rt.host);
   dit_model_dir_close(m->rt.dir);
+  for (int i = 0; i < m->rt.n_loras; i++) free((char *)m->rt.loras[i].path);
   free(m);
+}
+
+/* The LoRAs, copied (the model may load its transformer again in later generates). */
+static dit_status copy_loras(dit_model *m, const dit_model_opts *o, dit_error *err) {
+  if (o->n_loras < 0 || o->n_loras > DIT_MAX_LORAS || (o->n_loras && !o->loras))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", o->n_loras, DIT_MAX_LORAS);
+  for (int i = 0; i < o->n_loras; i++) {
+    if (!o->loras[i].path || !*o->loras[i].path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %d: no file", i + 1);
+    if (!isfinite(o->loras[i].scale))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %s: the scale is not a finite number", o->loras[i].path);
+    char *p = strdup(o->loras[i].path);
+    if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+    m->rt.loras[m->rt.n_loras++] = (dit_lora){p, o->loras[i].scale};
+  }
+  return DIT_OK;
 }
 
 /* The host backend, and the device backend the models run on (the same one on the CPU). */
@@ -64,6 +80,7 @@ dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_o
     s = dit_errorf(err, DIT_ERR_INVALID_ARG, "%d component files (at most %d)", o->n_files, DIT_MAX_COMPONENT_FILES);
   for (int i = 0; s == DIT_OK && i < o->n_files; i++)
     s = dit_model_dir_set_file(m->rt.dir, o->files[i].component, o->files[i].path, err);
+  if (s == DIT_OK) s = copy_loras(m, o, err);
   if (s == DIT_OK) s = dit_family_of(m->rt.dir, &m->family, err);
   if (s == DIT_OK) s = dit_family_model_defaults(m->family, m->rt.dir, &m->defaults, err);
   if (s == DIT_OK) s = create_backends(m, o, err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "models/lora.h"
 #include "models/flux2_internal.h"
 
 #define CFG_MAX_BYTES (16u << 20)
@@ -182,17 +183,32 @@ dit_status flux2_alloc_blocks(dit_flux2 *m, dit_error *err) {
   return DIT_OK;
 }
 
-/* Allocates the block arrays and lists every tensor in t (the caller frees t). */
-static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
-  dit_flux2 *m = model;
+/* Lists every tensor of the allocated blocks in t. */
+static void list_table(dit_flux2 *m, dit_wtable *t) {
   const dit_flux2_config *c = &m->cfg;
   flux2_weights *w = &m->w;
-  dit_wtable_init(t);
-  DIT_TRY(flux2_alloc_blocks(m, err));
   add_top(t, c, w);
   for (int i = 0; i < c->n_layers; i++) add_double(t, c, &w->blocks[i], i);
   for (int i = 0; i < c->n_single_layers; i++) add_single(t, c, &w->single[i], i);
+}
+
+/* Allocates the block arrays and lists every tensor in t (the caller frees t). */
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_wtable_init(t);
+  DIT_TRY(flux2_alloc_blocks(model, err));
+  list_table(model, t);
   return DIT_OK;
+}
+
+dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
+  if (n <= 0) return DIT_OK;
+  dit_wtable t;
+  dit_wtable_init(&t);
+  list_table(m, &t);
+  dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
+                                    : dit_lora_apply(m->be, &t, l, n, NULL, &m->mw, err);
+  dit_wtable_free(&t);
+  return s;
 }
 
 dit_flux2 *flux2_new_model(dit_backend *be) {

@@ -91,6 +91,9 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
   if (w->wblock) be->ops->free(be, w->wblock);
   if (w->files) dit_weights_close(w->files);
+  for (size_t i = 0; i < w->n_lora_mem; i++) free(w->lora_mem[i]);
+  free(w->lora_mem);
+  w->lora_mem = NULL, w->n_lora_mem = 0;
   w->wblock = NULL;
   w->files = NULL;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "models/lora.h"
 #include "models/zimage_internal.h"
 
 #define CFG_MAX_BYTES (16u << 20)
@@ -199,9 +200,11 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   const dit_zimage_config *c = &m->cfg;
   zimage_weights *w = &m->w;
   size_t nr = (size_t)c->n_refiner_layers, nl = (size_t)c->n_layers;
-  w->noise_refiner = calloc(nr ? nr : 1, sizeof *w->noise_refiner);
-  w->context_refiner = calloc(nr ? nr : 1, sizeof *w->context_refiner);
-  w->layers = calloc(nl, sizeof *w->layers);
+  if (!w->layers) { /* a second call (dit_zimage_apply_loras) lists the bound blocks again */
+    w->noise_refiner = calloc(nr ? nr : 1, sizeof *w->noise_refiner);
+    w->context_refiner = calloc(nr ? nr : 1, sizeof *w->context_refiner);
+    w->layers = calloc(nl, sizeof *w->layers);
+  }
   dit_wtable_init(t);
   if (!w->noise_refiner || !w->context_refiner || !w->layers)
     return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %zu layers", 2 * nr + nl);
@@ -274,6 +277,18 @@ dit_status dit_zimage_load_from(dit_backend *be, const char *weights, const char
   if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "zimage", weights, build_table, m, false, err);
   if (s == DIT_OK) stack_weights(m);
   DIT_HAND_OVER(s, m, out, dit_zimage_free);
+}
+
+dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_error *err) {
+  if (n <= 0) return DIT_OK;
+  dit_wtable t;
+  dit_status s = build_table(m, &t, err);
+  const dit_wremap orig = {NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, NULL};
+  if (s == DIT_OK && t.status != DIT_OK) s = dit_errorf(err, t.status, "%s", t.err.msg);
+  if (s == DIT_OK) s = dit_lora_apply(m->be, &t, l, n, &orig, &m->mw, err);
+  dit_wtable_free(&t);
+  if (s == DIT_OK) stack_weights(m); /* q, k, v may no longer lie back to back */
+  return s;
 }
 
 dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimage **out, dit_error *err) {

@@ -236,6 +236,7 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *e
   if (c->out_channels != c->in_channels || c->in_channels != 4 * LATENT_CHANNELS)
     return dit_errorf(err, DIT_ERR_FORMAT, "transformer in/out channels %d/%d: FLUX.1 packs 16 latent channels to %d",
                       c->in_channels, c->out_channels, 4 * LATENT_CHANNELS);
+  if (rt->n_loras) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA: not supported for FLUX.1 yet (Z-Image and FLUX.2 are)");
   return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
 static dit_status flux1_dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {

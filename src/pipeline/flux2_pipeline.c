@@ -219,6 +219,7 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *e
   if (c->out_channels != c->in_channels)
     return dit_errorf(err, DIT_ERR_FORMAT, "transformer out_channels %d != in_channels %d", c->out_channels,
                       c->in_channels);
+  DIT_TRY(dit_flux2_apply_loras(m, rt->loras, rt->n_loras, err));
   return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
 DIT_COMPONENT_KIND(klein_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux2_load,

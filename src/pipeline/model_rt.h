@@ -20,6 +20,8 @@ typedef struct dit_model_rt {
   dit_backend *host;  /* CPU backend: host-side work, and the models when device is the CPU */
   dit_backend *dev;   /* where the models run: host, or a device backend */
   unsigned keep;      /* DIT_KEEP_* (ditrun.h): components kept loaded between generates */
+  dit_lora loras[DIT_MAX_LORAS]; /* merged into the transformer at each load (paths owned) */
+  int n_loras;
 } dit_model_rt;
 
 /* True when the models run on a device backend (bf16 activations there). */

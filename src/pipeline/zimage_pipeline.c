@@ -156,6 +156,7 @@ static dit_status check_grid(const dit_model_dir *dir, int H, int W, dit_error *
  * options say no). */
 static dit_status dit_prepare(const dit_model_rt *rt, dit_zimage *m, dit_error *err) {
   dit_zimage_set_stacked_qkv(m, rt->ctx->opts.zimage_stack_qkv);
+  DIT_TRY(dit_zimage_apply_loras(m, rt->loras, rt->n_loras, err));
   return dit_rt_on_device(rt) ? dit_zimage_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
 /* The folder's transformer, or a single file set for it (diffusers' or the original names)

@@ -1,0 +1,289 @@
+/* LoRA merged into a model's weights at load (see lora.h). Each pair's module name is matched
+ * to the model's table, B A is formed in fp32 and added, times its scale, to an fp32 copy of
+ * the target; when every LoRA has been matched the copies go back in the tensor's dtype. */
+#include "models/lora.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+
+typedef struct lora_pair {
+  char module[DIT_WNAME_MAX];     /* as stored, without the A/B/alpha suffix */
+  const dit_st_tensor *a, *b, *alpha;
+} lora_pair;
+
+typedef struct lora_merge {
+  const dit_wtable *t;
+  float **merged;                 /* per table entry: its fp32 copy once a LoRA touches it */
+  dit_backend *be;
+} lora_merge;
+
+static const char *const prefixes[] = {"base_model.model.", "model.diffusion_model.", "diffusion_model.",
+                                       "transformer.", "unet."};
+static const char *const kohya_prefixes[] = {"lora_unet_", "lora_transformer_"};
+
+/* The pair kind of a key: 'A', 'B' or 'a' (alpha), with the module before the suffix. */
+static char key_kind(const char *key, size_t *mlen) {
+  static const struct {
+    const char *sfx;
+    char kind;
+  } sfx[] = {{".lora_A.weight", 'A'},    {".lora_B.weight", 'B'},    {".lora_down.weight", 'A'},
+             {".lora_up.weight", 'B'},   {".lora.down.weight", 'A'}, {".lora.up.weight", 'B'},
+             {".alpha", 'a'}};
+  size_t n = strlen(key);
+  for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+    size_t m = strlen(sfx[i].sfx);
+    if (n > m && !strcmp(key + n - m, sfx[i].sfx)) return *mlen = n - m, sfx[i].kind;
+  }
+  return 0;
+}
+
+static long find_entry(const dit_wtable *t, const char *name) {
+  for (size_t i = 0; i < t->n; i++)
+    if (t->entries[i].dst->data && !strcmp(t->entries[i].name, name)) return (long)i;
+  return -1;
+}
+
+/* A table name with '.' as '_' and without ".weight" equals the kohya module? */
+static long find_kohya(const dit_wtable *t, const char *mod) {
+  for (size_t i = 0; i < t->n; i++) {
+    const char *n = t->entries[i].name;
+    size_t len = strlen(n);
+    if (!t->entries[i].dst->data || len < 8 || strcmp(n + len - 7, ".weight") || strlen(mod) != len - 7) continue;
+    size_t k = 0;
+    while (k < len - 7 && (n[k] == mod[k] || (n[k] == '.' && mod[k] == '_'))) k++;
+    if (k == len - 7) return (long)i;
+  }
+  return -1;
+}
+
+/* The table entries the module updates (B's rows split evenly over them, in order): 1, or the
+ * parts of a split weight of the original names; 0 when none. */
+static int match(const dit_wtable *t, const dit_wremap *orig, const char *module, long *ent) {
+  const char *m = module;
+  for (size_t i = 0; i < sizeof kohya_prefixes / sizeof *kohya_prefixes; i++)
+    if (!strncmp(m, kohya_prefixes[i], strlen(kohya_prefixes[i])))
+      return (ent[0] = find_kohya(t, m + strlen(kohya_prefixes[i]))) >= 0;
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+    if (!strncmp(m, prefixes[i], strlen(prefixes[i]))) m += strlen(prefixes[i]), i = (size_t)-1;
+  char name[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
+  if (snprintf(name, sizeof name, "%s.weight", m) >= (int)sizeof name) return 0;
+  if ((ent[0] = find_entry(t, name)) >= 0) return 1;
+  if (!orig) return 0;
+  for (size_t i = 0; i < orig->n_rename; i++) { /* the original checkpoint's names */
+    if (!dit_wname_replace(b, sizeof b, name, orig->rename[i].from, orig->rename[i].to)) return 0;
+    memcpy(name, b, sizeof name);
+  }
+  size_t n = strlen(name);
+  for (size_t k = 0; k < orig->n_split; k++) {
+    const dit_wsplit *sp = &orig->split[k];
+    size_t sl = strlen(sp->suffix);
+    if (n < sl || strcmp(name + n - sl, sp->suffix)) continue;
+    for (int p = 0; p < sp->n; p++) {
+      snprintf(b, sizeof b, "%.*s%s", (int)(n - sl), name, sp->parts[p]);
+      if ((ent[p] = find_entry(t, b)) < 0) return 0;
+    }
+    return sp->n;
+  }
+  return (ent[0] = find_entry(t, name)) >= 0;
+}
+
+static size_t st_numel(const dit_st_tensor *st) {
+  size_t n = 1;
+  for (int i = 0; i < st->ndim; i++) n *= (size_t)st->shape[i];
+  return n;
+}
+
+/* A LoRA tensor as fp32 (*out malloc'd), checked finite. */
+static dit_status lora_f32(dit_weights *lw, const dit_st_tensor *st, const char *path, float **out, dit_error *err) {
+  *out = NULL;
+  dit_tensor x;
+  DIT_TRY(dit_weights_tensor(lw, st, &x, err));
+  if (x.dtype != DIT_F32 && x.dtype != DIT_BF16 && x.dtype != DIT_F16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA %s: %s is %s (F32, BF16 or F16 expected)", path, st->name,
+                      dit_dtype_name(x.dtype));
+  size_t n = st_numel(st);
+  float *f = malloc((n ? n : 1) * sizeof *f);
+  if (!f) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA %s: out of memory", path);
+  dit_convert_to_f32(f, x.data, x.dtype, n);
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(f[i])) {
+      free(f);
+      return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s holds a non-finite value (at %zu)", path, st->name, i);
+    }
+  *out = f;
+  return DIT_OK;
+}
+
+/* The fp32 copy of entry e (made on first use from the host tensor or the device's). */
+static dit_status merged_of(lora_merge *M, long e, float **out, dit_error *err) {
+  if ((*out = M->merged[e])) return DIT_OK;
+  const dit_tensor *d = M->t->entries[e].dst;
+  if (dit_dtype_is_quant(d->dtype))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on %s: its weights are %s; LoRA is merged into float weights "
+                      "only so far", M->t->entries[e].name, dit_dtype_name(d->dtype));
+  const bool host = dit_backend_is_host(M->be);
+  size_t n = (size_t)dit_tensor_numel(d), bytes = dit_tensor_nbytes(d);
+  float *f = malloc(n * sizeof *f);
+  void *copy = host ? NULL : malloc(bytes);
+  if (!f || (!host && !copy)) {
+    free(f), free(copy);
+    return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory for %s", M->t->entries[e].name);
+  }
+  dit_status s = host ? DIT_OK : M->be->ops->download(M->be, copy, d->data, bytes, err);
+  if (s == DIT_OK) dit_convert_to_f32(f, host ? d->data : copy, d->dtype, n);
+  free(copy);
+  if (s != DIT_OK) return free(f), s;
+  *out = M->merged[e] = f;
+  return DIT_OK;
+}
+
+/* W[rows, cols] += s * B[rows, r] A[r, cols]. */
+static void add_ba(float *W, const float *B, const float *A, int64_t rows, int64_t cols, int64_t r, float s) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < rows; o++) {
+    float *w = W + o * cols;
+    for (int64_t k = 0; k < r; k++) {
+      const float b = s * B[o * r + k], *a = A + k * cols;
+      for (int64_t i = 0; i < cols; i++) w[i] += b * a[i];
+    }
+  }
+}
+
+/* One pair into its targets. */
+static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p, const long *ent, int parts,
+                             const dit_lora *l, dit_error *err) {
+  const dit_st_tensor *a = p->a, *b = p->b;
+  if (a->ndim != 2 || b->ndim != 2 || a->shape[0] != b->shape[1])
+    return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s: A %dD [%lld, ...] and B %dD [..., %lld] do not share a rank",
+                      l->path, p->module, a->ndim, (long long)a->shape[0], b->ndim,
+                      (long long)(b->ndim > 1 ? b->shape[1] : 0));
+  const int64_t r = a->shape[0], in = a->shape[1], out = b->shape[0];
+  const dit_tensor *d0 = M->t->entries[ent[0]].dst;
+  if (d0->ndim != 2 || d0->shape[1] != in || out != d0->shape[0] * parts)
+    return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s updates [%lld, %lld] but %s is [%lld, %lld]%s", l->path,
+                      p->module, (long long)out, (long long)in, M->t->entries[ent[0]].name, (long long)d0->shape[0],
+                      (long long)(d0->ndim > 1 ? d0->shape[1] : 0), parts > 1 ? " (one of its parts)" : "");
+  float s = (float)l->scale, *A = NULL, *B = NULL, *al = NULL;
+  dit_status st = lora_f32(lw, a, l->path, &A, err);
+  if (st == DIT_OK) st = lora_f32(lw, b, l->path, &B, err);
+  if (st == DIT_OK && p->alpha) {
+    st = lora_f32(lw, p->alpha, l->path, &al, err);
+    if (st == DIT_OK && st_numel(p->alpha) != 1)
+      st = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s is not one number", l->path, p->alpha->name);
+    if (st == DIT_OK) s *= al[0] / (float)r; /* kohya: alpha / rank */
+  }
+  for (int k = 0; st == DIT_OK && k < parts; k++) {
+    float *W = NULL;
+    st = merged_of(M, ent[k], &W, err);
+    if (st != DIT_OK) break;
+    int64_t rows = out / parts;
+    add_ba(W, B + k * rows * r, A, rows, in, r, s);
+  }
+  free(A), free(B), free(al);
+  return st;
+}
+
+/* The pairs of an opened LoRA file (*out malloc'd); keys of no pair into *unknown (a list for
+ * the message). */
+static dit_status collect_pairs(const dit_weights *lw, const char *path, lora_pair **out, size_t *n_out,
+                                char *unknown, size_t ulen, int *n_unknown, dit_error *err) {
+  lora_pair *p = calloc(lw->n_tensors ? lw->n_tensors : 1, sizeof *p);
+  if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA %s: out of memory", path);
+  size_t n = 0;
+  for (size_t i = 0; i < lw->n_tensors; i++) {
+    const dit_st_tensor *st = lw->tensors[i];
+    size_t ml = 0;
+    char kind = key_kind(st->name, &ml);
+    if (!kind || ml >= DIT_WNAME_MAX) {
+      size_t u = strlen(unknown);
+      if ((*n_unknown)++ < 6) snprintf(unknown + u, ulen - u, "%s%s", u ? ", " : "", st->name);
+      continue;
+    }
+    size_t k = 0;
+    while (k < n && (strlen(p[k].module) != ml || strncmp(p[k].module, st->name, ml))) k++;
+    if (k == n) snprintf(p[n++].module, DIT_WNAME_MAX, "%.*s", (int)ml, st->name);
+    if (kind == 'A') p[k].a = st;
+    else if (kind == 'B') p[k].b = st;
+    else p[k].alpha = st;
+  }
+  *out = p, *n_out = n;
+  return DIT_OK;
+}
+
+/* Every pair of one LoRA merged (after all of its pairs were matched). */
+static dit_status apply_one(lora_merge *M, const dit_lora *l, const dit_wremap *orig, dit_error *err) {
+  if (!l->path || !*l->path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA: no file given");
+  if (!isfinite(l->scale))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %s: the scale %g is not a finite number", l->path, l->scale);
+  dit_weights *lw = NULL;
+  DIT_TRY(dit_weights_open(l->path, NULL, &lw, err));
+  lora_pair *p = NULL;
+  size_t n = 0;
+  char unknown[512] = "";
+  int n_unknown = 0;
+  dit_status s = collect_pairs(lw, l->path, &p, &n, unknown, sizeof unknown, &n_unknown, err);
+  long (*ent)[4] = s == DIT_OK ? calloc(n ? n : 1, sizeof *ent) : NULL;
+  int *parts = s == DIT_OK ? calloc(n ? n : 1, sizeof *parts) : NULL;
+  if (s == DIT_OK && (!ent || !parts)) s = dit_errorf(err, DIT_ERR_NOMEM, "LoRA %s: out of memory", l->path);
+  for (size_t i = 0; s == DIT_OK && i < n; i++) {
+    parts[i] = p[i].a && p[i].b ? match(M->t, orig, p[i].module, ent[i]) : 0;
+    if (parts[i]) continue;
+    size_t u = strlen(unknown);
+    if (n_unknown++ < 6)
+      snprintf(unknown + u, sizeof unknown - u, "%s%s%s", u ? ", " : "", p[i].module,
+               p[i].a && p[i].b ? "" : (p[i].a ? " (no B)" : " (no A)"));
+  }
+  if (s == DIT_OK && n_unknown)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %d key%s match nothing in this model: %s%s", l->path, n_unknown,
+                   n_unknown > 1 ? "s" : "", unknown, n_unknown > 6 ? ", ..." : "");
+  if (s == DIT_OK && !n) s = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: no LoRA pairs in this file", l->path);
+  for (size_t i = 0; s == DIT_OK && i < n; i++) s = merge_pair(M, lw, &p[i], ent[i], parts[i], l, err);
+  free(p), free(ent), free(parts);
+  dit_weights_close(lw);
+  return s;
+}
+
+/* The fp32 copies back into the tensors, in their dtypes. */
+static dit_status write_back(lora_merge *M, dit_model_weights *w, dit_error *err) {
+  const bool host = dit_backend_is_host(M->be);
+  for (size_t e = 0; e < M->t->n; e++) {
+    if (!M->merged[e]) continue;
+    dit_tensor *d = M->t->entries[e].dst;
+    size_t n = (size_t)dit_tensor_numel(d), bytes = dit_tensor_nbytes(d);
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, bytes ? bytes : 64)) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+    dit_convert_from_f32(buf, M->merged[e], d->dtype, n);
+    if (!host) {
+      dit_status s = M->be->ops->upload(M->be, d->data, buf, bytes, err);
+      if (s == DIT_OK) s = M->be->ops->sync(M->be, err); /* the upload reads buf until then */
+      free(buf);
+      DIT_TRY(s);
+      continue;
+    }
+    void **o = realloc(w->lora_mem, (w->n_lora_mem + 1) * sizeof *o);
+    if (!o) return free(buf), dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+    w->lora_mem = o;
+    w->lora_mem[w->n_lora_mem++] = buf;
+    d->data = buf;
+  }
+  return DIT_OK;
+}
+
+dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
+                          dit_model_weights *w, dit_error *err) {
+  if (n <= 0) return DIT_OK;
+  if (n > DIT_MAX_LORAS) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", n, DIT_MAX_LORAS);
+  lora_merge M = {t, calloc(t->n ? t->n : 1, sizeof(float *)), be};
+  if (!M.merged) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  dit_status s = DIT_OK;
+  for (int i = 0; s == DIT_OK && i < n; i++) s = apply_one(&M, &loras[i], orig, err);
+  if (s == DIT_OK) s = write_back(&M, w, err);
+  for (size_t e = 0; e < t->n; e++) free(M.merged[e]);
+  free(M.merged);
+  return s;
+}

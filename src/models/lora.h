@@ -1,0 +1,29 @@
+/* LoRA: low-rank updates W += scale * B A merged into a model's weights when it is loaded.
+ * A LoRA file is a safetensors file of pairs, in the layouts people have:
+ *   diffusers / PEFT   "<module>.lora_A.weight" [r, in], "<module>.lora_B.weight" [out, r]
+ *                      (also "<module>.lora.down.weight" / ".lora.up.weight")
+ *   kohya / sd-scripts "<module>.lora_down.weight", "<module>.lora_up.weight", "<module>.alpha",
+ *                      the module's dots written as '_' after "lora_unet_" / "lora_transformer_"
+ * with or without the prefixes "transformer.", "diffusion_model.", "model.diffusion_model.",
+ * "base_model.model."; the modules named as the model's table names them (diffusers' names) or
+ * as the family's original checkpoint names them (the family's remap: e.g. Z-Image's fused
+ * "attention.qkv", whose B is split by rows over to_q, to_k, to_v). The scale of a pair is the
+ * user's times alpha / r when the file gives an alpha (kohya, AI-Toolkit), else the user's.
+ * Every key must be used: keys that match nothing, a rank or shape that does not fit, or a
+ * non-finite value are DIT_ERR_FORMAT listing them, and the model is left as it was. */
+#ifndef DIT_MODELS_LORA_H
+#define DIT_MODELS_LORA_H
+
+#include "backend/backend.h"
+#include "ditrun.h"
+#include "io/safetensors.h"
+#include "models/model_weights.h"
+
+/* Merges the n LoRAs into the float (F32/BF16/F16) tensors of t, which are bound: on the host
+ * the updated tensors get new memory owned by w (the checkpoint's mapping is read-only); on a
+ * device they are downloaded, updated and uploaded in place. orig (may be NULL) is the family's
+ * remap of its original checkpoint names. A LoRA on a quantized tensor is DIT_ERR_UNSUPPORTED. */
+dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
+                          dit_model_weights *w, dit_error *err);
+
+#endif

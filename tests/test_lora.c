@@ -1,0 +1,305 @@
+/* LoRA merged at load (models/lora.h) on the tiny fixtures, against the same updates merged by
+ * this test into a copy of the transformer file (W + s * B A, in double, rounded to the weights'
+ * bf16) and loaded as a single transformer file: the images must agree, and differ from the
+ * base model's. Three LoRAs at once on Z-Image, one per layout (diffusers/PEFT with a user
+ * scale, kohya with alpha, the original names with the fused qkv split over q, k, v), and a
+ * PEFT LoRA on FLUX.2 [klein]. Then the refusals: keys that match nothing (listed), a rank or
+ * shape that does not fit, a non-finite value or scale, a missing file, quantized weights. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/dtype.h"
+#include "ditrun.h"
+#include "io/safetensors.h"
+#include "testing.h"
+
+static char g_data[4096], g_tmp[4096];
+
+/* One LoRA tensor to write (F32). */
+typedef struct lt {
+  char name[160];
+  int ndim;
+  int64_t shape[2];
+  float *data;
+} lt;
+
+static dit_status fill_lt(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  (void)err;
+  memcpy(dst, ((const lt *)user)[i].data, nbytes);
+  return DIT_OK;
+}
+
+static int write_lora(const char *path, const lt *t, size_t n) {
+  dit_out_tensor o[16];
+  for (size_t i = 0; i < n; i++) o[i] = (dit_out_tensor){t[i].name, DIT_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}};
+  dit_error err = {0};
+  return dit_st_write(path, true, NULL, 0, o, n, fill_lt, (void *)t, &err) == DIT_OK ? 0 : -1;
+}
+
+static float *rnd(size_t n, uint64_t seed, float amp) {
+  float *x = malloc(n * sizeof *x);
+  dt_fill_random(x, n, seed);
+  for (size_t i = 0; i < n; i++) x[i] *= amp;
+  return x;
+}
+
+/* An update for the reference: target tensor name, rows [row0, row0 + rows) of it get
+ * s * B[rows, r] A[r, cols] (B's rows from b_row0). */
+typedef struct upd {
+  const char *target;
+  const float *A, *B;
+  int64_t r, cols, rows, row0, b_row0;
+  double s;
+} upd;
+
+typedef struct ref_ctx {
+  const dit_st_file *f;
+  const upd *u;
+  size_t n_u;
+} ref_ctx;
+
+static dit_status fill_ref(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  (void)err;
+  const ref_ctx *c = user;
+  const dit_st_tensor *t = &c->f->tensors[i];
+  memcpy(dst, t->data, nbytes);
+  size_t n = (size_t)(t->end - t->begin) / dit_dtype_size(t->dtype);
+  float *w = malloc(n * sizeof *w);
+  dit_convert_to_f32(w, t->data, t->dtype, n);
+  bool touched = false;
+  for (size_t k = 0; k < c->n_u; k++) {
+    const upd *u = &c->u[k];
+    if (strcmp(u->target, t->name)) continue;
+    touched = true;
+    for (int64_t o = 0; o < u->rows; o++)
+      for (int64_t j = 0; j < u->cols; j++) {
+        double d = 0;
+        for (int64_t q = 0; q < u->r; q++) d += (double)u->B[(u->b_row0 + o) * u->r + q] * u->A[q * u->cols + j];
+        w[(u->row0 + o) * u->cols + j] += (float)(u->s * d);
+      }
+  }
+  if (touched) dit_convert_from_f32(dst, w, t->dtype, n);
+  free(w);
+  return DIT_OK;
+}
+
+/* The fixture's transformer file with the updates merged, at path. */
+static int write_reference(const char *model, const char *path, const upd *u, size_t n_u) {
+  char src[4200];
+  snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", model);
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  dit_out_tensor *o = calloc(f->n_tensors, sizeof *o);
+  for (size_t i = 0; i < f->n_tensors; i++) {
+    const dit_st_tensor *t = &f->tensors[i];
+    o[i] = (dit_out_tensor){t->name, t->dtype, t->ndim, {0}};
+    memcpy(o[i].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+  }
+  ref_ctx c = {f, u, n_u};
+  int rc = dit_st_write(path, true, NULL, 0, o, f->n_tensors, fill_ref, &c, &err) == DIT_OK ? 0 : -1;
+  free(o);
+  dit_st_close(f);
+  return rc;
+}
+
+/* dst: a model folder of links to model's parts, whose transformer weights are file (for a
+ * family without single transformer files). */
+static int ref_folder(const char *model, const char *dst, const char *file) {
+  static const char *const parts[] = {"model_index.json", "scheduler", "text_encoder", "tokenizer", "vae"};
+  char a[4400], b[4400];
+  int rc = mkdir(dst, 0777) && errno != EEXIST ? -1 : 0;
+  for (size_t i = 0; !rc && i < sizeof parts / sizeof *parts; i++) {
+    snprintf(a, sizeof a, "%s/%s", model, parts[i]);
+    snprintf(b, sizeof b, "%s/%s", dst, parts[i]);
+    char *abs = realpath(a, NULL);
+    unlink(b);
+    rc = abs && symlink(abs, b) == 0 ? 0 : -1;
+    free(abs);
+  }
+  snprintf(b, sizeof b, "%s/transformer", dst);
+  if (!rc && mkdir(b, 0777) && errno != EEXIST) rc = -1;
+  snprintf(a, sizeof a, "%s/transformer/config.json", model);
+  snprintf(b, sizeof b, "%s/transformer/config.json", dst);
+  char *abs = rc ? NULL : realpath(a, NULL);
+  unlink(b);
+  if (!rc) rc = abs && symlink(abs, b) == 0 ? 0 : -1;
+  free(abs);
+  snprintf(b, sizeof b, "%s/transformer/diffusion_pytorch_model.safetensors", dst);
+  if (!rc) rc = rename(file, b);
+  return rc;
+}
+
+static void params(dit_gen_params *p, const char *model) {
+  dit_gen_params_default(p);
+  p->model_dir = model;
+  p->prompt = "a red fox in the snow";
+  p->width = 64, p->height = 64, p->steps = 2, p->seed = 5;
+}
+
+/* Max channel difference of two images (-1: sizes differ). */
+static int img_diff(const dit_image *a, const dit_image *b) {
+  if (!a->rgb || !b->rgb || a->width != b->width || a->height != b->height) return -1;
+  int m = 0;
+  for (size_t i = 0; i < (size_t)a->width * a->height * 3; i++) {
+    int d = abs(a->rgb[i] - b->rgb[i]);
+    if (d > m) m = d;
+  }
+  return m;
+}
+
+/* base, with the LoRAs, and the reference (a transformer file, or with ref_model a whole model
+ * folder): LoRA == reference (<= 1 level), != base. */
+static void compare(dit_ctx *ctx, const char *name, const char *model, const dit_lora *l, int n, const char *ref,
+                    const char *ref_model) {
+  dit_gen_params p;
+  dit_image base = {0}, with = {0}, want = {0};
+  params(&p, model);
+  CHECK_MSG(dit_generate(ctx, &p, &base, NULL) == DIT_OK, "%s base: %s", name, dit_ctx_last_error(ctx));
+  p.loras = l, p.n_loras = n;
+  CHECK_MSG(dit_generate(ctx, &p, &with, NULL) == DIT_OK, "%s with LoRA: %s", name, dit_ctx_last_error(ctx));
+  params(&p, ref_model ? ref_model : model);
+  dit_component_file f = {"transformer", ref};
+  if (!ref_model) p.files = &f, p.n_files = 1;
+  CHECK_MSG(dit_generate(ctx, &p, &want, NULL) == DIT_OK, "%s reference: %s", name, dit_ctx_last_error(ctx));
+  int d = img_diff(&with, &want), db = img_diff(&with, &base);
+  CHECK_MSG(d >= 0 && d <= 1, "%s: LoRA image vs merged reference: %d levels", name, d);
+  CHECK_MSG(db > 10, "%s: the LoRA changes the image (%d levels from the base)", name, db);
+  printf("%s: LoRA vs merged reference max diff %d, vs base %d levels\n", name, d, db);
+  dit_image_free(&base), dit_image_free(&with), dit_image_free(&want);
+}
+
+static void test_zimage(dit_ctx *ctx) {
+  char model[4200], peft[4300], kohya[4300], orig[4300], ref[4300];
+  snprintf(model, sizeof model, "%s/models/zimage-tiny", g_data);
+  snprintf(peft, sizeof peft, "%s/z_peft.safetensors", g_tmp);
+  snprintf(kohya, sizeof kohya, "%s/z_kohya.safetensors", g_tmp);
+  snprintf(orig, sizeof orig, "%s/z_orig.safetensors", g_tmp);
+  snprintf(ref, sizeof ref, "%s/z_ref.safetensors", g_tmp);
+  const int64_t D = 256, F = 682, r = 4;
+  float *a1 = rnd(r * D, 1, 0.3f), *b1 = rnd(D * r, 2, 0.3f), *a2 = rnd(r * D, 3, 0.3f), *b2 = rnd(F * r, 4, 0.3f);
+  float *a3 = rnd(r * D, 5, 0.3f), *b3 = rnd(D * r, 6, 0.3f), *a4 = rnd(r * F, 7, 0.3f), *b4 = rnd(D * r, 8, 0.3f);
+  float *a5 = rnd(r * D, 9, 0.3f), *b5 = rnd(3 * D * r, 10, 0.3f), *a6 = rnd(r * D, 11, 0.3f), *b6 = rnd(D * r, 12, 0.3f);
+  float alpha = 2.0f; /* kohya: scale alpha / r = 0.5 */
+  lt pe[] = {{"transformer.layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a1},
+             {"transformer.layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b1},
+             {"transformer.layers.1.feed_forward.w1.lora_A.weight", 2, {r, D}, a2},
+             {"transformer.layers.1.feed_forward.w1.lora_B.weight", 2, {F, r}, b2}};
+  lt ko[] = {{"lora_unet_layers_1_attention_to_k.lora_down.weight", 2, {r, D}, a3},
+             {"lora_unet_layers_1_attention_to_k.lora_up.weight", 2, {D, r}, b3},
+             {"lora_unet_layers_1_attention_to_k.alpha", 0, {0, 0}, &alpha},
+             {"lora_unet_noise_refiner_0_feed_forward_w2.lora_down.weight", 2, {r, F}, a4},
+             {"lora_unet_noise_refiner_0_feed_forward_w2.lora_up.weight", 2, {D, r}, b4},
+             {"lora_unet_noise_refiner_0_feed_forward_w2.alpha", 0, {0, 0}, &alpha}};
+  lt og[] = {{"diffusion_model.layers.0.attention.qkv.lora_A.weight", 2, {r, D}, a5},
+             {"diffusion_model.layers.0.attention.qkv.lora_B.weight", 2, {3 * D, r}, b5},
+             {"diffusion_model.context_refiner.0.attention.out.lora_A.weight", 2, {r, D}, a6},
+             {"diffusion_model.context_refiner.0.attention.out.lora_B.weight", 2, {D, r}, b6}};
+  CHECK(write_lora(peft, pe, 4) == 0 && write_lora(kohya, ko, 6) == 0 && write_lora(orig, og, 4) == 0);
+  const upd u[] = {
+      {"layers.0.attention.to_q.weight", a1, b1, r, D, D, 0, 0, 0.8},
+      {"layers.1.feed_forward.w1.weight", a2, b2, r, D, F, 0, 0, 0.8},
+      {"layers.1.attention.to_k.weight", a3, b3, r, D, D, 0, 0, 0.5},
+      {"noise_refiner.0.feed_forward.w2.weight", a4, b4, r, F, D, 0, 0, 0.5},
+      {"layers.0.attention.to_q.weight", a5, b5, r, D, D, 0, 0, 1.0},
+      {"layers.0.attention.to_k.weight", a5, b5, r, D, D, 0, D, 1.0},
+      {"layers.0.attention.to_v.weight", a5, b5, r, D, D, 0, 2 * D, 1.0},
+      {"context_refiner.0.attention.to_out.0.weight", a6, b6, r, D, D, 0, 0, 1.0},
+  };
+  CHECK(write_reference(model, ref, u, sizeof u / sizeof *u) == 0);
+  const dit_lora l[] = {{peft, 0.8}, {kohya, 1.0}, {orig, 1.0}};
+  compare(ctx, "zimage, PEFT x0.8 + kohya alpha + original names (fused qkv)", model, l, 3, ref, NULL);
+  free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4), free(a5), free(b5), free(a6), free(b6);
+}
+
+static void test_flux2(dit_ctx *ctx) {
+  char model[4200], peft[4300], ref[4300];
+  snprintf(model, sizeof model, "%s/models/flux2-klein-tiny", g_data);
+  snprintf(peft, sizeof peft, "%s/k_peft.safetensors", g_tmp);
+  snprintf(ref, sizeof ref, "%s/k_ref.safetensors", g_tmp);
+  const int64_t D = 128, r = 8;
+  float *a1 = rnd(r * D, 21, 0.3f), *b1 = rnd(D * r, 22, 0.3f), *a2 = rnd(r * D, 23, 0.3f), *b2 = rnd(1152 * r, 24, 0.3f);
+  lt pe[] = {{"transformer_blocks.0.attn.to_q.lora_A.weight", 2, {r, D}, a1},
+             {"transformer_blocks.0.attn.to_q.lora_B.weight", 2, {D, r}, b1},
+             {"single_transformer_blocks.0.attn.to_qkv_mlp_proj.lora_A.weight", 2, {r, D}, a2},
+             {"single_transformer_blocks.0.attn.to_qkv_mlp_proj.lora_B.weight", 2, {1152, r}, b2}};
+  CHECK(write_lora(peft, pe, 4) == 0);
+  const upd u[] = {{"transformer_blocks.0.attn.to_q.weight", a1, b1, r, D, D, 0, 0, 1.0},
+                   {"single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight", a2, b2, r, D, 1152, 0, 0, 1.0}};
+  char ref_model[4300];
+  snprintf(ref_model, sizeof ref_model, "%s/klein-merged", g_tmp);
+  CHECK(write_reference(model, ref, u, 2) == 0 && ref_folder(model, ref_model, ref) == 0);
+  const dit_lora l[] = {{peft, 1.0}};
+  compare(ctx, "flux2-klein, PEFT (no prefix)", model, l, 1, ref, ref_model);
+  free(a1), free(b1), free(a2), free(b2);
+}
+
+/* A LoRA file of the given tensors must be refused with status want and a message holding needle. */
+static void refuse(dit_ctx *ctx, const char *what, const lt *t, size_t n, double scale, dit_status want,
+                   const char *needle, const dit_component_file *files) {
+  char model[4200], path[4300];
+  snprintf(model, sizeof model, "%s/models/zimage-tiny", g_data);
+  snprintf(path, sizeof path, "%s/bad.safetensors", g_tmp);
+  if (n) CHECK(write_lora(path, t, n) == 0);
+  dit_gen_params p;
+  params(&p, model);
+  dit_lora l = {n ? path : "/nonexistent/lora.safetensors", scale};
+  p.loras = &l, p.n_loras = 1;
+  if (files) p.files = files, p.n_files = 1;
+  dit_image img = {0};
+  dit_status s = dit_generate(ctx, &p, &img, NULL);
+  const char *m = dit_ctx_last_error(ctx);
+  CHECK_MSG(s == want && !img.rgb && strstr(m, needle), "%s: status %d (want %d): %s", what, (int)s, (int)want, m);
+  printf("  %-28s -> %s\n", what, m);
+  dit_image_free(&img);
+}
+
+static void test_refusals(dit_ctx *ctx) {
+  const int64_t D = 256, r = 4;
+  float *a = rnd(r * D, 31, 0.3f), *b = rnd(D * r, 32, 0.3f), *a_bad = rnd(r * 128, 33, 0.3f);
+  float *b3 = rnd(D * 3, 34, 0.3f), *a_nan = rnd(r * D, 35, 0.3f);
+  a_nan[17] = NAN;
+  lt nomatch[] = {{"transformer.layers.9.attention.to_q.lora_A.weight", 2, {r, D}, a},
+                  {"transformer.layers.9.attention.to_q.lora_B.weight", 2, {D, r}, b},
+                  {"something.else", 2, {r, D}, a}};
+  refuse(ctx, "keys that match nothing", nomatch, 3, 1.0, DIT_ERR_FORMAT, "layers.9.attention.to_q", NULL);
+  lt rank[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, 3}, b3}};
+  refuse(ctx, "rank mismatch", rank, 2, 1.0, DIT_ERR_FORMAT, "rank", NULL);
+  lt shape[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, 128}, a_bad},
+                {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
+  refuse(ctx, "LoRA for another model", shape, 2, 1.0, DIT_ERR_FORMAT, "updates [256, 128]", NULL);
+  lt nan[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a_nan}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
+  refuse(ctx, "NaN in A", nan, 2, 1.0, DIT_ERR_FORMAT, "non-finite", NULL);
+  lt ok[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
+  refuse(ctx, "NaN scale", ok, 2, NAN, DIT_ERR_INVALID_ARG, "not a finite number", NULL);
+  refuse(ctx, "missing file", NULL, 0, 1.0, DIT_ERR_IO, "/nonexistent/lora.safetensors", NULL);
+  /* quantized weights: the transformer as a Q8_0 GGUF */
+  char model[4200], q8[4300];
+  snprintf(model, sizeof model, "%s/models/zimage-tiny", g_data);
+  snprintf(q8, sizeof q8, "%s/z_q8_0.gguf", g_tmp);
+  dit_quantize_params qp = {.model_dir = model, .type = DIT_Q8_0, .output = q8, .overwrite = 1};
+  CHECK_MSG(dit_quantize(ctx, &qp) == DIT_OK, "quantize: %s", dit_ctx_last_error(ctx));
+  dit_component_file f = {"transformer", q8};
+  refuse(ctx, "quantized weights", ok, 2, 1.0, DIT_ERR_UNSUPPORTED, "Q8_0", &f);
+  free(a), free(b), free(a_bad), free(b3), free(a_nan);
+}
+
+int main(int argc, char **argv) {
+  dt_args a;
+  dt_init(argc, argv, &a);
+  snprintf(g_data, sizeof g_data, "%s", a.data);
+  snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  dit_ctx *ctx = NULL;
+  if (dit_ctx_create(NULL, &ctx) != DIT_OK) return 1;
+  test_zimage(ctx);
+  test_flux2(ctx);
+  test_refusals(ctx);
+  dit_ctx_free(ctx);
+  return dt_finish();
+}

@@ -34,20 +34,6 @@ static void check_run(const char *what, const char *file, char **argv, const cha
   CHECK_MSG(rc >= 0 && rc <= 2, "%s %s: exit %d (signal %d): %s", what, file, rc, rc < 0 ? -rc : 0, msg);
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *p = malloc((size_t)(len > 0 ? len : 0) + 1);
-  if (p && len > 0 && fread(p, 1, (size_t)len, f) != (size_t)len) len = 0;
-  fclose(f);
-  if (p) p[len > 0 ? len : 0] = 0;
-  *n = len > 0 ? (size_t)len : 0;
-  return p;
-}
-
 static bool make_model(void) {
   snprintf(g_copy, sizeof g_copy, "%s/model", g.tmp);
   return dt_make_small_model(g.model, g_copy);
@@ -190,7 +176,7 @@ static int replay(const char *dir, one_fn fn, int max) {
       char path[4600];
       snprintf(path, sizeof path, "%s/%s", dir, names[i]);
       size_t len = 0;
-      unsigned char *d = read_all(path, &len);
+      unsigned char *d = dt_read_bytes(path, &len);
       if (d) {
         fn(path, d, len);
         done++;

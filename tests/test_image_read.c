@@ -15,18 +15,6 @@
 
 static char g_dir[4096];
 
-static unsigned char *read_bytes(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = len > 0 ? malloc((size_t)len) : NULL;
-  *n = b ? fread(b, 1, (size_t)len, f) : 0;
-  fclose(f);
-  return b;
-}
-
 /* The largest channel difference between img and the RGB PNG ref (-1: size differs or no ref). */
 static int diff_to(const uint8_t *rgb, int w, int h, const char *ref) {
   int rw = 0, rh = 0;
@@ -118,10 +106,10 @@ static void test_refusals(void) {
   char path[4200];
   size_t n = 0;
   snprintf(path, sizeof path, "%s/in/rgb.png", g_dir);
-  unsigned char *png = read_bytes(path, &n);
+  unsigned char *png = dt_read_bytes(path, &n);
   snprintf(path, sizeof path, "%s/in/rgb.jpg", g_dir);
   size_t jn = 0;
-  unsigned char *jpg = read_bytes(path, &jn);
+  unsigned char *jpg = dt_read_bytes(path, &jn);
   CHECK(png && jpg);
   if (!png || !jpg) return;
   expect(png, n / 2, DIT_ERR_FORMAT, "PNG cut in half", "PNG");

@@ -19,7 +19,7 @@
 #include "io/safetensors.h"
 #include "testing.h"
 
-static char g_data[4096], g_tmp[4096];
+static char g_data[4096], g_tmp[4096], g_cli[4200];
 
 /* One LoRA tensor to write (F32). */
 typedef struct lt {
@@ -215,6 +215,20 @@ static void test_zimage(dit_ctx *ctx) {
   CHECK(write_reference(model, ref, u, sizeof u / sizeof *u) == 0);
   const dit_lora l[] = {{peft, 0.8}, {kohya, 1.0}, {orig, 1.0}};
   compare(ctx, "zimage, PEFT x0.8 + kohya alpha + original names (fused qkv)", model, l, 3, ref, NULL);
+  /* the same from the CLI: --lora FILE:SCALE, recorded in the PNG's parameters */
+  char out[4300], log[4300], arg1[4400], text[65536];
+  snprintf(out, sizeof out, "%s/cli_lora.png", g_tmp);
+  snprintf(log, sizeof log, "%s/cli_lora.log", g_tmp);
+  snprintf(arg1, sizeof arg1, "%s:0.8", peft);
+  char *argv[] = {"ditrun", "generate", "-m", model, "-p", "a red fox in the snow", "-W", "64", "-H", "64", "--steps", "2",
+                  "--seed", "5", "--lora", arg1, "--lora", kohya, "--lora", orig, "-o", out, "--overwrite", "-q", NULL};
+  int rc = dt_run_argv(g_cli, argv, log, NULL, 0);
+  long tn = rc == 0 ? dt_read_file(out, text, sizeof text) : -1;
+  const char *want = "LoRA: \"z_peft.safetensors: 0.8, z_kohya.safetensors: 1, z_orig.safetensors: 1\"";
+  CHECK_MSG(rc == 0 && tn > 0 && memmem(text, (size_t)tn, want, strlen(want)),
+            "CLI --lora: exit %d, the PNG names its LoRAs (log %s)", rc, log);
+  char *bad[] = {"ditrun", "generate", "-m", model, "-p", "x", "--lora", "z.safetensors:nan", "-o", out, NULL};
+  CHECK_MSG(dt_run_argv(g_cli, bad, log, NULL, 0) == 2, "CLI --lora FILE:nan exits 2");
   free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4), free(a5), free(b5), free(a6), free(b6);
 }
 
@@ -295,6 +309,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   snprintf(g_data, sizeof g_data, "%s", a.data);
   snprintf(g_tmp, sizeof g_tmp, "%s", a.tmp);
+  snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
   dit_ctx *ctx = NULL;
   if (dit_ctx_create(NULL, &ctx) != DIT_OK) return 1;
   test_zimage(ctx);

@@ -112,6 +112,25 @@ bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *
   return k >= 0;
 }
 
+bool cli_parse_lora(const char *cmd, const char *v, char *path, size_t len, dit_lora *out) {
+  char *end = NULL;
+  const char *colon = strrchr(v, ':');
+  double scale = colon && colon[1] ? strtod(colon + 1, &end) : 1.0;
+  bool has_scale = colon && end && !*end && end != colon + 1;
+  if (has_scale && !isfinite(scale)) {
+    fprintf(stderr, "ditrun %s: --lora %s: the scale is not a finite number\n", cmd, v);
+    return false;
+  }
+  size_t n = has_scale ? (size_t)(colon - v) : strlen(v);
+  if (!n || n >= len) {
+    fprintf(stderr, "ditrun %s: --lora: '%s' is not FILE or FILE:SCALE\n", cmd, v);
+    return false;
+  }
+  snprintf(path, len, "%.*s", (int)n, v);
+  *out = (dit_lora){path, has_scale ? scale : 1.0};
+  return true;
+}
+
 dit_ctx *cli_start(const char *cmd, int parsed, int threads, int *code) {
   *code = parsed == 1 ? 0 : 2;
   if (parsed) return NULL;

@@ -21,6 +21,10 @@ int cli_parse_choice(const char *cmd, const char *opt, const char *s, const char
  * types only) into *out; false (after a message listing them) for anything else. */
 bool cli_parse_wtype(const char *cmd, const char *opt, const char *s, bool blocks_only, dit_dtype *out);
 
+/* --lora FILE[:SCALE]: the scale after the last ':' when that is a number (else all of v is the
+ * file; default scale 1). The path is copied into path (len bytes); false after a message. */
+bool cli_parse_lora(const char *cmd, const char *v, char *path, size_t len, dit_lora *out);
+
 /* --cpu-precision fp32 | bf16. */
 bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);
 

@@ -91,28 +91,15 @@ static bool file_opt(int argc, char **argv, int *i, cli_gen_opts *o, bool *bad) 
   return false;
 }
 
-/* --lora FILE[:SCALE]: the scale after the last ':' when that is a number (else all is the file). */
+/* --lora FILE[:SCALE] (cli_parse_lora), up to DIT_MAX_LORAS. */
 static bool lora_opt(cli_gen_opts *o, const char *v) {
   if (o->p.n_loras == DIT_MAX_LORAS) {
     fprintf(stderr, "ditrun generate: --lora: at most %d LoRAs\n", DIT_MAX_LORAS);
     return false;
   }
-  char *end = NULL;
-  const char *colon = strrchr(v, ':');
-  double scale = colon && colon[1] ? strtod(colon + 1, &end) : 1.0;
-  bool has_scale = colon && end && !*end && end != colon + 1;
-  if (has_scale && !isfinite(scale)) {
-    fprintf(stderr, "ditrun generate: --lora %s: the scale is not a finite number\n", v);
-    return false;
-  }
-  size_t n = has_scale ? (size_t)(colon - v) : strlen(v);
-  if (!n || n >= sizeof o->lora_paths[0]) {
-    fprintf(stderr, "ditrun generate: --lora: '%s' is not FILE or FILE:SCALE\n", v);
-    return false;
-  }
-  int k = o->p.n_loras++;
-  snprintf(o->lora_paths[k], sizeof o->lora_paths[k], "%.*s", (int)n, v);
-  o->loras[k] = (dit_lora){o->lora_paths[k], has_scale ? scale : 1.0};
+  int k = o->p.n_loras;
+  if (!cli_parse_lora("generate", v, o->lora_paths[k], sizeof o->lora_paths[k], &o->loras[k])) return false;
+  o->p.n_loras++;
   o->p.loras = o->loras;
   return true;
 }

@@ -35,6 +35,7 @@ static void serve_usage(FILE *f) {
           "      --drain-timeout S  on SIGTERM, let the running job finish for up to S seconds (default 30)\n"
           "      --device cpu|cuda  where the models run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default) or bf16\n"
+          "      --lora FILE[:S]    merge a LoRA into every model's transformer at load (repeat for more)\n"
           "      --threads N        CPU threads (default: all cores)\n"
           "  -q, --quiet            print only errors\n"
           "API: POST /v1/images/generations (OpenAI's images API), POST /v1/jobs, GET /v1/jobs/{id},\n"
@@ -54,6 +55,9 @@ typedef struct serve_opts {
   double drain;
   dit_device_kind device;
   dit_cpu_precision precision;
+  dit_lora loras[DIT_MAX_LORAS];
+  char lora_paths[DIT_MAX_LORAS][4096];
+  int n_loras;
   int threads;
   bool quiet;
 } serve_opts;
@@ -77,6 +81,12 @@ static bool set_opt(serve_opts *o, const char *a, const char *v) {
     return k >= 0 && (o->device = k ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU, true);
   }
   if (!strcmp(a, "--cpu-precision")) return cli_parse_cpu_precision("serve", v, &o->precision);
+  if (!strcmp(a, "--lora")) {
+    if (o->n_loras == DIT_MAX_LORAS) return fprintf(stderr, "ditrun serve: at most %d LoRAs\n", DIT_MAX_LORAS), false;
+    if (!cli_parse_lora("serve", v, o->lora_paths[o->n_loras], sizeof o->lora_paths[0], &o->loras[o->n_loras]))
+      return false;
+    return o->n_loras++, true;
+  }
   if (!strcmp(a, "--drain-timeout")) return cli_parse_double("serve", a, v, 0, 86400, &o->drain);
   if (!strcmp(a, "--max-pixels")) {
     uint64_t p;
@@ -166,9 +176,12 @@ static bool load_models(const serve_opts *o, srv_model *models) {
   dit_model_opts_default(&mo);
   mo.device = o->device;
   mo.cpu_precision = o->precision;
+  mo.loras = o->loras;
+  mo.n_loras = o->n_loras;
   for (int i = 0; i < o->n_dirs; i++) {
     int code;
     models[i].dir = o->dirs[i];
+    models[i].loras = o->loras, models[i].n_loras = o->n_loras;
     models[i].ctx = cli_start("serve", 0, o->threads, &code);
     if (!models[i].ctx) return false;
     model_name(o, i, models);

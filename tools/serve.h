@@ -54,6 +54,8 @@ typedef struct srv_model {
   dit_ctx *ctx;                 /* the model's own context (used by the worker thread only) */
   dit_model *m;
   dit_gen_defaults defaults;
+  const dit_lora *loras;        /* merged at load; named in the PNG text */
+  int n_loras;
 } srv_model;
 
 typedef enum srv_job_state {

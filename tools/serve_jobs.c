@@ -148,6 +148,7 @@ static dit_status run_image(srv_jobs *J, srv_job *job, int i, uint8_t **png, siz
   p.width = job->width, p.height = job->height, p.steps = job->steps;
   p.guidance = job->guidance, p.guidance_set = 1;
   p.seed = job->req.seed + (uint64_t)i;
+  p.loras = m->loras, p.n_loras = m->n_loras; /* for the PNG text: the model has them merged */
   step_ctx sc = {J, job, i};
   p.on_step = on_step;
   p.user = &sc;

@@ -123,6 +123,21 @@ int dt_run(const char *cmd, const char *out_file) {
   return WEXITSTATUS(st);
 }
 
+unsigned char *dt_read_bytes(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  *n = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *p = malloc((size_t)(len > 0 ? len : 0) + 1);
+  if (p && len > 0 && fread(p, 1, (size_t)len, f) != (size_t)len) len = 0;
+  fclose(f);
+  if (p) p[len > 0 ? len : 0] = 0;
+  *n = len > 0 ? (size_t)len : 0;
+  return p;
+}
+
 long dt_read_file(const char *path, char *buf, size_t len) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;

@@ -65,6 +65,8 @@ int dt_run(const char *cmd, const char *out_file);
 unsigned char *dt_read_png_rgb(const char *path, int *w, int *h);
 /* 1 when both files exist, are non-empty, at most 1 MiB and byte-identical. */
 int dt_files_equal(const char *a, const char *b);
+/* A whole file (malloc'd, with a NUL after its *n bytes), or NULL when it cannot be opened. */
+unsigned char *dt_read_bytes(const char *path, size_t *n);
 /* Reads a whole small text file into buf (NUL-terminated); returns bytes or -1. */
 long dt_read_file(const char *path, char *buf, size_t len);
 /* dt_run with stdout+stderr to out_file, then that output into msg (empty when none). */

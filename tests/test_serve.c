@@ -298,7 +298,8 @@ static void test_simple_endpoints(const server *s) {
 /* Jobs: 202 with Location, the event stream of a job that waits behind another (job, progress,
  * preview, done), its image, and the errors of the job routes. */
 static void test_jobs(const server *s) {
-  resp a = http(s, "POST", "/v1/jobs", "{\"prompt\":\"a blue square\",\"steps\":12}", NULL, 0);
+  /* a runs first and long enough for b's stream to connect while b waits */
+  resp a = http(s, "POST", "/v1/jobs", "{\"prompt\":\"a blue square\",\"size\":\"256x256\",\"steps\":12}", NULL, 0);
   resp b = http(s, "POST", "/v1/jobs", "{\"prompt\":\"a green triangle\",\"steps\":6,\"seed\":11}", NULL, 0);
   CHECK_MSG(a.status == 202 && b.status == 202 && strstr(b.headers, "Location: /v1/jobs/job_"), "jobs: %ld %ld",
             a.status, b.status);

@@ -3,11 +3,11 @@
  * malformed ones): every endpoint and error code, the acceptance request (a red circle),
  * jobs with their event stream, cancellation within a step, a client that disconnects, a
  * slow client, oversize headers and bodies, API keys, a bounded load test (16 clients x 8
- * requests: only 200 and 429, none lost; latency and RSS printed), and SIGTERM draining. */
+ * requests: only 200 and 429, none lost; latency and RSS printed), SIGTERM draining, and the
+ * web page in headless Chromium and Firefox (tests/support/browser.c). */
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "browser.h"
 #include "testing.h"
 
 static dt_cli_env env;
@@ -180,21 +181,6 @@ static void check_error(const resp *r, long status, const char *what) {
 static void resp_free(resp *r) { free(r->body); }
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-static uint8_t *b64_decode(const char *s, size_t *n) {
-  size_t len = strlen(s);
-  uint8_t *out = malloc(len / 4 * 3 + 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  *n = 0;
-  for (size_t i = 0; out && i < len && s[i] != '='; i++) {
-    const char *tab = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", *p = strchr(tab, s[i]);
-    if (!p || !s[i]) return free(out), NULL;
-    acc = acc << 6 | (uint32_t)(p - tab), bits += 6;
-    if (bits >= 8) out[(*n)++] = (uint8_t)(acc >> (bits - 8)), bits -= 8;
-  }
-  return out;
-}
-
 /* The job's id from a JSON answer (static buffer). */
 static const char *job_id(const resp *r) {
   static char id[64];
@@ -254,7 +240,7 @@ static void test_generate(const server *s) {
     const char *b64 = json_string_value(json_object_get(item, "b64_json"));
     CHECK_MSG(r.status == 200 && b64, "images/generations: %ld %.200s", r.status, r.body ? r.body : "");
     size_t n = 0;
-    uint8_t *png = b64 ? b64_decode(b64, &n) : NULL;
+    uint8_t *png = b64 ? dt_base64_decode(b64, &n) : NULL;
     long white = 0, red = png ? red_pixels(png, n, 128, 128, &white) : -1;
     CHECK_MSG(red > 150 && white > 128 * 128 / 2, "the answer shows red on white: %ld red, %ld white pixels", red,
               white);
@@ -641,147 +627,38 @@ static void test_sigterm(void) {
   printf("SIGTERM with a 200-step job running, --drain-timeout 1: exit %d after %.1f s more\n", code, took);
 }
 
-/* ---- the page, in headless Chromium ------------------------------------------------------------ */
-/* Chromium driven over its DevTools protocol on a pipe (--remote-debugging-pipe: JSON messages
- * ended by NUL, ours on its fd 3, its answers on fd 4). */
-typedef struct cdp {
-  pid_t pid;
-  int to, from;
-  int next_id;
-  char *buf;
-  size_t n, cap;
-} cdp;
-
-static bool cdp_start(cdp *c, const char *chromium, const char *profile, const char *log) {
-  int in[2], out[2];
-  memset(c, 0, sizeof *c);
-  if (pipe(in) || pipe(out)) return false;
-  c->pid = fork();
-  if (c->pid < 0) return false;
-  if (c->pid == 0) {
-    dup2(in[0], 3);
-    dup2(out[1], 4);
-    int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (lf >= 0) dup2(lf, 1), dup2(lf, 2);
-    char prof[4200];
-    snprintf(prof, sizeof prof, "--user-data-dir=%s", profile);
-    execl(chromium, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-          "--no-first-run", "--window-size=1100,760", prof, "about:blank", (char *)NULL);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  c->to = in[1], c->from = out[0], c->next_id = 1;
-  return true;
-}
-
-/* Sends method(params) (to a page session when session is set) and returns the answer's
- * "result" (caller decrefs), skipping events; NULL after limit s or on an error answer. */
-static json_t *cdp_call(cdp *c, const char *session, const char *method, json_t *params, double limit) {
-  int id = c->next_id++;
-  json_t *m = json_pack("{s:i,s:s,s:o}", "id", id, "method", method, "params", params ? params : json_object());
-  if (session) json_object_set_new(m, "sessionId", json_string(session));
-  char *s = json_dumps(m, JSON_COMPACT);
-  json_decref(m);
-  bool sent = s && write(c->to, s, strlen(s) + 1) == (ssize_t)(strlen(s) + 1);
-  free(s);
-  double t0 = now_s();
-  while (sent && now_s() - t0 < limit) {
-    char *nul = c->n ? memchr(c->buf, 0, c->n) : NULL;
-    if (!nul) {
-      struct pollfd pf = {c->from, POLLIN, 0};
-      if (poll(&pf, 1, 200) <= 0) continue;
-      if (c->n + 65536 > c->cap) c->buf = realloc(c->buf, c->cap = (c->n + 65536) * 2);
-      ssize_t k = read(c->from, c->buf + c->n, c->cap - c->n);
-      if (k <= 0) return NULL;
-      c->n += (size_t)k;
-      continue;
-    }
-    size_t len = (size_t)(nul - c->buf) + 1;
-    json_t *a = json_loads(c->buf, 0, NULL);
-    memmove(c->buf, c->buf + len, c->n - len);
-    c->n -= len;
-    if (json_integer_value(json_object_get(a, "id")) != id) {
-      json_decref(a);
-      continue;
-    }
-    json_t *r = json_incref(json_object_get(a, "result"));
-    json_decref(a);
-    return r;
-  }
-  return NULL;
-}
-
-static void cdp_stop(cdp *c) {
-  json_decref(cdp_call(c, NULL, "Browser.close", NULL, 5));
-  close(c->to);
-  close(c->from);
-  double t0 = now_s();
-  while (waitpid(c->pid, NULL, WNOHANG) == 0 && now_s() - t0 < 10) usleep(50000);
-  kill(c->pid, SIGKILL);
-  waitpid(c->pid, NULL, WNOHANG);
-  free(c->buf);
-}
-
+/* ---- the page, in headless Chromium and Firefox ------------------------------------------------ */
 /* The page opened with ?prompt=...&run=1 fills its form, makes a job, follows its events and
- * shows the image in its gallery; a screenshot of it goes to SCREENSHOT when that is set. */
-static void test_page(const server *s) {
-  const char *chromium = NULL;
-  static const char *const where[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"};
-  for (size_t i = 0; i < sizeof where / sizeof *where && !chromium; i++)
-    if (access(where[i], X_OK) == 0) chromium = where[i];
-  if (!chromium) {
-    printf("SKIPPED: the page test needs Chromium (Debian's chromium; scripts/setup-ci.sh installs it)\n");
-    return;
-  }
-  char profile[4200], log[4200], url[512];
-  snprintf(profile, sizeof profile, "%s/chromium-profile", env.tmp);
-  snprintf(log, sizeof log, "%s/chromium.log", env.tmp);
+ * shows the image in its gallery; a screenshot of it (Chromium's) goes to SCREENSHOT when set. */
+static void test_page(const server *s, const char *kind) {
+  char url[512], why[512];
   snprintf(url, sizeof url,
            "http://127.0.0.1:%d/?prompt=a%%20red%%20circle%%20on%%20a%%20white%%20background&seed=7&steps=8&run=1",
            s->port);
-  cdp c;
-  if (!cdp_start(&c, chromium, profile, log)) return;
-  json_t *t = cdp_call(&c, NULL, "Target.createTarget", json_pack("{s:s}", "url", url), 60);
-  const char *target = json_string_value(json_object_get(t, "targetId"));
-  json_t *at = target ? cdp_call(&c, NULL, "Target.attachToTarget", json_pack("{s:s,s:b}", "targetId", target,
-                                                                                  "flatten", 1), 30)
-                      : NULL;
-  const char *session = json_string_value(json_object_get(at, "sessionId"));
-  CHECK_MSG(session, "Chromium opened the page (log %s)", log);
+  dt_browser *b = dt_browser_open(kind, url, env.tmp, why, sizeof why);
+  if (!b) {
+    printf("SKIPPED: the page in %s: %s (scripts/setup-ci.sh installs Debian's chromium and firefox-esr)\n", kind,
+           why);
+    return;
+  }
   char state[512] = "";
-  double t0 = now_s();
   int images = 0;
-  while (session && now_s() - t0 < 60 && !(images >= 1 && strstr(state, "|128"))) {
-    json_t *r = cdp_call(&c, session, "Runtime.evaluate",
-                         json_pack("{s:s,s:b}", "expression",
-                                   "document.querySelectorAll('#gallery img.result').length + '|' + "
-                                   "document.getElementById('status').textContent + '|' + "
-                                   "(document.querySelector('#gallery img.result') || {}).naturalWidth",
-                                   "returnByValue", 1),
-                         10);
-    const char *v = json_string_value(json_object_get(json_object_get(r, "result"), "value"));
+  double t0 = now_s();
+  while (now_s() - t0 < 60 && !(images >= 1 && strstr(state, "|128"))) {
+    char *v = dt_browser_eval(b, "document.querySelectorAll('#gallery img.result').length + '|' + "
+                                 "document.getElementById('status').textContent + '|' + "
+                                 "(document.querySelector('#gallery img.result') || {}).naturalWidth");
     snprintf(state, sizeof state, "%s", v ? v : "(no answer)");
     images = atoi(state);
-    json_decref(r);
+    free(v);
     usleep(50000);
   }
   CHECK_MSG(images >= 1 && strstr(state, "Done") && strstr(state, "|128"),
-            "the page made an image and shows it: \"%s\"", state);
-  printf("page in headless Chromium: \"%s\" after %.1f s\n", state, now_s() - t0);
+            "%s: the page made an image and shows it: \"%s\"", kind, state);
+  printf("page in headless %s: \"%s\" after %.1f s\n", kind, state, now_s() - t0);
   const char *shot = getenv("SCREENSHOT");
-  if (session && shot && *shot) {
-    json_t *r = cdp_call(&c, session, "Page.captureScreenshot", json_pack("{s:s}", "format", "png"), 30);
-    const char *b = json_string_value(json_object_get(r, "data"));
-    size_t n = 0;
-    uint8_t *png = b ? b64_decode(b, &n) : NULL;
-    if (png) dt_write_bytes(shot, png, n), printf("screenshot: %s\n", shot);
-    free(png);
-    json_decref(r);
-  }
-  json_decref(t);
-  json_decref(at);
-  cdp_stop(&c);
+  if (shot && *shot && !strcmp(kind, "chromium") && dt_browser_screenshot(b, shot)) printf("screenshot: %s\n", shot);
+  dt_browser_close(b);
 }
 
 static void test_main_server(void) {
@@ -796,7 +673,8 @@ static void test_main_server(void) {
   test_raw_clients(&s);
   test_slow_client(&s);
   test_disconnect(&s);
-  test_page(&s);
+  test_page(&s, "chromium");
+  test_page(&s, "firefox");
   resp r = http(&s, "GET", "/health", NULL, NULL, 0);
   CHECK_MSG(r.status == 200, "still healthy after all that: %ld", r.status);
   resp_free(&r);

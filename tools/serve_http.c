@@ -259,8 +259,10 @@ static void sse_event(FILE *f, const char *event, json_t *j) {
 /* The events for what changed since the last call, into e->pending (or a keepalive comment). */
 static void sse_next(sse *e) {
   srv_job_view v;
+  /* a keepalive well inside --timeout: the connection counts as idle while nothing is sent */
+  double every = e->h->p.timeout_s / 2.0 < 10.0 ? e->h->p.timeout_s / 2.0 : 10.0;
   if (!e->started) srv_job_view_get(e->h->p.jobs, e->job, &v);
-  else srv_job_wait(e->h->p.jobs, e->job, e->seen, 10.0, &v);
+  else srv_job_wait(e->h->p.jobs, e->job, e->seen, every, &v);
   char *text = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&text, &n);

@@ -1,6 +1,7 @@
-/* AutoencoderKL decoder: the config from vae/config.json, the weight table naming every
- * decoder tensor as the checkpoint does, loading, and a random-weights constructor for
- * benchmarks. The forward pass is in vae_kl_decode.c. */
+/* AutoencoderKL: the config from vae/config.json (both halves' fields), the weight table
+ * naming every decoder tensor as the checkpoint does, loading, and a random-weights
+ * constructor for benchmarks. The decoder's forward pass is in vae_kl_decode.c; the encoder
+ * (vae_kl_encode.c) builds its own table with the helpers here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,18 @@ dit_status dit_vae_kl_config_check(const dit_vae_kl_config *c, dit_error *err) {
     if (ch % c->norm_num_groups)
       return dit_errorf(err, DIT_ERR_FORMAT, "block_out_channels[%d] = %d is not divisible by norm_num_groups = %d",
                         i, ch, c->norm_num_groups);
+  }
+  if (c->in_channels < 1 || c->in_channels > MAX_OUT_CHANNELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "in_channels = %d is outside [1, %d]", c->in_channels, MAX_OUT_CHANNELS);
+  if (c->enc_n_levels < 1 || c->enc_n_levels > DIT_VAE_KL_MAX_LEVELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "block_out_channels has %d entries, expected 1 to %d", c->enc_n_levels,
+                      DIT_VAE_KL_MAX_LEVELS);
+  for (int i = 0; i < c->enc_n_levels; i++) {
+    int ch = c->enc_block_out_channels[i];
+    if (ch < 1 || ch > MAX_CHANNELS || ch % c->norm_num_groups)
+      return dit_errorf(err, DIT_ERR_FORMAT,
+                        "block_out_channels[%d] = %d must be in [1, %d] and divisible by norm_num_groups = %d", i, ch,
+                        MAX_CHANNELS, c->norm_num_groups);
   }
   if (!isfinite(c->scaling_factor) || c->scaling_factor == 0.0f)
     return dit_errorf(err, DIT_ERR_FORMAT, "scaling_factor = %g must be finite and nonzero", c->scaling_factor);
@@ -91,8 +104,15 @@ static dit_status parse_config(const json_t *j, const char *what, const char *wa
   v = 32;
   DIT_TRY(dit_json_int_opt(j, "norm_num_groups", 1, MAX_CHANNELS, &v, what, err));
   c->norm_num_groups = (int)v;
+  v = 3;
+  DIT_TRY(dit_json_int_opt(j, "in_channels", 1, MAX_OUT_CHANNELS, &v, what, err));
+  c->in_channels = (int)v;
   int64_t ch[DIT_VAE_KL_MAX_LEVELS];
   size_t n = 0;
+  DIT_TRY(dit_json_int_array(j, "block_out_channels", 1, MAX_CHANNELS, ch, DIT_VAE_KL_MAX_LEVELS, &n, what, err));
+  if (n < 1) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"block_out_channels\" is empty", what);
+  c->enc_n_levels = (int)n;
+  for (size_t i = 0; i < n; i++) c->enc_block_out_channels[i] = (int)ch[i];
   /* AutoencoderKLFlux2 may give the decoder its own widths */
   const json_t *dec = json_object_get(j, "decoder_block_out_channels");
   const char *key = dec && !json_is_null(dec) ? "decoder_block_out_channels" : "block_out_channels";
@@ -110,6 +130,11 @@ static dit_status parse_config(const json_t *j, const char *what, const char *wa
   DIT_TRY(dit_json_bool_opt(j, "mid_block_add_attention", &c->mid_block_add_attention, what, err));
   c->use_post_quant_conv = true;
   DIT_TRY(dit_json_bool_opt(j, "use_post_quant_conv", &c->use_post_quant_conv, what, err));
+  c->use_quant_conv = true;
+  DIT_TRY(dit_json_bool_opt(j, "use_quant_conv", &c->use_quant_conv, what, err));
+  const json_t *dt = json_object_get(j, "down_block_types");
+  c->has_down_block_types = dt != NULL;
+  if (dt) DIT_TRY(check_block_types(j, "down_block_types", "DownEncoderBlock2D", c->enc_n_levels, what, err));
   double d = 0.18215;
   DIT_TRY(dit_json_double_opt(j, "scaling_factor", &d, what, err));
   c->scaling_factor = (float)d;
@@ -124,7 +149,7 @@ static dit_status parse_config(const json_t *j, const char *what, const char *wa
 
 /* ---- structure and weight table --------------------------------------------------- */
 
-static void set_resnet(vae_resnet *r, int cin, int cout) {
+void vae_kl_resnet_init(vae_resnet *r, int cin, int cout) {
   memset(r, 0, sizeof *r);
   r->cin = cin;
   r->cout = cout;
@@ -137,8 +162,8 @@ static dit_status build_structure(dit_vae_kl *m, dit_error *err) {
   int per = c->layers_per_block + 1;
   m->resnet_pool = calloc((size_t)c->n_levels * (size_t)per, sizeof *m->resnet_pool);
   if (!m->resnet_pool) return dit_errorf(err, DIT_ERR_NOMEM, "vae: out of memory for the model structure");
-  set_resnet(&m->mid_res[0], top, top);
-  set_resnet(&m->mid_res[1], top, top);
+  vae_kl_resnet_init(&m->mid_res[0], top, top);
+  vae_kl_resnet_init(&m->mid_res[1], top, top);
   m->mid_attn.c = top;
   int prev = top;
   for (int i = 0; i < c->n_levels; i++) {
@@ -148,20 +173,20 @@ static dit_status build_structure(dit_vae_kl *m, dit_error *err) {
     b->cout = out;
     b->n_resnets = per;
     b->resnets = m->resnet_pool + (size_t)i * (size_t)per;
-    for (int k = 0; k < per; k++) set_resnet(&b->resnets[k], k == 0 ? prev : out, out);
+    for (int k = 0; k < per; k++) vae_kl_resnet_init(&b->resnets[k], k == 0 ? prev : out, out);
     b->upsample = i != c->n_levels - 1;
     prev = out;
   }
   return DIT_OK;
 }
 
-static void add_conv(dit_wtable *t, dit_tensor *w, dit_tensor *b, int co, int ci, int k, const char *name) {
+void vae_kl_add_conv(dit_wtable *t, dit_tensor *w, dit_tensor *b, int co, int ci, int k, const char *name) {
   int64_t ws[4] = {co, ci, k, k}, bs[1] = {co};
   dit_wtable_add(t, w, false, 4, ws, "%s.weight", name);
   dit_wtable_add(t, b, false, 1, bs, "%s.bias", name);
 }
 
-static void add_vec(dit_wtable *t, dit_tensor *w, dit_tensor *b, int c, const char *name) {
+void vae_kl_add_vec(dit_wtable *t, dit_tensor *w, dit_tensor *b, int c, const char *name) {
   int64_t s[1] = {c};
   dit_wtable_add(t, w, false, 1, s, "%s.weight", name);
   dit_wtable_add(t, b, false, 1, s, "%s.bias", name);
@@ -173,20 +198,35 @@ static void add_linear(dit_wtable *t, dit_tensor *w, dit_tensor *b, int co, int 
   dit_wtable_add(t, b, false, 1, bs, "%s.bias", name);
 }
 
-static void add_resnet(dit_wtable *t, vae_resnet *r, const char *base) {
+void vae_kl_add_resnet(dit_wtable *t, vae_resnet *r, const char *base) {
   char n[160];
   snprintf(n, sizeof n, "%s.norm1", base);
-  add_vec(t, &r->norm1_w, &r->norm1_b, r->cin, n);
+  vae_kl_add_vec(t, &r->norm1_w, &r->norm1_b, r->cin, n);
   snprintf(n, sizeof n, "%s.conv1", base);
-  add_conv(t, &r->conv1_w, &r->conv1_b, r->cout, r->cin, 3, n);
+  vae_kl_add_conv(t, &r->conv1_w, &r->conv1_b, r->cout, r->cin, 3, n);
   snprintf(n, sizeof n, "%s.norm2", base);
-  add_vec(t, &r->norm2_w, &r->norm2_b, r->cout, n);
+  vae_kl_add_vec(t, &r->norm2_w, &r->norm2_b, r->cout, n);
   snprintf(n, sizeof n, "%s.conv2", base);
-  add_conv(t, &r->conv2_w, &r->conv2_b, r->cout, r->cout, 3, n);
+  vae_kl_add_conv(t, &r->conv2_w, &r->conv2_b, r->cout, r->cout, 3, n);
   if (r->cin != r->cout) {
     snprintf(n, sizeof n, "%s.conv_shortcut", base);
-    add_conv(t, &r->short_w, &r->short_b, r->cout, r->cin, 1, n);
+    vae_kl_add_conv(t, &r->short_w, &r->short_b, r->cout, r->cin, 1, n);
   }
+}
+
+void vae_kl_add_attn(dit_wtable *t, vae_attn *a, const char *base) {
+  char n[160];
+  const int c = a->c;
+  snprintf(n, sizeof n, "%s.group_norm", base);
+  vae_kl_add_vec(t, &a->gn_w, &a->gn_b, c, n);
+  snprintf(n, sizeof n, "%s.to_q", base);
+  add_linear(t, &a->q_w, &a->q_b, c, c, n);
+  snprintf(n, sizeof n, "%s.to_k", base);
+  add_linear(t, &a->k_w, &a->k_b, c, c, n);
+  snprintf(n, sizeof n, "%s.to_v", base);
+  add_linear(t, &a->v_w, &a->v_b, c, c, n);
+  snprintf(n, sizeof n, "%s.to_out.0", base);
+  add_linear(t, &a->o_w, &a->o_b, c, c, n);
 }
 
 /* Lists every decoder tensor with the checkpoint's name and shape. */
@@ -194,32 +234,25 @@ static void build_table(dit_vae_kl *m, dit_wtable *t) {
   const dit_vae_kl_config *c = &m->cfg;
   int top = c->block_out_channels[c->n_levels - 1];
   if (c->use_post_quant_conv)
-    add_conv(t, &m->pq_w, &m->pq_b, c->latent_channels, c->latent_channels, 1, "post_quant_conv");
-  add_conv(t, &m->conv_in_w, &m->conv_in_b, top, c->latent_channels, 3, "decoder.conv_in");
-  add_resnet(t, &m->mid_res[0], "decoder.mid_block.resnets.0");
-  if (c->mid_block_add_attention) {
-    vae_attn *a = &m->mid_attn;
-    add_vec(t, &a->gn_w, &a->gn_b, top, "decoder.mid_block.attentions.0.group_norm");
-    add_linear(t, &a->q_w, &a->q_b, top, top, "decoder.mid_block.attentions.0.to_q");
-    add_linear(t, &a->k_w, &a->k_b, top, top, "decoder.mid_block.attentions.0.to_k");
-    add_linear(t, &a->v_w, &a->v_b, top, top, "decoder.mid_block.attentions.0.to_v");
-    add_linear(t, &a->o_w, &a->o_b, top, top, "decoder.mid_block.attentions.0.to_out.0");
-  }
-  add_resnet(t, &m->mid_res[1], "decoder.mid_block.resnets.1");
+    vae_kl_add_conv(t, &m->pq_w, &m->pq_b, c->latent_channels, c->latent_channels, 1, "post_quant_conv");
+  vae_kl_add_conv(t, &m->conv_in_w, &m->conv_in_b, top, c->latent_channels, 3, "decoder.conv_in");
+  vae_kl_add_resnet(t, &m->mid_res[0], "decoder.mid_block.resnets.0");
+  if (c->mid_block_add_attention) vae_kl_add_attn(t, &m->mid_attn, "decoder.mid_block.attentions.0");
+  vae_kl_add_resnet(t, &m->mid_res[1], "decoder.mid_block.resnets.1");
   char n[160];
   for (int i = 0; i < c->n_levels; i++) {
     vae_up_block *b = &m->up[i];
     for (int k = 0; k < b->n_resnets; k++) {
       snprintf(n, sizeof n, "decoder.up_blocks.%d.resnets.%d", i, k);
-      add_resnet(t, &b->resnets[k], n);
+      vae_kl_add_resnet(t, &b->resnets[k], n);
     }
     if (b->upsample) {
       snprintf(n, sizeof n, "decoder.up_blocks.%d.upsamplers.0.conv", i);
-      add_conv(t, &b->up_w, &b->up_b, b->cout, b->cout, 3, n);
+      vae_kl_add_conv(t, &b->up_w, &b->up_b, b->cout, b->cout, 3, n);
     }
   }
-  add_vec(t, &m->norm_out_w, &m->norm_out_b, c->block_out_channels[0], "decoder.conv_norm_out");
-  add_conv(t, &m->conv_out_w, &m->conv_out_b, c->out_channels, c->block_out_channels[0], 3, "decoder.conv_out");
+  vae_kl_add_vec(t, &m->norm_out_w, &m->norm_out_b, c->block_out_channels[0], "decoder.conv_norm_out");
+  vae_kl_add_conv(t, &m->conv_out_w, &m->conv_out_b, c->out_channels, c->block_out_channels[0], 3, "decoder.conv_out");
 }
 
 static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_vae_kl **out, dit_error *err) {
@@ -233,20 +266,22 @@ static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_v
   DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
-/* On a device backend, copies every weight into one backend allocation and drops the
- * host copies (mapped files or the random blob); nothing to do on the CPU. */
-static dit_status to_device(dit_vae_kl *m, const dit_wtable *t, dit_error *err) {
-  if (dit_backend_is_host(m->be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable(m->be, t, &m->wblock, err));
-  if (m->weights) dit_weights_close(m->weights);
-  m->weights = NULL;
-  free(m->owned);
-  m->owned = NULL;
+dit_status vae_kl_to_device(dit_backend *be, const dit_wtable *t, void **wblock, dit_weights **weights, void **owned,
+                            dit_error *err) {
+  if (dit_backend_is_host(be)) return DIT_OK;
+  DIT_TRY(dit_backend_upload_wtable(be, t, wblock, err));
+  if (*weights) dit_weights_close(*weights);
+  *weights = NULL;
+  free(*owned);
+  *owned = NULL;
   return DIT_OK;
 }
 
-/* Reads the config.json at `path` (class cls) into cfg. */
-static dit_status read_config(const char *path, const char *cls, dit_vae_kl_config *cfg, dit_error *err) {
+static dit_status to_device(dit_vae_kl *m, const dit_wtable *t, dit_error *err) {
+  return vae_kl_to_device(m->be, t, &m->wblock, &m->weights, &m->owned, err);
+}
+
+dit_status vae_kl_read_config(const char *path, const char *cls, dit_vae_kl_config *cfg, dit_error *err) {
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, 16u << 20, &j, err));
   dit_status s = parse_config(j, path, cls, cfg, err);
@@ -296,7 +331,7 @@ dit_status dit_vae_kl_load_file(dit_backend *be, const char *file, const char *c
     return dit_errorf(err, DIT_ERR_IO, "vae load: %s is not a readable regular file", file);
   dit_vae_kl_config cfg;
   if (config_json)
-    DIT_TRY(read_config(config_json, "AutoencoderKL", &cfg, err));
+    DIT_TRY(vae_kl_read_config(config_json, "AutoencoderKL", &cfg, err));
   else
     dit_vae_kl_config_flux1(&cfg);
   dit_status s = load_model(be, &cfg, file, true, NULL, out, err);
@@ -313,7 +348,7 @@ dit_status vae_kl_load_class(dit_backend *be, const char *component_dir, const c
   if ((size_t)snprintf(path, sizeof path, "%s/config.json", component_dir) >= sizeof path)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae load: folder path too long");
   dit_vae_kl_config cfg;
-  DIT_TRY(read_config(path, cls, &cfg, err));
+  DIT_TRY(vae_kl_read_config(path, cls, &cfg, err));
   return load_model(be, &cfg, component_dir, false, extra_ignore, out, err);
 }
 
@@ -350,6 +385,27 @@ static void fill_random(uint16_t *dst, const dit_wentry *e, uint64_t *s) {
   for (int64_t i = 0; i < n; i++) dst[i] = dit_f32_to_bf16(base + amp * rand_unit(s));
 }
 
+dit_status vae_kl_fill_random(dit_wtable *t, uint64_t seed, void **owned, dit_error *err) {
+  if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
+  size_t total = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    int64_t n = 1;
+    for (int k = 0; k < t->entries[i].ndim; k++) n *= t->entries[i].shape[k];
+    total += (size_t)n;
+  }
+  *owned = malloc(total ? total * sizeof(uint16_t) : 1);
+  if (!*owned) return dit_errorf(err, DIT_ERR_NOMEM, "vae: cannot allocate %zu bytes of random weights", 2 * total);
+  uint64_t state = seed;
+  uint16_t *p = *owned;
+  for (size_t i = 0; i < t->n; i++) {
+    dit_wentry *e = &t->entries[i];
+    *e->dst = dit_tensor_make(DIT_BF16, p, e->ndim, e->shape);
+    fill_random(p, e, &state);
+    p += dit_tensor_numel(e->dst);
+  }
+  return DIT_OK;
+}
+
 dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,
                                     dit_error *err) {
   *out = NULL;
@@ -358,26 +414,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);
-  dit_status s = t.status;
-  if (s != DIT_OK) dit_errorf(err, s, "%s", t.err.msg);
-  size_t total = 0;
-  for (size_t i = 0; s == DIT_OK && i < t.n; i++) {
-    int64_t n = 1;
-    for (int k = 0; k < t.entries[i].ndim; k++) n *= t.entries[i].shape[k];
-    total += (size_t)n;
-  }
-  if (s == DIT_OK) {
-    m->owned = malloc(total ? total * sizeof(uint16_t) : 1);
-    if (!m->owned) s = dit_errorf(err, DIT_ERR_NOMEM, "vae: cannot allocate %zu bytes of random weights", 2 * total);
-  }
-  uint64_t state = seed;
-  uint16_t *p = m->owned;
-  for (size_t i = 0; s == DIT_OK && i < t.n; i++) {
-    dit_wentry *e = &t.entries[i];
-    *e->dst = dit_tensor_make(DIT_BF16, p, e->ndim, e->shape);
-    fill_random(p, e, &state);
-    p += dit_tensor_numel(e->dst);
-  }
+  dit_status s = vae_kl_fill_random(&t, seed, &m->owned, err);
   if (s == DIT_OK) s = to_device(m, &t, err);
   dit_wtable_free(&t);
   DIT_HAND_OVER(s, m, out, dit_vae_kl_free);

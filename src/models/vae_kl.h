@@ -1,8 +1,10 @@
-/* AutoencoderKL decoder (diffusers' AutoencoderKL, as used by Z-Image and FLUX.1: a
+/* AutoencoderKL (diffusers' AutoencoderKL, as used by Z-Image and FLUX.1): the decoder (a
  * 16-channel latent decoded to RGB by conv_in, a mid block with one single-head spatial
- * attention, UpDecoderBlock2D levels and GroupNorm+SiLU+conv_out). Only the decoder is
- * built: the pipelines never encode. The model reads like the reference modules and
- * calls the backend ops; activations live in a few planned, reused buffers. */
+ * attention, UpDecoderBlock2D levels and GroupNorm+SiLU+conv_out) and, as its own object
+ * loaded only when an image is encoded, the encoder (conv_in, DownEncoderBlock2D levels, the
+ * same mid block, GroupNorm+SiLU+conv_out to the latent distribution's mean and log-variance,
+ * quant_conv). The models read like the reference modules and call the backend ops;
+ * activations live in a few planned, reused buffers. */
 #ifndef DIT_MODELS_VAE_KL_H
 #define DIT_MODELS_VAE_KL_H
 
@@ -17,13 +19,18 @@
 
 typedef struct dit_vae_kl_config {
   int latent_channels;                           /* decoder input channels (16 for Flux/Z-Image) */
+  int in_channels;                               /* encoder input channels (3) */
   int out_channels;                              /* image channels (3) */
   int n_levels;                                  /* len(block_out_channels) */
-  int block_out_channels[DIT_VAE_KL_MAX_LEVELS]; /* encoder order: [128, 256, 512, 512] */
+  int block_out_channels[DIT_VAE_KL_MAX_LEVELS]; /* the decoder's, encoder order: [128, 256, 512, 512] */
+  int enc_n_levels;                              /* the encoder's levels (len(block_out_channels)) */
+  int enc_block_out_channels[DIT_VAE_KL_MAX_LEVELS]; /* the encoder's widths (block_out_channels) */
   int layers_per_block;                          /* each up block has layers_per_block + 1 resnets */
   int norm_num_groups;                           /* GroupNorm groups (eps is 1e-6 throughout) */
   bool mid_block_add_attention;                  /* default true */
   bool use_post_quant_conv;                      /* 1x1 conv on z before the decoder; default true */
+  bool use_quant_conv;                           /* 1x1 conv on the encoder's moments; default true */
+  bool has_down_block_types;                     /* the config lists down_block_types */
   float scaling_factor;                          /* pipeline: z = latents / scaling_factor + shift_factor */
   float shift_factor;                            /* 0 when the config has none (null) */
   bool has_shift_factor;
@@ -75,6 +82,33 @@ const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m);
  * host). */
 dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err);
 dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err);
+
+/* ---- the encoder ---- */
+typedef struct dit_vae_kl_enc dit_vae_kl_enc;
+
+/* Loads the encoder of an AutoencoderKL-family checkpoint: path a folder (config.json, class
+ * `cls`: "AutoencoderKL" or "AutoencoderKLFlux2"; NULL = AutoencoderKL) or a single
+ * safetensors file (config_json as for dit_vae_kl_load_file; diffusers or LDM names).
+ * encoder.* and quant_conv.* are bound; everything else is left alone. */
+dit_status dit_vae_kl_enc_load(dit_backend *be, const char *path, const char *cls, const char *config_json,
+                               dit_vae_kl_enc **out, dit_error *err);
+/* An encoder of cfg with deterministic pseudo-random BF16 weights (benchmarks). */
+dit_status dit_vae_kl_enc_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed,
+                                        dit_vae_kl_enc **out, dit_error *err);
+void dit_vae_kl_enc_free(dit_vae_kl_enc *m);
+const dit_vae_kl_config *dit_vae_kl_enc_get_config(const dit_vae_kl_enc *m);
+/* Activation dtype, as dit_vae_kl_set_act_dtype. */
+dit_status dit_vae_kl_enc_set_act_dtype(dit_vae_kl_enc *m, dit_dtype dt, dit_error *err);
+/* img [B, in_channels, H, W] F32 (host, contiguous; model space, about [-1, 1]; H and W
+ * multiples of f = 2^(levels-1)) -> moments [B, 2L, H/f, W/f] F32 (host, caller-allocated):
+ * the latent distribution's mean (channels 0..L-1) and log-variance (L..2L-1), quant_conv
+ * applied, as diffusers' `vae.encode(img).latent_dist.parameters`. tile as for the decode, in
+ * LATENT pixels (0 = whole; tiles' moments are blended like the decode's pixels).
+ * DIT_ERR_INVALID_ARG for bad shapes, DIT_ERR_NUMERIC for NaN/Inf in or out. */
+dit_status dit_vae_kl_encode(dit_vae_kl_enc *m, const dit_tensor *img, dit_tensor *moments, int tile, dit_error *err);
+/* The distribution's mode (mean) or a sample mean + exp(0.5 * clamp(logvar, -30, 20)) * noise
+ * from moments [2L, n] (one batch item) into out [L, n]; noise [L, n] or NULL for the mode. */
+void dit_vae_kl_latent(const float *moments, int L, size_t n, const float *noise, float *out);
 
 /* ---- internal, for the benchmark and tests ---- */
 

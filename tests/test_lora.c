@@ -3,7 +3,9 @@
  * bf16) and loaded as a single transformer file: the images must agree, and differ from the
  * base model's. Three LoRAs at once on Z-Image, one per layout (diffusers/PEFT with a user
  * scale, kohya with alpha, the original names with the fused qkv split over q, k, v), and a
- * PEFT LoRA on FLUX.2 [klein]. Then the refusals: keys that match nothing (listed), a rank or
+ * PEFT LoRA on FLUX.2 [klein]. Against diffusers itself (tests/fixtures/edit: its
+ * load_lora_weights through peft): a PEFT and a kohya LoRA on each tiny model, images within
+ * one 8-bit level. Then the refusals: keys that match nothing (listed), a rank or
  * shape that does not fit, a non-finite value or scale, a missing file, quantized weights. */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "ditrun.h"
+#include "fixture.h"
 #include "io/safetensors.h"
 #include "testing.h"
 
@@ -304,6 +307,41 @@ static void test_refusals(dit_ctx *ctx) {
   free(a), free(b), free(a_bad), free(b3), free(a_nan);
 }
 
+/* The fixture's diffusers runs: each LoRA file at scale 0.8 on its tiny model, 128x96, 4 steps,
+ * seed 42, the reference prompt (the text encoder's RoPE in bf16, as those models were made). */
+static void test_diffusers_refs(dit_ctx *ctx) {
+  static const struct {
+    const char *model, *file, *key;
+    double guidance;
+  } cases[] = {
+      {"zimage-tiny", "z_lora_peft.safetensors", "z_lora_peft_image", 0.0},
+      {"zimage-tiny", "z_lora_kohya.safetensors", "z_lora_kohya_image", 0.0},
+      {"flux2-klein-tiny", "k_lora_peft.safetensors", "k_lora_peft_image", 1.0},
+      {"flux2-klein-tiny", "k_lora_kohya.safetensors", "k_lora_kohya_image", 1.0},
+  };
+  char ref[4200];
+  snprintf(ref, sizeof ref, "%s/edit/reference.safetensors", g_data);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char model[4200], file[4200], label[256];
+    snprintf(model, sizeof model, "%s/models/%s", g_data, cases[i].model);
+    snprintf(file, sizeof file, "%s/edit/%s", g_data, cases[i].file);
+    snprintf(label, sizeof label, "%s + %s vs diffusers", cases[i].model, cases[i].file);
+    dit_gen_params p;
+    dit_gen_params_default(&p);
+    p.model_dir = model;
+    p.prompt = "a red fox in the snow, 35mm photo";
+    p.width = 96, p.height = 128, p.steps = 4, p.seed = 42, p.text_rope_bf16 = 1;
+    p.guidance = cases[i].guidance, p.guidance_set = 1;
+    const dit_lora l = {file, 0.8};
+    p.loras = &l, p.n_loras = 1;
+    dit_image img = {0};
+    dit_status s = dit_generate(ctx, &p, &img, NULL);
+    CHECK_MSG(s == DIT_OK, "%s: %s", label, dit_ctx_last_error(ctx));
+    if (s == DIT_OK) dt_check_image(ref, cases[i].key, &img, label);
+    dit_image_free(&img);
+  }
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -314,6 +352,7 @@ int main(int argc, char **argv) {
   if (dit_ctx_create(NULL, &ctx) != DIT_OK) return 1;
   test_zimage(ctx);
   test_flux2(ctx);
+  test_diffusers_refs(ctx);
   test_refusals(ctx);
   dit_ctx_free(ctx);
   return dt_finish();

@@ -200,13 +200,51 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
+/* FLUX.2's original (BFL) module names as diffusers names, as diffusers' LoRA converter maps
+ * them (_convert_non_diffusers_flux2_lora_to_diffusers): for LoRAs trained on the original
+ * checkpoint (AI-Toolkit, kohya's lora_unet_double_blocks_0_img_attn_qkv). The order matters
+ * both ways: a LoRA's kohya name is matched against a table name with these applied backwards
+ * in reverse order (".attn.to_out.0." before ".attn.to_out."). */
+static const dit_wrename flux2_bfl_renames[] = {
+    {"double_blocks.", "transformer_blocks."},
+    {"single_blocks.", "single_transformer_blocks."},
+    {".linear1.", ".attn.to_qkv_mlp_proj."},
+    {".linear2.", ".attn.to_out."},
+    {".img_attn.proj.", ".attn.to_out.0."},
+    {".txt_attn.proj.", ".attn.to_add_out."},
+    {".img_attn.qkv.", ".attn.img_qkv."},
+    {".txt_attn.qkv.", ".attn.txt_qkv."},
+    {".img_mlp.0.", ".ff.linear_in."},
+    {".img_mlp.2.", ".ff.linear_out."},
+    {".txt_mlp.0.", ".ff_context.linear_in."},
+    {".txt_mlp.2.", ".ff_context.linear_out."},
+    {"img_in.", "x_embedder."},
+    {"txt_in.", "context_embedder."},
+    {"time_in.in_layer.", "time_guidance_embed.timestep_embedder.linear_1."},
+    {"time_in.out_layer.", "time_guidance_embed.timestep_embedder.linear_2."},
+    {"guidance_in.in_layer.", "time_guidance_embed.guidance_embedder.linear_1."},
+    {"guidance_in.out_layer.", "time_guidance_embed.guidance_embedder.linear_2."},
+    {"final_layer.linear.", "proj_out."},
+    {"final_layer.adaLN_modulation.1.", "norm_out.linear."},
+    {"single_stream_modulation.lin.", "single_stream_modulation.linear."},
+    {"double_stream_modulation_img.lin.", "double_stream_modulation_img.linear."},
+    {"double_stream_modulation_txt.lin.", "double_stream_modulation_txt.linear."},
+};
+static const dit_wsplit flux2_bfl_splits[] = {
+    {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}},
+    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}},
+};
+
 dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
   if (n <= 0) return DIT_OK;
   dit_wtable t;
   dit_wtable_init(&t);
   list_table(m, &t);
+  const dit_wremap bfl = {NULL, flux2_bfl_renames, sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames,
+                          flux2_bfl_splits, 2, NULL};
+  const dit_wremap *orig = m->cfg.variant == DIT_FLUX_2 ? &bfl : NULL;
   dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
-                                    : dit_lora_apply(m->be, &t, l, n, NULL, &m->mw, err);
+                                    : dit_lora_apply(m->be, &t, l, n, orig, &m->mw, err);
   dit_wtable_free(&t);
   return s;
 }

@@ -61,13 +61,60 @@ static long find_kohya(const dit_wtable *t, const char *mod) {
   return -1;
 }
 
+/* The original checkpoint's module name of table name n (orig's renames applied backwards,
+ * in reverse order; a part of a split named as the fused tensor), without ".weight". */
+static bool orig_module(const dit_wremap *orig, const char *n, char *out, size_t len) {
+  char a[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
+  if (snprintf(a, sizeof a, "%s", n) >= (int)sizeof a) return false;
+  const size_t an = strlen(a);
+  for (size_t k = 0; k < orig->n_split; k++)
+    for (int p = 0; p < orig->split[k].n; p++) {
+      const char *part = orig->split[k].parts[p];
+      const size_t pl = strlen(part);
+      if (an >= pl && !strcmp(a + an - pl, part)) {
+        snprintf(b, sizeof b, "%.*s%s", (int)(an - pl), a, orig->split[k].suffix);
+        memcpy(a, b, sizeof a);
+        k = orig->n_split - 1;
+        break;
+      }
+    }
+  for (size_t i = orig->n_rename; i-- > 0;) {
+    if (!dit_wname_replace(b, sizeof b, a, orig->rename[i].to, orig->rename[i].from)) return false;
+    memcpy(a, b, sizeof a);
+  }
+  const size_t l = strlen(a);
+  if (l < 8 || strcmp(a + l - 7, ".weight")) return false;
+  return snprintf(out, len, "%.*s", (int)(l - 7), a) < (int)len;
+}
+
+/* A kohya module name equal to (underscores for dots) the original name of a table entry:
+ * that original name into out. */
+static bool find_kohya_orig(const dit_wtable *t, const dit_wremap *orig, const char *mod, char *out, size_t len) {
+  for (size_t i = 0; orig && i < t->n; i++) {
+    char o[DIT_WNAME_MAX];
+    if (!t->entries[i].dst->data || !orig_module(orig, t->entries[i].name, o, sizeof o)) continue;
+    size_t k = 0, ol = strlen(o);
+    if (ol != strlen(mod)) continue;
+    while (k < ol && (o[k] == mod[k] || (o[k] == '.' && mod[k] == '_'))) k++;
+    if (k == ol) return snprintf(out, len, "%s", o) < (int)len;
+  }
+  return false;
+}
+
 /* The table entries the module updates (B's rows split evenly over them, in order): 1, or the
  * parts of a split weight of the original names; 0 when none. */
 static int match(const dit_wtable *t, const dit_wremap *orig, const char *module, long *ent) {
   const char *m = module;
-  for (size_t i = 0; i < sizeof kohya_prefixes / sizeof *kohya_prefixes; i++)
-    if (!strncmp(m, kohya_prefixes[i], strlen(kohya_prefixes[i])))
-      return (ent[0] = find_kohya(t, m + strlen(kohya_prefixes[i]))) >= 0;
+  char dotted[DIT_WNAME_MAX];
+  for (size_t i = 0; i < sizeof kohya_prefixes / sizeof *kohya_prefixes; i++) {
+    if (strncmp(m, kohya_prefixes[i], strlen(kohya_prefixes[i]))) continue;
+    const char *k = m + strlen(kohya_prefixes[i]);
+    if ((ent[0] = find_kohya(t, k)) >= 0) return 1;
+    /* kohya names of the original checkpoint's modules */
+    if (!find_kohya_orig(t, orig, k, dotted, sizeof dotted)) return 0;
+    m = dotted;
+    break;
+  }
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
     if (!strncmp(m, prefixes[i], strlen(prefixes[i]))) m += strlen(prefixes[i]), i = (size_t)-1;
   char name[DIT_WNAME_MAX], b[DIT_WNAME_MAX];

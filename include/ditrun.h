@@ -184,7 +184,16 @@ typedef struct dit_gen_params {
   const dit_lora *loras;        /* dit_generate: LoRAs merged into the transformer (dit_model_generate: the
                                    model's own, from dit_model_opts) */
   int n_loras;
+  const struct dit_image *init_image; /* image-to-image (Z-Image): start from this picture instead of pure noise,
+                                   as diffusers' img2img pipeline; NULL = text-to-image. width/height 0: its size
+                                   floored to the model's multiple; another size: it is resized (Lanczos) to it */
+  double strength;              /* with init_image: the share of the schedule that is run, in (0, 1]; 0 = 0.6
+                                   (diffusers' default). 1 renoises the picture completely */
+  const struct dit_image *ref_images; /* FLUX.2 [klein] reference editing: the images the result is conditioned
+                                   on (Flux2KleinPipeline's image=); width/height 0: the first one's prepared size */
+  int n_ref_images;             /* at most DIT_MAX_REF_IMAGES */
 } dit_gen_params;
+#define DIT_MAX_REF_IMAGES 8
 
 /* Bits of dit_gen_defaults.from_model_file: which defaults the model folder's own
  * ditrun.json set (the others are the family's). */
@@ -217,6 +226,16 @@ typedef struct dit_image {
   int width, height;            /* 8-bit RGB, row-major, width*height*3 bytes */
   uint8_t *rgb;
 } dit_image;
+
+/* Reads a PNG or JPEG file as diffusers' load_image does (PIL's open, exif_transpose,
+ * convert("RGB")) into out (8-bit RGB; free with dit_image_free). An image of more than
+ * max_pixels pixels is refused from its header before decoding (max_pixels 0: 8192 x 8192);
+ * damaged or truncated files, CMYK JPEGs and unknown formats are refused with a message. */
+dit_status dit_image_load(dit_ctx *ctx, const char *path, int64_t max_pixels, dit_image *out);
+/* The same from n bytes in memory (name is for messages). */
+dit_status dit_image_load_mem(dit_ctx *ctx, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
+                              dit_image *out);
+#define DIT_IMAGE_DEFAULT_MAX_PIXELS ((int64_t)8192 * 8192)
 
 void dit_gen_params_default(dit_gen_params *p);
 /* Reads model_index.json (and ditrun.json, when the folder has one) and returns the

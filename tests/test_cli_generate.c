@@ -1,7 +1,9 @@
 /* `ditrun generate` end to end through the CLI: the acceptance commands against the
  * fixture's reference images (within one 8-bit level), byte-identical output for the
- * same command and for 1 vs 2 threads, and every bad option / output path giving exit
- * 2 with a message and no output file. Usage: test_cli_generate [--fixture DIR]. */
+ * same command and for 1 vs 2 threads, image-to-image (--init-image, --strength) and klein
+ * editing (-r) against diffusers' images (tests/fixtures/edit) with their PNG parameters,
+ * and every bad option / output path / input image giving exit 2 with a message and no
+ * output file. Usage: test_cli_generate [--fixture DIR]. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,57 @@ static void test_bad_options(void) {
   CHECK_MSG(rc != 0 && strstr(msg, "model_index.json"), "not a model folder: exit %d, '%s'", rc, msg);
 }
 
+/* --init-image and -r through the CLI against the edit fixture; the parameters recorded. */
+static void test_edit(const char *data) {
+  char edit[4200], ref[4300], out[4096], cmd[16384], text[65536];
+  snprintf(edit, sizeof edit, "%s/edit", data);
+  snprintf(ref, sizeof ref, "%s/reference.safetensors", edit);
+  snprintf(out, sizeof out, "%s/img2img.png", g.tmp);
+  unlink(out);
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -i '%s/init.png' --strength 0.6 --steps 4 --guidance 0 "
+           "--seed 42 --text-rope-bf16 -q -o '%s'", g.cli, g.model, g_prompt, edit, out);
+  CHECK(dt_run(cmd, NULL) == 0);
+  dt_check_png(out, ref, "z_img2img_s60_image", 96, 128);
+  long n = dt_read_file(out, text, sizeof text);
+  CHECK_MSG(n > 0 && memmem(text, (size_t)n, "Denoising strength: 0.6", 23), "img2img PNG lacks its strength");
+  char klein[4200];
+  snprintf(klein, sizeof klein, "%s/../flux2-klein-tiny", g.model);
+  snprintf(out, sizeof out, "%s/edit2.png", g.tmp);
+  unlink(out);
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p 'turn the fox blue' -r '%s/ref_a.png' --ref-image '%s/ref_b.png' "
+           "-W 96 -H 128 --steps 4 --seed 42 --text-rope-bf16 -q -o '%s'", g.cli, klein, edit, edit, out);
+  CHECK(dt_run(cmd, NULL) == 0);
+  dt_check_png(out, ref, "k_edit2_image", 96, 128);
+  n = dt_read_file(out, text, sizeof text);
+  CHECK_MSG(n > 0 && memmem(text, (size_t)n, "Reference images: 2", 19), "edit PNG lacks its reference count");
+  /* bad input images and combinations: exit 2, a message, no output */
+  char a[16384], trunc[4200], buf[1 << 15];
+  snprintf(trunc, sizeof trunc, "%s/trunc.png", g.tmp);
+  snprintf(a, sizeof a, "%s/init.png", edit);
+  long len = dt_read_file(a, buf, sizeof buf);
+  FILE *f = fopen(trunc, "wb");
+  if (f && len > 100) fwrite(buf, 1, (size_t)len / 3, f);
+  if (f) fclose(f);
+  static const struct {
+    const char *fmt, *expect;
+  } cases[] = {
+      {"-m '%s' -p x -i '%s/trunc.png' -o '%s/bad.png'", "truncated"},
+      {"-m '%s' -p x -i '%s/missing.png' -o '%s/bad.png'", "missing.png"},
+      {"-m '%s' -p x --strength 0.5 -o '%s/bad.png' -n '%s'", "--strength needs --init-image"},
+      {"-m '%s' -p x -i '%s/trunc.png' --strength 0 -o '%s/bad.png'", "--strength"},
+      {"-m '%s' -p x -i '%s/trunc.png' --strength 1.5 -o '%s/bad.png'", "--strength"},
+      {"-m '%s' -p x -r '%s/trunc.png' -i '%s/x.png' -o bad.png", "do not go together"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(a, sizeof a, cases[i].fmt, g.model, g.tmp, g.tmp);
+    bad(a, cases[i].expect);
+  }
+  snprintf(a, sizeof a, "-m '%s' -p x -r '%s/init.png' -o '%s/bad.png'", g.model, edit, g.tmp);
+  bad(a, "does not take reference images");
+  snprintf(a, sizeof a, "-m '%s' -p x -i '%s/init.png' -o '%s/bad.png'", klein, edit, g.tmp);
+  bad(a, "does not take an init image");
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init_cli(argc, argv, &a, "zimage-tiny", false, &g);
@@ -145,5 +198,6 @@ int main(int argc, char **argv) {
   test_reference_images();
   test_component_files();
   test_bad_options();
+  test_edit(a.data);
   return dt_finish();
 }

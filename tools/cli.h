@@ -28,6 +28,10 @@ typedef struct cli_gen_opts {
   dit_component_file files[DIT_MAX_COMPONENT_FILES]; /* --diffusion-model, --vae, --clip-l, --t5xxl */
   dit_lora loras[DIT_MAX_LORAS];                      /* --lora */
   char lora_paths[DIT_MAX_LORAS][4096];
+  const char *init_path;                              /* --init-image */
+  bool strength_set;                                  /* --strength given */
+  const char *ref_paths[DIT_MAX_REF_IMAGES];          /* -r/--ref-image, in order */
+  dit_image init, refs[DIT_MAX_REF_IMAGES];           /* read before the model loads */
 } cli_gen_opts;
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
 

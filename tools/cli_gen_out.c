@@ -89,6 +89,8 @@ char *cli_gen_infotext(const dit_gen_params *p, const dit_gen_defaults *d, const
                   p->loras[i].scale);
   }
   if (loras[0]) add(l, "LoRA", "%s", loras);
+  if (p->init_image) add(l, "Denoising strength", "%g", p->strength > 0 ? p->strength : 0.6);
+  if (p->n_ref_images) add(l, "Reference images", "%d", p->n_ref_images);
   if (p->device == DIT_DEVICE_CUDA) add(l, "Device", "cuda");
   else if (p->cpu_precision == DIT_CPU_PRECISION_BF16) add(l, "CPU precision", "bf16");
   add(l, "Version", "ditrun %s", DITRUN_VERSION);

@@ -37,7 +37,12 @@ static void usage(FILE *f) {
           "                         run does whose encoder was cast with .to(torch.bfloat16)\n"
           "  -o, --output PATH      PNG to write (default output.png)\n"
           "      --overwrite        replace PATH if it exists\n"
-          "      --vae-tile N       decode the VAE in tiles of N latent pixels (0 = whole)\n"
+          "      --vae-tile N       decode (and encode) the VAE in tiles of N latent pixels (0 = whole)\n"
+          "  -i, --init-image FILE  image-to-image (Z-Image): start from this PNG/JPEG instead of noise; the size\n"
+          "                         defaults to its own, floored to the model's multiple\n"
+          "      --strength S       with --init-image: how much of it is redrawn, 0 < S <= 1 (default 0.6)\n"
+          "  -r, --ref-image FILE   reference image for editing (FLUX.2 [klein]; repeat for more, up to 8); the\n"
+          "                         size defaults to the first one's\n"
           "      --lora FILE[:S]    merge a LoRA into the transformer, scaled by S (default 1; repeat for more):\n"
           "                         diffusers/PEFT, kohya or original-names (ComfyUI, AI-Toolkit) files\n"
           "      --diffusion-model FILE  a single weights file for the transformer (e.g. BFL's flux1-dev.safetensors)\n"
@@ -55,6 +60,8 @@ static void usage(FILE *f) {
           "  ditrun generate -m models/shapes-128 -p \"a green triangle on a white background\" -o t.png\n"
           "  ditrun generate -m Z-Image-Turbo -p \"a red fox in the snow, 35mm photo\" --seed -1 -o fox.png\n"
           "  ditrun generate -m FLUX.2-klein-4B -p \"a lighthouse at dusk\" -W 768 -H 512 -b 4 --device cuda -o l.png\n"
+          "  ditrun generate -m Z-Image-Turbo -i photo.jpg --strength 0.5 -p \"an oil painting\" -o paint.png\n"
+          "  ditrun generate -m FLUX.2-klein-4B -r cat.png -p \"the cat wearing a red scarf\" -o scarf.png\n"
           "  ditrun generate -m models/flux1-dev --diffusion-model flux1-dev.safetensors --vae ae.safetensors \\\n"
           "    --clip-l clip_l.safetensors --t5xxl t5xxl_fp16.safetensors -p \"a red fox\" --device cuda -o fox.png\n");
 }
@@ -65,7 +72,7 @@ static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
     "--overwrite", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
-    "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl"};
+    "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--ref-image"};
 
 /* The single-file options and the components they stand for. */
 static const char *const file_opts[][2] = {
@@ -203,6 +210,19 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     else if (OPT("-b", "--batch-count")) { if (!bad && !cli_parse_int("generate", "--batch-count", v, 1, 10000, &o->batch)) return 2; }
     else if (OPT(NULL, "--max-seq-len")) { if (!bad && !cli_parse_int("generate", "--max-seq-len", v, 1, 32768, &o->p.max_sequence_length)) return 2; }
     else if (OPT(NULL, "--lora")) { if (!bad && !lora_opt(o, v)) return 2; }
+    else if (OPT("-i", "--init-image")) { if (!bad) o->init_path = v; }
+    else if (OPT(NULL, "--strength")) {
+      if (!bad && !cli_parse_double("generate", "--strength", v, 0, 1, &o->p.strength)) return 2;
+      if (!bad && !(o->p.strength > 0)) { fprintf(stderr, "ditrun generate: --strength must be above 0\n"); return 2; }
+      o->strength_set = true;
+    }
+    else if (OPT("-r", "--ref-image")) {
+      if (!bad && o->p.n_ref_images == DIT_MAX_REF_IMAGES) {
+        fprintf(stderr, "ditrun generate: --ref-image: at most %d reference images\n", DIT_MAX_REF_IMAGES);
+        return 2;
+      }
+      if (!bad) o->ref_paths[o->p.n_ref_images++] = v;
+    }
     else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int("generate", "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
     else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int("generate", "--threads", v, 1, 1024, &o->threads)) return 2; }
     else if (OPT(NULL, "--rng")) {
@@ -224,7 +244,35 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
   }
   if (!o->p.model_dir || !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (and not empty)\n"); return 2; }
+  if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun generate: --strength needs --init-image\n"); return 2; }
+  if (o->init_path && o->p.n_ref_images) {
+    fprintf(stderr, "ditrun generate: --init-image and --ref-image do not go together (image-to-image or editing)\n");
+    return 2;
+  }
   return 0;
+}
+
+/* Reads --init-image and every --ref-image (before the model loads: a bad file fails fast). */
+static bool read_images(dit_ctx *ctx, cli_gen_opts *o) {
+  if (o->init_path) {
+    if (dit_image_load(ctx, o->init_path, 0, &o->init) != DIT_OK) {
+      fprintf(stderr, "ditrun generate: --init-image: %s\n", dit_ctx_last_error(ctx));
+      return false;
+    }
+    o->p.init_image = &o->init;
+  }
+  for (int i = 0; i < o->p.n_ref_images; i++)
+    if (dit_image_load(ctx, o->ref_paths[i], 0, &o->refs[i]) != DIT_OK) {
+      fprintf(stderr, "ditrun generate: --ref-image: %s\n", dit_ctx_last_error(ctx));
+      return false;
+    }
+  if (o->p.n_ref_images) o->p.ref_images = o->refs;
+  return true;
+}
+
+static void free_images(cli_gen_opts *o) {
+  dit_image_free(&o->init);
+  for (int i = 0; i < DIT_MAX_REF_IMAGES; i++) dit_image_free(&o->refs[i]);
 }
 
 static void print_summary(const dit_gen_stats *st) {
@@ -240,6 +288,11 @@ static void print_summary(const dit_gen_stats *st) {
  * and guidance, and where they came from. */
 static void print_choice(const cli_gen_opts *o, const dit_gen_defaults *d) {
   const int w = o->p.width ? o->p.width : d->width, h = o->p.height ? o->p.height : d->height;
+  if ((!o->p.width || !o->p.height) && (o->init_path || o->p.n_ref_images)) {
+    fprintf(stderr, "ditrun generate: size from the %s image, %d steps%s\n", o->init_path ? "init" : "first reference",
+            o->p.steps ? o->p.steps : d->steps, o->init_path ? " (a share of them, by --strength)" : "");
+    return;
+  }
   const int steps = o->p.steps ? o->p.steps : d->steps;
   const double g = o->p.guidance_set ? o->p.guidance : d->guidance;
   unsigned from = 0;
@@ -337,6 +390,7 @@ int cli_generate(int argc, char **argv) {
     o.p.prompt = d.prompt;
     if (!o.quiet) fprintf(stderr, "ditrun generate: prompt (the model's sample): \"%s\"\n", d.prompt);
   }
+  if (s == DIT_OK && !read_images(ctx, &o)) goto done;
   if (s == DIT_OK && !o.quiet) print_choice(&o, &d);
   uint64_t seed0 = o.p.seed;
   if (s == DIT_OK && o.random_seed) {
@@ -352,6 +406,7 @@ int cli_generate(int argc, char **argv) {
   code = dit_status_exit_code(s);
   if (s != DIT_OK) fprintf(stderr, "ditrun generate: %s\n", dit_ctx_last_error(ctx));
 done:
+  free_images(&o);
   dit_ctx_free(ctx);
   return code;
 }

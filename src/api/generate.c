@@ -5,6 +5,7 @@
 
 #include "core/ctx.h"
 #include "io/model_dir.h"
+#include "io/image_read.h"
 #include "io/png.h"
 #include "pipeline/family.h"
 
@@ -77,4 +78,20 @@ dit_status dit_image_encode_png(dit_ctx *ctx, const dit_image *img, const char *
   if (!img || !img->rgb || img->width <= 0 || img->height <= 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "no image to encode");
   return dit_png_encode(img->rgb, img->width, img->height, keys, values, n_text, out, out_len, err);
+}
+
+dit_status dit_image_load(dit_ctx *ctx, const char *path, int64_t max_pixels, dit_image *out) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  if (!path || !out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "image load: NULL argument");
+  return dit_image_read(path, max_pixels > 0 ? max_pixels : DIT_IMAGE_DEFAULT_MAX_PIXELS, out, err);
+}
+
+dit_status dit_image_load_mem(dit_ctx *ctx, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
+                              dit_image *out) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  if (!data || !out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "image load: NULL argument");
+  return dit_image_decode(data, n, name ? name : "image", max_pixels > 0 ? max_pixels : DIT_IMAGE_DEFAULT_MAX_PIXELS,
+                          out, err);
 }

@@ -104,6 +104,27 @@ static dit_status check_params(const dit_gen_params *p, dit_error *err) {
   if (p->max_sequence_length < 0 || p->max_sequence_length > 32768)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "max sequence length %d is outside 1..32768", p->max_sequence_length);
   if (p->rng != DIT_RNG_TORCH_CPU) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "unknown random number generator");
+  if (p->init_image && (!p->init_image->rgb || p->init_image->width < 1 || p->init_image->height < 1))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "the init image is empty");
+  if (p->init_image && !(p->strength == 0 || (p->strength > 0 && p->strength <= 1)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "strength = %g is outside (0, 1]", p->strength);
+  if (p->n_ref_images < 0 || p->n_ref_images > DIT_MAX_REF_IMAGES || (p->n_ref_images > 0 && !p->ref_images))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d reference images (at most %d)", p->n_ref_images,
+                      DIT_MAX_REF_IMAGES);
+  for (int i = 0; i < p->n_ref_images; i++)
+    if (!p->ref_images[i].rgb || p->ref_images[i].width < 1 || p->ref_images[i].height < 1)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "reference image %d is empty", i + 1);
+  return DIT_OK;
+}
+
+/* An init or reference image given to a family whose pipeline takes none. */
+static dit_status check_inputs(const dit_family *f, const dit_gen_params *p, dit_error *err) {
+  if (p->init_image && !(f->inputs & DIT_INPUT_INIT_IMAGE))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s does not take an init image (image-to-image)%s", f->title,
+                      f->inputs & DIT_INPUT_REF_IMAGES ? "; it takes reference images" : "");
+  if (p->n_ref_images && !(f->inputs & DIT_INPUT_REF_IMAGES))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s does not take reference images%s", f->title,
+                      f->inputs & DIT_INPUT_INIT_IMAGE ? "; it takes an init image (image-to-image)" : "");
   return DIT_OK;
 }
 
@@ -116,8 +137,11 @@ dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *
   /* parameters left at 0 take the model's defaults */
   dit_gen_params q = *p;
   const dit_gen_defaults *d = &m->defaults;
-  if (q.width <= 0) q.width = d->width;
-  if (q.height <= 0) q.height = d->height;
+  DIT_TRY(check_inputs(m->family, p, err));
+  const bool sized_by_image = p->init_image || p->n_ref_images > 0;
+  if (q.width <= 0 && !sized_by_image) q.width = d->width;
+  if (q.height <= 0 && !sized_by_image) q.height = d->height;
+  if (q.init_image && q.strength == 0) q.strength = 0.6;
   if (q.steps <= 0) q.steps = d->steps;
   if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
   dit_status s = m->family->generate(&m->rt, m->state, &q, out, stats, err);

@@ -14,11 +14,22 @@
 
 #define PATCH 2 /* Flux2KleinPipeline._unpatchify_latents hard-codes 2x2 */
 
+/* The batch-norm statistics of the packed latents. */
+typedef struct bn_stats {
+  int latent_channels;   /* L */
+  float *mean;           /* [4L] */
+  float *std;            /* [4L] sqrt(running_var + batch_norm_eps) in float32 */
+} bn_stats;
+
 struct dit_vae_flux2 {
   dit_vae_kl *kl;
   int latent_channels;   /* L */
-  float *bn_mean;        /* [4L] */
-  float *bn_std;         /* [4L] sqrt(running_var + batch_norm_eps) in float32 */
+  bn_stats bn;
+};
+
+struct dit_vae_flux2_enc {
+  dit_vae_kl_enc *enc;
+  bn_stats bn;
 };
 
 /* patch_size must be [2, 2] (what the pipeline unpatchifies); batch_norm_eps > 0. */
@@ -60,24 +71,30 @@ static dit_status read_stat(dit_weights *w, const char *name, int n, float *dst,
   return DIT_OK;
 }
 
-/* The batch-norm statistics, read from the files on the host (on a GPU backend the decoder's
- * loader uploads its weights and closes the files, so they are read from a second opening). */
-static dit_status read_bn(dit_vae_flux2 *m, const char *component_dir, double eps, dit_error *err) {
-  const int n = PATCH * PATCH * m->latent_channels;
-  m->bn_mean = malloc((size_t)n * sizeof(float));
-  m->bn_std = malloc((size_t)n * sizeof(float));
-  if (!m->bn_mean || !m->bn_std) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  dit_weights *w = m->kl->weights;
-  if (!w) DIT_TRY(dit_weights_open(component_dir, NULL, &w, err));
-  dit_status s = read_stat(w, "running_mean", n, m->bn_mean, err);
-  if (s == DIT_OK) s = read_stat(w, "running_var", n, m->bn_std, err);
-  if (w != m->kl->weights) dit_weights_close(w);
+/* The batch-norm statistics of component_dir's files (w: already open, or NULL to open them:
+ * on a GPU backend the models' loaders upload their weights and close the files). */
+static dit_status read_bn(bn_stats *b, int L, dit_weights *w, const char *component_dir, double eps, dit_error *err) {
+  const int n = PATCH * PATCH * L;
+  b->latent_channels = L;
+  b->mean = malloc((size_t)n * sizeof(float));
+  b->std = malloc((size_t)n * sizeof(float));
+  if (!b->mean || !b->std) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_weights *own = NULL;
+  if (!w) DIT_TRY(dit_weights_open(component_dir, NULL, &own, err));
+  dit_status s = read_stat(w ? w : own, "running_mean", n, b->mean, err);
+  if (s == DIT_OK) s = read_stat(w ? w : own, "running_var", n, b->std, err);
+  if (own) dit_weights_close(own);
   for (int i = 0; s == DIT_OK && i < n; i++) {
-    m->bn_std[i] = sqrtf(m->bn_std[i] + (float)eps);
-    if (!isfinite(m->bn_std[i]) || !isfinite(m->bn_mean[i]))
+    b->std[i] = sqrtf(b->std[i] + (float)eps);
+    if (!isfinite(b->std[i]) || !isfinite(b->mean[i]))
       s = dit_errorf(err, DIT_ERR_FORMAT, "bn statistics of channel %d are not finite (or running_var < 0)", i);
   }
   return s;
+}
+
+static void bn_free(bn_stats *b) {
+  free(b->mean);
+  free(b->std);
 }
 
 dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_vae_flux2 **out, dit_error *err) {
@@ -95,7 +112,7 @@ dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_va
   s = vae_kl_load_class(be, component_dir, "AutoencoderKLFlux2", bn_ignore, &m->kl, err);
   if (s == DIT_OK) {
     m->latent_channels = m->kl->cfg.latent_channels;
-    s = read_bn(m, component_dir, eps, err);
+    s = read_bn(&m->bn, m->latent_channels, m->kl->weights, component_dir, eps, err);
     if (s != DIT_OK) dit_error_prefix(err, "flux2 vae load: %s", component_dir);
   }
   DIT_HAND_OVER(s, m, out, dit_vae_flux2_free);
@@ -104,8 +121,7 @@ dit_status dit_vae_flux2_load(dit_backend *be, const char *component_dir, dit_va
 void dit_vae_flux2_free(dit_vae_flux2 *m) {
   if (!m) return;
   dit_vae_kl_free(m->kl);
-  free(m->bn_mean);
-  free(m->bn_std);
+  bn_free(&m->bn);
   free(m);
 }
 
@@ -146,12 +162,74 @@ dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *token
       const float *row = tk + (b * hw + r) * P;
       for (int64_t k = 0; k < P; k++) {
         const int64_t c = k / (PATCH * PATCH), py = (k / PATCH) % PATCH, px = k % PATCH;
-        z[((b * L + c) * H + y * PATCH + py) * W + x * PATCH + px] = row[k] * m->bn_std[k] + m->bn_mean[k];
+        z[((b * L + c) * H + y * PATCH + py) * W + x * PATCH + px] = row[k] * m->bn.std[k] + m->bn.mean[k];
       }
     }
   dit_tensor zt = dit_tensor_4d(DIT_F32, z, B, L, H, W);
   dit_status s = dit_vae_kl_decode(m->kl, &zt, img, tile, err);
   free(z);
   if (s != DIT_OK) dit_error_prefix(err, "flux2 vae decode");
+  return s;
+}
+
+dit_status dit_vae_flux2_enc_load(dit_backend *be, const char *component_dir, dit_vae_flux2_enc **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae encoder load: NULL argument");
+  double eps = 0;
+  dit_status s = read_flux2_fields(component_dir, &eps, err);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "flux2 vae encoder load");
+    return s;
+  }
+  dit_vae_flux2_enc *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae encoder load: out of memory");
+  s = dit_vae_kl_enc_load(be, component_dir, "AutoencoderKLFlux2", NULL, &m->enc, err);
+  if (s == DIT_OK) {
+    s = read_bn(&m->bn, m->enc->cfg.latent_channels, m->enc->weights, component_dir, eps, err);
+    if (s != DIT_OK) dit_error_prefix(err, "flux2 vae encoder load: %s", component_dir);
+  }
+  DIT_HAND_OVER(s, m, out, dit_vae_flux2_enc_free);
+}
+
+dit_status dit_vae_flux2_enc_set_act_dtype(dit_vae_flux2_enc *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae encoder: no model");
+  return dit_vae_kl_enc_set_act_dtype(m->enc, dt, err);
+}
+
+void dit_vae_flux2_enc_free(dit_vae_flux2_enc *m) {
+  if (!m) return;
+  dit_vae_kl_enc_free(m->enc);
+  bn_free(&m->bn);
+  free(m);
+}
+
+int dit_vae_flux2_enc_downscale(const dit_vae_flux2_enc *m) { return 1 << (m->enc->cfg.enc_n_levels - 1); }
+int dit_vae_flux2_enc_packed_channels(const dit_vae_flux2_enc *m) { return PATCH * PATCH * m->bn.latent_channels; }
+
+dit_status dit_vae_flux2_encode_packed(dit_vae_flux2_enc *m, const float *pixels, int H, int W, int tile,
+                                       float *tokens, dit_error *err) {
+  if (!m || !pixels || !tokens) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae encode: NULL argument");
+  const int f = dit_vae_flux2_enc_downscale(m), L = m->bn.latent_channels;
+  if (H < 2 * f || W < 2 * f || H % (2 * f) || W % (2 * f))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae encode: %dx%d is not a multiple of %d", W, H, 2 * f);
+  const int64_t h = H / f, w = W / f, P = PATCH * PATCH * L, gw = w / PATCH, hw = h * w;
+  float *mo = malloc((size_t)(2 * L * hw) * sizeof(float));
+  if (!mo) return dit_errorf(err, DIT_ERR_NOMEM, "flux2 vae encode: out of memory");
+  dit_tensor x = dit_tensor_4d(DIT_F32, (void *)pixels, 1, 3, H, W), mt = dit_tensor_4d(DIT_F32, mo, 1, 2 * L, h, w);
+  dit_status s = dit_vae_kl_encode(m->enc, &x, &mt, tile, err);
+  if (s == DIT_OK) {
+    /* tok[y*gw+x, c*4+py*2+px] = (mean[c, 2y+py, 2x+px] - bn_mean) / bn_std: the mode (mean, the
+     * first L channels), patchified as _patchify_latents, normalised per packed channel */
+    for (int64_t r = 0; r < (h / PATCH) * gw; r++) {
+      const int64_t y = r / gw, xx = r % gw;
+      for (int64_t k = 0; k < P; k++) {
+        const int64_t c = k / (PATCH * PATCH), py = (k / PATCH) % PATCH, px = k % PATCH;
+        const float v = mo[(c * h + y * PATCH + py) * w + xx * PATCH + px];
+        tokens[r * P + k] = (v - m->bn.mean[k]) / m->bn.std[k];
+      }
+    }
+  }
+  free(mo);
+  if (s != DIT_OK) dit_error_prefix(err, "flux2 vae encode");
   return s;
 }

@@ -2,7 +2,9 @@
  * vae_kl (shared, not copied) plus what Flux2KleinPipeline does to its packed latents
  * before vae.decode: the batch-norm de-normalisation with the VAE's running statistics
  * (x * sqrt(running_var + batch_norm_eps) + running_mean, per packed channel) and the
- * unpatchify of 2x2 patches from channels back to space. Only the decoder is built. */
+ * unpatchify of 2x2 patches from channels back to space; and the other way for reference
+ * images (Flux2KleinPipeline._encode_vae_image): the encoder's mode, patchified and
+ * normalised with the same statistics. */
 #ifndef DIT_MODELS_VAE_FLUX2_H
 #define DIT_MODELS_VAE_FLUX2_H
 
@@ -40,5 +42,21 @@ dit_status dit_vae_flux2_decode(dit_vae_flux2 *m, const dit_tensor *z, dit_tenso
  * DIT_ERR_INVALID_ARG for bad shapes, DIT_ERR_NUMERIC for NaN/Inf. */
 dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *tokens, int h, int w, dit_tensor *img,
                                        int tile, dit_error *err);
+
+/* The encoder (loaded on its own, only when images are encoded): encoder.*, quant_conv.* and
+ * the bn statistics of component_dir. */
+typedef struct dit_vae_flux2_enc dit_vae_flux2_enc;
+dit_status dit_vae_flux2_enc_load(dit_backend *be, const char *component_dir, dit_vae_flux2_enc **out, dit_error *err);
+dit_status dit_vae_flux2_enc_set_act_dtype(dit_vae_flux2_enc *m, dit_dtype dt, dit_error *err);
+void dit_vae_flux2_enc_free(dit_vae_flux2_enc *m);
+/* The encoder's downscale factor f (the tokens' grid is H / (2 f) x W / (2 f)). */
+int dit_vae_flux2_enc_downscale(const dit_vae_flux2_enc *m);
+int dit_vae_flux2_enc_packed_channels(const dit_vae_flux2_enc *m);
+/* pixels [3, H, W] (host F32, [-1, 1]; H, W multiples of 2 f) -> the latent distribution's
+ * mode -> 2x2 patchify -> (x - running_mean) / sqrt(running_var + eps) -> tokens
+ * [(H/2f) * (W/2f), 4L] (host, caller-allocated; row-major over the token grid). tile as
+ * dit_vae_kl_encode. */
+dit_status dit_vae_flux2_encode_packed(dit_vae_flux2_enc *m, const float *pixels, int H, int W, int tile,
+                                       float *tokens, dit_error *err);
 
 #endif

@@ -19,6 +19,9 @@ typedef struct dit_latent_layout {
   int grid, patch, packed;
 } dit_latent_layout;
 
+/* The image inputs a family's pipeline takes (dit_family.inputs). */
+enum { DIT_INPUT_INIT_IMAGE = 1, DIT_INPUT_REF_IMAGES = 2 };
+
 typedef struct dit_family {
   const char *name;                /* "zimage": dit_gen_defaults.family, messages */
   const char *title;               /* "Z-Image / Z-Image-Turbo" */
@@ -28,11 +31,13 @@ typedef struct dit_family {
   dit_status (*defaults)(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err);
   /* Creates the family's state in *state and loads the components rt->keep holds. */
   dit_status (*open)(const dit_model_rt *rt, void **state, dit_error *err);
-  /* One image; p has every size/steps/guidance field resolved (no zeros). */
+  /* One image; p has steps and guidance resolved, and width/height unless it was given an
+   * init or reference image (then 0 = the family's size for that image). */
   dit_status (*generate)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                          dit_gen_stats *st, dit_error *err);
   void (*close)(void *state);
   dit_latent_layout latent;        /* for dit_model_latent_preview */
+  unsigned inputs;                 /* DIT_INPUT_* it takes (others are refused before it runs) */
   /* Its `ditrun bench --arch` variants (family_bench.h), ended by a row whose name is NULL. */
   const dit_bench_variant *bench;
 } dit_family;

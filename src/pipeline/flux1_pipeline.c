@@ -20,7 +20,7 @@
 #include "models/flux1.h"
 #include "models/t5.h"
 #include "pipeline/family.h"
-#include "pipeline/kl_decode.h"
+#include "pipeline/kl_vae.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
@@ -73,7 +73,7 @@ static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) 
   DIT_HAND_OVER(s, t, obj, text_free);
 }
 
-static const dit_component_kind flux1_text_kind = {"text encoders", DIT_KEEP_TEXT_ENCODER, text_load, text_free};
+static const dit_component_kind flux1_text_kind = {"text encoders", DIT_KEEP_TEXT_ENCODER, text_load, text_free, false};
 
 /* ids of text as FluxPipeline tokenizes it (special tokens, truncation to max_len), padded
  * to max_len with the tokenizer's pad id (tokenizer_config.json's pad_token; without one,
@@ -250,7 +250,7 @@ static dit_status flux1_dit_load(const dit_model_rt *rt, void **obj, dit_error *
 
 static void flux1_dit_free(void *obj) { dit_flux2_free(obj); }
 
-static const dit_component_kind flux1_dit = {"transformer", DIT_KEEP_TRANSFORMER, flux1_dit_load, flux1_dit_free};
+static const dit_component_kind flux1_dit = {"transformer", DIT_KEEP_TRANSFORMER, flux1_dit_load, flux1_dit_free, false};
 
 /* FluxPipeline's schedule: linspace sigmas, mu = calculate_shift(image tokens) from the
  * scheduler's own bounds (used only when it shifts dynamically). */

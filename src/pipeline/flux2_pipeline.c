@@ -18,6 +18,7 @@
 #include "models/qwen3.h"
 #include "models/vae_flux2.h"
 #include "pipeline/family.h"
+#include "pipeline/image_prep.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -48,17 +49,24 @@ typedef struct klein_model {
   int vsf;                 /* the VAE's scale factor */
 } klein_model;
 
+#define KLEIN_REF_AREA ((int64_t)1024 * 1024) /* Flux2KleinPipeline: larger references are resized to it */
+#define KLEIN_REF_T0 10                        /* _prepare_image_ids: reference i at T = 10 + 10 i */
+
 typedef struct f2_state {
   dit_flux2 *dit;
   int C;                   /* packed latent channels (transformer in_channels) */
   int lh, lw;              /* token grid: latent size / 2 */
   int64_t Si, St, Jd;      /* image tokens, text tokens, text feature width */
+  int64_t Sr, S;           /* reference tokens (after the image's), Si + Sr */
+  int Cr;                  /* the reference tokens' channels (the VAE's packed channels) */
   size_t n;                /* Si * C */
   bool cfg;
   float *latents;          /* [Si, C] */
-  float *x2, *out2;        /* [2, Si, C]: batched model input / output */
+  float *ref_tok;          /* [Sr, Cr]: the reference images' packed latents, or NULL */
+  float *ref_ids;          /* [Sr, 4] */
+  float *x2, *out2;        /* [2, S, C]: batched model input / output */
   float *txt;              /* [1 or 2, St, Jd]: prompt features (then the empty prompt's) */
-  float *img_ids, *txt_ids; /* [Si, 4], [St, 4] */
+  float *img_ids, *txt_ids; /* [S, 4] (the image's, then the references'), [St, 4] */
   double guidance;
   const float *sigmas, *timesteps;
 } f2_state;
@@ -125,12 +133,12 @@ static dit_status vae_scale_factor(const dit_model_dir *dir, int *out, dit_error
  * generator, packed to tokens [lh*lw, C]; latent ids (0, y, x, 0) and text ids
  * (0, 0, 0, l). */
 static dit_status init_latents(f2_state *L, uint64_t seed, dit_error *err) {
-  const size_t hw = (size_t)L->lh * (size_t)L->lw;
+  const size_t hw = (size_t)L->lh * (size_t)L->lw, row = (size_t)L->S * (size_t)L->C;
   float *noise = malloc(L->n * sizeof(float));
   L->latents = malloc(L->n * sizeof(float));
-  L->x2 = malloc(2 * L->n * sizeof(float));
-  L->out2 = malloc(2 * L->n * sizeof(float));
-  L->img_ids = calloc(hw * 4, sizeof(float));
+  L->x2 = malloc(2 * row * sizeof(float));
+  L->out2 = malloc(2 * row * sizeof(float));
+  L->img_ids = calloc((size_t)L->S * 4, sizeof(float));
   L->txt_ids = calloc((size_t)L->St * 4, sizeof(float));
   if (!noise || !L->latents || !L->x2 || !L->out2 || !L->img_ids || !L->txt_ids) {
     free(noise);
@@ -144,6 +152,7 @@ static dit_status init_latents(f2_state *L, uint64_t seed, dit_error *err) {
     L->img_ids[4 * r + 1] = (float)(r / (size_t)L->lw);
     L->img_ids[4 * r + 2] = (float)(r % (size_t)L->lw);
   }
+  if (L->Sr) memcpy(L->img_ids + 4 * hw, L->ref_ids, (size_t)L->Sr * 4 * sizeof(float));
   for (int64_t l = 0; l < L->St; l++) L->txt_ids[4 * l + 3] = (float)l;
   free(noise);
   return DIT_OK;
@@ -157,20 +166,23 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
   const int nb = L->cfg ? 2 : 1;
   const float tv = timesteps[i] / 1000.0f;
   const float t[2] = {tv, tv};
+  const size_t row = (size_t)L->S * (size_t)L->C, rn = (size_t)L->Sr * (size_t)L->C;
   float *xin = L->latents;
-  if (L->cfg) {
-    memcpy(L->x2, L->latents, L->n * sizeof(float));
-    memcpy(L->x2 + L->n, L->latents, L->n * sizeof(float));
+  if (L->cfg || L->Sr) { /* [latents, reference tokens] per batch item (torch.cat on dim 1) */
+    for (int b = 0; b < nb; b++) {
+      memcpy(L->x2 + b * row, L->latents, L->n * sizeof(float));
+      if (rn) memcpy(L->x2 + b * row + L->n, L->ref_tok, rn * sizeof(float));
+    }
     xin = L->x2;
   }
-  dit_tensor x = dit_tensor_3d(DIT_F32, xin, nb, L->Si, L->C);
+  dit_tensor x = dit_tensor_3d(DIT_F32, xin, nb, L->S, L->C);
   dit_tensor txt = dit_tensor_3d(DIT_F32, L->txt, nb, L->St, L->Jd);
-  dit_tensor out = dit_tensor_3d(DIT_F32, L->out2, nb, L->Si, L->C);
+  dit_tensor out = dit_tensor_3d(DIT_F32, L->out2, nb, L->S, L->C);
   DIT_TRY(dit_flux2_forward(L->dit, &x, &txt, t, NULL, L->img_ids, L->txt_ids, &out, err));
-  float *pred = L->out2;
+  float *pred = L->out2; /* the first Si tokens of each item are the image's */
   if (L->cfg) {
     /* neg + guidance * (cond - neg), each op rounded to float32 as torch */
-    const float gf = (float)guidance, *neg = L->out2 + L->n;
+    const float gf = (float)guidance, *neg = L->out2 + row;
     for (size_t k = 0; k < L->n; k++) {
       const float d = pred[k] - neg[k];
       const float sd = gf * d;
@@ -187,6 +199,52 @@ static dit_status vae_prepare(const dit_model_rt *rt, dit_vae_flux2 *vae, dit_er
 }
 DIT_COMPONENT_KIND(klein_vae, "VAE decode", DIT_KEEP_VAE, "vae", dit_vae_flux2, dit_vae_flux2_load, vae_prepare,
                    dit_vae_flux2_free);
+
+/* The encoder (reference images only: loaded on first use). */
+static dit_status vae_enc_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  char path[4096];
+  dit_vae_flux2_enc *m = NULL;
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_flux2_enc_load(rt->dev, path, &m, err));
+  dit_status s = dit_rt_on_device(rt) ? dit_vae_flux2_enc_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
+  DIT_HAND_OVER(s, m, obj, dit_vae_flux2_enc_free);
+}
+static void vae_enc_free(void *obj) { dit_vae_flux2_enc_free(obj); }
+static const dit_component_kind klein_vae_enc = {"VAE encode", DIT_KEEP_VAE, vae_enc_load, vae_enc_free, true};
+
+/* Flux2KleinPipeline.prepare_image_latents: each reference image prepared (area cap, crop to
+ * multiples of mult), encoded to its mode, patchified and normalised, packed to tokens after
+ * the previous one's, with ids (10 + 10 i, y, x, 0). */
+static dit_status encode_refs(const dit_model_rt *rt, klein_model *k, const dit_gen_params *p, int mult, f2_state *L,
+                              dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, &k->c, DIT_SLOT_VAE_ENC, &obj, err));
+  dit_vae_flux2_enc *enc = obj;
+  const int Cr = dit_vae_flux2_enc_packed_channels(enc);
+  dit_status s = DIT_OK;
+  for (int i = 0; s == DIT_OK && i < p->n_ref_images; i++) {
+    float *px = NULL;
+    int W = 0, H = 0;
+    s = dit_flux2_ref_pixels(&p->ref_images[i], mult, KLEIN_REF_AREA, &px, &W, &H, err);
+    const int64_t gh = H / mult, gw = W / mult, n = gh * gw;
+    float *tok = s == DIT_OK ? realloc(L->ref_tok, (size_t)((L->Sr + n) * Cr) * sizeof(float)) : NULL;
+    if (tok) L->ref_tok = tok;
+    float *ids = tok ? realloc(L->ref_ids, (size_t)(L->Sr + n) * 4 * sizeof(float)) : NULL;
+    if (ids) L->ref_ids = ids;
+    if (s == DIT_OK && (!tok || !ids)) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the reference latents");
+    if (s == DIT_OK) s = dit_vae_flux2_encode_packed(enc, px, H, W, p->vae_tile, L->ref_tok + L->Sr * Cr, err);
+    for (int64_t r = 0; s == DIT_OK && r < n; r++) {
+      float *d = L->ref_ids + 4 * (L->Sr + r);
+      d[0] = (float)(KLEIN_REF_T0 + KLEIN_REF_T0 * i), d[1] = (float)(r / gw), d[2] = (float)(r % gw), d[3] = 0.0f;
+    }
+    if (s == DIT_OK) L->Sr += n;
+    else dit_error_prefix(err, "reference image %d", i + 1);
+    free(px);
+  }
+  L->Cr = Cr;
+  dit_component_done(rt, &k->c, DIT_SLOT_VAE_ENC);
+  return s;
+}
 
 /* VAE stage: de-normalise, unpatchify, decode, postprocess to 8-bit RGB. */
 static dit_status decode_latents(const dit_model_rt *rt, klein_model *k, const f2_state *L, int vae_tile,
@@ -236,11 +294,16 @@ static dit_status load_transformer(const dit_model_rt *rt, klein_model *k, f2_st
                       c->joint_attention_dim, (long long)L->Jd);
   L->dit = obj;
   L->C = c->in_channels;
+  if (L->Sr && L->Cr != L->C)
+    return dit_errorf(err, DIT_ERR_FORMAT, "the VAE's packed latent channels (%d) differ from the transformer's "
+                      "in_channels (%d)", L->Cr, L->C);
   return DIT_OK;
 }
 
 static void state_free(f2_state *L) {
   free(L->latents);
+  free(L->ref_tok);
+  free(L->ref_ids);
   free(L->x2);
   free(L->out2);
   free(L->txt);
@@ -255,6 +318,7 @@ static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *er
   if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
   dit_status s = dit_flux2_klein_is_distilled(rt->dir, &k->distilled, err);
   if (s == DIT_OK) s = vae_scale_factor(rt->dir, &k->vsf, err);
+  k->c.kind[DIT_SLOT_VAE_ENC] = &klein_vae_enc;
   if (s == DIT_OK) s = dit_components_start(rt, &k->c, &klein_dit, &klein_vae, err);
   DIT_HAND_OVER(s, k, state, free);
 }
@@ -262,9 +326,18 @@ static dit_status klein_open(const dit_model_rt *rt, void **state, dit_error *er
 static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                                  dit_gen_stats *st, dit_error *err) {
   klein_model *k = state;
-  const int W = p->width, H = p->height, steps = p->steps;
+  const int mult = 2 * k->vsf, steps = p->steps;
+  int W = p->width, H = p->height;
+  if (W <= 0 || H <= 0) { /* the first reference image's prepared size */
+    int rw = 0, rh = 0;
+    dit_status s0 = dit_flux2_ref_size(&p->ref_images[0], mult, KLEIN_REF_AREA, &rw, &rh, err);
+    if (s0 != DIT_OK) {
+      dit_error_prefix(err, "reference image 1");
+      return s0;
+    }
+    W = W > 0 ? W : rw, H = H > 0 ? H : rh;
+  }
   const double guidance = p->guidance;
-  const int mult = 2 * k->vsf;
   if (W % mult || H % mult)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for FLUX.2 (got %dx%d)",
                       mult, W, H);
@@ -286,6 +359,8 @@ static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
   t[1] = dit_time_now();
+  if (s == DIT_OK && p->n_ref_images > 0) s = encode_refs(rt, k, p, mult, &L, err);
+  L.S = L.Si + L.Sr;
   if (s == DIT_OK) {
     s = load_transformer(rt, k, &L, err);
     if (s != DIT_OK) dit_error_prefix(err, "transformer");
@@ -333,5 +408,6 @@ const dit_family dit_family_flux2_klein = {
     .generate = klein_generate,
     .close = dit_components_state_close,
     .latent = {16, 2, 1},
+    .inputs = DIT_INPUT_REF_IMAGES,
     .bench = dit_flux2_klein_bench,
 };

@@ -55,7 +55,7 @@ void dit_components_state_close(void *state) {
 
 dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err) {
   for (int i = 0; i < DIT_N_SLOTS; i++) {
-    if (!c->kind[i] || !(rt->keep & c->kind[i]->keep_bit)) continue;
+    if (!c->kind[i] || c->kind[i]->lazy || !(rt->keep & c->kind[i]->keep_bit)) continue;
     void *obj;
     dit_status s = dit_component_get(rt, c, i, &obj, err);
     if (s != DIT_OK) {
@@ -97,7 +97,7 @@ static dit_status text_encoder_load(const dit_model_rt *rt, void **obj, dit_erro
 }
 
 const dit_component_kind dit_qwen3_text_encoder = {"text encoder", DIT_KEEP_TEXT_ENCODER, text_encoder_load,
-                                                   text_encoder_free};
+                                                   text_encoder_free, false};
 
 dit_status dit_text_encoder_get(const dit_model_rt *rt, dit_components *c, int rope_bf16, dit_text_encoder **out,
                                 dit_error *err) {

@@ -35,6 +35,8 @@ typedef struct dit_component_kind {
   unsigned keep_bit;  /* DIT_KEEP_* */
   dit_status (*load)(const dit_model_rt *rt, void **obj, dit_error *err);
   void (*free)(void *obj);
+  bool lazy;          /* not loaded when the model opens, only when a generate first needs it (the VAE
+                         encoder: only image inputs use it); then kept or released as keep_bit says */
 } dit_component_kind;
 
 /* Defines `static const dit_component_kind kind` for a model of type T in the folder's
@@ -51,7 +53,7 @@ typedef struct dit_component_kind {
     DIT_HAND_OVER(s, m, obj, free_fn);                                                       \
   }                                                                                          \
   static void kind##_free(void *obj) { free_fn(obj); }                                       \
-  static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free}
+  static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free, false}
 
 /* Where component name's weights are: its folder, or the single file set for it
  * (dit_model_dir_set_file) into path; *cfg is then the folder's config.json when it has one
@@ -64,7 +66,7 @@ typedef struct dit_component_src {
 } dit_component_src;
 dit_status dit_component_source(const dit_model_rt *rt, const char *name, dit_component_src *src, dit_error *err);
 
-enum { DIT_SLOT_TEXT = 0, DIT_SLOT_TRANSFORMER, DIT_SLOT_VAE, DIT_N_SLOTS };
+enum { DIT_SLOT_TEXT = 0, DIT_SLOT_TRANSFORMER, DIT_SLOT_VAE, DIT_SLOT_VAE_ENC, DIT_N_SLOTS };
 
 /* A family's components: kinds filled by the family, objects NULL until loaded. */
 typedef struct dit_components {
@@ -72,8 +74,8 @@ typedef struct dit_components {
   void *obj[DIT_N_SLOTS];
 } dit_components;
 
-/* Loads the components rt->keep holds (a failure is prefixed with its stage; on failure
- * nothing is left loaded). */
+/* Loads the components rt->keep holds, but not the lazy ones (a failure is prefixed with its
+ * stage; on failure nothing is left loaded). */
 dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err);
 /* The component in slot, loaded first when it is not resident. */
 dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err);

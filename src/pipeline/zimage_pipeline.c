@@ -15,7 +15,8 @@
 #include "models/qwen3.h"
 #include "models/zimage.h"
 #include "pipeline/family.h"
-#include "pipeline/kl_decode.h"
+#include "pipeline/image_prep.h"
+#include "pipeline/kl_vae.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -182,15 +183,47 @@ static dit_status zimage_dit_load(const dit_model_rt *rt, void **obj, dit_error 
 
 static void zimage_dit_free(void *obj) { dit_zimage_free(obj); }
 
-static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, zimage_dit_load, zimage_dit_free};
+static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, zimage_dit_load, zimage_dit_free,
+                                              false};
 
 /* The state is the components alone. */
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
   if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  c->kind[DIT_SLOT_VAE_ENC] = dit_vae_kl_enc_component;
   dit_status s = dit_components_start(rt, c, &zimage_dit, dit_vae_kl_component, err);
   DIT_HAND_OVER(s, c, state, free);
+}
+
+/* ZImageImg2ImgPipeline.get_timesteps: the first step run, t_start = int(max(steps -
+ * min(steps * strength, steps), 0)) in double as Python computes it. */
+static int img2img_start(int steps, double strength) {
+  const double init = fmin(steps * strength, (double)steps);
+  return (int)fmax(steps - init, 0.0);
+}
+
+/* The starting latents of image-to-image (ZImageImg2ImgPipeline.prepare_latents): the init
+ * image encoded and sampled with the generator, then scale_noise with a second draw:
+ * sigma * noise + (1 - sigma) * image_latents, sigma the schedule's first sigma run. */
+static dit_status img2img_latents(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, int W, int H,
+                                  float sigma, float *latents, size_t n, dit_error *err) {
+  float *px = NULL, *il = NULL;
+  int C = 0;
+  dit_torch_rng g;
+  dit_torch_rng_seed(&g, p->seed);
+  DIT_TRY(dit_image_to_pixels(p->init_image, W, H, &px, err));
+  dit_status s = dit_kl_encode_stage(rt, c, px, H, W, &g, p->vae_tile, &il, &C, err);
+  if (s == DIT_OK && (size_t)C * (size_t)(H / 8) * (size_t)(W / 8) != n)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "the VAE's %d latent channels do not fit the transformer's latents", C);
+  if (s == DIT_OK) {
+    dit_torch_randn(&g, latents, n);
+    for (size_t k = 0; k < n; k++) latents[k] = sigma * latents[k] + (1.0f - sigma) * il[k];
+  }
+  free(px);
+  free(il);
+  if (s != DIT_OK) dit_error_prefix(err, "init image");
+  return s;
 }
 
 static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
@@ -198,7 +231,13 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   dit_components *c = state;
   dit_gen_defaults d;
   dit_zimage_defaults(&d);
-  const int W = p->width, H = p->height, steps = p->steps;
+  const dit_image *init = p->init_image;
+  const int W = p->width > 0 ? p->width : init->width / d.size_multiple * d.size_multiple;
+  const int H = p->height > 0 ? p->height : init->height / d.size_multiple * d.size_multiple;
+  const int steps = p->steps;
+  if (W < 1 || H < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "the init image (%dx%d) is smaller than %d pixels", init->width,
+                      init->height, d.size_multiple);
   const double guidance = p->guidance;
   if (W % d.size_multiple || H % d.size_multiple)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for Z-Image (got %dx%d)",
@@ -232,7 +271,13 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
     if (!L.latents || !L.pred || !L.out2) s = dit_errorf(err, DIT_ERR_NOMEM, "latents: out of memory");
   }
   if (s == DIT_OK) s = dit_zimage_schedule(rt->dir, steps, L.h, L.w, sigmas, timesteps, err);
-  if (s == DIT_OK) {
+  /* image-to-image runs the schedule from t_start on */
+  const int t0 = init ? img2img_start(steps, p->strength) : 0, run = steps - t0;
+  if (s == DIT_OK && run < 1)
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "strength %g with %d steps leaves no step to run", p->strength, steps);
+  if (s == DIT_OK && init) {
+    s = img2img_latents(rt, c, p, W, H, sigmas[t0], L.latents, L.n, err);
+  } else if (s == DIT_OK) {
     dit_torch_rng g;
     dit_torch_rng_seed(&g, p->seed);
     dit_torch_randn(&g, L.latents, L.n);
@@ -240,14 +285,14 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   t[2] = dit_time_now();
   L.p = p;
   L.guidance = guidance;
-  L.sigmas = sigmas;
-  L.timesteps = timesteps;
-  if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);
+  L.sigmas = sigmas + t0;
+  L.timesteps = timesteps + t0;
+  if (s == DIT_OK) s = dit_sampler_run(rt, p, run, denoise_step, &L, L.latents, L.n, err);
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
   if (s == DIT_OK) s = dit_kl_decode_stage(rt, c, L.latents, L.C, L.h, L.w, p->vae_tile, out, err);
   t[4] = dit_time_now();
-  if (st && s == DIT_OK) dit_fill_stats(st, t, steps);
+  if (st && s == DIT_OK) dit_fill_stats(st, t, run);
   free(L.pos.embeds);
   free(L.neg.embeds);
   free(L.latents);
@@ -277,5 +322,6 @@ const dit_family dit_family_zimage = {
     .generate = zimage_generate,
     .close = dit_components_state_close,
     .latent = {16, 2, 0},
+    .inputs = DIT_INPUT_INIT_IMAGE,
     .bench = dit_zimage_bench,
 };

@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN) + sorted(FLUX1))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
     ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*)")
+    ap.add_argument("--ref-res", type=int, default=0, help="flux2-klein-*: a reference image of this side in the "
+                    "sequence, as an edit runs (ditrun bench --ref-res)")
     ap.add_argument("--iters", type=int, default=None, help="default 10 (3 with --e2e)")
     ap.add_argument("--warmup", type=int, default=None, help="default 3 (1 with --e2e)")
     ap.add_argument("--modes", default=None, help="default eager,compile (eager with --e2e)")
@@ -285,6 +287,8 @@ def main():
         args.text_len = 128 if args.arch == "zimage" else 512
     if args.e2e and args.arch != "zimage":
         sys.exit("torch_ref: --e2e is only for --arch zimage")
+    if args.ref_res and (args.arch not in KLEIN or args.ref_res % 16 or args.e2e):
+        sys.exit("torch_ref: --ref-res (a multiple of 16) is for the flux2-klein-* forward")
     if args.iters is None:
         args.iters = 3 if args.e2e else 10
     if args.warmup is None:
@@ -311,7 +315,8 @@ def main():
     params = sum(p.numel() for p in m.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in m.parameters())
     log(f"params {params / 1e9:.3f} B, weights {weight_bytes / 2**30:.2f} GiB")
-    results = {"env": env, "arch": args.arch, "params": params, "weight_bytes": weight_bytes, "text_len": args.text_len, "runs": []}
+    results = {"env": env, "arch": args.arch, "params": params, "weight_bytes": weight_bytes, "text_len": args.text_len,
+               "ref_res": args.ref_res, "runs": []}
     compiled = torch.compile(m) if "compile" in modes else None
 
     def inputs(res):
@@ -338,16 +343,20 @@ def main():
             # positional order of FluxTransformer2DModel.forward
             return (hs, enc, pooled, t, img_ids, txt_ids, guid), gs * gs, n_txt, flux1_flops(gs * gs, n_txt)
         heads, nd, ns, jd = KLEIN[args.arch]
-        gs, n_txt = res // 16, args.text_len
-        hs = torch.randn(1, gs * gs, 128, device=dev, dtype=torch.bfloat16, generator=g)
+        gs, gr, n_txt = res // 16, args.ref_res // 16, args.text_len
+        n_img = gs * gs + gr * gr
+        hs = torch.randn(1, n_img, 128, device=dev, dtype=torch.bfloat16, generator=g)
         enc = torch.randn(1, n_txt, jd, device=dev, dtype=torch.bfloat16, generator=g)
-        img_ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(float(gs)), torch.arange(float(gs)),
-                                             torch.zeros(1), indexing="ij"), -1).reshape(-1, 4).to(dev)
+
+        def ids(t0, n):  # Flux2KleinPipeline's (T, h, w, 0): the image at T = 0, a reference at T = 10
+            return torch.stack(torch.meshgrid(torch.full((1,), t0), torch.arange(float(n)), torch.arange(float(n)),
+                                              torch.zeros(1), indexing="ij"), -1).reshape(-1, 4)
+        img_ids = torch.cat([ids(0.0, gs)] + ([ids(10.0, gr)] if gr else [])).to(dev)
         txt_ids = torch.zeros(n_txt, 4, device=dev)
         txt_ids[:, 3] = torch.arange(n_txt)
         t = torch.tensor([0.5], device=dev, dtype=torch.bfloat16)
-        fl = flux2_flops(gs * gs, n_txt, heads * 128, nd + ns)
-        return (hs, enc, t, img_ids, txt_ids), gs * gs, n_txt, fl
+        fl = flux2_flops(n_img, n_txt, heads * 128, nd + ns)
+        return (hs, enc, t, img_ids, txt_ids), n_img, n_txt, fl
 
     # eager at every size first; then compile, 1024 first (the acceptance size), as time allows
     plan = [(mode, res) for mode in modes

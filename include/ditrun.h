@@ -389,12 +389,15 @@ typedef struct dit_bench_params {
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
   int ref_bf16;                 /* nonzero (quantized dtypes): after timing, the same forward with bf16
                                    weights of the same random values; its relative error is reported */
+  int ref_res;                  /* FLUX.2 [klein]: a reference image of ref_res x ref_res pixels in the
+                                   sequence, as an edit runs (0 = none) */
 } dit_bench_params;
 
 typedef struct dit_bench_result {
   char arch[16], device[16], weight_dtype[8], act_dtype[8];
-  int res, text_len, threads;
-  long long img_tokens, cap_tokens; /* as computed: Z-Image pads to a multiple of 32, FLUX.2 does not */
+  int res, text_len, threads, ref_res;
+  long long img_tokens, cap_tokens; /* as computed: Z-Image pads to a multiple of 32, FLUX.2 does not;
+                                       image tokens include a reference image's */
   long long params;             /* weight elements */
   double flops;                 /* per forward: see dit_bench_print's formula line */
   double ms_median, ms_min, ms_max;

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
           "                     flux2-klein-4b or flux2-klein-9b (FLUX.2 [klein]'s transformer)\n"
           "  --res PX           square image side in pixels, multiple of 16 (default 1024)\n"
           "  --text-len N       caption tokens (default 128; 512 for flux2-klein-*)\n"
+          "  --ref-res PX       flux2-klein-*: a PX x PX reference image in the sequence, as an edit runs\n"
           "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
           "  --dtype T          weights (and GPU activations): bf16 (default) or f32, or ggml's block\n"
           "                     types q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q3_k, q2_k, or\n"
@@ -112,6 +113,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else INT("--e2e", 1, 1000, &o->e2e)
     else INT("--res", 16, 8192, &p->res)
     else INT("--text-len", 1, 4096, &p->text_len)
+    else INT("--ref-res", 16, 8192, &p->ref_res)
     else INT("--iters", 1, 10000, &p->iters)
     else INT("--warmup", 0, 10000, &p->warmup)
     else INT("--threads", 1, 1024, &o->threads)

@@ -69,6 +69,14 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: peak must be a finite number >= 0");
   if (p->dim < 0 || p->n_layers < 0 || p->n_refiner_layers < 0 || p->n_heads < 0 || p->cap_feat_dim < 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: negative geometry override");
+  if (p->ref_res < 0 || p->ref_res > MAX_RES || p->ref_res % 16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: reference resolution %d must be a multiple of 16 in 0..%d",
+                      p->ref_res, MAX_RES);
+  const dit_family *fam = NULL;
+  for (size_t i = 0; p->ref_res && dit_bench_variant_at(i, &fam); i++)
+    if (!strcmp(dit_bench_variant_at(i, NULL)->name, p->arch)) break;
+  if (p->ref_res && !(fam && (fam->inputs & DIT_INPUT_REF_IMAGES)))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: %s takes no reference images", p->arch);
   return DIT_OK;
 }
 
@@ -237,6 +245,7 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
   snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(p->dtype));
   snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
   r->res = p->res;
+  r->ref_res = p->ref_res;
   r->text_len = p->text_len;
   r->threads = be->n_threads;
   if (p->peak_tflops > 0) {
@@ -361,10 +370,10 @@ static double gib(size_t b) { return (double)b / (double)(1u << 30); }
 static void print_json(const dit_bench_result *r, FILE *f) {
   fprintf(f,
           "{\"arch\": \"%s\", \"device\": \"%s\", \"weight_dtype\": \"%s\", \"act_dtype\": \"%s\", \"res\": %d, "
-          "\"text_len\": %d, \"threads\": %d, \"img_tokens\": %lld, \"cap_tokens\": %lld, \"params\": %lld, "
+          "\"ref_res\": %d, \"text_len\": %d, \"threads\": %d, \"img_tokens\": %lld, \"cap_tokens\": %lld, \"params\": %lld, "
           "\"flops\": %.6g, \"iters\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f, "
           "\"tflops\": %.4f, \"peak_tflops\": %.4f, \"pct_peak\": %.3f, \"peak_what\": \"%s\", ",
-          r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->text_len, r->threads, r->img_tokens,
+          r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->ref_res, r->text_len, r->threads, r->img_tokens,
           r->cap_tokens, r->params, r->flops, r->iters, r->ms_median, r->ms_min, r->ms_max, r->tflops, r->peak_tflops,
           r->pct_peak, r->peak_what);
   fprintf(f, "\"profiled\": %s, \"prof_device_timed\": %s, \"prof_total_ms\": %.4f, \"prof_span_ms\": %.4f, "
@@ -417,10 +426,12 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
     print_json(r, f);
     return;
   }
-  fprintf(f, "%s forward, %dx%d, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
+  char ref[64] = "";
+  if (r->ref_res) snprintf(ref, sizeof ref, " + a %dx%d reference", r->ref_res, r->ref_res);
+  fprintf(f, "%s forward, %dx%d%s, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
              "activations, device %s (%d thread%s)\n",
-          r->arch, r->res, r->res, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype, r->device,
-          r->threads, r->threads == 1 ? "" : "s");
+          r->arch, r->res, r->res, ref, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype,
+          r->device, r->threads, r->threads == 1 ? "" : "s");
   fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
   const dit_bench_variant *v = dit_bench_variant_find(r->arch);
   fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");

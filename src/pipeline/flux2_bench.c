@@ -68,25 +68,29 @@ static double flux_flops(const dit_flux2_config *c, double n_img, double n_txt) 
 
 void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                              double *flops) {
-  *img_tokens = (int64_t)(p->res / 16) * (p->res / 16); /* no padding in FLUX */
+  *img_tokens = (int64_t)(p->res / 16) * (p->res / 16) + (int64_t)(p->ref_res / 16) * (p->ref_res / 16); /* no padding */
   *cap_tokens = p->text_len;
   *flops = flux_flops(dit_flux2_get_config(model), (double)*img_tokens, (double)*cap_tokens);
 }
 
 /* The inputs as the pipelines build them: (res/16)^2 packed image tokens with ids (0, h, w)
- * (FLUX.2: a fourth 0), text ids 0 (FLUX.2: (0, 0, 0, l)); FLUX.1's pooled vector (its values
- * do not change the work). */
+ * (FLUX.2: a fourth 0; then a reference's (ref_res/16)^2 tokens with ids (10, h, w, 0)), text
+ * ids 0 (FLUX.2: (0, 0, 0, l)); FLUX.1's pooled vector (its values do not change the work). */
 dit_status dit_flux_bench_inputs(const void *model, const dit_bench_params *p, dit_bench_io *io, dit_error *err) {
   const dit_flux2_config *c = dit_flux2_get_config(model);
-  const int64_t g = p->res / 16, si = g * g, st = p->text_len, na = c->n_axes;
+  const int64_t g = p->res / 16, gr = p->ref_res / 16, si = g * g + gr * gr, st = p->text_len, na = c->n_axes;
   io->img_ids = calloc((size_t)(si * na), sizeof(float));
   io->txt_ids = calloc((size_t)(st * na), sizeof(float));
   io->vec = c->pooled_dim ? calloc((size_t)c->pooled_dim, sizeof(float)) : NULL;
   if (!io->img_ids || !io->txt_ids || (c->pooled_dim && !io->vec))
     return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory for ids");
-  for (int64_t i = 0; i < si; i++) {
+  for (int64_t i = 0; i < g * g; i++) {
     io->img_ids[i * na + 1] = (float)(i / g);
     io->img_ids[i * na + 2] = (float)(i % g);
+  }
+  for (int64_t i = 0; na == 4 && i < gr * gr; i++) {
+    float *d = io->img_ids + (g * g + i) * na;
+    d[0] = 10.0f, d[1] = (float)(i / gr), d[2] = (float)(i % gr);
   }
   if (na == 4)
     for (int64_t l = 0; l < st; l++) io->txt_ids[l * 4 + 3] = (float)l;

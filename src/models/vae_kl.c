@@ -385,7 +385,8 @@ static void fill_random(uint16_t *dst, const dit_wentry *e, uint64_t *s) {
   for (int64_t i = 0; i < n; i++) dst[i] = dit_f32_to_bf16(base + amp * rand_unit(s));
 }
 
-dit_status vae_kl_fill_random(dit_wtable *t, uint64_t seed, void **owned, dit_error *err) {
+dit_status vae_kl_fill_random(dit_backend *be, dit_wtable *t, uint64_t seed, void **wblock, dit_weights **weights,
+                              void **owned, dit_error *err) {
   if (t->status != DIT_OK) return dit_errorf(err, t->status, "%s", t->err.msg);
   size_t total = 0;
   for (size_t i = 0; i < t->n; i++) {
@@ -403,7 +404,14 @@ dit_status vae_kl_fill_random(dit_wtable *t, uint64_t seed, void **owned, dit_er
     fill_random(p, e, &state);
     p += dit_tensor_numel(e->dst);
   }
-  return DIT_OK;
+  return vae_kl_to_device(be, t, wblock, weights, owned, err);
+}
+
+void vae_kl_release(dit_backend *be, dit_weights *weights, void *wblock, void *owned, void *pool) {
+  if (weights) dit_weights_close(weights);
+  if (wblock) be->ops->free(be, wblock);
+  free(owned);
+  free(pool);
 }
 
 dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,
@@ -414,18 +422,14 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);
-  dit_status s = vae_kl_fill_random(&t, seed, &m->owned, err);
-  if (s == DIT_OK) s = to_device(m, &t, err);
+  dit_status s = vae_kl_fill_random(m->be, &t, seed, &m->wblock, &m->weights, &m->owned, err);
   dit_wtable_free(&t);
   DIT_HAND_OVER(s, m, out, dit_vae_kl_free);
 }
 
 void dit_vae_kl_free(dit_vae_kl *m) {
   if (!m) return;
-  if (m->weights) dit_weights_close(m->weights);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->owned);
-  free(m->resnet_pool);
+  vae_kl_release(m->be, m->weights, m->wblock, m->owned, m->resnet_pool);
   free(m);
 }
 

@@ -157,27 +157,9 @@ dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img
   size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
   size_t bad = vae_first_nonfinite(z->data, zn);
   if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);
-  bool tiled = tile > 0 && (tile < h || tile < w);
-  int th = tiled && tile < h ? tile : h, tw = tiled && tile < w ? tile : w;
-  vae_run r;
-  DIT_TRY(vae_run_init(&r, m->be, m->adt, decoder_fwd, m, th, tw, "vae decode", err));
-  vae_tiling ts;
-  memset(&ts, 0, sizeof ts);
-  const int f = 1 << (c->n_levels - 1);
-  dit_status s = tiled ? vae_tiling_init(&ts, h, w, th, tw, tile / 4, c->latent_channels, 1, c->out_channels, f,
-                                         "vae decode", err)
-                       : DIT_OK;
-  for (int b = 0; s == DIT_OK && b < nb; b++) {
-    const float *zb = (const float *)z->data + (size_t)b * (zn / (size_t)nb);
-    float *ib = (float *)img->data + (size_t)b * (in / (size_t)nb);
-    s = tiled ? vae_tiling_run(&r, decoder_fwd, m, &ts, zb, ib, err) : decoder_fwd(&r, m, zb, ib, h, w, err);
-  }
-  vae_tiling_free(&ts);
-  vae_run_free(&r);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "vae decode");
-    return s;
-  }
+  const vae_call call = {m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->latent_channels, 1, c->out_channels,
+                         1 << (c->n_levels - 1), "vae decode"};
+  DIT_TRY(vae_run_call(&call, z->data, img->data, err));
   bad = vae_first_nonfinite(img->data, in);
   if (bad < in)
     return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the decoded image holds NaN/Inf (element %zu)", bad);

@@ -128,18 +128,14 @@ dit_status dit_vae_kl_enc_create_random(dit_backend *be, const dit_vae_kl_config
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);
-  dit_status s = vae_kl_fill_random(&t, seed, &m->owned, err);
-  if (s == DIT_OK) s = vae_kl_to_device(m->be, &t, &m->wblock, &m->weights, &m->owned, err);
+  dit_status s = vae_kl_fill_random(m->be, &t, seed, &m->wblock, &m->weights, &m->owned, err);
   dit_wtable_free(&t);
   DIT_HAND_OVER(s, m, out, dit_vae_kl_enc_free);
 }
 
 void dit_vae_kl_enc_free(dit_vae_kl_enc *m) {
   if (!m) return;
-  if (m->weights) dit_weights_close(m->weights);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  free(m->owned);
-  free(m->resnet_pool);
+  vae_kl_release(m->be, m->weights, m->wblock, m->owned, m->resnet_pool);
   free(m);
 }
 
@@ -252,26 +248,9 @@ dit_status dit_vae_kl_encode(dit_vae_kl_enc *m, const dit_tensor *img, dit_tenso
   const size_t xn = (size_t)dit_tensor_numel(img), mn = (size_t)dit_tensor_numel(moments);
   size_t bad = vae_first_nonfinite(img->data, xn);
   if (bad < xn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae encode: the image holds NaN/Inf (element %zu)", bad);
-  const bool tiled = tile > 0 && (tile < h || tile < w);
-  const int th = tiled && tile < h ? tile : h, tw = tiled && tile < w ? tile : w;
-  vae_run r;
-  DIT_TRY(vae_run_init(&r, m->be, m->adt, encoder_fwd, m, th, tw, "vae encode", err));
-  vae_tiling ts;
-  memset(&ts, 0, sizeof ts);
-  dit_status s = tiled ? vae_tiling_init(&ts, h, w, th, tw, tile / 4, c->in_channels, f, 2 * c->latent_channels, 1,
-                                         "vae encode", err)
-                       : DIT_OK;
-  for (int b = 0; s == DIT_OK && b < nb; b++) {
-    const float *xb = (const float *)img->data + (size_t)b * (xn / (size_t)nb);
-    float *ob = (float *)moments->data + (size_t)b * (mn / (size_t)nb);
-    s = tiled ? vae_tiling_run(&r, encoder_fwd, m, &ts, xb, ob, err) : encoder_fwd(&r, m, xb, ob, h, w, err);
-  }
-  vae_tiling_free(&ts);
-  vae_run_free(&r);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "vae encode");
-    return s;
-  }
+  const vae_call call = {m->be, m->adt, encoder_fwd, m, nb, h, w, tile, c->in_channels, f, 2 * c->latent_channels, 1,
+                         "vae encode"};
+  DIT_TRY(vae_run_call(&call, img->data, moments->data, err));
   bad = vae_first_nonfinite(moments->data, mn);
   if (bad < mn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae encode: the moments hold NaN/Inf (element %zu)", bad);
   return DIT_OK;

@@ -106,8 +106,13 @@ dit_status vae_kl_read_config(const char *path, const char *cls, dit_vae_kl_conf
 dit_status vae_kl_to_device(dit_backend *be, const dit_wtable *t, void **wblock, dit_weights **weights, void **owned,
                             dit_error *err);
 /* Fills every entry of t with deterministic pseudo-random BF16 values (seed) in one malloc'd
- * blob (*owned), scaled so activations stay O(1). */
-dit_status vae_kl_fill_random(dit_wtable *t, uint64_t seed, void **owned, dit_error *err);
+ * blob (*owned), scaled so activations stay O(1), then (vae_kl_to_device) uploads them on a
+ * device backend. */
+dit_status vae_kl_fill_random(dit_backend *be, dit_wtable *t, uint64_t seed, void **wblock, dit_weights **weights,
+                              void **owned, dit_error *err);
+/* Frees what a decoder or an encoder holds besides its struct: the mapped files, the device
+ * copy, the random blob, the resnet pool. */
+void vae_kl_release(dit_backend *be, dit_weights *weights, void *wblock, void *owned, void *pool);
 
 /* The LDM ("CompVis") naming of a single checkpoint file, vae_kl_ldm.c. */
 /* true when w names its tensors the LDM way (decoder.mid.block_1.norm1.weight or
@@ -223,6 +228,20 @@ dit_status vae_tiling_init(vae_tiling *ts, int h, int w, int th, int tw, int ov,
 dit_status vae_tiling_run(vae_run *r, vae_fwd_fn fwd, const void *model, vae_tiling *ts, const float *in, float *out,
                           dit_error *err);
 void vae_tiling_free(vae_tiling *ts);
+
+/* A whole call: nb items of in [cin, fi*h, fi*w] (host, back to back) through fwd into out
+ * [cout, fo*h, fo*w] (host), each in one piece or, when tile > 0 is smaller than h or w, in
+ * tiles of tile x tile latent pixels overlapping by tile / 4; buffers planned once for the
+ * piece size. what names the call in messages. */
+typedef struct vae_call {
+  dit_backend *be;
+  dit_dtype adt;
+  vae_fwd_fn fwd;
+  const void *model;
+  int nb, h, w, tile, cin, fi, cout, fo;
+  const char *what;
+} vae_call;
+dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err);
 
 /* Index of the first non-finite value of x[0..n), or n. */
 size_t vae_first_nonfinite(const float *x, size_t n);

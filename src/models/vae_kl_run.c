@@ -364,6 +364,28 @@ dit_status vae_tiling_run(vae_run *r, vae_fwd_fn fwd, const void *model, vae_til
   return DIT_OK;
 }
 
+dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err) {
+  const bool tiled = c->tile > 0 && (c->tile < c->h || c->tile < c->w);
+  const int th = tiled && c->tile < c->h ? c->tile : c->h, tw = tiled && c->tile < c->w ? c->tile : c->w;
+  const size_t in_n = (size_t)c->cin * c->fi * c->h * c->fi * c->w, out_n = (size_t)c->cout * c->fo * c->h * c->fo * c->w;
+  vae_run r;
+  DIT_TRY(vae_run_init(&r, c->be, c->adt, c->fwd, c->model, th, tw, c->what, err));
+  vae_tiling ts;
+  memset(&ts, 0, sizeof ts);
+  dit_status s = tiled ? vae_tiling_init(&ts, c->h, c->w, th, tw, c->tile / 4, c->cin, c->fi, c->cout, c->fo, c->what,
+                                         err)
+                       : DIT_OK;
+  for (int b = 0; s == DIT_OK && b < c->nb; b++) {
+    const float *ib = in + (size_t)b * in_n;
+    float *ob = out + (size_t)b * out_n;
+    s = tiled ? vae_tiling_run(&r, c->fwd, c->model, &ts, ib, ob, err) : c->fwd(&r, c->model, ib, ob, c->h, c->w, err);
+  }
+  vae_tiling_free(&ts);
+  vae_run_free(&r);
+  if (s != DIT_OK) dit_error_prefix(err, "%s", c->what);
+  return s;
+}
+
 size_t vae_first_nonfinite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return i;

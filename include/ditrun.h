@@ -296,6 +296,13 @@ void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
  * read (the model's own apply); parameters left at 0 take the model's defaults. On failure
  * *out is empty; DIT_ERR_CANCELLED when p->on_step asked to stop. stats may be NULL. */
 dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
+/* Replaces the model's LoRAs with these n (0: none), as if it had been loaded with them. A
+ * resident transformer is changed in place: the tensors the old LoRAs changed are read again
+ * from the checkpoint and the new ones merged (only those tensors are touched: on a GPU their
+ * bytes are uploaded again, the rest stays). A transformer that is not resident takes them
+ * when it loads. On failure (a file that does not fit, FLUX.1) the model keeps the LoRAs
+ * and weights it had; the context's message says why. Not while a generate runs on m. */
+dit_status dit_model_set_loras(dit_model *m, const dit_lora *loras, int n);
 void dit_model_free(dit_model *m);
 /* A cheap picture of the latents a step callback sees during a width x height generate on
  * m (for progress displays; not the decoded image): one pixel per latent pixel (1/8 of the

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,12 +116,14 @@ static int write_reference(const char *model, const char *path, const upd *u, si
 /* dst: a model folder of links to model's parts, whose transformer weights are file (for a
  * family without single transformer files). */
 static int ref_folder(const char *model, const char *dst, const char *file) {
-  static const char *const parts[] = {"model_index.json", "scheduler", "text_encoder", "tokenizer", "vae"};
+  static const char *const parts[] = {"model_index.json", "scheduler",      "text_encoder", "tokenizer",
+                                      "text_encoder_2",   "tokenizer_2", "vae"};
   char a[4400], b[4400];
   int rc = mkdir(dst, 0777) && errno != EEXIST ? -1 : 0;
   for (size_t i = 0; !rc && i < sizeof parts / sizeof *parts; i++) {
     snprintf(a, sizeof a, "%s/%s", model, parts[i]);
     snprintf(b, sizeof b, "%s/%s", dst, parts[i]);
+    if (access(a, F_OK) != 0) continue; /* a family without it */
     char *abs = realpath(a, NULL);
     unlink(b);
     rc = abs && symlink(abs, b) == 0 ? 0 : -1;
@@ -257,6 +260,51 @@ static void test_flux2(dit_ctx *ctx) {
   free(a1), free(b1), free(a2), free(b2);
 }
 
+/* FLUX.1 from its diffusers folder: a kohya LoRA in BFL's names (single_blocks' linear1 split
+ * unevenly over to_q, to_k, to_v [D rows each] and proj_mlp [F rows]; double_blocks' img_attn
+ * qkv over to_q, to_k, to_v), BFL's dotted names (AI-Toolkit) and a PEFT file, against the
+ * updates merged by the test. */
+static void test_flux1(dit_ctx *ctx) {
+  char model[4200], kohya[4300], dotted[4300], peft[4300], ref[4300], ref_model[4300];
+  snprintf(model, sizeof model, "%s/models/flux1-schnell-tiny", g_data);
+  snprintf(kohya, sizeof kohya, "%s/f1_kohya.safetensors", g_tmp);
+  snprintf(dotted, sizeof dotted, "%s/f1_dotted.safetensors", g_tmp);
+  snprintf(peft, sizeof peft, "%s/f1_peft.safetensors", g_tmp);
+  snprintf(ref, sizeof ref, "%s/f1_ref.safetensors", g_tmp);
+  snprintf(ref_model, sizeof ref_model, "%s/flux1-merged", g_tmp);
+  const int64_t D = 32, F = 128, r = 4;
+  float *a1 = rnd(r * D, 31, 0.3f), *b1 = rnd((3 * D + F) * r, 32, 0.3f), *a2 = rnd(r * D, 33, 0.3f);
+  float *b2 = rnd(3 * D * r, 34, 0.3f), *a3 = rnd(r * (D + F), 35, 0.3f), *b3 = rnd(D * r, 36, 0.3f);
+  float *a4 = rnd(r * F, 37, 0.3f), *b4 = rnd(D * r, 38, 0.3f);
+  float alpha1 = 2.0f, alpha2 = 4.0f; /* scales 0.5 and 1 */
+  lt ko[] = {{"lora_unet_single_blocks_0_linear1.lora_down.weight", 2, {r, D}, a1},
+             {"lora_unet_single_blocks_0_linear1.lora_up.weight", 2, {3 * D + F, r}, b1},
+             {"lora_unet_single_blocks_0_linear1.alpha", 0, {0, 0}, &alpha1},
+             {"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", 2, {r, D}, a2},
+             {"lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight", 2, {3 * D, r}, b2},
+             {"lora_unet_double_blocks_0_img_attn_qkv.alpha", 0, {0, 0}, &alpha2}};
+  lt dt[] = {{"diffusion_model.single_blocks.1.linear2.lora_A.weight", 2, {r, D + F}, a3},
+             {"diffusion_model.single_blocks.1.linear2.lora_B.weight", 2, {D, r}, b3}};
+  lt pe[] = {{"transformer.transformer_blocks.0.ff.net.2.lora_A.weight", 2, {r, F}, a4},
+             {"transformer.transformer_blocks.0.ff.net.2.lora_B.weight", 2, {D, r}, b4}};
+  CHECK(write_lora(kohya, ko, 6) == 0 && write_lora(dotted, dt, 2) == 0 && write_lora(peft, pe, 2) == 0);
+  const upd u[] = {
+      {"single_transformer_blocks.0.attn.to_q.weight", a1, b1, r, D, D, 0, 0, 0.5},
+      {"single_transformer_blocks.0.attn.to_k.weight", a1, b1, r, D, D, 0, D, 0.5},
+      {"single_transformer_blocks.0.attn.to_v.weight", a1, b1, r, D, D, 0, 2 * D, 0.5},
+      {"single_transformer_blocks.0.proj_mlp.weight", a1, b1, r, D, F, 0, 3 * D, 0.5},
+      {"transformer_blocks.0.attn.to_q.weight", a2, b2, r, D, D, 0, 0, 1.0},
+      {"transformer_blocks.0.attn.to_k.weight", a2, b2, r, D, D, 0, D, 1.0},
+      {"transformer_blocks.0.attn.to_v.weight", a2, b2, r, D, D, 0, 2 * D, 1.0},
+      {"single_transformer_blocks.1.proj_out.weight", a3, b3, r, D + F, D, 0, 0, 1.0},
+      {"transformer_blocks.0.ff.net.2.weight", a4, b4, r, F, D, 0, 0, 0.8},
+  };
+  CHECK(write_reference(model, ref, u, sizeof u / sizeof *u) == 0 && ref_folder(model, ref_model, ref) == 0);
+  const dit_lora l[] = {{kohya, 1.0}, {dotted, 1.0}, {peft, 0.8}};
+  compare(ctx, "flux1-schnell, kohya BFL names (uneven linear1) + dotted BFL + PEFT", model, l, 3, ref, ref_model);
+  free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4);
+}
+
 /* A LoRA file of the given tensors must be refused with status want and a message holding needle. */
 static void refuse(dit_ctx *ctx, const char *what, const lt *t, size_t n, double scale, dit_status want,
                    const char *needle, const dit_component_file *files) {
@@ -342,6 +390,88 @@ static void test_diffusers_refs(dit_ctx *ctx) {
   }
 }
 
+/* LoRAs changed on a resident model (dit_model_set_loras): each image equals, bit for bit, a
+ * fresh load with the same LoRAs; none again gives the base back; a file that fits nothing
+ * fails and leaves the LoRAs the model had. DIT_TEST_DEVICE=cuda runs the
+ * swaps on the GPU (in-place uploads, base tensors read from the checkpoint again). */
+static dit_device_kind test_device(void) {
+  const char *d = getenv("DIT_TEST_DEVICE");
+  return d && !strcmp(d, "cuda") ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU;
+}
+
+static void one_shot(dit_ctx *ctx, const char *model, const dit_lora *l, int n, double guidance, dit_image *out) {
+  dit_gen_params p;
+  params(&p, model);
+  p.device = test_device();
+  p.guidance = guidance, p.guidance_set = 1;
+  p.loras = l, p.n_loras = n;
+  CHECK_MSG(dit_generate(ctx, &p, out, NULL) == DIT_OK, "one-shot generate: %s", dit_ctx_last_error(ctx));
+}
+
+static void swap_case(dit_ctx *ctx, const char *fam, const char *a_file, const char *b_file, double guidance) {
+  char model[4200], a[4300], b[4300], bad[4300];
+  snprintf(model, sizeof model, "%s/models/%s", g_data, fam);
+  snprintf(a, sizeof a, "%s", a_file);
+  snprintf(b, sizeof b, "%s", b_file);
+  snprintf(bad, sizeof bad, "%s/edit/%s", g_data, strncmp(fam, "zimage", 6) ? "z_lora_peft.safetensors"
+                                                                             : "k_lora_peft.safetensors");
+  const dit_lora la = {a, 0.8}, lab[] = {{a, 0.5}, {b, 0.7}}, lbad = {bad, 1.0};
+  dit_image want_base = {0}, want_a = {0}, want_ab = {0};
+  one_shot(ctx, model, NULL, 0, guidance, &want_base);
+  one_shot(ctx, model, &la, 1, guidance, &want_a);
+  one_shot(ctx, model, lab, 2, guidance, &want_ab);
+  dit_model *m = NULL;
+  dit_model_opts o;
+  dit_model_opts_default(&o);
+  o.device = test_device();
+  CHECK_MSG(dit_model_load(ctx, model, &o, &m) == DIT_OK, "%s: %s", fam, dit_ctx_last_error(ctx));
+  if (!m) return;
+  struct {
+    const char *what;
+    const dit_lora *l;
+    int n;
+    const dit_image *want;
+    bool fails;
+  } seq[] = {{"none", NULL, 0, &want_base, false},     {"A", &la, 1, &want_a, false},
+             {"A + B", lab, 2, &want_ab, false},       {"another model's LoRA", &lbad, 1, &want_ab, true},
+             {"A again", &la, 1, &want_a, false},      {"none again", NULL, 0, &want_base, false},
+             {"A + B again", lab, 2, &want_ab, false}};
+  for (size_t i = 0; i < sizeof seq / sizeof *seq; i++) {
+    dit_status s = i ? dit_model_set_loras(m, seq[i].l, seq[i].n) : DIT_OK;
+    CHECK_MSG((s != DIT_OK) == seq[i].fails, "%s: set LoRAs %s: %s", fam, seq[i].what,
+              s == DIT_OK ? "accepted" : dit_ctx_last_error(ctx));
+    if (seq[i].fails)
+      CHECK_MSG(s == DIT_ERR_FORMAT && strstr(dit_ctx_last_error(ctx), "match nothing"), "%s: %s: %s", fam,
+                seq[i].what, dit_ctx_last_error(ctx));
+    dit_gen_params p;
+    params(&p, model);
+    p.guidance = guidance, p.guidance_set = 1;
+    dit_image img = {0};
+    CHECK_MSG(dit_model_generate(m, &p, &img, NULL) == DIT_OK, "%s: %s", fam, dit_ctx_last_error(ctx));
+    int d = img_diff(&img, seq[i].want);
+    CHECK_MSG(d == 0, "%s: after setting LoRAs %s the image differs from a fresh load's by %d levels", fam,
+              seq[i].what, d);
+    dit_image_free(&img);
+  }
+  printf("%s (%s): LoRAs swapped 6 times on the resident model, every image equal to a fresh load's (%d levels "
+         "between base and A)\n", fam, o.device == DIT_DEVICE_CUDA ? "cuda" : "cpu", img_diff(&want_base, &want_a));
+  dit_model_free(m);
+  dit_image_free(&want_base), dit_image_free(&want_a), dit_image_free(&want_ab);
+}
+
+static void test_swap(dit_ctx *ctx) {
+  char a[4300], b[4300];
+  snprintf(a, sizeof a, "%s/edit/z_lora_peft.safetensors", g_data);
+  snprintf(b, sizeof b, "%s/edit/z_lora_kohya.safetensors", g_data);
+  swap_case(ctx, "zimage-tiny", a, b, 0.0);
+  snprintf(a, sizeof a, "%s/edit/k_lora_peft.safetensors", g_data);
+  snprintf(b, sizeof b, "%s/edit/k_lora_kohya.safetensors", g_data);
+  swap_case(ctx, "flux2-klein-tiny", a, b, 1.0);
+  snprintf(a, sizeof a, "%s/f1_kohya.safetensors", g_tmp); /* test_flux1's */
+  snprintf(b, sizeof b, "%s/f1_peft.safetensors", g_tmp);
+  swap_case(ctx, "flux1-schnell-tiny", a, b, 0.0);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -350,9 +480,17 @@ int main(int argc, char **argv) {
   snprintf(g_cli, sizeof g_cli, "%s/ditrun", a.bin);
   dit_ctx *ctx = NULL;
   if (dit_ctx_create(NULL, &ctx) != DIT_OK) return 1;
+  if (test_device() == DIT_DEVICE_CUDA) { /* the GPU run: the swaps (test_flux1 writes FLUX.1's files) */
+    test_flux1(ctx);
+    test_swap(ctx);
+    dit_ctx_free(ctx);
+    return dt_finish();
+  }
   test_zimage(ctx);
   test_flux2(ctx);
+  test_flux1(ctx);
   test_diffusers_refs(ctx);
+  test_swap(ctx);
   test_refusals(ctx);
   dit_ctx_free(ctx);
   return dt_finish();

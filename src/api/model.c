@@ -22,29 +22,60 @@ void dit_model_opts_default(dit_model_opts *o) {
   o->keep = DIT_KEEP_ALL;
 }
 
+static void free_loras(dit_lora *l, int n) {
+  for (int i = 0; i < n; i++) free((char *)l[i].path);
+}
+
 void dit_model_free(dit_model *m) {
   if (!m) return;
   if (m->family && m->state) m->family->close(m->state);
   if (m->rt.dev && m->rt.dev != m->rt.host) dit_backend_free(m->rt.dev);
   dit_backend_free(m->rt.host);
   dit_model_dir_close(m->rt.dir);
-  for (int i = 0; i < m->rt.n_loras; i++) free((char *)m->rt.loras[i].path);
+  free_loras(m->rt.loras, m->rt.n_loras);
   free(m);
 }
 
-/* The LoRAs, copied (the model may load its transformer again in later generates). */
-static dit_status copy_loras(dit_model *m, const dit_model_opts *o, dit_error *err) {
-  if (o->n_loras < 0 || o->n_loras > DIT_MAX_LORAS || (o->n_loras && !o->loras))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", o->n_loras, DIT_MAX_LORAS);
-  for (int i = 0; i < o->n_loras; i++) {
-    if (!o->loras[i].path || !*o->loras[i].path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %d: no file", i + 1);
-    if (!isfinite(o->loras[i].scale))
-      return dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %s: the scale is not a finite number", o->loras[i].path);
-    char *p = strdup(o->loras[i].path);
-    if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-    m->rt.loras[m->rt.n_loras++] = (dit_lora){p, o->loras[i].scale};
+/* The LoRAs checked and copied into out (the model may load its transformer again in later
+ * generates); on failure out holds none. */
+static dit_status copy_loras(const dit_lora *loras, int n, dit_lora *out, int *n_out, dit_error *err) {
+  *n_out = 0;
+  if (n < 0 || n > DIT_MAX_LORAS || (n && !loras))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", n, DIT_MAX_LORAS);
+  for (int i = 0; i < n; i++) {
+    dit_status s = DIT_OK;
+    char *p = NULL;
+    if (!loras[i].path || !*loras[i].path) s = dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %d: no file", i + 1);
+    else if (!isfinite(loras[i].scale))
+      s = dit_errorf(err, DIT_ERR_INVALID_ARG, "LoRA %s: the scale is not a finite number", loras[i].path);
+    else if (!(p = strdup(loras[i].path))) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+    if (s != DIT_OK) {
+      free_loras(out, *n_out);
+      *n_out = 0;
+      return s;
+    }
+    out[(*n_out)++] = (dit_lora){p, loras[i].scale};
   }
   return DIT_OK;
+}
+
+dit_status dit_model_set_loras(dit_model *m, const dit_lora *loras, int n) {
+  dit_error *err = &m->rt.ctx->err;
+  dit_error_clear(err);
+  dit_lora old[DIT_MAX_LORAS], now[DIT_MAX_LORAS];
+  int n_now = 0;
+  DIT_TRY(copy_loras(loras, n, now, &n_now, err));
+  const int n_old = m->rt.n_loras;
+  memcpy(old, m->rt.loras, sizeof old);
+  memcpy(m->rt.loras, now, sizeof now);
+  m->rt.n_loras = n_now;
+  /* every family's state begins with its components (family.h) */
+  dit_status s = dit_components_retune(&m->rt, m->state, err);
+  dit_lora *drop = s == DIT_OK ? old : now;
+  const int n_drop = s == DIT_OK ? n_old : n_now;
+  if (s != DIT_OK) memcpy(m->rt.loras, old, sizeof old), m->rt.n_loras = n_old;
+  free_loras(drop, n_drop);
+  return s;
 }
 
 /* The host backend, and the device backend the models run on (the same one on the CPU). */
@@ -80,7 +111,7 @@ dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_o
     s = dit_errorf(err, DIT_ERR_INVALID_ARG, "%d component files (at most %d)", o->n_files, DIT_MAX_COMPONENT_FILES);
   for (int i = 0; s == DIT_OK && i < o->n_files; i++)
     s = dit_model_dir_set_file(m->rt.dir, o->files[i].component, o->files[i].path, err);
-  if (s == DIT_OK) s = copy_loras(m, o, err);
+  if (s == DIT_OK) s = copy_loras(o->loras, o->n_loras, m->rt.loras, &m->rt.n_loras, err);
   if (s == DIT_OK) s = dit_family_of(m->rt.dir, &m->family, err);
   if (s == DIT_OK) s = dit_family_model_defaults(m->family, m->rt.dir, &m->defaults, err);
   if (s == DIT_OK) s = create_backends(m, o, err);

@@ -10,6 +10,7 @@
 
 #include "io/json.h"
 #include "models/flux2_internal.h"
+#include "models/lora.h"
 
 #define CFG_MAX_BYTES (16u << 20)
 #define MAX_DIM 65536
@@ -213,23 +214,25 @@ static void single_bfl(dit_wtable *t, const dit_flux2_config *c, flux2_single_w 
   add_lin(t, &b->to_out, D, D + F, nm(n, p, i, "linear2"));
 }
 
-static dit_status build_diffusers(void *model, dit_wtable *t, dit_error *err) {
-  dit_flux2 *m = model;
+/* Lists the allocated blocks' tensors under the names m was loaded with (diffusers', or a
+ * single file's BFL names). */
+static void list_table(dit_flux2 *m, dit_wtable *t) {
   dit_wtable_init(t);
-  DIT_TRY(flux2_alloc_blocks(m, err));
-  top_diffusers(t, &m->cfg, &m->w);
-  for (int i = 0; i < m->cfg.n_layers; i++) double_diffusers(t, &m->cfg, &m->w.blocks[i], i);
-  for (int i = 0; i < m->cfg.n_single_layers; i++) single_diffusers(t, &m->cfg, &m->w.single[i], i);
-  return DIT_OK;
+  if (m->bfl_names) top_bfl(t, &m->cfg, &m->w);
+  else top_diffusers(t, &m->cfg, &m->w);
+  for (int i = 0; i < m->cfg.n_layers; i++)
+    if (m->bfl_names) double_bfl(t, &m->cfg, &m->w.blocks[i], i);
+    else double_diffusers(t, &m->cfg, &m->w.blocks[i], i);
+  for (int i = 0; i < m->cfg.n_single_layers; i++)
+    if (m->bfl_names) single_bfl(t, &m->cfg, &m->w.single[i], i);
+    else single_diffusers(t, &m->cfg, &m->w.single[i], i);
 }
 
-static dit_status build_bfl(void *model, dit_wtable *t, dit_error *err) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   dit_flux2 *m = model;
   dit_wtable_init(t);
   DIT_TRY(flux2_alloc_blocks(m, err));
-  top_bfl(t, &m->cfg, &m->w);
-  for (int i = 0; i < m->cfg.n_layers; i++) double_bfl(t, &m->cfg, &m->w.blocks[i], i);
-  for (int i = 0; i < m->cfg.n_single_layers; i++) single_bfl(t, &m->cfg, &m->w.single[i], i);
+  list_table(m, t);
   return DIT_OK;
 }
 
@@ -268,6 +271,7 @@ static bool follows(const dit_tensor *a, const dit_tensor *b) {
 static void fuse_qkv(dit_flux2 *m) {
   for (int i = 0; i < m->cfg.n_single_layers; i++) {
     flux2_single_w *b = &m->w.single[i];
+    memset(&b->qkv, 0, sizeof b->qkv);
     if (!follows(&b->to_q.w, &b->to_k.w) || !follows(&b->to_k.w, &b->to_v.w) || !follows(&b->to_q.b, &b->to_k.b) ||
         !follows(&b->to_k.b, &b->to_v.b))
       continue;
@@ -399,11 +403,12 @@ dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_jso
     char cp[4096];
     s = dit_model_config_path("flux1", path, cp, sizeof cp, err);
     if (s == DIT_OK) s = parse_config(cfg_json ? cfg_json : cp, &m->cfg, err);
-    if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_diffusers, m, true, err);
+    if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_table, m, true, err);
     if (s == DIT_OK) fuse_qkv(m);
   } else {
+    m->bfl_names = true;
     s = single_file_config(path, cfg_json, &m->cfg, &m->mw.prefix, err);
-    if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_bfl, m, true, err);
+    if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_table, m, true, err);
     if (s == DIT_OK) bfl_views(m);
   }
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
@@ -419,7 +424,60 @@ dit_status dit_flux1_create_random(dit_backend *be, const dit_flux2_config *c, d
   fixed_fields(&m->cfg);
   dit_status s = flux2_check_sizes(&m->cfg, "flux1 random config", err);
   if (s == DIT_OK) s = flux2_check_config(&m->cfg, "flux1 random config", err);
-  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux1", build_diffusers, m, wdt, seed, err);
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "flux1", build_table, m, wdt, seed, err);
   if (s == DIT_OK) fuse_qkv(m);
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
+}
+
+/* FLUX.1's original (BFL) module names as diffusers names, as diffusers' LoRA converter maps
+ * them (_convert_kohya_flux_lora_to_diffusers): for LoRAs trained on the original checkpoint
+ * (kohya's lora_unet_double_blocks_0_img_attn_qkv, AI-Toolkit). Order matters both ways (a
+ * kohya name is matched against a table name with these applied backwards in reverse order):
+ * "final_layer.linear." before ".linear2.". The final layer's modulation is not mapped: its
+ * halves are swapped between the two layouts. */
+static const dit_wrename flux1_bfl_renames[] = {
+    {"double_blocks.", "transformer_blocks."},
+    {"single_blocks.", "single_transformer_blocks."},
+    {".img_mod.lin.", ".norm1.linear."},
+    {".txt_mod.lin.", ".norm1_context.linear."},
+    {".img_attn.qkv.", ".attn.img_qkv."},
+    {".txt_attn.qkv.", ".attn.txt_qkv."},
+    {".img_attn.proj.", ".attn.to_out.0."},
+    {".txt_attn.proj.", ".attn.to_add_out."},
+    {".img_mlp.0.", ".ff.net.0.proj."},
+    {".img_mlp.2.", ".ff.net.2."},
+    {".txt_mlp.0.", ".ff_context.net.0.proj."},
+    {".txt_mlp.2.", ".ff_context.net.2."},
+    {".modulation.lin.", ".norm.linear."},
+    {".linear1.", ".attn.to_qkv_mlp."},
+    {"final_layer.linear.", "proj_out."},
+    {".linear2.", ".proj_out."},
+    {"img_in.", "x_embedder."},
+    {"txt_in.", "context_embedder."},
+    {"time_in.in_layer.", "time_text_embed.timestep_embedder.linear_1."},
+    {"time_in.out_layer.", "time_text_embed.timestep_embedder.linear_2."},
+    {"guidance_in.in_layer.", "time_text_embed.guidance_embedder.linear_1."},
+    {"guidance_in.out_layer.", "time_text_embed.guidance_embedder.linear_2."},
+    {"vector_in.in_layer.", "time_text_embed.text_embedder.linear_1."},
+    {"vector_in.out_layer.", "time_text_embed.text_embedder.linear_2."},
+};
+/* linear1 holds q, k, v and the MLP input: rows D, D, D and F (lora.c splits by the targets' rows) */
+static const dit_wsplit flux1_bfl_splits[] = {
+    {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}},
+    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}},
+    {".attn.to_qkv_mlp.weight", 4, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".proj_mlp.weight"}},
+};
+
+dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
+  if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
+  dit_wtable t;
+  list_table(m, &t);
+  const dit_wremap bfl = {NULL, flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
+                          flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL};
+  dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
+                                    : dit_lora_apply(m->be, &t, l, n, m->bfl_names ? NULL : &bfl, &m->mw, err);
+  dit_wtable_free(&t);
+  if (s == DIT_OK && m->bfl_names) bfl_views(m); /* the fused tensors may have new memory */
+  else if (s == DIT_OK) fuse_qkv(m);             /* q, k, v may no longer lie side by side */
+  return s;
 }

@@ -236,7 +236,7 @@ static const dit_wsplit flux2_bfl_splits[] = {
 };
 
 dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
-  if (n <= 0) return DIT_OK;
+  if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
   dit_wtable t;
   dit_wtable_init(&t);
   list_table(m, &t);

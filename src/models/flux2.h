@@ -73,7 +73,8 @@ size_t dit_flux2_weight_bytes(const dit_flux2 *m);
 /* Parameters (elements) of its weights. */
 uint64_t dit_flux2_weight_params(const dit_flux2 *m);
 void dit_flux2_free(dit_flux2 *m);
-/* Merges LoRAs into the loaded weights (models/lora.h; diffusers' names). */
+/* Sets the loaded weights' LoRAs to these, replacing earlier ones (models/lora.h; diffusers' and
+ * BFL's names). */
 dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err);
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
 void dit_flux2_graph_counts(const dit_flux2 *m, long *captures, long *launches);

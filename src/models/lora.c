@@ -20,6 +20,11 @@ typedef struct lora_merge {
   const dit_wtable *t;
   float **merged;                 /* per table entry: its fp32 copy once a LoRA touches it */
   dit_backend *be;
+  dit_model_weights *w;
+  bool *was;                      /* per table entry: an earlier LoRA set changed it (its base is read again) */
+  dit_tensor *restore;            /* per table entry changed before and not now: its base tensor (host) */
+  dit_weights *base;              /* where base tensors are read: w->files, or the checkpoint opened again */
+  bool base_owned;
 } lora_merge;
 
 static const char *const prefixes[] = {"base_model.model.", "model.diffusion_model.", "diffusion_model.",
@@ -62,22 +67,20 @@ static long find_kohya(const dit_wtable *t, const char *mod) {
 }
 
 /* The original checkpoint's module name of table name n (orig's renames applied backwards,
- * in reverse order; a part of a split named as the fused tensor), without ".weight". */
-static bool orig_module(const dit_wremap *orig, const char *n, char *out, size_t len) {
+ * in reverse order; with split k >= 0, n as a part of that split's fused tensor: false when
+ * it is not one), without ".weight". */
+static bool orig_module(const dit_wremap *orig, const char *n, long k, char *out, size_t len) {
   char a[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
   if (snprintf(a, sizeof a, "%s", n) >= (int)sizeof a) return false;
   const size_t an = strlen(a);
-  for (size_t k = 0; k < orig->n_split; k++)
-    for (int p = 0; p < orig->split[k].n; p++) {
-      const char *part = orig->split[k].parts[p];
-      const size_t pl = strlen(part);
-      if (an >= pl && !strcmp(a + an - pl, part)) {
-        snprintf(b, sizeof b, "%.*s%s", (int)(an - pl), a, orig->split[k].suffix);
-        memcpy(a, b, sizeof a);
-        k = orig->n_split - 1;
-        break;
-      }
-    }
+  if (k >= 0) {
+    const dit_wsplit *sp = &orig->split[k];
+    int p = 0;
+    while (p < sp->n && (an < strlen(sp->parts[p]) || strcmp(a + an - strlen(sp->parts[p]), sp->parts[p]))) p++;
+    if (p == sp->n) return false;
+    snprintf(b, sizeof b, "%.*s%s", (int)(an - strlen(sp->parts[p])), a, sp->suffix);
+    memcpy(a, b, sizeof a);
+  }
   for (size_t i = orig->n_rename; i-- > 0;) {
     if (!dit_wname_replace(b, sizeof b, a, orig->rename[i].to, orig->rename[i].from)) return false;
     memcpy(a, b, sizeof a);
@@ -87,22 +90,23 @@ static bool orig_module(const dit_wremap *orig, const char *n, char *out, size_t
   return snprintf(out, len, "%.*s", (int)(l - 7), a) < (int)len;
 }
 
-/* A kohya module name equal to (underscores for dots) the original name of a table entry:
- * that original name into out. */
+/* A kohya module name equal to (underscores for dots) the original name of a table entry, or
+ * of a fused tensor it is a part of: that original name into out. */
 static bool find_kohya_orig(const dit_wtable *t, const dit_wremap *orig, const char *mod, char *out, size_t len) {
-  for (size_t i = 0; orig && i < t->n; i++) {
-    char o[DIT_WNAME_MAX];
-    if (!t->entries[i].dst->data || !orig_module(orig, t->entries[i].name, o, sizeof o)) continue;
-    size_t k = 0, ol = strlen(o);
-    if (ol != strlen(mod)) continue;
-    while (k < ol && (o[k] == mod[k] || (o[k] == '.' && mod[k] == '_'))) k++;
-    if (k == ol) return snprintf(out, len, "%s", o) < (int)len;
-  }
+  for (size_t i = 0; orig && i < t->n; i++)
+    for (long k = -1; k < (long)orig->n_split; k++) {
+      char o[DIT_WNAME_MAX];
+      if (!t->entries[i].dst->data || !orig_module(orig, t->entries[i].name, k, o, sizeof o)) continue;
+      size_t j = 0, ol = strlen(o);
+      if (ol != strlen(mod)) continue;
+      while (j < ol && (o[j] == mod[j] || (o[j] == '.' && mod[j] == '_'))) j++;
+      if (j == ol) return snprintf(out, len, "%s", o) < (int)len;
+    }
   return false;
 }
 
-/* The table entries the module updates (B's rows split evenly over them, in order): 1, or the
- * parts of a split weight of the original names; 0 when none. */
+/* The table entries the module updates (B's rows split over them in order, each taking its own
+ * row count): 1, or the parts of a split weight of the original names; 0 when none. */
 static int match(const dit_wtable *t, const dit_wremap *orig, const char *module, long *ent) {
   const char *m = module;
   char dotted[DIT_WNAME_MAX];
@@ -166,14 +170,39 @@ static dit_status lora_f32(dit_weights *lw, const dit_st_tensor *st, const char 
   return DIT_OK;
 }
 
-/* The fp32 copy of entry e (made on first use from the host tensor or the device's). */
+/* Entry e as the checkpoint holds it (a host tensor: the loaded files, or the checkpoint
+ * opened again where a device copy replaced them). */
+static dit_status base_tensor(lora_merge *M, long e, dit_tensor *out, dit_error *err) {
+  const char *name = M->t->entries[e].name;
+  if (!M->base && M->w->files) M->base = M->w->files;
+  if (!M->base) {
+    if (!M->w->source)
+      return dit_errorf(err, DIT_ERR_INTERNAL, "LoRA: %s: no checkpoint to read its weights from", name);
+    DIT_TRY(dit_weights_open(M->w->source, NULL, &M->base, err));
+    M->base_owned = true;
+    if (M->w->rename) DIT_TRY(M->w->rename(M->base, err));
+  }
+  char full[2 * DIT_WNAME_MAX];
+  snprintf(full, sizeof full, "%s%s", M->w->prefix ? M->w->prefix : "", name);
+  const dit_st_tensor *st = dit_weights_find(M->base, full);
+  if (st) DIT_TRY(dit_weights_tensor(M->base, st, out, err));
+  const dit_tensor *d = M->t->entries[e].dst;
+  if (!st || dit_dtype_is_quant(out->dtype) || dit_tensor_numel(out) != dit_tensor_numel(d))
+    return dit_errorf(err, DIT_ERR_FORMAT, "LoRA: %s in %s is not the tensor that was loaded", full, M->w->source);
+  return DIT_OK;
+}
+
+/* The fp32 copy of entry e (made on first use from the host tensor or the device's, or from
+ * the checkpoint when an earlier LoRA set changed it). */
 static dit_status merged_of(lora_merge *M, long e, float **out, dit_error *err) {
   if ((*out = M->merged[e])) return DIT_OK;
   const dit_tensor *d = M->t->entries[e].dst;
   if (dit_dtype_is_quant(d->dtype))
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on %s: its weights are %s; LoRA is merged into float weights "
                       "only so far", M->t->entries[e].name, dit_dtype_name(d->dtype));
-  const bool host = dit_backend_is_host(M->be);
+  dit_tensor src = *d;
+  if (M->was[e]) DIT_TRY(base_tensor(M, e, &src, err));
+  const bool host = M->was[e] || dit_backend_is_host(M->be);
   size_t n = (size_t)dit_tensor_numel(d), bytes = dit_tensor_nbytes(d);
   float *f = malloc(n * sizeof *f);
   void *copy = host ? NULL : malloc(bytes);
@@ -182,7 +211,7 @@ static dit_status merged_of(lora_merge *M, long e, float **out, dit_error *err) 
     return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory for %s", M->t->entries[e].name);
   }
   dit_status s = host ? DIT_OK : M->be->ops->download(M->be, copy, d->data, bytes, err);
-  if (s == DIT_OK) dit_convert_to_f32(f, host ? d->data : copy, d->dtype, n);
+  if (s == DIT_OK) dit_convert_to_f32(f, host ? src.data : copy, src.dtype, n);
   free(copy);
   if (s != DIT_OK) return free(f), s;
   *out = M->merged[e] = f;
@@ -210,11 +239,19 @@ static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p,
                       l->path, p->module, a->ndim, (long long)a->shape[0], b->ndim,
                       (long long)(b->ndim > 1 ? b->shape[1] : 0));
   const int64_t r = a->shape[0], in = a->shape[1], out = b->shape[0];
-  const dit_tensor *d0 = M->t->entries[ent[0]].dst;
-  if (d0->ndim != 2 || d0->shape[1] != in || out != d0->shape[0] * parts)
+  int64_t rows = 0;
+  bool fits = true;
+  for (int k = 0; k < parts; k++) {
+    const dit_tensor *d = M->t->entries[ent[k]].dst;
+    fits = fits && d->ndim == 2 && d->shape[1] == in;
+    rows += d->shape[0];
+  }
+  if (!fits || rows != out) {
+    const dit_tensor *d0 = M->t->entries[ent[0]].dst;
     return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s updates [%lld, %lld] but %s is [%lld, %lld]%s", l->path,
                       p->module, (long long)out, (long long)in, M->t->entries[ent[0]].name, (long long)d0->shape[0],
                       (long long)(d0->ndim > 1 ? d0->shape[1] : 0), parts > 1 ? " (one of its parts)" : "");
+  }
   float s = (float)l->scale, *A = NULL, *B = NULL, *al = NULL;
   dit_status st = lora_f32(lw, a, l->path, &A, err);
   if (st == DIT_OK) st = lora_f32(lw, b, l->path, &B, err);
@@ -224,12 +261,14 @@ static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p,
       st = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s is not one number", l->path, p->alpha->name);
     if (st == DIT_OK) s *= al[0] / (float)r; /* kohya: alpha / rank */
   }
+  int64_t row0 = 0;
   for (int k = 0; st == DIT_OK && k < parts; k++) {
     float *W = NULL;
     st = merged_of(M, ent[k], &W, err);
     if (st != DIT_OK) break;
-    int64_t rows = out / parts;
-    add_ba(W, B + k * rows * r, A, rows, in, r, s);
+    const int64_t n_rows = M->t->entries[ent[k]].dst->shape[0];
+    add_ba(W, B + row0 * r, A, n_rows, in, r, s);
+    row0 += n_rows;
   }
   free(A), free(B), free(al);
   return st;
@@ -295,42 +334,125 @@ static dit_status apply_one(lora_merge *M, const dit_lora *l, const dit_wremap *
   return s;
 }
 
-/* The fp32 copies back into the tensors, in their dtypes. */
-static dit_status write_back(lora_merge *M, dit_model_weights *w, dit_error *err) {
-  const bool host = dit_backend_is_host(M->be);
-  for (size_t e = 0; e < M->t->n; e++) {
-    if (!M->merged[e]) continue;
-    dit_tensor *d = M->t->entries[e].dst;
-    size_t n = (size_t)dit_tensor_numel(d), bytes = dit_tensor_nbytes(d);
-    void *buf = NULL;
-    if (posix_memalign(&buf, 64, bytes ? bytes : 64)) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
-    dit_convert_from_f32(buf, M->merged[e], d->dtype, n);
-    if (!host) {
-      dit_status s = M->be->ops->upload(M->be, d->data, buf, bytes, err);
-      if (s == DIT_OK) s = M->be->ops->sync(M->be, err); /* the upload reads buf until then */
-      free(buf);
-      DIT_TRY(s);
-      continue;
-    }
-    void **o = realloc(w->lora_mem, (w->n_lora_mem + 1) * sizeof *o);
-    if (!o) return free(buf), dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
-    w->lora_mem = o;
-    w->lora_mem[w->n_lora_mem++] = buf;
-    d->data = buf;
+/* Entry e's fp32 copy (or, to restore it, its base tensor) in dtype dt into a new aligned
+ * buffer. */
+static dit_status to_dtype(const float *f, const dit_tensor *base, dit_dtype dt, size_t n, void **out,
+                           dit_error *err) {
+  const size_t bytes = n * dit_dtype_size(dt);
+  if (posix_memalign(out, 64, bytes ? bytes : 64)) return *out = NULL, dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  if (f) {
+    dit_convert_from_f32(*out, f, dt, n);
+    return DIT_OK;
   }
+  float *tmp = malloc((n ? n : 1) * sizeof *tmp);
+  if (!tmp) return free(*out), *out = NULL, dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  dit_convert_to_f32(tmp, base->data, base->dtype, n);
+  dit_convert_from_f32(*out, tmp, dt, n);
+  free(tmp);
+  return DIT_OK;
+}
+
+/* The names of the entries now changed into w (replacing the earlier list). */
+static dit_status note_changed(lora_merge *M, char (**names)[DIT_WNAME_MAX], size_t *n, dit_error *err) {
+  size_t k = 0;
+  for (size_t e = 0; e < M->t->n; e++) k += M->merged[e] != NULL;
+  *names = k ? malloc(k * sizeof **names) : NULL, *n = 0;
+  if (k && !*names) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  for (size_t e = 0; e < M->t->n; e++)
+    if (M->merged[e]) snprintf((*names)[(*n)++], DIT_WNAME_MAX, "%s", M->t->entries[e].name);
+  return DIT_OK;
+}
+
+/* Host: every new tensor is made before any pointer changes (a failure leaves the model as it
+ * was); then the merged ones point at their copies, the restored ones back into the files,
+ * and the earlier copies are freed. */
+static dit_status write_back_host(lora_merge *M, dit_error *err) {
+  size_t k = 0;
+  for (size_t e = 0; e < M->t->n; e++) k += M->merged[e] != NULL;
+  void **mem = calloc(k ? k : 1, sizeof *mem);
+  char(*names)[DIT_WNAME_MAX] = NULL;
+  size_t n_names = 0;
+  dit_status s = mem ? note_changed(M, &names, &n_names, err) : dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  for (size_t e = 0, j = 0; s == DIT_OK && e < M->t->n; e++) {
+    const dit_tensor *d = M->t->entries[e].dst;
+    if (M->merged[e]) s = to_dtype(M->merged[e], NULL, d->dtype, (size_t)dit_tensor_numel(d), &mem[j++], err);
+  }
+  if (s != DIT_OK) {
+    for (size_t j = 0; mem && j < k; j++) free(mem[j]);
+    free(mem), free(names);
+    return s;
+  }
+  for (size_t e = 0, j = 0; e < M->t->n; e++) {
+    dit_tensor *d = M->t->entries[e].dst;
+    if (M->merged[e]) d->data = mem[j++];
+    else if (M->restore[e].data) d->data = M->restore[e].data;
+  }
+  dit_model_weights *w = M->w;
+  for (size_t j = 0; j < w->n_lora_mem; j++) free(w->lora_mem[j]);
+  free(w->lora_mem), free(w->lora_names);
+  w->lora_mem = mem, w->n_lora_mem = k;
+  w->lora_names = names, w->n_lora_names = n_names;
+  return DIT_OK;
+}
+
+/* Device: the merged tensors and the restored ones uploaded in place (the addresses a
+ * captured graph holds stay). A device error part way leaves the weights mixed, as any
+ * device error leaves the context unusable. */
+static dit_status write_back_device(lora_merge *M, dit_error *err) {
+  char(*names)[DIT_WNAME_MAX] = NULL;
+  size_t n_names = 0;
+  DIT_TRY(note_changed(M, &names, &n_names, err));
+  dit_status s = DIT_OK;
+  for (size_t e = 0; s == DIT_OK && e < M->t->n; e++) {
+    dit_tensor *d = M->t->entries[e].dst;
+    const dit_tensor *b = &M->restore[e];
+    if (!M->merged[e] && !b->data) continue;
+    void *buf = NULL;
+    const size_t n = (size_t)dit_tensor_numel(d);
+    const bool as_is = !M->merged[e] && b->dtype == d->dtype;
+    if (!as_is) s = to_dtype(M->merged[e], b, d->dtype, n, &buf, err);
+    if (s == DIT_OK) s = M->be->ops->upload(M->be, d->data, as_is ? b->data : buf, dit_tensor_nbytes(d), err);
+    if (s == DIT_OK) s = M->be->ops->sync(M->be, err); /* the upload reads its source until then */
+    free(buf);
+  }
+  if (s != DIT_OK) return free(names), s;
+  free(M->w->lora_names);
+  M->w->lora_names = names, M->w->n_lora_names = n_names;
+  return DIT_OK;
+}
+
+/* Marks the entries an earlier set changed (their base is read from the checkpoint). */
+static void mark_earlier(lora_merge *M) {
+  for (size_t e = 0; e < M->t->n; e++)
+    for (size_t j = 0; j < M->w->n_lora_names && !M->was[e]; j++)
+      M->was[e] = M->t->entries[e].dst->data && !strcmp(M->w->lora_names[j], M->t->entries[e].name);
+}
+
+/* The base tensors of the entries an earlier set changed and this one leaves alone. */
+static dit_status read_restores(lora_merge *M, dit_error *err) {
+  for (size_t e = 0; e < M->t->n; e++)
+    if (M->was[e] && !M->merged[e]) DIT_TRY(base_tensor(M, (long)e, &M->restore[e], err));
   return DIT_OK;
 }
 
 dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
                           dit_model_weights *w, dit_error *err) {
-  if (n <= 0) return DIT_OK;
-  if (n > DIT_MAX_LORAS) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", n, DIT_MAX_LORAS);
-  lora_merge M = {t, calloc(t->n ? t->n : 1, sizeof(float *)), be};
-  if (!M.merged) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  if (n <= 0 && !w->n_lora_names) return DIT_OK;
+  if (n < 0 || n > DIT_MAX_LORAS) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", n, DIT_MAX_LORAS);
+  const size_t ne = t->n ? t->n : 1;
+  lora_merge M = {t, calloc(ne, sizeof(float *)), be, w, calloc(ne, sizeof(bool)), calloc(ne, sizeof(dit_tensor)),
+                  NULL, false};
+  if (!M.merged || !M.was || !M.restore) {
+    free(M.merged), free(M.was), free(M.restore);
+    return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  }
+  mark_earlier(&M);
   dit_status s = DIT_OK;
   for (int i = 0; s == DIT_OK && i < n; i++) s = apply_one(&M, &loras[i], orig, err);
-  if (s == DIT_OK) s = write_back(&M, w, err);
+  if (s == DIT_OK) s = read_restores(&M, err);
+  if (s == DIT_OK) s = dit_backend_is_host(be) ? write_back_host(&M, err) : write_back_device(&M, err);
   for (size_t e = 0; e < t->n; e++) free(M.merged[e]);
-  free(M.merged);
+  free(M.merged), free(M.was), free(M.restore);
+  if (M.base_owned) dit_weights_close(M.base);
   return s;
 }

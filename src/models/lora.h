@@ -19,10 +19,15 @@
 #include "io/safetensors.h"
 #include "models/model_weights.h"
 
-/* Merges the n LoRAs into the float (F32/BF16/F16) tensors of t, which are bound: on the host
+/* Sets the transformer's LoRAs to these n (0: none) in the float (F32/BF16/F16) tensors of t,
+ * which are bound: a tensor an earlier set changed starts again from the checkpoint's values
+ * (w->files, or w->source opened again once a device copy replaced them), so the weights equal
+ * a fresh load with these LoRAs, and one that no LoRA touches now gets them back. On the host
  * the updated tensors get new memory owned by w (the checkpoint's mapping is read-only); on a
- * device they are downloaded, updated and uploaded in place. orig (may be NULL) is the family's
- * remap of its original checkpoint names. A LoRA on a quantized tensor is DIT_ERR_UNSUPPORTED. */
+ * device they are updated in place (captured graphs keep their addresses). orig (may be NULL)
+ * is the family's remap of its original checkpoint names. A LoRA on a quantized tensor is
+ * DIT_ERR_UNSUPPORTED. Any failure before the weights are written (a bad file, no match, out
+ * of memory) leaves the model as it was. */
 dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
                           dit_model_weights *w, dit_error *err);
 

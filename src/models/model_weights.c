@@ -2,6 +2,8 @@
 #include "models/model_weights.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 dit_status dit_model_config_path(const char *who, const char *dir, char *path, size_t len, dit_error *err) {
   int n = snprintf(path, len, "%s/config.json", dir);
@@ -64,6 +66,7 @@ dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const c
                                   dit_wtable_build_fn build, void *model, bool check_float, dit_error *err) {
   dit_wtable t;
   dit_status s = build(model, &t, err);
+  if (s == DIT_OK && !(w->source = strdup(dir))) s = dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", who);
   if (s == DIT_OK) s = dit_weights_open(dir, NULL, &w->files, err);
   if (s == DIT_OK && w->rename) {
     s = w->rename(w->files, err);
@@ -93,7 +96,11 @@ void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
   if (w->files) dit_weights_close(w->files);
   for (size_t i = 0; i < w->n_lora_mem; i++) free(w->lora_mem[i]);
   free(w->lora_mem);
+  free(w->lora_names);
+  free(w->source);
   w->lora_mem = NULL, w->n_lora_mem = 0;
+  w->lora_names = NULL, w->n_lora_names = 0;
+  w->source = NULL;
   w->wblock = NULL;
   w->files = NULL;
 }

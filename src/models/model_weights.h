@@ -20,8 +20,12 @@ typedef struct dit_model_weights {
   const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
   /* set before loading (NULL: none): renames an opened checkpoint saved under other names */
   dit_status (*rename)(dit_weights *files, dit_error *err);
+  char *source;       /* the file or folder the checkpoint was opened from (a LoRA swap reads base
+                         tensors from it again once the files are closed) */
   void **lora_mem;    /* host tensors with LoRAs merged in (models/lora.h), freed with the weights */
   size_t n_lora_mem;
+  char (*lora_names)[DIT_WNAME_MAX]; /* the table names of the tensors the LoRAs changed */
+  size_t n_lora_names;
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

@@ -83,7 +83,8 @@ size_t dit_zimage_weight_bytes(const dit_zimage *m);
 /* Parameters (elements) of its weights. */
 uint64_t dit_zimage_weight_params(const dit_zimage *m);
 void dit_zimage_free(dit_zimage *m);
-/* Merges LoRAs into the loaded weights (models/lora.h; Z-Image's original names too). */
+/* Sets the loaded weights' LoRAs to these, replacing earlier ones (models/lora.h; Z-Image's original
+ * names too). */
 dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_error *err);
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */

@@ -29,7 +29,8 @@ typedef struct dit_family {
   dit_chat_style chat;             /* the prompt template of its text encoder */
   /* The family's defaults for this folder (before its ditrun.json). */
   dit_status (*defaults)(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err);
-  /* Creates the family's state in *state and loads the components rt->keep holds. */
+  /* Creates the family's state in *state and loads the components rt->keep holds. The state
+   * begins with its dit_components (the model handle retunes and closes them). */
   dit_status (*open)(const dit_model_rt *rt, void **state, dit_error *err);
   /* One image; p has steps and guidance resolved, and width/height unless it was given an
    * init or reference image (then 0 = the family's size for that image). */

@@ -73,7 +73,7 @@ static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) 
   DIT_HAND_OVER(s, t, obj, text_free);
 }
 
-static const dit_component_kind flux1_text_kind = {"text encoders", DIT_KEEP_TEXT_ENCODER, text_load, text_free, false};
+static const dit_component_kind flux1_text_kind = {"text encoders", DIT_KEEP_TEXT_ENCODER, text_load, text_free, false, NULL};
 
 /* ids of text as FluxPipeline tokenizes it (special tokens, truncation to max_len), padded
  * to max_len with the tokenizer's pad id (tokenizer_config.json's pad_token; without one,
@@ -236,7 +236,7 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *e
   if (c->out_channels != c->in_channels || c->in_channels != 4 * LATENT_CHANNELS)
     return dit_errorf(err, DIT_ERR_FORMAT, "transformer in/out channels %d/%d: FLUX.1 packs 16 latent channels to %d",
                       c->in_channels, c->out_channels, 4 * LATENT_CHANNELS);
-  if (rt->n_loras) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA: not supported for FLUX.1 yet (Z-Image and FLUX.2 are)");
+  DIT_TRY(dit_flux1_apply_loras(m, rt->loras, rt->n_loras, err));
   return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
 static dit_status flux1_dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
@@ -249,8 +249,12 @@ static dit_status flux1_dit_load(const dit_model_rt *rt, void **obj, dit_error *
 }
 
 static void flux1_dit_free(void *obj) { dit_flux2_free(obj); }
+static dit_status flux1_dit_retune(const dit_model_rt *rt, void *obj, dit_error *err) {
+  return dit_prepare(rt, obj, err);
+}
 
-static const dit_component_kind flux1_dit = {"transformer", DIT_KEEP_TRANSFORMER, flux1_dit_load, flux1_dit_free, false};
+static const dit_component_kind flux1_dit = {"transformer", DIT_KEEP_TRANSFORMER, flux1_dit_load, flux1_dit_free, false,
+                                             flux1_dit_retune};
 
 /* FluxPipeline's schedule: linspace sigmas, mu = calculate_shift(image tokens) from the
  * scheduler's own bounds (used only when it shifts dynamically). */

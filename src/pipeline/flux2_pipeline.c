@@ -210,7 +210,7 @@ static dit_status vae_enc_load(const dit_model_rt *rt, void **obj, dit_error *er
   DIT_HAND_OVER(s, m, obj, dit_vae_flux2_enc_free);
 }
 static void vae_enc_free(void *obj) { dit_vae_flux2_enc_free(obj); }
-static const dit_component_kind klein_vae_enc = {"VAE encode", DIT_KEEP_VAE, vae_enc_load, vae_enc_free, true};
+static const dit_component_kind klein_vae_enc = {"VAE encode", DIT_KEEP_VAE, vae_enc_load, vae_enc_free, true, NULL};
 
 /* Flux2KleinPipeline.prepare_image_latents: each reference image prepared (area cap, crop to
  * multiples of mult), encoded to its mode, patchified and normalised, packed to tokens after

@@ -22,7 +22,7 @@ static dit_status vae_load(const dit_model_rt *rt, void **obj, dit_error *err) {
 
 static void vae_free(void *obj) { dit_vae_kl_free(obj); }
 
-static const dit_component_kind vae_kl_kind = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free, false};
+static const dit_component_kind vae_kl_kind = {"VAE decode", DIT_KEEP_VAE, vae_load, vae_free, false, NULL};
 const dit_component_kind *const dit_vae_kl_component = &vae_kl_kind;
 
 dit_status dit_kl_decode_stage(const dit_model_rt *rt, dit_components *c, const float *latents, int C, int h, int w,
@@ -63,7 +63,7 @@ static dit_status enc_load(const dit_model_rt *rt, void **obj, dit_error *err) {
 
 static void enc_free(void *obj) { dit_vae_kl_enc_free(obj); }
 
-static const dit_component_kind vae_kl_enc_kind = {"VAE encode", DIT_KEEP_VAE, enc_load, enc_free, true};
+static const dit_component_kind vae_kl_enc_kind = {"VAE encode", DIT_KEEP_VAE, enc_load, enc_free, true, NULL};
 const dit_component_kind *const dit_vae_kl_enc_component = &vae_kl_enc_kind;
 
 dit_status dit_kl_encode_stage(const dit_model_rt *rt, dit_components *c, const float *pixels, int H, int W,

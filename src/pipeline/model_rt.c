@@ -13,6 +13,14 @@ dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot
   return DIT_OK;
 }
 
+dit_status dit_components_retune(const dit_model_rt *rt, dit_components *c, dit_error *err) {
+  const dit_component_kind *k = c->kind[DIT_SLOT_TRANSFORMER];
+  if (!c->obj[DIT_SLOT_TRANSFORMER] || !k || !k->retune) return DIT_OK;
+  dit_status s = k->retune(rt, c->obj[DIT_SLOT_TRANSFORMER], err);
+  if (s != DIT_OK) dit_error_prefix(err, "%s", k->stage);
+  return s;
+}
+
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot) {
   if (rt->keep & c->kind[slot]->keep_bit) return;
   if (c->obj[slot]) c->kind[slot]->free(c->obj[slot]);
@@ -97,7 +105,7 @@ static dit_status text_encoder_load(const dit_model_rt *rt, void **obj, dit_erro
 }
 
 const dit_component_kind dit_qwen3_text_encoder = {"text encoder", DIT_KEEP_TEXT_ENCODER, text_encoder_load,
-                                                   text_encoder_free, false};
+                                                   text_encoder_free, false, NULL};
 
 dit_status dit_text_encoder_get(const dit_model_rt *rt, dit_components *c, int rope_bf16, dit_text_encoder **out,
                                 dit_error *err) {

@@ -37,12 +37,16 @@ typedef struct dit_component_kind {
   void (*free)(void *obj);
   bool lazy;          /* not loaded when the model opens, only when a generate first needs it (the VAE
                          encoder: only image inputs use it); then kept or released as keep_bit says */
+  /* Makes a resident object what the runtime now asks (rt->loras changed), as a fresh load
+   * would be; on failure the object is as it was. NULL: the kind has nothing to redo. */
+  dit_status (*retune)(const dit_model_rt *rt, void *obj, dit_error *err);
 } dit_component_kind;
 
 /* Defines `static const dit_component_kind kind` for a model of type T in the folder's
  * component `folder`: loaded on rt->dev by load_fn(rt->dev, path, &(T *), err), then made
  * ready for the runtime by prepare_fn(rt, (T *), err) (on failure it is freed again), freed
- * by free_fn. */
+ * by free_fn; prepare_fn is run again on the resident object when the runtime's wishes change
+ * (its retune), so it must be repeatable. */
 #define DIT_COMPONENT_KIND(kind, stage_name, keep, folder, T, load_fn, prepare_fn, free_fn) \
   static dit_status kind##_load(const dit_model_rt *rt, void **obj, dit_error *err) {       \
     char path[4096];                                                                         \
@@ -53,7 +57,10 @@ typedef struct dit_component_kind {
     DIT_HAND_OVER(s, m, obj, free_fn);                                                       \
   }                                                                                          \
   static void kind##_free(void *obj) { free_fn(obj); }                                       \
-  static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free, false}
+  static dit_status kind##_retune(const dit_model_rt *rt, void *obj, dit_error *err) {      \
+    return prepare_fn(rt, (T *)obj, err);                                                    \
+  }                                                                                          \
+  static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free, false, kind##_retune}
 
 /* Where component name's weights are: its folder, or the single file set for it
  * (dit_model_dir_set_file) into path; *cfg is then the folder's config.json when it has one
@@ -79,6 +86,9 @@ typedef struct dit_components {
 dit_status dit_components_open(const dit_model_rt *rt, dit_components *c, dit_error *err);
 /* The component in slot, loaded first when it is not resident. */
 dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err);
+/* The resident transformer made what rt now asks (its kind's retune: the LoRAs changed); a
+ * transformer that is not loaded takes them when it loads. */
+dit_status dit_components_retune(const dit_model_rt *rt, dit_components *c, dit_error *err);
 /* After its stage: frees the component unless rt->keep holds it. */
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot);
 void dit_components_close(dit_components *c);

@@ -182,9 +182,12 @@ static dit_status zimage_dit_load(const dit_model_rt *rt, void **obj, dit_error 
 }
 
 static void zimage_dit_free(void *obj) { dit_zimage_free(obj); }
+static dit_status zimage_dit_retune(const dit_model_rt *rt, void *obj, dit_error *err) {
+  return dit_prepare(rt, obj, err);
+}
 
 static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, zimage_dit_load, zimage_dit_free,
-                                              false};
+                                              false, zimage_dit_retune};
 
 /* The state is the components alone. */
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {

@@ -8,7 +8,7 @@
 #include "serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const srv_limits lim = {2048 * 2048, 4};
+  const srv_limits lim = {2048 * 2048, 4, true};
   srv_gen_req r;
   char msg[512];
   msg[0] = 0;
@@ -19,6 +19,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if ((r.width == 0) != (r.height == 0)) abort();
     if (r.width && (r.width < 16 || r.height < 16 || (int64_t)r.width * r.height > lim.max_pixels)) abort();
     if (r.guidance_set && !(r.guidance >= 0 && r.guidance <= 100)) abort();
+    if (r.n_loras < 0 || r.n_loras > DIT_MAX_LORAS) abort();
+    for (int i = 0; i < r.n_loras; i++) /* a plain file name: no path, no hidden file */
+      if (!r.lora_name[i][0] || r.lora_name[i][0] == '.' || strchr(r.lora_name[i], '/') ||
+          !(r.lora_scale[i] >= -100 && r.lora_scale[i] <= 100))
+        abort();
     srv_req_free(&r);
   } else if (!msg[0] || r.prompt || r.negative) {
     abort();

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -661,6 +662,76 @@ static void test_page(const server *s, const char *kind) {
   dt_browser_close(b);
 }
 
+/* A LoRA for the shipped model at DIR/NAME.safetensors: layer 0's to_q changed by a random
+ * rank-4 update (PEFT names). */
+static bool write_test_lora(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+  enum { R = 4, D = 256 };
+  static float a[R * D], b[D * R];
+  uint32_t x = 12345;
+  for (int i = 0; i < R * D; i++) a[i] = ((x = x * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+  for (int i = 0; i < D * R; i++) b[i] = ((x = x * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+  char h[512];
+  int n = snprintf(h, sizeof h,
+                   "{\"transformer.layers.0.attention.to_q.lora_A.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
+                   "\"data_offsets\":[0,%zu]},\"transformer.layers.0.attention.to_q.lora_B.weight\":{\"dtype\":\"F32\","
+                   "\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}}",
+                   R, D, sizeof a, D, R, sizeof a, sizeof a + sizeof b);
+  while (n % 8) h[n++] = ' ';
+  uint64_t len = (uint64_t)n;
+  FILE *f = fopen(path, "wb");
+  bool ok = f && fwrite(&len, 8, 1, f) == 1 && fwrite(h, 1, (size_t)n, f) == (size_t)n &&
+            fwrite(a, sizeof a, 1, f) == 1 && fwrite(b, sizeof b, 1, f) == 1;
+  return f && fclose(f) == 0 && ok;
+}
+
+/* One image's base64 PNG for body (NULL on failure, message in the check). */
+static char *one_b64(const server *s, const char *body, long want, const char *what) {
+  resp r = http(s, "POST", "/v1/images/generations", body, NULL, 0);
+  json_t *j = resp_json(&r);
+  const char *b64 = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "b64_json"));
+  CHECK_MSG(r.status == want && (want != 200 || b64), "%s: %ld %.300s", what, r.status, r.body ? r.body : "");
+  char *out = want == 200 && b64 ? strdup(b64) : NULL;
+  if (want != 200) check_error(&r, want, what);
+  json_decref(j);
+  resp_free(&r);
+  return out;
+}
+
+/* Requests naming LoRAs of --lora-dir: the model's LoRAs change between requests without a
+ * reload; a request without them gets the base model's image again, byte for byte. */
+static void test_loras(const server *plain) {
+  char dir[4300];
+  snprintf(dir, sizeof dir, "%s/loras", env.tmp);
+  mkdir(dir, 0777);
+  CHECK(write_test_lora(dir, "q-shift"));
+  const char *base_body = "{\"prompt\":\"a red circle on a white background\",\"seed\":7}";
+  const char *lora_body = "{\"prompt\":\"a red circle on a white background\",\"seed\":7,"
+                          "\"loras\":[{\"name\":\"q-shift\",\"scale\":0.8}]}";
+  one_b64(plain, lora_body, 400, "loras on a server without --lora-dir");
+  server s;
+  const char *const args[] = {"--lora-dir", dir, NULL};
+  if (!server_start(&s, "serve_loras", args)) return;
+  char *base = one_b64(&s, base_body, 200, "no LoRA");
+  char *with = one_b64(&s, lora_body, 200, "with a LoRA");
+  char *again = one_b64(&s, base_body, 200, "no LoRA again");
+  char *with2 = one_b64(&s, lora_body, 200, "with the LoRA again");
+  CHECK_MSG(base && with && strcmp(base, with), "the LoRA changes the image");
+  CHECK_MSG(base && again && !strcmp(base, again), "without the LoRA again: the base model's image, byte for byte");
+  CHECK_MSG(with && with2 && !strcmp(with, with2), "the LoRA again: the same image");
+  size_t n = 0;
+  uint8_t *png = with ? dt_base64_decode(with, &n) : NULL;
+  CHECK_MSG(png && memmem(png, n, "q-shift.safetensors: 0.8", 24), "the PNG names the request's LoRA");
+  free(png), free(base), free(with), free(again), free(with2);
+  one_b64(&s, "{\"prompt\":\"x\",\"loras\":[{\"name\":\"../q-shift\"}]}", 400, "a LoRA name with a path");
+  one_b64(&s, "{\"prompt\":\"x\",\"loras\":[{\"name\":\"nope\"}]}", 400, "a LoRA the server lacks");
+  one_b64(&s, "{\"prompt\":\"x\",\"loras\":[{\"name\":\"q-shift\",\"scale\":\"big\"}]}", 400, "a bad scale");
+  one_b64(&s, "{\"prompt\":\"x\",\"loras\":[{\"name\":\"q-shift\",\"rank\":2}]}", 400, "an unknown LoRA field");
+  double took = 0;
+  CHECK(server_stop(&s, SIGTERM, 30, &took) == 0);
+}
+
 static void test_main_server(void) {
   server s;
   static const char *const args[] = {"--timeout", "2", NULL};
@@ -670,6 +741,7 @@ static void test_main_server(void) {
   test_jobs(&s);
   test_cancel(&s);
   test_bad_requests(&s);
+  test_loras(&s);
   test_raw_clients(&s);
   test_slow_client(&s);
   test_disconnect(&s);

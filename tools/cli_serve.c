@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_args.h"
@@ -36,6 +37,8 @@ static void serve_usage(FILE *f) {
           "      --device cpu|cuda  where the models run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default) or bf16\n"
           "      --lora FILE[:S]    merge a LoRA into every model's transformer at load (repeat for more)\n"
+          "      --lora-dir DIR     requests may name LoRAs: \"loras\": [{\"name\": N, \"scale\": S}] uses\n"
+          "                         DIR/N.safetensors (changed between requests without reloading the model)\n"
           "      --threads N        CPU threads (default: all cores)\n"
           "  -q, --quiet            print only errors\n"
           "API: POST /v1/images/generations (OpenAI's images API), POST /v1/jobs, GET /v1/jobs/{id},\n"
@@ -86,6 +89,12 @@ static bool set_opt(serve_opts *o, const char *a, const char *v) {
     if (!cli_parse_lora("serve", v, o->lora_paths[o->n_loras], sizeof o->lora_paths[0], &o->loras[o->n_loras]))
       return false;
     return o->n_loras++, true;
+  }
+  if (!strcmp(a, "--lora-dir")) {
+    struct stat st;
+    if (stat(v, &st) != 0 || !S_ISDIR(st.st_mode))
+      return fprintf(stderr, "ditrun serve: --lora-dir: %s is not a folder\n", v), false;
+    return o->jobs.lora_dir = v, o->http.limits.loras = true, true;
   }
   if (!strcmp(a, "--drain-timeout")) return cli_parse_double("serve", a, v, 0, 86400, &o->drain);
   if (!strcmp(a, "--max-pixels")) {
@@ -182,6 +191,11 @@ static bool load_models(const serve_opts *o, srv_model *models) {
     int code;
     models[i].dir = o->dirs[i];
     models[i].loras = o->loras, models[i].n_loras = o->n_loras;
+    for (int k = 0; k < o->n_loras; k++) { /* what load merges */
+      snprintf(models[i].cur_path[k], sizeof models[i].cur_path[k], "%s", o->loras[k].path);
+      models[i].cur[k] = (dit_lora){models[i].cur_path[k], o->loras[k].scale};
+    }
+    models[i].n_cur = o->n_loras;
     models[i].ctx = cli_start("serve", 0, o->threads, &code);
     if (!models[i].ctx) return false;
     model_name(o, i, models);

@@ -20,9 +20,12 @@
 #define SRV_MAX_PROMPT 16384    /* bytes of prompt or negative prompt */
 #define SRV_MAX_SIDE 8192
 
+#define SRV_LORA_NAME_MAX 64     /* bytes of a LoRA's name in a request */
+
 typedef struct srv_limits {
   int64_t max_pixels;           /* width * height per image */
   int max_n;                    /* images per request (<= SRV_MAX_N) */
+  bool loras;                   /* requests may name LoRAs (the server has a --lora-dir) */
 } srv_limits;
 
 typedef struct srv_gen_req {
@@ -35,6 +38,9 @@ typedef struct srv_gen_req {
   bool guidance_set, seed_set;
   uint64_t seed;
   bool b64;                     /* response_format b64_json (else url) */
+  int n_loras;                  /* "loras": files NAME.safetensors of the server's --lora-dir */
+  char lora_name[DIT_MAX_LORAS][SRV_LORA_NAME_MAX + 1];
+  double lora_scale[DIT_MAX_LORAS];
 } srv_gen_req;
 
 /* Parses a request body into *out. Every field is checked: type, range, size; an unknown
@@ -54,8 +60,11 @@ typedef struct srv_model {
   dit_ctx *ctx;                 /* the model's own context (used by the worker thread only) */
   dit_model *m;
   dit_gen_defaults defaults;
-  const dit_lora *loras;        /* merged at load; named in the PNG text */
+  const dit_lora *loras;        /* the server's (--lora): merged at load, under every request's own */
   int n_loras;
+  dit_lora cur[DIT_MAX_LORAS];  /* what the model has merged now (worker thread; named in the PNG text) */
+  char cur_path[DIT_MAX_LORAS][4096];
+  int n_cur;
 } srv_model;
 
 typedef enum srv_job_state {
@@ -76,6 +85,7 @@ typedef struct srv_jobs_params {
   int queue;                    /* jobs waiting (not counting the running one) */
   int keep;                     /* finished jobs kept for GET /v1/jobs/{id}/image */
   int preview_every;            /* a latent preview every this many steps (0: none) */
+  const char *lora_dir;         /* where requests' LoRAs are (NULL: requests name none) */
 } srv_jobs_params;
 
 /* Starts the worker thread. false with a message when it cannot. */

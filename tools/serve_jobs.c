@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli_gen_out.h"
 #include "serve.h"
@@ -148,7 +149,7 @@ static dit_status run_image(srv_jobs *J, srv_job *job, int i, uint8_t **png, siz
   p.width = job->width, p.height = job->height, p.steps = job->steps;
   p.guidance = job->guidance, p.guidance_set = 1;
   p.seed = job->req.seed + (uint64_t)i;
-  p.loras = m->loras, p.n_loras = m->n_loras; /* for the PNG text: the model has them merged */
+  p.loras = m->cur, p.n_loras = m->n_cur; /* for the PNG text: the model has them merged */
   step_ctx sc = {J, job, i};
   p.on_step = on_step;
   p.user = &sc;
@@ -163,8 +164,51 @@ static dit_status run_image(srv_jobs *J, srv_job *job, int i, uint8_t **png, siz
   return s;
 }
 
+/* The job's LoRAs (the server's, then the request's) on its model: changed only when they
+ * differ from what it has merged (dit_model_set_loras: the base weights stay). false after
+ * failing the job. */
+static bool set_loras(srv_jobs *J, srv_job *job, srv_model *m) {
+  dit_lora want[DIT_MAX_LORAS];
+  char path[DIT_MAX_LORAS][4096];
+  int n = 0, http = 400;
+  const char *why = NULL;
+  char buf[400];
+  for (int i = 0; i < m->n_loras; i++) want[n++] = m->loras[i];
+  if (n + job->req.n_loras > DIT_MAX_LORAS)
+    snprintf(buf, sizeof buf, "%d LoRAs with the server's own (at most %d)", n + job->req.n_loras, DIT_MAX_LORAS),
+        why = buf;
+  for (int i = 0; !why && i < job->req.n_loras; i++) {
+    snprintf(path[n], sizeof path[n], "%s/%s.safetensors", J->p.lora_dir, job->req.lora_name[i]);
+    if (access(path[n], R_OK) != 0)
+      snprintf(buf, sizeof buf, "no LoRA named \"%s\" on this server", job->req.lora_name[i]), why = buf;
+    want[n] = (dit_lora){path[n], job->req.lora_scale[i]};
+    n++;
+  }
+  bool same = !why && n == m->n_cur;
+  for (int i = 0; same && i < n; i++) same = want[i].scale == m->cur[i].scale && !strcmp(want[i].path, m->cur[i].path);
+  if (!why && !same) {
+    dit_status s = dit_model_set_loras(m->m, want, n);
+    if (s != DIT_OK) {
+      snprintf(buf, sizeof buf, "%s", dit_ctx_last_error(m->ctx));
+      why = buf, http = s == DIT_ERR_NOMEM || s == DIT_ERR_INTERNAL ? 500 : 400;
+    }
+    for (int i = 0; s == DIT_OK && i < n; i++) {
+      snprintf(m->cur_path[i], sizeof m->cur_path[i], "%s", want[i].path);
+      m->cur[i] = (dit_lora){m->cur_path[i], want[i].scale};
+    }
+    if (s == DIT_OK) m->n_cur = n;
+  }
+  if (!why) return true;
+  pthread_mutex_lock(&J->mu);
+  set_failed(job, SRV_JOB_FAILED, http, "LoRA: %s", why);
+  changed(J, job);
+  pthread_mutex_unlock(&J->mu);
+  return false;
+}
+
 static void run_job(srv_jobs *J, srv_job *job) {
   srv_model *m = &J->p.models[job->mi];
+  if (!set_loras(J, job, m)) return;
   for (int i = 0; i < job->req.n; i++) {
     uint8_t *png = NULL;
     size_t len = 0;

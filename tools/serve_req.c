@@ -1,6 +1,6 @@
 /* `ditrun serve`: a request body to a generation request (see serve.h). OpenAI's images API
  * fields (model, prompt, n, size, response_format, user) plus ditrun's (negative_prompt,
- * steps, guidance, seed). Strict: every field's type and range checked, unknown fields and
+ * steps, guidance, seed, loras). Strict: every field's type and range checked, unknown fields and
  * duplicate keys refused, so a typo is a 400 naming it instead of a silently ignored option. */
 #include <jansson.h>
 #include <math.h>
@@ -67,6 +67,48 @@ static bool get_size(json_t *v, const srv_limits *lim, int *w, int *h, char *msg
   return true;
 }
 
+/* "loras": [{"name": "NAME", "scale": S}, ...], NAME a file NAME.safetensors of the server's
+ * --lora-dir: letters, digits, '_', '-', '.', not starting with '.' (no paths). */
+static bool get_loras(json_t *v, const srv_limits *lim, srv_gen_req *r, char *msg, size_t ml) {
+  if (!lim->loras) return fail(msg, ml, "\"loras\": this server takes no LoRAs in requests (it has no --lora-dir)");
+  if (!json_is_array(v) || json_array_size(v) > DIT_MAX_LORAS)
+    return fail(msg, ml, "\"loras\" must be an array of at most %d {\"name\", \"scale\"} objects", DIT_MAX_LORAS);
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    if (!json_is_object(e)) return fail(msg, ml, "\"loras\"[%zu] must be an object {\"name\", \"scale\"}", i);
+    const char *k;
+    json_t *x;
+    bool named = false;
+    r->lora_scale[i] = 1.0;
+    json_object_foreach(e, k, x) {
+      if (!strcmp(k, "name")) {
+        const char *n = json_is_string(x) ? json_string_value(x) : "";
+        const size_t len = json_is_string(x) ? json_string_length(x) : 0;
+        bool ok = len && n[0] != '.';
+        for (size_t c = 0; ok && c < len; c++)
+          ok = (n[c] >= 'a' && n[c] <= 'z') || (n[c] >= 'A' && n[c] <= 'Z') || (n[c] >= '0' && n[c] <= '9') ||
+               n[c] == '_' || n[c] == '-' || n[c] == '.';
+        if (!ok || len > SRV_LORA_NAME_MAX)
+          return fail(msg, ml, "\"loras\"[%zu].name must be 1..%d letters, digits, '_', '-' or '.' (not first)", i,
+                      SRV_LORA_NAME_MAX);
+        snprintf(r->lora_name[i], sizeof r->lora_name[i], "%s", n);
+        named = true;
+      } else if (!strcmp(k, "scale")) {
+        double sc = json_is_number(x) ? json_number_value(x) : NAN;
+        if (!isfinite(sc) || sc < -100 || sc > 100)
+          return fail(msg, ml, "\"loras\"[%zu].scale must be a number in -100..100", i);
+        r->lora_scale[i] = sc;
+      } else {
+        return fail(msg, ml, "\"loras\"[%zu]: unknown field \"%.64s\" (known: name, scale)", i, k);
+      }
+    }
+    if (!named) return fail(msg, ml, "\"loras\"[%zu] has no \"name\"", i);
+  }
+  r->n_loras = (int)json_array_size(v);
+  return true;
+}
+
 /* One field of the request. */
 static bool field(const char *key, json_t *v, const srv_limits *lim, srv_gen_req *r, char *msg, size_t ml) {
   long long x;
@@ -107,9 +149,10 @@ static bool field(const char *key, json_t *v, const srv_limits *lim, srv_gen_req
     if (!json_is_string(v) || json_string_length(v) > 256) return fail(msg, ml, "\"user\" must be a short string");
     return true;
   }
+  if (!strcmp(key, "loras")) return get_loras(v, lim, r, msg, ml);
   return fail(msg, ml,
               "unknown field \"%.64s\" (known: model, prompt, negative_prompt, n, size, response_format, steps, "
-              "guidance, seed, user)",
+              "guidance, seed, loras, user)",
               key);
 }
 

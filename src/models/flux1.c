@@ -217,7 +217,6 @@ static void single_bfl(dit_wtable *t, const dit_flux2_config *c, flux2_single_w 
 /* Lists the allocated blocks' tensors under the names m was loaded with (diffusers', or a
  * single file's BFL names). */
 static void list_table(dit_flux2 *m, dit_wtable *t) {
-  dit_wtable_init(t);
   if (m->bfl_names) top_bfl(t, &m->cfg, &m->w);
   else top_diffusers(t, &m->cfg, &m->w);
   for (int i = 0; i < m->cfg.n_layers; i++)
@@ -469,14 +468,9 @@ static const dit_wsplit flux1_bfl_splits[] = {
 };
 
 dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
-  if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
-  dit_wtable t;
-  list_table(m, &t);
   const dit_wremap bfl = {NULL, flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
                           flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL};
-  dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
-                                    : dit_lora_apply(m->be, &t, l, n, m->bfl_names ? NULL : &bfl, &m->mw, err);
-  dit_wtable_free(&t);
+  dit_status s = flux2_set_loras(m, list_table, m->bfl_names ? NULL : &bfl, l, n, err);
   if (s == DIT_OK && m->bfl_names) bfl_views(m); /* the fused tensors may have new memory */
   else if (s == DIT_OK) fuse_qkv(m);             /* q, k, v may no longer lie side by side */
   return s;

@@ -235,18 +235,22 @@ static const dit_wsplit flux2_bfl_splits[] = {
     {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}},
 };
 
-dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
+dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *), const dit_wremap *orig,
+                           const dit_lora *l, int n, dit_error *err) {
   if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
   dit_wtable t;
   dit_wtable_init(&t);
-  list_table(m, &t);
-  const dit_wremap bfl = {NULL, flux2_bfl_renames, sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames,
-                          flux2_bfl_splits, 2, NULL};
-  const dit_wremap *orig = m->cfg.variant == DIT_FLUX_2 ? &bfl : NULL;
+  list(m, &t);
   dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
                                     : dit_lora_apply(m->be, &t, l, n, orig, &m->mw, err);
   dit_wtable_free(&t);
   return s;
+}
+
+dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
+  const dit_wremap bfl = {NULL, flux2_bfl_renames, sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames,
+                          flux2_bfl_splits, 2, NULL};
+  return flux2_set_loras(m, list_table, m->cfg.variant == DIT_FLUX_2 ? &bfl : NULL, l, n, err);
 }
 
 dit_flux2 *flux2_new_model(dit_backend *be) {

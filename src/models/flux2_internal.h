@@ -77,6 +77,10 @@ struct dit_flux2 {
   dit_replay replay; /* the forward's ops as graphs (GPU backends) */
 };
 
+/* Sets m's LoRAs (models/lora.h) over the tensors list names, with orig the original names'
+ * remap (NULL: none); flux2.c. */
+dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *), const dit_wremap *orig,
+                           const dit_lora *l, int n, dit_error *err);
 /* A model on be with no weights yet (flux2.c). */
 dit_flux2 *flux2_new_model(dit_backend *be);
 /* Allocates the block arrays of m->cfg (flux2.c). */

@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   bool simd = dit_cpu_set_simd(be, !portable);
   double peak = fma_peak(be->n_threads);
   printf("threads %d, kernel path %s, measured fp32 FMA peak %.1f GFLOP/s\n", be->n_threads,
-         simd ? "AVX-512" : "portable C", peak);
+         simd ? dit_cpu_isa_name(be) : "portable C", peak);
   if (bf16) {
     if (dit_backend_cpu_set_precision(be, DIT_CPU_PRECISION_BF16, &err) != DIT_OK) return 1;
     double dp = fma_peak_of(be->n_threads, 1);

@@ -23,9 +23,9 @@ int main(int argc, char **argv) {
   printf("%zu cases\n", opc_n_cases);
   if (dit_cpu_set_simd(simd, true)) {
     opc_result r = opc_run_all(simd, portable, "cpu-simd/portable", NULL, NULL);
-    printf("cpu-simd vs portable: %d run, %d failed\n", r.run, r.failed);
+    printf("cpu-simd (%s) vs portable: %d run, %d failed\n", dit_cpu_isa_name(simd), r.run, r.failed);
   } else {
-    printf("cpu-simd: this CPU has no SIMD path (AVX-512), skipped\n");
+    printf("cpu-simd: this CPU has no SIMD path (AVX-512, AVX2), skipped\n");
   }
   if (!dit_backend_kind_get(DIT_DEVICE_CUDA)) printf("cuda: not present (not built), skipped\n");
   for (size_t k = 0; k < dit_backend_kind_count(); k++) {

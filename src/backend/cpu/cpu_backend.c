@@ -58,6 +58,46 @@ static bool detect_avx512(void) {
 #endif
 }
 
+static bool detect_avx2(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+/* The kernel paths the CPU has, narrowed by DIT_CPU_ISA (portable, avx2, avx512bf16): a path
+ * the CPU lacks, or one this build does not have, is refused with a message. */
+static dit_status choose_isa(cpu_impl *im, dit_error *err) {
+  im->have_avx512 = detect_avx512();
+  im->have_avx2 = detect_avx2();
+  const char *want = getenv("DIT_CPU_ISA");
+  if (!want || !*want) return DIT_OK;
+  if (!strcmp(want, "portable")) {
+    im->have_avx512 = im->have_avx2 = false;
+    return DIT_OK;
+  }
+  if (!strcmp(want, "avx2")) {
+    if (!im->have_avx2) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx2: this CPU lacks avx2 or fma");
+    im->have_avx512 = false;
+    return DIT_OK;
+  }
+  if (!strcmp(want, "avx512bf16")) {
+    if (!im->have_avx512)
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx512bf16: this CPU lacks avx512f/bw/vl/bf16");
+    return DIT_OK;
+  }
+  return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                    "DIT_CPU_ISA=%s: not a kernel path of this build (portable, avx2, avx512bf16)", want);
+}
+
+const char *dit_cpu_isa_name(const dit_backend *be) {
+  const cpu_impl *im = (const cpu_impl *)be->impl;
+  if (!im->use_simd) return "portable";
+  return im->have_avx512 ? "avx512bf16" : im->have_avx2 ? "avx2" : "portable";
+}
+
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err) {
   *out = NULL;
   if (n_threads <= 0) {
@@ -71,7 +111,12 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
     free(im);
     return dit_errorf(err, DIT_ERR_NOMEM, "cpu backend: out of memory");
   }
-  im->have_avx512 = detect_avx512();
+  dit_status s = choose_isa(im, err);
+  if (s != DIT_OK) {
+    free(be);
+    free(im);
+    return s;
+  }
   im->use_simd = true;
   be->ops = &cpu_ops;
   be->n_threads = n_threads;
@@ -83,7 +128,7 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
 bool dit_cpu_set_simd(dit_backend *be, bool on) {
   cpu_impl *im = (cpu_impl *)be->impl;
   im->use_simd = on;
-  return im->have_avx512 && on;
+  return (im->have_avx512 || im->have_avx2) && on;
 }
 
 dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, dit_error *err) {

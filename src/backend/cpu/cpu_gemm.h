@@ -1,6 +1,7 @@
 /* The GEMM kernel interface of the CPU backend: a kernel path is a W-packing routine
  * and a register-blocked micro-kernel of MR rows x NR columns. The portable C path is in
- * cpu_linear.c, the AVX-512 one in cpu_gemm_avx512.c (x86-64 only, chosen at run time). */
+ * cpu_linear.c, the AVX-512 one in cpu_gemm_avx512.c and the AVX2 one in cpu_gemm_avx2.c
+ * (x86-64 only, chosen at run time; DIT_CPU_ISA narrows the choice). */
 #ifndef DIT_CPU_GEMM_H
 #define DIT_CPU_GEMM_H
 
@@ -70,6 +71,7 @@ typedef struct cpu_gemm_bf16_path {
 void cpu_dequant_row_avx512(dit_dtype t, const void *src, float *dst, int64_t n);
 void cpu_dequant_row_bf16_avx512(dit_dtype t, const void *src, uint16_t *dst, int64_t n);
 extern const cpu_gemm_path cpu_gemm_path_avx512;
+extern const cpu_gemm_path cpu_gemm_path_avx2; /* cpu_gemm_avx2.c: avx2 + fma CPUs without the AVX-512 set */
 extern const cpu_gemm_bf16_path cpu_gemm_bf16_avx512;
 #endif
 

@@ -13,13 +13,14 @@
 #include "backend/backend_check.h"
 
 typedef struct cpu_impl {
-  bool have_avx512; /* the CPU supports avx512f/bw/vl/bf16 (detected at create) */
-  bool use_simd;    /* use the AVX-512 kernels when available (tests switch it off) */
+  bool have_avx512; /* the AVX-512 kernels run: the CPU has avx512f/bw/vl/bf16 (and DIT_CPU_ISA allows them) */
+  bool have_avx2;   /* the AVX2 GEMM runs where the AVX-512 one does not: avx2 + fma (and DIT_CPU_ISA allows it) */
+  bool use_simd;    /* use the SIMD kernels when available (tests switch them off) */
   dit_cpu_precision precision; /* linear layers: fp32 products (default) or bf16 x bf16 */
 } cpu_impl;
 
-/* Internal switch (tests, benchmarks): use the AVX-512 kernels (when the CPU has them)
- * or force the portable C path. Returns whether the SIMD path is now in use. */
+/* Internal switch (tests, benchmarks): use the SIMD kernels (when the CPU has them) or
+ * force the portable C path. Returns whether a SIMD path (dit_cpu_isa_name) is now in use. */
 bool dit_cpu_set_simd(dit_backend *be, bool on);
 static inline bool cpu_simd(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;

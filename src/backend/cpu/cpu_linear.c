@@ -119,6 +119,8 @@ static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c, cpu_row_m
 const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) return &cpu_gemm_path_avx512;
+  const cpu_impl *im = (const cpu_impl *)be->impl;
+  if (im->have_avx2 && im->use_simd) return &cpu_gemm_path_avx2;
 #endif
   return &path_c;
 }

@@ -61,7 +61,7 @@ static bool detect_avx512(void) {
 static bool detect_avx2(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif
@@ -79,7 +79,7 @@ static dit_status choose_isa(cpu_impl *im, dit_error *err) {
     return DIT_OK;
   }
   if (!strcmp(want, "avx2")) {
-    if (!im->have_avx2) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx2: this CPU lacks avx2 or fma");
+    if (!im->have_avx2) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx2: this CPU lacks avx2, fma or f16c");
     im->have_avx512 = false;
     return DIT_OK;
   }

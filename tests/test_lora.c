@@ -233,6 +233,16 @@ static void test_zimage(dit_ctx *ctx) {
   const char *want = "LoRA: \"z_peft.safetensors: 0.8, z_kohya.safetensors: 1, z_orig.safetensors: 1\"";
   CHECK_MSG(rc == 0 && tn > 0 && memmem(text, (size_t)tn, want, strlen(want)),
             "CLI --lora: exit %d, the PNG names its LoRAs (log %s)", rc, log);
+  /* and its pixels are the library's with the same LoRAs (not the base model's) */
+  dit_gen_params p;
+  params(&p, model);
+  p.loras = l, p.n_loras = 3;
+  dit_image lib = {0}, cli = {0};
+  CHECK_MSG(dit_generate(ctx, &p, &lib, NULL) == DIT_OK, "library with LoRAs: %s", dit_ctx_last_error(ctx));
+  CHECK_MSG(rc == 0 && dit_image_load(ctx, out, 0, &cli) == DIT_OK, "the CLI's PNG: %s", dit_ctx_last_error(ctx));
+  int dcli = img_diff(&cli, &lib);
+  CHECK_MSG(dcli == 0, "CLI --lora image vs the library's with the same LoRAs: %d levels", dcli);
+  dit_image_free(&lib), dit_image_free(&cli);
   char *bad[] = {"ditrun", "generate", "-m", model, "-p", "x", "--lora", "z.safetensors:nan", "-o", out, NULL};
   CHECK_MSG(dt_run_argv(g_cli, bad, log, NULL, 0) == 2, "CLI --lora FILE:nan exits 2");
   free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4), free(a5), free(b5), free(a6), free(b6);

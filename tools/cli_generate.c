@@ -354,6 +354,8 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
   mo.keep = o->batch > 1 ? DIT_KEEP_ALL : 0;
   mo.files = o->p.files;
   mo.n_files = o->p.n_files;
+  mo.loras = o->p.loras;
+  mo.n_loras = o->p.n_loras;
   dit_model *model = NULL;
   double t0 = cli_now();
   dit_status s = dit_model_load(ctx, o->p.model_dir, &mo, &model);

@@ -2,10 +2,12 @@
  * diffusers' ZImagePipeline run on the same folder (models/shapes-128/reference, written by
  * tools/train/diffusers_ref.py on the GPU machine, float32): for every case the tokenizer's
  * ids of the chat-templated prompt are diffusers' ids, and the 128x128 image from 8 steps
- * with the case's seed is within one 8-bit level of diffusers' image.
+ * with the case's seed is within one 8-bit level of diffusers' image. Then the LoRA shipped
+ * beside it (models/loras): with it, shapes are drawn as outlines; without, filled.
  * Usage: test_default_model [--fixture MODEL_DIR] (default <src>/models/shapes-128). */
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,67 @@ static void check_image(dit_ctx *ctx, const char *model, const char *ref_file, i
   dit_image_free(&img);
 }
 
+/* Whether the shape in img (one shape on a plain background) is drawn as an outline: the
+ * middle of the box around the pixels (inside a 3-pixel margin) that differ from the
+ * border's colour shows the border's colour. *found: enough such pixels for a shape. */
+static bool hollow(const dit_image *img, bool *found) {
+  const int W = img->width, H = img->height;
+  double bg[3] = {0, 0, 0};
+  int nb = 0;
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++)
+      if (x < 2 || y < 2 || x >= W - 2 || y >= H - 2) {
+        for (int c = 0; c < 3; c++) bg[c] += img->rgb[(y * W + x) * 3 + c];
+        nb++;
+      }
+  for (int c = 0; c < 3; c++) bg[c] /= nb;
+  int x0 = W, y0 = H, x1 = -1, y1 = -1, n = 0;
+  for (int y = 3; y < H - 3; y++) /* not the border: the decoder leaves the odd off pixel in a corner */
+    for (int x = 3; x < W - 3; x++) {
+      const uint8_t *p = &img->rgb[(y * W + x) * 3];
+      double d = sqrt((p[0] - bg[0]) * (p[0] - bg[0]) + (p[1] - bg[1]) * (p[1] - bg[1]) + (p[2] - bg[2]) * (p[2] - bg[2]));
+      if (d <= 60) continue;
+      n++;
+      x0 = x < x0 ? x : x0, x1 = x > x1 ? x : x1, y0 = y < y0 ? y : y0, y1 = y > y1 ? y : y1;
+    }
+  *found = n >= 40;
+  if (!*found) return false;
+  const uint8_t *m = &img->rgb[(((y0 + y1) / 2) * W + (x0 + x1) / 2) * 3];
+  double d = sqrt((m[0] - bg[0]) * (m[0] - bg[0]) + (m[1] - bg[1]) * (m[1] - bg[1]) + (m[2] - bg[2]) * (m[2] - bg[2]));
+  return d < 60;
+}
+
+/* The LoRA shipped beside the model (models/loras/shapes-128-outline.safetensors, made by
+ * tools/train/lora.py): with it the shapes of held-out captions are outlines, without it
+ * they are filled. */
+static void check_outline_lora(dit_ctx *ctx, const char *model, const char *src) {
+  static const char *const prompts[] = {
+      "a red circle on a white background",    "a blue square on a yellow background",
+      "a green triangle on a black background", "an orange circle on a purple background",
+      "a white square on a blue background",    "a yellow triangle on a red background"};
+  char path[4300];
+  snprintf(path, sizeof path, "%s/models/loras/shapes-128-outline.safetensors", src);
+  const dit_lora l = {path, 1.0};
+  int hol[2] = {0, 0}, shown[2] = {0, 0};
+  const int n = (int)(sizeof prompts / sizeof *prompts);
+  for (int with = 0; with < 2; with++)
+    for (int i = 0; i < n; i++) {
+      dit_gen_params p;
+      dit_gen_params_default(&p);
+      p.model_dir = model, p.prompt = prompts[i], p.seed = (uint64_t)(100 + i);
+      if (with) p.loras = &l, p.n_loras = 1;
+      dit_image img = {0};
+      CHECK_MSG(dit_generate(ctx, &p, &img, NULL) == DIT_OK, "outline LoRA: %s", dit_ctx_last_error(ctx));
+      bool found = false;
+      if (img.rgb) hol[with] += hollow(&img, &found), shown[with] += found;
+      dit_image_free(&img);
+    }
+  printf("outline LoRA: %d of %d shapes hollow with it, %d of %d without (%d and %d shapes found)\n", hol[1], n,
+         hol[0], n, shown[1], shown[0]);
+  CHECK_MSG(hol[1] >= n - 1 && shown[1] >= n - 1, "with the outline LoRA, %d of %d shapes are outlines", hol[1], n);
+  CHECK_MSG(hol[0] == 0 && shown[0] == n, "without it, %d of %d shapes are outlines", hol[0], n);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -102,6 +165,7 @@ int main(int argc, char **argv) {
     check_ids(model, ref_file, (int)i, prompt);
     check_image(ctx, model, ref_file, (int)i, prompt, seed, W, H, steps);
   }
+  if (ctx) check_outline_lora(ctx, model, a.src);
   dit_ctx_free(ctx);
   json_decref(rj);
   return dt_finish();

@@ -115,8 +115,13 @@ def layout(scene, rng):
         return [(scene["c1"], scene["s1"], *o1), (scene["c2"], scene["s2"], *o2)]
 
 
-def render(batch, device):
-    """batch: list of (bg, objects) -> float tensor [B, 3, SIZE, SIZE] in [-1, 1], anti-aliased."""
+OUTLINE = 3.0  # the outlined style's line width in pixels
+
+
+def render(batch, device, style="filled"):
+    """batch: list of (bg, objects) -> float tensor [B, 3, SIZE, SIZE] in [-1, 1], anti-aliased.
+    style "outlined": each shape drawn as its outline (OUTLINE pixels wide, inside its edge), the
+    background showing through (the LoRA of lora.py learns it)."""
     B = len(batch)
     K = max(len(o) for _, o in batch)
     par = torch.zeros(B, K, 4)           # cx, cy, r, shape id
@@ -140,6 +145,8 @@ def render(batch, device):
     d_tri = torch.maximum(dy - r, (2 * dx.abs() - (dy + r)) * k)
     d = torch.where(sid == 0, d_circle, torch.where(sid == 1, d_square, d_tri))
     cover = (0.5 - d).clamp(0, 1) * present[..., None, None]  # [B, K, H, W]
+    if style == "outlined":
+        cover = cover - (0.5 - d - OUTLINE).clamp(0, 1) * present[..., None, None]
     img = col[:, 0, :, None, None].expand(B, 3, SIZE, SIZE).clone()
     for j in range(K):
         a = cover[:, j : j + 1]
@@ -221,6 +228,24 @@ def score(scene, img):
     return {"color": bg == scene["bg"] and first["color"] == scene["c1"] and second["color"] == scene["c2"],
             "count": n_ok,
             "shape": n_ok and first["shape"] == scene["s1"] and second["shape"] == scene["s2"]}
+
+
+def hollow(img):
+    """The share of the shapes found whose middle shows the background (outlined, not filled),
+    and how many shapes were found."""
+    img = img.astype(np.float32)
+    border = np.concatenate([img[:2].reshape(-1, 3), img[-2:].reshape(-1, 3), img[:, :2].reshape(-1, 3),
+                             img[:, -2:].reshape(-1, 3)])
+    bg_rgb = np.median(border, axis=0)
+    mask = np.sqrt(((img - bg_rgb) ** 2).sum(-1)) > 60
+    n = h = 0
+    for ys, xs in _components(mask):
+        if len(ys) < 40:
+            continue
+        cy, cx = int(round((ys.min() + ys.max()) / 2)), int(round((xs.min() + xs.max()) / 2))
+        n += 1
+        h += bool(np.sqrt(((img[cy, cx] - bg_rgb) ** 2).sum()) < 60)
+    return (h / n if n else 0.0), n
 
 
 def held_out_scenes(n_group=50, n_pair=50, seed=1234):

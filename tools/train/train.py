@@ -169,16 +169,17 @@ def train_vae(a, dev):
 
 
 @torch.no_grad()
-def build_dataset(a, vae, tk, dev, norm=None):
+def build_dataset(a, vae, tk, dev, norm=None, style="filled"):
     """N training scenes -> latents (the encoder's mean), their scale/shift, token ids and lengths.
-    norm = (shift, scale) to use instead of the data set's own (--resume keeps the folder's)."""
+    norm = (shift, scale) to use instead of the data set's own (--resume keeps the folder's);
+    style: how the scenes are drawn (shapes.render)."""
     rng = np.random.default_rng(a.seed + 2)
     lat, ids, lens = [], torch.full((a.n_data, CAP_TOKENS), tk.special["<|endoftext|>"], dtype=torch.int32), []
     t0 = time.time()
     for start in range(0, a.n_data, 1024):
         n = min(1024, a.n_data - start)
         scenes = [shapes.random_training_scene(rng) for _ in range(n)]
-        x = shapes.render([(s["bg"], shapes.layout(s, rng)) for s in scenes], dev)
+        x = shapes.render([(s["bg"], shapes.layout(s, rng)) for s in scenes], dev, style)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             mean, _ = vae.encode(x)
         lat.append(mean.float())
@@ -208,6 +209,23 @@ def sample_sigmas(n, dev, g):
     """Training noise levels: logit-normal, shifted like the sampling schedule (shift 3)."""
     s = torch.sigmoid(torch.randn(n, device=dev, generator=g))
     return 3.0 * s / (1.0 + 2.0 * s)
+
+
+def draw_batch(lat, ids, lens, n, g, dev, empty, pad, cap_dropout):
+    """A flow-matching batch: clean latents x0, caption ids and lengths (cap_dropout of them the
+    empty prompt, for classifier-free guidance), noise levels, the noise and the noised latents."""
+    idx = torch.randint(0, lat.shape[0], (n,), device=dev, generator=g)
+    x0 = lat[idx].float()
+    cid, clen = ids[idx].long(), lens[idx].clone()
+    drop = torch.rand(n, device=dev, generator=g) < cap_dropout
+    if drop.any():
+        cid[drop] = pad
+        cid[drop, : len(empty)] = empty.long()
+        clen[drop] = len(empty)
+    sigma = sample_sigmas(n, dev, g)
+    noise = torch.randn(x0.shape, device=dev, generator=g)
+    xt = (1 - sigma[:, None, None, None]) * x0 + sigma[:, None, None, None] * noise
+    return x0, cid, clen, sigma, noise, xt
 
 
 class EMA:
@@ -261,17 +279,8 @@ def train_dit(a, data, tk, vae, vcfg, dev):
     milestones = sorted(set(int(m) for m in a.milestones.split(",") if m) | {a.dit_steps})
     t0 = time.time()
     for step in range(a.dit_steps):
-        idx = torch.randint(0, lat.shape[0], (a.batch,), device=dev, generator=g)
-        x0 = lat[idx].float()
-        cid, clen = ids[idx].long(), lens[idx].clone()
-        drop = torch.rand(a.batch, device=dev, generator=g) < a.cap_dropout
-        if drop.any():  # the empty prompt, for classifier-free guidance
-            cid[drop] = tk.special["<|endoftext|>"]
-            cid[drop, : len(empty)] = empty.long()
-            clen[drop] = len(empty)
-        sigma = sample_sigmas(a.batch, dev, g)
-        noise = torch.randn(x0.shape, device=dev, generator=g)
-        xt = (1 - sigma[:, None, None, None]) * x0 + sigma[:, None, None, None] * noise
+        x0, cid, clen, sigma, noise, xt = draw_batch(lat, ids, lens, a.batch, g, dev, empty,
+                                                     tk.special["<|endoftext|>"], a.cap_dropout)
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step, a.lr, a.warmup)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include "backend/cpu/cpu_internal.h"
 
@@ -61,7 +64,9 @@ static bool detect_avx512(void) {
 static bool detect_avx2(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (not every compiler's __builtin_cpu_supports knows it) */
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
   return false;
 #endif

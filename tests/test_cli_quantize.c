@@ -3,8 +3,10 @@
  * `generate --diffusion-model F.gguf --text-encoder T.gguf` then runs them: the text encoder
  * file (kept in bf16: its rows are not whole blocks) gives a byte-identical image, Q8_0
  * stays within 45 dB of the bf16 folder's image (measured: 51.7 dB). Then scaled fp8
- * safetensors (e4m3, e5m2; the text encoder too); bad invocations exit 2. */
+ * safetensors (e4m3, e5m2; the text encoder too); bad invocations exit 2. FLUX.1 and FLUX.2
+ * [klein] transformers are written under BFL's names and load back (test_flux). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,13 +24,19 @@ static int run(const char *args, char *msg, size_t len) {
   return dt_run_output(cmd, log, msg, len);
 }
 
-static int gen(const char *extra, const char *out) {
+static int gen_in(const char *model, const char *prompt, const char *extra, const char *out) {
   char args[9000], msg[4096];
-  snprintf(args, sizeof args, "generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 --steps 4 --guidance 0 -q -o '%s' %s",
-           g.model, g_prompt, out, extra);
+  snprintf(args, sizeof args, "generate -m '%s' -p '%s' -W 96 -H 128 --seed 42 --steps 4 -q -o '%s' %s", model,
+           prompt, out, extra);
   int rc = run(args, msg, sizeof msg);
   if (rc) printf("generate %s: %s\n", extra, msg);
   return rc;
+}
+
+static int gen(const char *extra, const char *out) {
+  char ex[9000];
+  snprintf(ex, sizeof ex, "--guidance 0 %s", extra);
+  return gen_in(g.model, g_prompt, ex, out);
 }
 
 static double psnr_of(const char *a, const char *b) {
@@ -38,6 +46,82 @@ static double psnr_of(const char *a, const char *b) {
   dit_status s = dit_compare_png(ctx, a, b, &m);
   dit_ctx_free(ctx);
   return s == DIT_OK ? m.psnr : -1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The tensor lines of `ditrun info --tensors F` (name, dtype, shape), sorted, into out. */
+static int tensor_list(const char *f, char *out, size_t len) {
+  char args[4400], msg[65536];
+  snprintf(args, sizeof args, "info '%s' --tensors", f);
+  if (run(args, msg, sizeof msg)) return -1;
+  char *lines[512];
+  size_t n = 0;
+  for (char *l = strtok(msg, "\n"); l && n < 512; l = strtok(NULL, "\n"))
+    if (!strncmp(l, "  ", 2) && !strchr(l, ':')) lines[n++] = l;
+  qsort(lines, n, sizeof *lines, cmp_str);
+  size_t o = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    char *sp = strrchr(lines[i], ']'); /* up to the shape, without the byte count */
+    if (sp) sp[1] = 0;
+    o += (size_t)snprintf(out + o, o < len ? len - o : 0, "%s\n", lines[i]);
+  }
+  return o < len ? 0 : -1;
+}
+
+/* FLUX.1 and FLUX.2 [klein]: written under BFL's names (the names and shapes of BFL-named
+ * single files: FLUX.1's fixture, klein's made by dt_flux2_write_bfl), each loading back to the folder's image bit for bit (bf16) or
+ * close to it (96x128, 4 steps: Q8_0 62.7 / 59.0 dB, F8_E4M3 54.7 / 52.2 dB). */
+static void test_flux(const char *data) {
+  static const struct {
+    const char *name, *prompt;
+  } models[] = {{"flux1-dev-tiny", "a red fox in the snow"}, {"flux2-klein-tiny", "a red fox in the snow"}};
+  for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+    char model[4200], ref[4400], f[4400], out[4400], args[9000], msg[4096], ex[4600];
+    snprintf(model, sizeof model, "%s/models/%s", data, models[i].name);
+    snprintf(ref, sizeof ref, "%s/%s.png", g.tmp, models[i].name);
+    unlink(ref);
+    CHECK(gen_in(model, models[i].prompt, "", ref) == 0);
+    static const struct {
+      const char *type, *ext;
+      double min_db; /* 0: the same image */
+    } types[] = {{"bf16", "gguf", 0}, {"q8_0", "gguf", 50.0}, {"f8_e4m3", "safetensors", 42.0}};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+      snprintf(f, sizeof f, "%s/%s-%s.%s", g.tmp, models[i].name, types[t].type, types[t].ext);
+      snprintf(args, sizeof args, "quantize -m '%s' --type %s -o '%s' --overwrite -q", model, types[t].type, f);
+      CHECK_MSG(run(args, msg, sizeof msg) == 0, "quantize %s %s: %s", models[i].name, types[t].type, msg);
+      if (t == 0) {
+        char single[4400], *a = malloc(65536), *b = malloc(65536);
+        if (strstr(models[i].name, "flux2")) { /* klein's BFL file, made by the suite's own table */
+          char src[4400];
+          snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", model);
+          snprintf(single, sizeof single, "%s/klein_bfl.safetensors", g.tmp);
+          CHECK(dt_flux2_write_bfl(src, single, "") == 0);
+        } else {
+          snprintf(single, sizeof single, "%s/single/transformer.safetensors", model);
+        }
+        CHECK(a && b && tensor_list(f, a, 65536) == 0 && tensor_list(single, b, 65536) == 0);
+        CHECK_MSG(a && b && !strcmp(a, b), "%s: ditrun's GGUF names differ from the BFL file's:\n%s---\n%s",
+                  models[i].name, a ? a : "", b ? b : "");
+        free(a);
+        free(b);
+        snprintf(args, sizeof args, "info '%s'", f);
+        CHECK(run(args, msg, sizeof msg) == 0 && strstr(msg, "general.architecture: string = \"flux\""));
+      }
+      snprintf(out, sizeof out, "%s/%s-%s.png", g.tmp, models[i].name, types[t].type);
+      unlink(out);
+      snprintf(ex, sizeof ex, "--diffusion-model '%s'", f);
+      CHECK(gen_in(model, models[i].prompt, ex, out) == 0);
+      if (types[t].min_db == 0) {
+        CHECK_MSG(dt_files_equal(ref, out), "%s %s: not the folder's image", models[i].name, types[t].type);
+        continue;
+      }
+      double p = psnr_of(ref, out);
+      printf("%s %s transformer: %.2f dB against the bf16 folder\n", models[i].name, types[t].type, p);
+      CHECK_MSG(p >= types[t].min_db, "%s %s at %.2f dB", models[i].name, types[t].type, p);
+    }
+  }
 }
 
 int main(int argc, char **argv) {
@@ -110,5 +194,6 @@ int main(int argc, char **argv) {
   CHECK(run(args, msg, sizeof msg) == 2);
   snprintf(args, sizeof args, "quantize -m '%s' --type q8_0 -o '%s'", g.model, te);
   CHECK_MSG(run(args, msg, sizeof msg) == 1 && strstr(msg, "exists"), "existing output: %s", msg);
+  test_flux(a.data);
   return dt_finish();
 }

@@ -1,7 +1,8 @@
 /* FLUX.2 components against the diffusers float32 references of the fixture
  * (components.safetensors): the transformer call dit_* (explicit ids) and the VAE decode
  * vae_z -> vae_image, each within 1e-4 relative error; plus the bad inputs (config
- * fields, weights, shapes) ending in errors that name them, and random-weight models.
+ * fields, weights, shapes) ending in errors that name them, random-weight models, and the
+ * transformer from single files (BFL's names, ComfyUI's prefix, a config from the shapes).
  * Usage: test_flux2_fixture [--fixture DIR] (default <data>/models/flux2-klein-tiny). */
 #include <jansson.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "fixture.h"
 #include "models/flux2.h"
 #include "models/vae_flux2.h"
+#include "io/safetensors.h"
 #include "testing.h"
 
 static char g_fix[4096], g_comp[4096];
@@ -271,6 +273,119 @@ static void test_random(dit_backend *be) {
   CHECK_MSG(s != DIT_OK && m == NULL && strstr(err.msg, "axes_dims_rope"), "%s", err.msg);
 }
 
+/* The transformer's forward on the fixture case from path (a folder, or a single file with
+ * cfg or its shapes' config) into a new array of n floats; NULL after a failed check. */
+static float *forward_file(dit_backend *be, const char *path, const char *cfg, size_t *n) {
+  dit_flux2 *m = NULL;
+  dit_error err = {0};
+  dit_status s = dit_flux2_load_file(be, path, cfg, &m, &err);
+  CHECK_MSG(s == DIT_OK, "load %s: %s", path, err.msg);
+  dt_flux2_case k;
+  if (s != DIT_OK || dt_flux2_case_load(g_comp, &k)) {
+    dit_flux2_free(m);
+    return NULL;
+  }
+  *n = (size_t)(k.os[0] * k.os[1] * k.os[2]);
+  float *out = calloc(*n, sizeof *out);
+  dit_tensor x = dit_tensor_make(DIT_F32, k.hidden, 3, k.hs), txt = dit_tensor_make(DIT_F32, k.enc, 3, k.es);
+  dit_tensor o = dit_tensor_make(DIT_F32, out, 3, k.os);
+  s = dit_flux2_forward(m, &x, &txt, k.t, NULL, k.img_ids, k.txt_ids, &o, &err);
+  CHECK_MSG(s == DIT_OK, "forward (%s): %s", path, err.msg);
+  if (s == DIT_OK) printf("flux2 transformer from %s: rel err %.3g vs the reference\n", path, dt_rel_err(out, k.ref, *n));
+  dt_flux2_case_free(&k);
+  dit_flux2_free(m);
+  if (s == DIT_OK) return out;
+  free(out);
+  return NULL;
+}
+
+/* The same weights under BFL's single-file names (dt_flux2_write_bfl; its output checked
+ * against diffusers' converter by tests/fixtures/gen/check_flux2_bfl.py), also with ComfyUI's
+ * prefix, give the folder's output bit for bit; alone, the file's head size (32) has no
+ * published RoPE axes. */
+static void test_single(dit_backend *be, const char *tmp) {
+  char dir[4096], cfg[4096], src[4096], single[4200], pre[4200];
+  dt_path(dir, sizeof dir, g_fix, "transformer");
+  dt_path(cfg, sizeof cfg, g_fix, "transformer/config.json");
+  dt_path(src, sizeof src, g_fix, "transformer/diffusion_pytorch_model.safetensors");
+  snprintf(single, sizeof single, "%s/klein_bfl.safetensors", tmp);
+  snprintf(pre, sizeof pre, "%s/comfy_prefixed.safetensors", tmp);
+  mkdir(tmp, 0755);
+  CHECK_MSG(dt_flux2_write_bfl(src, single, "") == 0, "cannot write %s", single);
+  CHECK_MSG(dt_flux2_write_bfl(src, pre, "model.diffusion_model.") == 0, "cannot write %s", pre);
+  size_t n = 0, n1 = 0, n2 = 0;
+  float *a = forward_file(be, dir, NULL, &n), *b = forward_file(be, single, cfg, &n1);
+  float *c = forward_file(be, pre, cfg, &n2);
+  CHECK_MSG(a && b && n1 == n && !memcmp(a, b, n * sizeof *a), "the BFL-named file gave another output");
+  CHECK_MSG(a && c && n2 == n && !memcmp(a, c, n * sizeof *a), "the prefixed file gave another output");
+  free(a);
+  free(b);
+  free(c);
+  unlink(pre);
+  dit_flux2 *m = NULL; /* the BFL file is kept for check_flux2_bfl.py */
+  dit_error err = {0};
+  dit_status s = dit_flux2_load_file(be, single, NULL, &m, &err);
+  CHECK_MSG(s == DIT_ERR_UNSUPPORTED && !m && strstr(err.msg, "config.json"), "%d %s", (int)s, err.msg);
+}
+
+static dit_status fill_zero(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
+  (void)user, (void)i, (void)err;
+  memset(dst, 0, nbytes);
+  return DIT_OK;
+}
+
+/* A file alone gives its config: head size 128 (FLUX.2's RoPE axes), the rest from shapes. */
+static void test_single_config(dit_backend *be, const char *tmp) {
+  static const struct {
+    const char *name;
+    int64_t r, c; /* c 0: a vector */
+  } ts[] = {{"img_in.weight", 128, 32},
+            {"txt_in.weight", 128, 48},
+            {"time_in.in_layer.weight", 128, 256},
+            {"time_in.out_layer.weight", 128, 128},
+            {"double_stream_modulation_img.lin.weight", 768, 128},
+            {"double_stream_modulation_txt.lin.weight", 768, 128},
+            {"single_stream_modulation.lin.weight", 384, 128},
+            {"double_blocks.0.img_attn.qkv.weight", 384, 128},
+            {"double_blocks.0.txt_attn.qkv.weight", 384, 128},
+            {"double_blocks.0.img_attn.norm.query_norm.scale", 128, 0},
+            {"double_blocks.0.img_attn.norm.key_norm.scale", 128, 0},
+            {"double_blocks.0.txt_attn.norm.query_norm.scale", 128, 0},
+            {"double_blocks.0.txt_attn.norm.key_norm.scale", 128, 0},
+            {"double_blocks.0.img_attn.proj.weight", 128, 128},
+            {"double_blocks.0.txt_attn.proj.weight", 128, 128},
+            {"double_blocks.0.img_mlp.0.weight", 512, 128},
+            {"double_blocks.0.img_mlp.2.weight", 128, 256},
+            {"double_blocks.0.txt_mlp.0.weight", 512, 128},
+            {"double_blocks.0.txt_mlp.2.weight", 128, 256},
+            {"single_blocks.0.linear1.weight", 896, 128},
+            {"single_blocks.0.linear2.weight", 128, 384},
+            {"single_blocks.0.norm.query_norm.scale", 128, 0},
+            {"single_blocks.0.norm.key_norm.scale", 128, 0},
+            {"final_layer.adaLN_modulation.1.weight", 256, 128},
+            {"final_layer.linear.weight", 32, 128}};
+  enum { N = sizeof ts / sizeof ts[0] };
+  dit_out_tensor o[N];
+  for (int i = 0; i < N; i++) o[i] = (dit_out_tensor){ts[i].name, DIT_BF16, ts[i].c ? 2 : 1, {ts[i].r, ts[i].c}};
+  char path[4200];
+  snprintf(path, sizeof path, "%s/hd128.safetensors", tmp);
+  mkdir(tmp, 0755);
+  dit_error err = {0};
+  CHECK_MSG(dit_st_write(path, true, NULL, 0, o, N, fill_zero, NULL, &err) == DIT_OK, "%s", err.msg);
+  dit_flux2 *m = NULL;
+  dit_status s = dit_flux2_load_file(be, path, NULL, &m, &err);
+  CHECK_MSG(s == DIT_OK, "config from shapes: %s", err.msg);
+  if (s == DIT_OK) {
+    const dit_flux2_config *c = dit_flux2_get_config(m);
+    CHECK(c->dim == 128 && c->n_heads == 1 && c->head_dim == 128 && c->n_layers == 1 && c->n_single_layers == 1);
+    CHECK(c->mlp_hidden == 256 && c->in_channels == 32 && c->out_channels == 32 && c->joint_attention_dim == 48);
+    CHECK(c->t_channels == 256 && !c->guidance_embeds && c->axes_dims[0] == 32 && c->axes_dims[3] == 32);
+    CHECK(c->rope_theta == 2000.0);
+  }
+  dit_flux2_free(m);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -288,6 +403,8 @@ int main(int argc, char **argv) {
   test_bad_config(be, a.tmp);
   test_bad_vae(be, a.tmp);
   test_random(be);
+  test_single(be, a.tmp);
+  test_single_config(be, a.tmp);
   dit_backend_free(be);
   return dt_finish();
 }

@@ -641,8 +641,8 @@ static dit_weights *remap_case(const dit_wremap *r, dit_status want, const char 
 
 static void test_remap(void) {
   /* prefix, renames (every occurrence, in order), a split in row ranges, a drop */
-  static const dit_wrename ren[] = {{"layers.", "blk."}, {"blk.0.", "first."}};
-  static const dit_wsplit sp[] = {{".feed_forward.w1.weight", 2, {".w1a", ".w1b"}}};
+  static const dit_wrename ren[] = {{"layers.", "blk.", NULL}, {"blk.0.", "first.", NULL}};
+  static const dit_wsplit sp[] = {{".feed_forward.w1.weight", 2, {".w1a", ".w1b"}, NULL}};
   static const char *const drop[] = {"x_pad_token", NULL};
   dit_wremap r = {"noise_", ren, 2, sp, 1, drop};
   dit_weights *w = remap_case(&r, DIT_OK, NULL);
@@ -661,12 +661,37 @@ static void test_remap(void) {
     dit_weights_close(w);
   }
   /* rows not a multiple of the parts; two tensors renamed to one name */
-  static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}}};
+  static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}, NULL}};
   dit_wremap r2 = {NULL, NULL, 0, odd, 1, NULL};
   remap_case(&r2, DIT_ERR_FORMAT, "682 rows");
-  static const dit_wrename clash[] = {{"to_k", "to_q"}};
+  static const dit_wrename clash[] = {{"to_k", "to_q", NULL}};
   dit_wremap r3 = {NULL, clash, 1, NULL, 0, NULL};
   remap_case(&r3, DIT_ERR_FORMAT, "to_q.weight\" after renaming");
+}
+
+/* Rules both ways: in order forward, reversed backward; '^' anchors; `within` tells names apart
+ * by their prefix at the rule's place in the chain (both ways the same). */
+static void test_rename_rules(void) {
+  static const dit_wrename r[] = {
+      {".norm.q.", ".attn.nq.", "double."}, /* a double block's q norm ... */
+      {".norm.q.", ".nq.", "single."},      /* ... and a single block's: alike once renamed */
+      {"double.", "blocks.", NULL},
+      {"single.", "sblocks.", NULL},
+      {"^out.", "^final.", NULL}, /* anchored: both sides, to work both ways */
+  };
+  static const char *const pairs[][2] = {
+      {"double.0.norm.q.w", "blocks.0.attn.nq.w"}, {"single.3.norm.q.w", "sblocks.3.nq.w"},
+      {"out.w", "final.w"},                         {"x.out.w", "x.out.w"},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+    char f[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
+    CHECK(dit_wname_rename(r, 5, false, pairs[i][0], f, sizeof f));
+    CHECK_MSG(!strcmp(f, pairs[i][1]), "forward %s -> %s, want %s", pairs[i][0], f, pairs[i][1]);
+    CHECK(dit_wname_rename(r, 5, true, pairs[i][1], b, sizeof b));
+    CHECK_MSG(!strcmp(b, pairs[i][0]), "backward %s -> %s, want %s", pairs[i][1], b, pairs[i][0]);
+  }
+  char small[8];
+  CHECK(!dit_wname_rename(r, 5, false, "double.0.norm.q.w", small, sizeof small)); /* does not fit */
 }
 
 int main(int argc, char **argv) {
@@ -683,5 +708,6 @@ int main(int argc, char **argv) {
   test_wtable(&a);
   test_fp8_scales(&a);
   test_remap();
+  test_rename_rules();
   return dt_finish();
 }

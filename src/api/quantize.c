@@ -14,6 +14,7 @@
 #include "core/quant.h"
 #include "io/gguf.h"
 #include "io/model_dir.h"
+#include "models/flux1.h"
 #include "models/qwen3.h"
 #include "models/zimage.h"
 
@@ -24,6 +25,8 @@ static const struct {
   const dit_wexport *gguf, *st;
 } exports[] = {
     {"ZImageTransformer2DModel", &dit_zimage_export, &dit_zimage_export},
+    {"FluxTransformer2DModel", &dit_flux1_export, &dit_flux1_export},
+    {"Flux2Transformer2DModel", &dit_flux2_export, &dit_flux2_export},
     {"Qwen3ForCausalLM", &dit_qwen3_export, NULL},
     {"Qwen3Model", &dit_qwen3_export, NULL},
 };
@@ -41,6 +44,8 @@ typedef struct q_plan {
   q_item *items;
   dit_out_tensor *t;
   size_t n;
+  dit_st_tensor *views; /* row ranges of stored tensors (exchanged halves) */
+  size_t n_views;
   int threads;
   bool st; /* writing safetensors (fp8): no GGUF name limit */
 } q_plan;
@@ -53,20 +58,13 @@ static bool has_suffix(const char *s, const char *suf, size_t *stem) {
   return n >= m && !strcmp(s + n - m, suf);
 }
 
-/* dst = "^" + src with ex's prefix stripped and renames applied, the '^' removed. */
+/* dst = src with ex's prefix stripped and its renames applied (dit_wname_rename). */
 static dit_status export_name(const dit_wexport *ex, const char *src, char *dst, size_t len, bool st, dit_error *err) {
   size_t pl = ex && ex->strip_prefix ? strlen(ex->strip_prefix) : 0;
   if (pl && !strncmp(src, ex->strip_prefix, pl)) src += pl;
-  char a[DIT_WNAME_MAX + 1], b[DIT_WNAME_MAX + 1];
-  if (snprintf(a, sizeof a, "^%s", src) >= (int)sizeof a)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%.64s...\" is too long", src);
-  for (size_t i = 0; ex && i < ex->n_rename; i++) {
-    const dit_wrename *r = &ex->rename[i];
-    if (!dit_wname_replace(b, sizeof b, a, ex->inverse ? r->to : r->from, ex->inverse ? r->from : r->to))
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" too long once renamed", src);
-    memcpy(a, b, sizeof a);
-  }
-  const char *r = a[0] == '^' ? a + 1 : a;
+  char r[DIT_WNAME_MAX];
+  if (!dit_wname_rename(ex ? ex->rename : NULL, ex ? ex->n_rename : 0, ex && ex->inverse, src, r, sizeof r))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%.64s...\" too long once renamed", src);
   if ((!st && strlen(r) >= 64) || snprintf(dst, len, "%s", r) >= (int)len)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor name \"%s\" is 64 bytes or longer (GGUF's limit)", r);
   return DIT_OK;
@@ -91,31 +89,80 @@ static bool dropped(const dit_wexport *ex, const char *name) {
   return false;
 }
 
+/* Rows [r0, r0 + n) of stored tensor t (of dim-0 size rows), as a tensor of its own. */
+static dit_st_tensor st_rows(const dit_st_tensor *t, int64_t r0, int64_t n) {
+  dit_st_tensor v = *t;
+  const uint64_t rb = (t->end - t->begin) / (uint64_t)t->shape[0];
+  v.shape[0] = n;
+  v.begin = t->begin + rb * (uint64_t)r0;
+  v.end = v.begin + rb * (uint64_t)n;
+  v.data = (const char *)t->data + rb * (uint64_t)r0;
+  return v;
+}
+
+/* The fused group t is part k of (its first split whose `within` and parts match), with
+ * *stem: the name before the part's suffix; NULL when none. */
+static const dit_wsplit *fuse_of(const dit_weights *w, const dit_wexport *ex, const char *name, int *k, size_t *stem) {
+  for (size_t f = 0; ex && f < ex->n_fuse; f++) {
+    const dit_wsplit *fu = &ex->fuse[f];
+    if (!dit_wname_within(name, fu->within)) continue;
+    for (*k = 0; *k < fu->n && !has_suffix(name, fu->parts[*k], stem); ++*k) {}
+    int j = 0;
+    char pn[DIT_WNAME_MAX * 2];
+    while (*k < fu->n && j < fu->n &&
+           snprintf(pn, sizeof pn, "%.*s%s", (int)*stem, name, fu->parts[j]) < (int)sizeof pn &&
+           dit_weights_find(w, pn))
+      j++;
+    if (j == fu->n) return fu;
+  }
+  return NULL;
+}
+
+/* Sets it's sources and source name for stored tensor t: itself, its two halves exchanged
+ * (ex->swap), or its fused group (false: t is written with its group's first part). */
+static dit_status plan_sources(q_plan *P, const dit_wexport *ex, const dit_st_tensor *t, q_item *it, char *src_name,
+                               size_t len, bool *swapped, bool *skip, dit_error *err) {
+  it->src[0] = t, it->n_src = 1;
+  snprintf(src_name, len, "%s", t->name);
+  for (size_t i = 0; ex && i < ex->n_swap; i++) {
+    if (strcmp(t->name, ex->swap[i].from)) continue;
+    if (t->ndim < 1 || t->shape[0] % 2)
+      return dit_errorf(err, DIT_ERR_FORMAT, "quantize: %s has no two halves to exchange", t->name);
+    P->views[P->n_views] = st_rows(t, t->shape[0] / 2, t->shape[0] / 2);
+    P->views[P->n_views + 1] = st_rows(t, 0, t->shape[0] / 2);
+    it->src[0] = &P->views[P->n_views], it->src[1] = &P->views[P->n_views + 1], it->n_src = 2;
+    P->n_views += 2;
+    snprintf(src_name, len, "%s", ex->swap[i].to);
+    *swapped = true;
+    return DIT_OK;
+  }
+  int k;
+  size_t stem;
+  const dit_wsplit *fu = fuse_of(P->w, ex, t->name, &k, &stem);
+  if (!fu) return DIT_OK;
+  if (k > 0) return *skip = true, DIT_OK; /* written with its group's first part */
+  it->n_src = 0;
+  for (int j = 0; j < fu->n; j++) {
+    char pn[DIT_WNAME_MAX * 2];
+    snprintf(pn, sizeof pn, "%.*s%s", (int)stem, t->name, fu->parts[j]);
+    const dit_st_tensor *p = dit_weights_find(P->w, pn);
+    if (p->ndim != t->ndim || p->dtype != t->dtype || (t->ndim == 2 && p->shape[1] != t->shape[1]))
+      return dit_errorf(err, DIT_ERR_FORMAT, "quantize: %s does not match %s to fuse with", pn, t->name);
+    it->src[it->n_src++] = p;
+  }
+  snprintf(src_name, len, "%.*s%s", (int)stem, t->name, fu->suffix);
+  return DIT_OK;
+}
+
 /* Adds the item for stored tensor t (or, when t is a fused group's first part, the group). */
 static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor *t, dit_dtype type, dit_error *err) {
   q_item *it = &P->items[P->n];
-  it->src[0] = t, it->n_src = 1;
   char src_name[DIT_WNAME_MAX];
-  snprintf(src_name, sizeof src_name, "%s", t->name);
-  for (size_t f = 0; ex && f < ex->n_fuse; f++) {
-    const dit_wsplit *fu = &ex->fuse[f];
-    size_t stem;
-    for (int k = 0; k < fu->n; k++) {
-      if (!has_suffix(t->name, fu->parts[k], &stem)) continue;
-      if (k > 0) return DIT_OK; /* written with its group's first part */
-      it->n_src = 0;
-      for (int j = 0; j < fu->n; j++) {
-        char pn[DIT_WNAME_MAX * 2];
-        snprintf(pn, sizeof pn, "%.*s%s", (int)stem, t->name, fu->parts[j]);
-        const dit_st_tensor *p = dit_weights_find(P->w, pn);
-        if (!p || p->ndim != t->ndim || p->dtype != t->dtype || (t->ndim == 2 && p->shape[1] != t->shape[1]))
-          return dit_errorf(err, DIT_ERR_FORMAT, "quantize: %s has no matching %s to fuse with", t->name, pn);
-        it->src[it->n_src++] = p;
-      }
-      snprintf(src_name, sizeof src_name, "%.*s%s", (int)stem, t->name, fu->suffix);
-    }
-  }
-  DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, P->st, err));
+  bool swapped = false, skip = false;
+  DIT_TRY(plan_sources(P, ex, t, it, src_name, sizeof src_name, &swapped, &skip, err));
+  if (skip) return DIT_OK;
+  if (swapped) snprintf(it->name, sizeof it->name, "%s", src_name);
+  else DIT_TRY(export_name(ex, src_name, it->name, sizeof it->name, P->st, err));
   dit_out_tensor *o = &P->t[P->n];
   o->name = it->name;
   o->ndim = t->ndim;
@@ -123,7 +170,7 @@ static dit_status plan_one(q_plan *P, const dit_wexport *ex, const dit_st_tensor
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "quantize: tensor %s has %d dims (at most 4%s)", t->name, t->ndim,
                       P->st ? "" : ", at least 1 in GGUF");
   memcpy(o->shape, t->shape, sizeof o->shape);
-  for (int k = 1; k < it->n_src; k++) o->shape[0] += it->src[k]->shape[0];
+  for (int k = 0; t->ndim && k < it->n_src; k++) o->shape[0] = (k ? o->shape[0] : 0) + it->src[k]->shape[0];
   o->dtype = out_dtype(it->name, t, type);
   P->n++;
   if (!is_fp8(o->dtype)) return DIT_OK;
@@ -167,7 +214,8 @@ static dit_status fill(void *user, size_t i, void *dst, size_t nbytes, dit_error
     memcpy(dst, &P->items[it->scale_of - 1].scale, 4);
     return DIT_OK;
   }
-  const int64_t K = o->ndim ? o->shape[o->ndim - 1] : 1;
+  /* rows of K elements; a vector as rows of one (its halves may come from two sources) */
+  const int64_t K = o->ndim >= 2 || dit_dtype_is_quant(o->dtype) ? o->shape[o->ndim - 1] : 1;
   uint64_t rb_out, rb_in = (uint64_t)K * dit_dtype_size(it->src[0]->dtype);
   dit_dtype_row_bytes(o->dtype, (uint64_t)K, &rb_out); /* checked by the writer */
   float *rows = malloc(sizeof(float) * (size_t)(K ? K : 1) * (size_t)P->threads);
@@ -207,7 +255,8 @@ static dit_status fill_progress(void *user, size_t i, void *dst, size_t nbytes, 
 static dit_status plan(q_plan *P, const dit_wexport *ex, dit_dtype type, dit_error *err) {
   P->items = calloc(2 * P->w->n_tensors + 2, sizeof *P->items); /* a scale per matrix, a marker */
   P->t = calloc(2 * P->w->n_tensors + 2, sizeof *P->t);
-  if (!P->items || !P->t) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory");
+  P->views = calloc(2 * (ex ? ex->n_swap : 0) + 1, sizeof *P->views);
+  if (!P->items || !P->t || !P->views) return dit_errorf(err, DIT_ERR_NOMEM, "quantize: out of memory");
   if (is_fp8(type)) { /* ComfyUI's marker of a scaled fp8 file: an empty fp8 tensor */
     snprintf(P->items[0].name, sizeof P->items[0].name, "scaled_fp8");
     P->t[P->n++] = (dit_out_tensor){P->items[0].name, type, 1, {0}};
@@ -270,6 +319,7 @@ static dit_status quantize(dit_ctx *ctx, const dit_quantize_params *p, dit_error
   }
   free(P.items);
   free(P.t);
+  free(P.views);
   dit_weights_close(P.w);
   return s;
 }

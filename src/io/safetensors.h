@@ -111,13 +111,25 @@ dit_status dit_st_write(const char *path, bool overwrite, const char *const *met
  * an open set into the ones a weight table uses, without touching the data. */
 typedef struct dit_wrename {
   const char *from, *to; /* every occurrence of from becomes to */
+  const char *within;    /* NULL, or: only in names that start with this when the rule is reached
+                            (a rule placed before its block's prefix is renamed sees the same
+                            prefix both ways, so it can tell one kind of block from another) */
 } dit_wrename;
 
 typedef struct dit_wsplit {
   const char *suffix;   /* a name ending in this ... */
   int n;                /* ... is n tensors of equal rows (dim 0), in order, */
   const char *parts[4]; /* named with parts[i] in place of the suffix */
+  const char *within;   /* NULL, or: only for names starting with this (the split's side's names) */
 } dit_wsplit;
+
+/* src renamed by the rules r[0..n): in order, each from -> to; or backward, each to -> from
+ * in reverse order (the other direction of the same table). The name is seen with a leading
+ * '^' so a rule can anchor at its start (a rule used both ways anchors both its sides).
+ * False when a name does not fit in len. */
+bool dit_wname_rename(const dit_wrename *r, size_t n, bool backward, const char *src, char *dst, size_t len);
+/* True when name starts with within (or within is NULL). */
+bool dit_wname_within(const char *name, const char *within);
 
 typedef struct dit_wremap {
   const char *strip_prefix;  /* removed from names that start with it (NULL: none) */
@@ -134,14 +146,18 @@ typedef struct dit_wremap {
 typedef struct dit_wexport {
   const char *arch;          /* the file's general.architecture */
   const char *strip_prefix;  /* removed first (NULL: none) */
-  const dit_wrename *rename; /* then applied in order (to fused names too); a name is seen
-                                with a leading '^' here, so a rule can anchor at its start */
+  const dit_wrename *rename; /* then applied (to fused names too), see dit_wname_rename */
   size_t n_rename;
-  bool inverse;              /* each rename applied as to -> from */
+  bool inverse;              /* the renames are an import's table, applied backward */
   const dit_wsplit *fuse;    /* a split read backwards: the stored parts, rows concatenated in
-                                order, become one tensor named with the suffix */
+                                order, become one tensor named with the suffix (the first split
+                                whose parts and `within` match) */
   size_t n_fuse;
   const char *const *drop;   /* source names left out; NULL-terminated, or NULL */
+  const dit_wrename *swap;   /* source name from is written as to (no other renaming) with the
+                                two halves of its rows exchanged (FLUX's final modulation: scale
+                                then shift in diffusers, shift then scale in the original) */
+  size_t n_swap;
 } dit_wexport;
 
 /* dst = src with every occurrence of from replaced by to (len bytes with the NUL); false

@@ -25,6 +25,22 @@ bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from,
   return true;
 }
 
+bool dit_wname_within(const char *name, const char *within) {
+  return !within || !strncmp(name, within, strlen(within));
+}
+
+bool dit_wname_rename(const dit_wrename *r, size_t n, bool backward, const char *src, char *dst, size_t len) {
+  char a[DIT_WNAME_MAX + 1], b[DIT_WNAME_MAX + 1];
+  if (snprintf(a, sizeof a, "^%s", src) >= (int)sizeof a) return false;
+  for (size_t j = 0; j < n; j++) {
+    const dit_wrename *e = &r[backward ? n - 1 - j : j];
+    if (!dit_wname_within(a[0] == '^' ? a + 1 : a, e->within)) continue;
+    if (!dit_wname_replace(b, sizeof b, a, backward ? e->to : e->from, backward ? e->from : e->to)) return false;
+    memcpy(a, b, sizeof a);
+  }
+  return snprintf(dst, len, "%s", a[0] == '^' ? a + 1 : a) < (int)len;
+}
+
 static bool ends_with(const char *s, const char *suffix, size_t *stem) {
   size_t n = strlen(s), m = strlen(suffix);
   *stem = n - m;
@@ -39,18 +55,12 @@ static bool dropped(const char *name, const char *const *drop) {
 
 /* The new name of `name` before splitting. */
 static dit_status new_name(const dit_wremap *r, const char *name, char *out, size_t len, dit_error *err) {
-  char a[DIT_WNAME_MAX], b[DIT_WNAME_MAX];
   size_t pl = r->strip_prefix ? strlen(r->strip_prefix) : 0;
   const char *src = pl && !strncmp(name, r->strip_prefix, pl) ? name + pl : name;
-  if (snprintf(a, sizeof a, "%s", src) >= (int)sizeof a)
+  if (strlen(src) >= DIT_WNAME_MAX)
     return dit_errorf(err, DIT_ERR_FORMAT, "tensor name \"%.64s...\" is too long (at most %d bytes)", name,
                       DIT_WNAME_MAX - 1);
-  for (size_t i = 0; i < r->n_rename; i++) {
-    if (!dit_wname_replace(b, sizeof b, a, r->rename[i].from, r->rename[i].to))
-      return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": renamed, its name is too long", name);
-    memcpy(a, b, sizeof a);
-  }
-  if (snprintf(out, len, "%s", a) >= (int)len)
+  if (!dit_wname_rename(r->rename, r->n_rename, false, src, out, len))
     return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\": renamed, its name is too long", name);
   return DIT_OK;
 }
@@ -129,7 +139,8 @@ static bool split_scale(const dit_wremap *r, const char *name, const dit_wsplit 
     if (!ends_with(name, scales[k], &stem) || snprintf(wn, sizeof wn, "%.*s.weight", (int)stem, name) >= (int)sizeof wn)
       continue;
     for (size_t i = 0; i < r->n_split; i++)
-      if (ends_with(wn, r->split[i].suffix, &wstem) && ends_with(r->split[i].suffix, ".weight", &stem)) {
+      if (dit_wname_within(wn, r->split[i].within) && ends_with(wn, r->split[i].suffix, &wstem) &&
+          ends_with(r->split[i].suffix, ".weight", &stem)) {
         *sp = &r->split[i], *sfx = scales[k];
         return true;
       }
@@ -177,7 +188,8 @@ dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err
     const char *sfx = NULL;
     size_t stem = 0;
     for (size_t k = 0; k < r->n_split && !sp; k++)
-      if (ends_with(name, r->split[k].suffix, &stem) || part_of(name, r->split[k].suffix, &stem))
+      if (dit_wname_within(name, r->split[k].within) &&
+          (ends_with(name, r->split[k].suffix, &stem) || part_of(name, r->split[k].suffix, &stem)))
         sp = &r->split[k];
     int part = sp ? presplit_part(w, t->name, name, sp, &stem) : -1;
     if (part >= 0) DIT_TRY(push_part(w, cap, t, name, stem, sp, part, err));

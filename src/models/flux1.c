@@ -281,9 +281,6 @@ static void fuse_qkv(dit_flux2 *m) {
 
 /* ---- a single file's config from its shapes ---------------------------------------- */
 
-/* ComfyUI saves the transformer with this prefix on every name. */
-#define COMFY_PREFIX "model.diffusion_model."
-
 /* Tensor pfx + name, or NULL. */
 static const dit_st_tensor *find(const dit_weights *w, const char *pfx, const char *name) {
   char full[2 * DIT_WNAME_MAX];
@@ -320,7 +317,7 @@ static int count_blocks(const dit_weights *w, const char *pfx, const char *prefi
 /* The config a single file's shapes imply; *pfx is the names' prefix ("" or ComfyUI's). */
 static dit_status infer_config(const dit_weights *w, const char *path, dit_flux2_config *c, const char **pfx,
                                dit_error *err) {
-  const char *p = !find(w, "", "img_in.weight") && find(w, COMFY_PREFIX, "img_in.weight") ? COMFY_PREFIX : "";
+  const char *p = !find(w, "", "img_in.weight") && find(w, FLUX_COMFY_PREFIX, "img_in.weight") ? FLUX_COMFY_PREFIX : "";
   *pfx = p;
   const dit_st_tensor *img = need(w, p, "img_in.weight", 2, path, err), *txt, *vec, *tin, *fin;
   if (!img) return DIT_ERR_FORMAT;
@@ -435,37 +432,65 @@ dit_status dit_flux1_create_random(dit_backend *be, const dit_flux2_config *c, d
  * "final_layer.linear." before ".linear2.". The final layer's modulation is not mapped: its
  * halves are swapped between the two layouts. */
 static const dit_wrename flux1_bfl_renames[] = {
-    {"double_blocks.", "transformer_blocks."},
-    {"single_blocks.", "single_transformer_blocks."},
-    {".img_mod.lin.", ".norm1.linear."},
-    {".txt_mod.lin.", ".norm1_context.linear."},
-    {".img_attn.qkv.", ".attn.img_qkv."},
-    {".txt_attn.qkv.", ".attn.txt_qkv."},
-    {".img_attn.proj.", ".attn.to_out.0."},
-    {".txt_attn.proj.", ".attn.to_add_out."},
-    {".img_mlp.0.", ".ff.net.0.proj."},
-    {".img_mlp.2.", ".ff.net.2."},
-    {".txt_mlp.0.", ".ff_context.net.0.proj."},
-    {".txt_mlp.2.", ".ff_context.net.2."},
-    {".modulation.lin.", ".norm.linear."},
-    {".linear1.", ".attn.to_qkv_mlp."},
-    {"final_layer.linear.", "proj_out."},
-    {".linear2.", ".proj_out."},
-    {"img_in.", "x_embedder."},
-    {"txt_in.", "context_embedder."},
-    {"time_in.in_layer.", "time_text_embed.timestep_embedder.linear_1."},
-    {"time_in.out_layer.", "time_text_embed.timestep_embedder.linear_2."},
-    {"guidance_in.in_layer.", "time_text_embed.guidance_embedder.linear_1."},
-    {"guidance_in.out_layer.", "time_text_embed.guidance_embedder.linear_2."},
-    {"vector_in.in_layer.", "time_text_embed.text_embedder.linear_1."},
-    {"vector_in.out_layer.", "time_text_embed.text_embedder.linear_2."},
+    FLUX_BFL_NORM_RENAMES,
+    {"double_blocks.", "transformer_blocks.", NULL},
+    {"single_blocks.", "single_transformer_blocks.", NULL},
+    {".img_mod.lin.", ".norm1.linear.", NULL},
+    {".txt_mod.lin.", ".norm1_context.linear.", NULL},
+    {".img_attn.qkv.", ".attn.img_qkv.", NULL},
+    {".txt_attn.qkv.", ".attn.txt_qkv.", NULL},
+    {".img_attn.proj.", ".attn.to_out.0.", NULL},
+    {".txt_attn.proj.", ".attn.to_add_out.", NULL},
+    {".img_mlp.0.", ".ff.net.0.proj.", NULL},
+    {".img_mlp.2.", ".ff.net.2.", NULL},
+    {".txt_mlp.0.", ".ff_context.net.0.proj.", NULL},
+    {".txt_mlp.2.", ".ff_context.net.2.", NULL},
+    {".modulation.lin.", ".norm.linear.", NULL},
+    {".linear1.", ".attn.to_qkv_mlp.", NULL},
+    {"final_layer.linear.", "proj_out.", NULL},
+    {".linear2.", ".proj_out.", NULL},
+    {"img_in.", "x_embedder.", NULL},
+    {"txt_in.", "context_embedder.", NULL},
+    {"time_in.in_layer.", "time_text_embed.timestep_embedder.linear_1.", NULL},
+    {"time_in.out_layer.", "time_text_embed.timestep_embedder.linear_2.", NULL},
+    {"guidance_in.in_layer.", "time_text_embed.guidance_embedder.linear_1.", NULL},
+    {"guidance_in.out_layer.", "time_text_embed.guidance_embedder.linear_2.", NULL},
+    {"vector_in.in_layer.", "time_text_embed.text_embedder.linear_1.", NULL},
+    {"vector_in.out_layer.", "time_text_embed.text_embedder.linear_2.", NULL},
 };
-/* linear1 holds q, k, v and the MLP input: rows D, D, D and F (lora.c splits by the targets' rows) */
+/* linear1 holds q, k, v and the MLP input: rows D, D, D and F (lora.c splits by the targets' rows;
+ * `ditrun quantize` concatenates them); the biases are fused like their weights. */
+#define QKV(x) {".attn.to_q." x, ".attn.to_k." x, ".attn.to_v." x}
+#define ADD_QKV(x) {".attn.add_q_proj." x, ".attn.add_k_proj." x, ".attn.add_v_proj." x}
+#define QKV_MLP(x) {".attn.to_q." x, ".attn.to_k." x, ".attn.to_v." x, ".proj_mlp." x}
 static const dit_wsplit flux1_bfl_splits[] = {
-    {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}},
-    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}},
-    {".attn.to_qkv_mlp.weight", 4, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".proj_mlp.weight"}},
+    {".attn.img_qkv.weight", 3, QKV("weight"), "transformer_blocks."},
+    {".attn.txt_qkv.weight", 3, ADD_QKV("weight"), "transformer_blocks."},
+    {".attn.to_qkv_mlp.weight", 4, QKV_MLP("weight"), "single_transformer_blocks."},
+    {".attn.img_qkv.bias", 3, QKV("bias"), "transformer_blocks."},
+    {".attn.txt_qkv.bias", 3, ADD_QKV("bias"), "transformer_blocks."},
+    {".attn.to_qkv_mlp.bias", 4, QKV_MLP("bias"), "single_transformer_blocks."},
 };
+#undef QKV
+#undef ADD_QKV
+#undef QKV_MLP
+
+/* Writing (`ditrun quantize`): BFL's names, as flux1-dev.safetensors, ComfyUI, city96's GGUF
+ * files and stable-diffusion.cpp have them; the final modulation with shift before scale. */
+static const dit_wrename flux1_swap[] = {
+    {"norm_out.linear.weight", "final_layer.adaLN_modulation.1.weight", NULL},
+    {"norm_out.linear.bias", "final_layer.adaLN_modulation.1.bias", NULL},
+};
+const dit_wexport dit_flux1_export = {"flux",
+                                      NULL,
+                                      flux1_bfl_renames,
+                                      sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
+                                      true,
+                                      flux1_bfl_splits,
+                                      sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits,
+                                      NULL,
+                                      flux1_swap,
+                                      2};
 
 dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
   const dit_wremap bfl = {NULL, flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,

@@ -27,11 +27,13 @@
  * FluxTransformer2DModel config.json whose axes_dims_rope a single file uses (its other
  * fields must agree with the tensor shapes). On failure *out is NULL and the message names
  * the field or tensor that was wrong. */
+dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_json, dit_flux2 **out, dit_error *err);
 /* Sets the loaded weights' LoRAs to these, replacing earlier ones (models/lora.h): diffusers'
  * names, and BFL's original names (kohya, AI-Toolkit) on a model loaded from a folder; on one
  * loaded from a single file, the names of that file. */
 dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err);
-dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_json, dit_flux2 **out, dit_error *err);
+/* The names `ditrun quantize` writes a FLUX.1 transformer under (BFL's). */
+extern const dit_wexport dit_flux1_export;
 /* FLUX.1 [dev] (guidance embedder) or [schnell] transformer config: 19 double + 38 single
  * blocks, 24 heads of 128, in_channels 64, joint_attention_dim 4096, pooled 768. */
 void dit_flux1_config(dit_flux2_config *c, bool dev);

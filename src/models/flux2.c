@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/json.h"
 #include "models/lora.h"
@@ -206,34 +207,159 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
  * both ways: a LoRA's kohya name is matched against a table name with these applied backwards
  * in reverse order (".attn.to_out.0." before ".attn.to_out."). */
 static const dit_wrename flux2_bfl_renames[] = {
-    {"double_blocks.", "transformer_blocks."},
-    {"single_blocks.", "single_transformer_blocks."},
-    {".linear1.", ".attn.to_qkv_mlp_proj."},
-    {".linear2.", ".attn.to_out."},
-    {".img_attn.proj.", ".attn.to_out.0."},
-    {".txt_attn.proj.", ".attn.to_add_out."},
-    {".img_attn.qkv.", ".attn.img_qkv."},
-    {".txt_attn.qkv.", ".attn.txt_qkv."},
-    {".img_mlp.0.", ".ff.linear_in."},
-    {".img_mlp.2.", ".ff.linear_out."},
-    {".txt_mlp.0.", ".ff_context.linear_in."},
-    {".txt_mlp.2.", ".ff_context.linear_out."},
-    {"img_in.", "x_embedder."},
-    {"txt_in.", "context_embedder."},
-    {"time_in.in_layer.", "time_guidance_embed.timestep_embedder.linear_1."},
-    {"time_in.out_layer.", "time_guidance_embed.timestep_embedder.linear_2."},
-    {"guidance_in.in_layer.", "time_guidance_embed.guidance_embedder.linear_1."},
-    {"guidance_in.out_layer.", "time_guidance_embed.guidance_embedder.linear_2."},
-    {"final_layer.linear.", "proj_out."},
-    {"final_layer.adaLN_modulation.1.", "norm_out.linear."},
-    {"single_stream_modulation.lin.", "single_stream_modulation.linear."},
-    {"double_stream_modulation_img.lin.", "double_stream_modulation_img.linear."},
-    {"double_stream_modulation_txt.lin.", "double_stream_modulation_txt.linear."},
+    FLUX_BFL_NORM_RENAMES,
+    {"double_blocks.", "transformer_blocks.", NULL},
+    {"single_blocks.", "single_transformer_blocks.", NULL},
+    {".linear1.", ".attn.to_qkv_mlp_proj.", NULL},
+    {".linear2.", ".attn.to_out.", NULL},
+    {".img_attn.proj.", ".attn.to_out.0.", NULL},
+    {".txt_attn.proj.", ".attn.to_add_out.", NULL},
+    {".img_attn.qkv.", ".attn.img_qkv.", NULL},
+    {".txt_attn.qkv.", ".attn.txt_qkv.", NULL},
+    {".img_mlp.0.", ".ff.linear_in.", NULL},
+    {".img_mlp.2.", ".ff.linear_out.", NULL},
+    {".txt_mlp.0.", ".ff_context.linear_in.", NULL},
+    {".txt_mlp.2.", ".ff_context.linear_out.", NULL},
+    {"img_in.", "x_embedder.", NULL},
+    {"txt_in.", "context_embedder.", NULL},
+    {"time_in.in_layer.", "time_guidance_embed.timestep_embedder.linear_1.", NULL},
+    {"time_in.out_layer.", "time_guidance_embed.timestep_embedder.linear_2.", NULL},
+    {"guidance_in.in_layer.", "time_guidance_embed.guidance_embedder.linear_1.", NULL},
+    {"guidance_in.out_layer.", "time_guidance_embed.guidance_embedder.linear_2.", NULL},
+    {"final_layer.linear.", "proj_out.", NULL},
+    {"final_layer.adaLN_modulation.1.", "norm_out.linear.", NULL},
+    {"single_stream_modulation.lin.", "single_stream_modulation.linear.", NULL},
+    {"double_stream_modulation_img.lin.", "double_stream_modulation_img.linear.", NULL},
+    {"double_stream_modulation_txt.lin.", "double_stream_modulation_txt.linear.", NULL},
 };
 static const dit_wsplit flux2_bfl_splits[] = {
-    {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}},
-    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}},
+    {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}, NULL},
+    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}, NULL},
 };
+#define N_BFL_RENAMES (sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames)
+#define N_BFL_SPLITS (sizeof flux2_bfl_splits / sizeof *flux2_bfl_splits)
+
+/* Writing (`ditrun quantize`): BFL's names, as BFL's single files, ComfyUI, city96's GGUF
+ * files and stable-diffusion.cpp have them (general.architecture "flux" for both FLUX
+ * generations, as ComfyUI-GGUF names them); the final modulation with shift before scale. */
+static const dit_wrename flux2_swap[] = {{"norm_out.linear.weight", "final_layer.adaLN_modulation.1.weight", NULL}};
+const dit_wexport dit_flux2_export = {"flux", NULL, flux2_bfl_renames, N_BFL_RENAMES, true,
+                                      flux2_bfl_splits, N_BFL_SPLITS, NULL, flux2_swap, 1};
+
+/* True when w holds BFL's names (with ComfyUI's prefix when *pfx says so). */
+static bool bfl_names(const dit_weights *w, const char **pfx) {
+  static const char *const prefixes[] = {"", FLUX_COMFY_PREFIX};
+  for (int i = 0; i < 2; i++) {
+    char probe[96];
+    snprintf(probe, sizeof probe, "%sdouble_stream_modulation_img.lin.weight", prefixes[i]);
+    if (dit_weights_find(w, probe)) return *pfx = prefixes[i], true;
+  }
+  return false;
+}
+
+/* A single file's names as diffusers': BFL's (BFL's release, ComfyUI's, GGUF files made from
+ * them, stored fused or in sd.cpp's ".weight.1" parts) renamed and split; diffusers' names
+ * lose ComfyUI's prefix. */
+static dit_status rename_file(dit_weights *w, dit_error *err) {
+  const char *pfx = NULL;
+  if (bfl_names(w, &pfx)) {
+    const dit_wremap r = {pfx, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL};
+    return dit_weights_remap(w, &r, err);
+  }
+  if (!dit_weights_find(w, FLUX_COMFY_PREFIX "double_stream_modulation_img.linear.weight")) return DIT_OK;
+  const dit_wremap r = {FLUX_COMFY_PREFIX, NULL, 0, NULL, 0, NULL};
+  return dit_weights_remap(w, &r, err);
+}
+
+static dit_status need2(const dit_weights *w, const char *name, const char *path, const dit_st_tensor **t,
+                        dit_error *err) {
+  *t = dit_weights_find(w, name);
+  if (!*t || (*t)->ndim != 2)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: %s %s (not a FLUX.2 transformer?)", path,
+                      *t ? "2-D tensor expected:" : "no tensor", name);
+  return DIT_OK;
+}
+
+static int count_blocks(const dit_weights *w, const char *fmt) {
+  int n = 0;
+  char name[DIT_WNAME_MAX];
+  while (n < MAX_LAYERS && snprintf(name, sizeof name, fmt, n) < (int)sizeof name && dit_weights_find(w, name)) n++;
+  return n;
+}
+
+/* The config a single file's shapes imply (names already diffusers'): FLUX.2's published
+ * RoPE (four axes of 32, theta 2000) for its head size 128; another head size needs the
+ * transformer's config.json. */
+static dit_status config_from_shapes(const dit_weights *w, const char *path, dit_flux2_config *c, dit_error *err) {
+  memset(c, 0, sizeof *c);
+  const dit_st_tensor *x, *tx, *t1, *ms, *po;
+  DIT_TRY(need2(w, "x_embedder.weight", path, &x, err));
+  DIT_TRY(need2(w, "context_embedder.weight", path, &tx, err));
+  DIT_TRY(need2(w, "time_guidance_embed.timestep_embedder.linear_1.weight", path, &t1, err));
+  DIT_TRY(need2(w, "single_stream_modulation.linear.weight", path, &ms, err));
+  DIT_TRY(need2(w, "proj_out.weight", path, &po, err));
+  c->n_layers = count_blocks(w, "transformer_blocks.%d.attn.norm_q.weight");
+  c->n_single_layers = count_blocks(w, "single_transformer_blocks.%d.attn.norm_q.weight");
+  const dit_st_tensor *nq = dit_weights_find(w, c->n_layers ? "transformer_blocks.0.attn.norm_q.weight"
+                                                            : "single_transformer_blocks.0.attn.norm_q.weight");
+  const dit_st_tensor *ff = dit_weights_find(w, c->n_layers ? "transformer_blocks.0.ff.linear_in.weight"
+                                                            : "single_transformer_blocks.0.attn.to_out.weight");
+  if (!nq || nq->ndim != 1 || !ff || ff->ndim != 2)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: no blocks with q/k norms and an MLP (not a FLUX.2 transformer?)", path);
+  const int64_t D = x->shape[0], hd = nq->shape[0], F = c->n_layers ? ff->shape[0] / 2 : ff->shape[1] - D;
+  if (hd != 128)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED,
+                      "%s: head size %lld has no published RoPE axes; give the transformer's config.json", path,
+                      (long long)hd);
+  if (D % hd || D / hd > MAX_HEADS || F < 1 || x->shape[1] > MAX_CHANNELS || tx->shape[1] > MAX_DIM ||
+      t1->shape[1] > MAX_DIM || po->shape[0] > MAX_CHANNELS)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: inconsistent sizes (hidden %lld, head %lld, MLP %lld)", path,
+                      (long long)D, (long long)hd, (long long)F);
+  c->patch_size = 1;
+  c->in_channels = (int)x->shape[1];
+  c->out_channels = (int)po->shape[0];
+  c->head_dim = (int)hd;
+  c->n_heads = (int)(D / hd);
+  c->joint_attention_dim = (int)tx->shape[1];
+  c->t_channels = (int)t1->shape[1];
+  c->mlp_ratio = (double)F / (double)D;
+  c->n_axes = DIT_FLUX2_N_AXES;
+  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
+  c->rope_theta = 2000.0;
+  c->eps = 1e-6f;
+  c->guidance_embeds = dit_weights_find(w, "time_guidance_embed.guidance_embedder.linear_1.weight") != NULL;
+  DIT_TRY(flux2_check_config(c, path, err));
+  c->mlp_hidden = (int)F; /* the stored width, whatever the ratio's rounding */
+  return DIT_OK;
+}
+
+/* Whether path holds BFL's names, and its config (cfg_json's, else its shapes'). */
+static dit_status probe_file(const char *path, const char *cfg_json, dit_flux2_config *c, bool *bfl, dit_error *err) {
+  dit_weights *w = NULL;
+  DIT_TRY(dit_weights_open(path, NULL, &w, err));
+  const char *pfx;
+  *bfl = bfl_names(w, &pfx);
+  dit_status s = cfg_json ? flux2_parse_config(cfg_json, c, err) : rename_file(w, err);
+  if (s == DIT_OK && !cfg_json) s = config_from_shapes(w, path, c, err);
+  dit_weights_close(w);
+  return s;
+}
+
+dit_status dit_flux2_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_flux2 **out,
+                               dit_error *err) {
+  *out = NULL;
+  if (!be || !path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2: no backend or file given");
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dit_flux2_load(be, path, out, err);
+  dit_flux2 *m = flux2_new_model(be);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "flux2: out of memory");
+  bool bfl = false;
+  m->mw.rename = rename_file;
+  dit_status s = probe_file(path, cfg_json, &m->cfg, &bfl, err);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux2", path, build_table, m, true, err);
+  m->w.norm_out_shift_first = bfl;
+  DIT_HAND_OVER(s, m, out, dit_flux2_free);
+}
 
 dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *), const dit_wremap *orig,
                            const dit_lora *l, int n, dit_error *err) {
@@ -248,8 +374,7 @@ dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *)
 }
 
 dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
-  const dit_wremap bfl = {NULL, flux2_bfl_renames, sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames,
-                          flux2_bfl_splits, 2, NULL};
+  const dit_wremap bfl = {NULL, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL};
   return flux2_set_loras(m, list_table, m->cfg.variant == DIT_FLUX_2 ? &bfl : NULL, l, n, err);
 }
 

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "io/safetensors.h"
 
 #define DIT_FLUX2_N_AXES 4 /* RoPE axes over the position ids (t, h, w, l); FLUX.1 has 3 */
 #define DIT_FLUX2_MAX_HEAD_DIM 512 /* attention_head_dim accepted */
@@ -54,6 +55,15 @@ typedef struct dit_flux2 dit_flux2;
  * validated first (errors name the field); weights stay mapped in their stored dtype
  * (errors name missing, mis-shaped or unexpected tensors). On failure *out is NULL. */
 dit_status dit_flux2_load(dit_backend *be, const char *component_dir, dit_flux2 **out, dit_error *err);
+/* Loads a single weights file (safetensors or GGUF; a folder: as dit_flux2_load) under
+ * diffusers' names or BFL's (BFL's
+ * flux-2-klein-*.safetensors, ComfyUI's with "model.diffusion_model." before every name,
+ * GGUF files made from them), with cfg_json's config, or (NULL) the one its shapes imply
+ * (head size 128: FLUX.2's published RoPE; others need the config). */
+dit_status dit_flux2_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_flux2 **out,
+                               dit_error *err);
+/* The names `ditrun quantize` writes a FLUX.2 transformer under (BFL's). */
+extern const dit_wexport dit_flux2_export;
 /* A model with deterministic random weights of dtype wdt (F32/BF16/F16) created directly
  * in the backend's memory (no files), for benchmarks at the real geometry. c's "read
  * from config.json" fields must be set (dit_flux2_config_klein gives klein's); the

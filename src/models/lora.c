@@ -75,16 +75,15 @@ static bool orig_module(const dit_wremap *orig, const char *n, long k, char *out
   const size_t an = strlen(a);
   if (k >= 0) {
     const dit_wsplit *sp = &orig->split[k];
+    if (!dit_wname_within(a, sp->within)) return false;
     int p = 0;
     while (p < sp->n && (an < strlen(sp->parts[p]) || strcmp(a + an - strlen(sp->parts[p]), sp->parts[p]))) p++;
     if (p == sp->n) return false;
     snprintf(b, sizeof b, "%.*s%s", (int)(an - strlen(sp->parts[p])), a, sp->suffix);
     memcpy(a, b, sizeof a);
   }
-  for (size_t i = orig->n_rename; i-- > 0;) {
-    if (!dit_wname_replace(b, sizeof b, a, orig->rename[i].to, orig->rename[i].from)) return false;
-    memcpy(a, b, sizeof a);
-  }
+  if (!dit_wname_rename(orig->rename, orig->n_rename, true, a, b, sizeof b)) return false;
+  memcpy(a, b, sizeof a);
   const size_t l = strlen(a);
   if (l < 8 || strcmp(a + l - 7, ".weight")) return false;
   return snprintf(out, len, "%.*s", (int)(l - 7), a) < (int)len;
@@ -125,15 +124,14 @@ static int match(const dit_wtable *t, const dit_wremap *orig, const char *module
   if (snprintf(name, sizeof name, "%s.weight", m) >= (int)sizeof name) return 0;
   if ((ent[0] = find_entry(t, name)) >= 0) return 1;
   if (!orig) return 0;
-  for (size_t i = 0; i < orig->n_rename; i++) { /* the original checkpoint's names */
-    if (!dit_wname_replace(b, sizeof b, name, orig->rename[i].from, orig->rename[i].to)) return 0;
-    memcpy(name, b, sizeof name);
-  }
+  /* the original checkpoint's names */
+  if (!dit_wname_rename(orig->rename, orig->n_rename, false, name, b, sizeof b)) return 0;
+  memcpy(name, b, sizeof name);
   size_t n = strlen(name);
   for (size_t k = 0; k < orig->n_split; k++) {
     const dit_wsplit *sp = &orig->split[k];
     size_t sl = strlen(sp->suffix);
-    if (n < sl || strcmp(name + n - sl, sp->suffix)) continue;
+    if (n < sl || strcmp(name + n - sl, sp->suffix) || !dit_wname_within(name, sp->within)) continue;
     for (int p = 0; p < sp->n; p++) {
       snprintf(b, sizeof b, "%.*s%s", (int)(n - sl), name, sp->parts[p]);
       if ((ent[p] = find_entry(t, b)) < 0) return 0;

@@ -206,42 +206,42 @@ static const char *detect_prefix(const dit_weights *w) {
 /* llama.cpp's names (its GGUF files of Qwen3) as transformers' Qwen3Model names. Its
  * converter stores Qwen3's q and k projections unpermuted (only LLaMA's are permuted). */
 static const dit_wrename llama_cpp_names[] = {
-    {"blk.", "layers."},
-    {"attn_q_norm.", "self_attn.q_norm."},
-    {"attn_k_norm.", "self_attn.k_norm."},
-    {"attn_norm.", "input_layernorm."},
-    {"attn_q.", "self_attn.q_proj."},
-    {"attn_k.", "self_attn.k_proj."},
-    {"attn_v.", "self_attn.v_proj."},
-    {"attn_output.", "self_attn.o_proj."},
-    {"ffn_norm.", "post_attention_layernorm."},
-    {"ffn_gate.", "mlp.gate_proj."},
-    {"ffn_up.", "mlp.up_proj."},
-    {"ffn_down.", "mlp.down_proj."},
-    {"token_embd.", "embed_tokens."},
-    {"output_norm.", "norm."},
-    {"output.", "lm_head."},
+    {"blk.", "layers.", NULL},
+    {"attn_q_norm.", "self_attn.q_norm.", NULL},
+    {"attn_k_norm.", "self_attn.k_norm.", NULL},
+    {"attn_norm.", "input_layernorm.", NULL},
+    {"attn_q.", "self_attn.q_proj.", NULL},
+    {"attn_k.", "self_attn.k_proj.", NULL},
+    {"attn_v.", "self_attn.v_proj.", NULL},
+    {"attn_output.", "self_attn.o_proj.", NULL},
+    {"ffn_norm.", "post_attention_layernorm.", NULL},
+    {"ffn_gate.", "mlp.gate_proj.", NULL},
+    {"ffn_up.", "mlp.up_proj.", NULL},
+    {"ffn_down.", "mlp.down_proj.", NULL},
+    {"token_embd.", "embed_tokens.", NULL},
+    {"output_norm.", "norm.", NULL},
+    {"output.", "lm_head.", NULL},
 };
 
 static const dit_wrename to_llama_cpp[] = {
-    {"^layers.", "blk."},
-    {"self_attn.q_norm.", "attn_q_norm."},
-    {"self_attn.k_norm.", "attn_k_norm."},
-    {"input_layernorm.", "attn_norm."},
-    {"self_attn.q_proj.", "attn_q."},
-    {"self_attn.k_proj.", "attn_k."},
-    {"self_attn.v_proj.", "attn_v."},
-    {"self_attn.o_proj.", "attn_output."},
-    {"post_attention_layernorm.", "ffn_norm."},
-    {"mlp.gate_proj.", "ffn_gate."},
-    {"mlp.up_proj.", "ffn_up."},
-    {"mlp.down_proj.", "ffn_down."},
-    {"^embed_tokens.", "token_embd."},
-    {"^norm.", "output_norm."},
+    {"^layers.", "blk.", NULL},
+    {"self_attn.q_norm.", "attn_q_norm.", NULL},
+    {"self_attn.k_norm.", "attn_k_norm.", NULL},
+    {"input_layernorm.", "attn_norm.", NULL},
+    {"self_attn.q_proj.", "attn_q.", NULL},
+    {"self_attn.k_proj.", "attn_k.", NULL},
+    {"self_attn.v_proj.", "attn_v.", NULL},
+    {"self_attn.o_proj.", "attn_output.", NULL},
+    {"post_attention_layernorm.", "ffn_norm.", NULL},
+    {"mlp.gate_proj.", "ffn_gate.", NULL},
+    {"mlp.up_proj.", "ffn_up.", NULL},
+    {"mlp.down_proj.", "ffn_down.", NULL},
+    {"^embed_tokens.", "token_embd.", NULL},
+    {"^norm.", "output_norm.", NULL},
 };
 static const char *const export_drop[] = {"lm_head.weight", NULL};
 const dit_wexport dit_qwen3_export = {
-    "qwen3", "model.", to_llama_cpp, sizeof to_llama_cpp / sizeof *to_llama_cpp, false, NULL, 0, export_drop};
+    "qwen3", "model.", to_llama_cpp, sizeof to_llama_cpp / sizeof *to_llama_cpp, false, NULL, 0, export_drop, NULL, 0};
 
 static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));

@@ -235,18 +235,18 @@ static dit_zimage *new_model(dit_backend *be) {
  * GGUF files made from them) as diffusers names, as diffusers' single-file converter maps
  * them: q, k and v fused in one tensor, a few modules renamed, an unused final norm. */
 static const dit_wrename orig_renames[] = {
-    {"final_layer.", "all_final_layer.2-1."},         {"x_embedder.", "all_x_embedder.2-1."},
-    {".attention.out.", ".attention.to_out.0."},       {".attention.k_norm.", ".attention.norm_k."},
-    {".attention.q_norm.", ".attention.norm_q."},
+    {"final_layer.", "all_final_layer.2-1.", NULL},         {"x_embedder.", "all_x_embedder.2-1.", NULL},
+    {".attention.out.", ".attention.to_out.0.", NULL},       {".attention.k_norm.", ".attention.norm_k.", NULL},
+    {".attention.q_norm.", ".attention.norm_q.", NULL},
 };
 static const dit_wsplit orig_splits[] = {
-    {".attention.qkv.weight", 3, {".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}},
+    {".attention.qkv.weight", 3, {".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}, NULL},
 };
 static const char *const orig_drop[] = {"norm_final.weight", NULL};
 
 /* Writing: the same tables backwards. */
 const dit_wexport dit_zimage_export = {"lumina2", NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames,
-                                       true, orig_splits, 1, NULL};
+                                       true, orig_splits, 1, NULL, NULL, 0};
 
 static dit_status rename_original(dit_weights *w, dit_error *err) {
   static const char *const prefixes[] = {"", "model.diffusion_model."};

@@ -239,22 +239,8 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *e
   DIT_TRY(dit_flux1_apply_loras(m, rt->loras, rt->n_loras, err));
   return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
-static dit_status flux1_dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  dit_component_src src;
-  dit_flux2 *m = NULL;
-  DIT_TRY(dit_component_source(rt, "transformer", &src, err));
-  DIT_TRY(dit_flux1_load(rt->dev, src.path, src.cfg, &m, err));
-  dit_status s = dit_prepare(rt, m, err);
-  DIT_HAND_OVER(s, m, obj, dit_flux2_free);
-}
-
-static void flux1_dit_free(void *obj) { dit_flux2_free(obj); }
-static dit_status flux1_dit_retune(const dit_model_rt *rt, void *obj, dit_error *err) {
-  return dit_prepare(rt, obj, err);
-}
-
-static const dit_component_kind flux1_dit = {"transformer", DIT_KEEP_TRANSFORMER, flux1_dit_load, flux1_dit_free, false,
-                                             flux1_dit_retune};
+DIT_COMPONENT_KIND_SRC(flux1_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux1_load,
+                       dit_prepare, dit_flux2_free);
 
 /* FluxPipeline's schedule: linspace sigmas, mu = calculate_shift(image tokens) from the
  * scheduler's own bounds (used only when it shifts dynamically). */

@@ -280,7 +280,7 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_flux2 *m, dit_error *e
   DIT_TRY(dit_flux2_apply_loras(m, rt->loras, rt->n_loras, err));
   return dit_rt_on_device(rt) ? dit_flux2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
-DIT_COMPONENT_KIND(klein_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux2_load,
+DIT_COMPONENT_KIND_SRC(klein_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_flux2, dit_flux2_load_file,
                    dit_prepare, dit_flux2_free);
 
 /* Loads the transformer (unless resident) and checks it against the prompt features. */

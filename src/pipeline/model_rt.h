@@ -56,10 +56,27 @@ typedef struct dit_component_kind {
     dit_status s = prepare_fn(rt, m, err);                                                   \
     DIT_HAND_OVER(s, m, obj, free_fn);                                                       \
   }                                                                                          \
-  static void kind##_free(void *obj) { free_fn(obj); }                                       \
-  static dit_status kind##_retune(const dit_model_rt *rt, void *obj, dit_error *err) {      \
-    return prepare_fn(rt, (T *)obj, err);                                                    \
-  }                                                                                          \
+  DIT_COMPONENT_KIND_REST_(kind, stage_name, keep, T, prepare_fn, free_fn)
+
+/* The same for a component a single weights file may stand in for: loaded by
+ * load_fn(rt->dev, path, cfg, &(T *), err) with dit_component_source's path and cfg (for a
+ * file, the folder's config.json when it has one, else NULL). */
+#define DIT_COMPONENT_KIND_SRC(kind, stage_name, keep, folder, T, load_fn, prepare_fn, free_fn) \
+  static dit_status kind##_load(const dit_model_rt *rt, void **obj, dit_error *err) {           \
+    dit_component_src src;                                                                       \
+    T *m = NULL;                                                                                 \
+    DIT_TRY(dit_component_source(rt, folder, &src, err));                                        \
+    DIT_TRY(load_fn(rt->dev, src.path, src.cfg, &m, err));                                       \
+    dit_status s = prepare_fn(rt, m, err);                                                       \
+    DIT_HAND_OVER(s, m, obj, free_fn);                                                           \
+  }                                                                                              \
+  DIT_COMPONENT_KIND_REST_(kind, stage_name, keep, T, prepare_fn, free_fn)
+
+#define DIT_COMPONENT_KIND_REST_(kind, stage_name, keep, T, prepare_fn, free_fn)        \
+  static void kind##_free(void *obj) { free_fn(obj); }                                 \
+  static dit_status kind##_retune(const dit_model_rt *rt, void *obj, dit_error *err) { \
+    return prepare_fn(rt, (T *)obj, err);                                              \
+  }                                                                                    \
   static const dit_component_kind kind = {stage_name, keep, kind##_load, kind##_free, false, kind##_retune}
 
 /* Where component name's weights are: its folder, or the single file set for it

@@ -279,6 +279,7 @@ typedef struct out_t {
   int64_t shape[DIT_MAX_DIMS];
   const dit_st_tensor *src[3];
   int n_src;
+  dit_st_tensor half[3]; /* a source's half, when a piece takes one */
 } out_t;
 
 static void out_from(out_t *o, const char *name, const dit_st_tensor *t) {
@@ -364,7 +365,19 @@ static int compose_one(out_t *o, const dit_st_file *f, const dt_st_piece *p) {
   memset(o, 0, sizeof *o);
   if (p->n_src < 1 || p->n_src > 3) return -1;
   for (int k = 0; k < p->n_src; k++) {
-    const dit_st_tensor *b = o->src[k] = dit_st_find(f, p->src[k]), *a = o->src[0];
+    const dit_st_tensor *b = o->src[k] = dit_st_find(f, p->src[k]);
+    if (b && p->half[k] && b->ndim >= 1 && b->shape[0] % 2 == 0) { /* rows [0, R/2) or [R/2, R) */
+      const uint64_t nb = (b->end - b->begin) / 2;
+      o->half[k] = *b;
+      o->half[k].shape[0] /= 2;
+      o->half[k].data = (const char *)b->data + (p->half[k] == 2 ? nb : 0);
+      o->half[k].begin = b->begin + (p->half[k] == 2 ? nb : 0);
+      o->half[k].end = o->half[k].begin + nb;
+      b = o->src[k] = &o->half[k];
+    } else if (b && p->half[k]) {
+      return -1;
+    }
+    const dit_st_tensor *a = o->src[0];
     if (!b || b->ndim < 1 || b->dtype != a->dtype || b->ndim != a->ndim ||
         memcmp(b->shape + 1, a->shape + 1, (size_t)(a->ndim - 1) * 8))
       return -1;
@@ -513,6 +526,95 @@ int dt_zimage_write_original(const char *src, const char *dst, bool split_qkv) {
   }
   dit_st_close(f);
   int rc = p ? dt_st_compose(src, dst, p, n) : -1;
+  free(p);
+  return rc;
+}
+
+/* One piece of dt_flux2_write_bfl: prefix + dst from the n sources, each stem + src[k]. */
+static void bfl_piece(dt_st_piece *p, const char *prefix, const char *dst, const char *stem, int n,
+                      const char *const *src) {
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s%s", prefix, dst);
+  for (int k = 0; k < n; k++) snprintf(p->src[k], sizeof p->src[k], "%s%s", stem, src[k]);
+  p->n_src = n;
+}
+
+int dt_flux2_write_bfl(const char *src, const char *dst, const char *prefix) {
+  dit_st_file *f = NULL;
+  dit_error err = {0};
+  if (dit_st_open(src, NULL, &f, &err) != DIT_OK) return -1;
+  int nd = 0, ns = 0;
+  char probe[256];
+  while (snprintf(probe, sizeof probe, "transformer_blocks.%d.attn.norm_q.weight", nd), dit_st_find(f, probe)) nd++;
+  while (snprintf(probe, sizeof probe, "single_transformer_blocks.%d.attn.norm_q.weight", ns), dit_st_find(f, probe))
+    ns++;
+  const size_t cap = 16 + 12 * (size_t)nd + 4 * (size_t)ns;
+  dt_st_piece *p = calloc(cap, sizeof *p);
+  size_t n = 0;
+  static const char *const top[][2] = {
+      {"img_in.weight", "x_embedder.weight"},
+      {"txt_in.weight", "context_embedder.weight"},
+      {"time_in.in_layer.weight", "time_guidance_embed.timestep_embedder.linear_1.weight"},
+      {"time_in.out_layer.weight", "time_guidance_embed.timestep_embedder.linear_2.weight"},
+      {"guidance_in.in_layer.weight", "time_guidance_embed.guidance_embedder.linear_1.weight"},
+      {"guidance_in.out_layer.weight", "time_guidance_embed.guidance_embedder.linear_2.weight"},
+      {"double_stream_modulation_img.lin.weight", "double_stream_modulation_img.linear.weight"},
+      {"double_stream_modulation_txt.lin.weight", "double_stream_modulation_txt.linear.weight"},
+      {"single_stream_modulation.lin.weight", "single_stream_modulation.linear.weight"},
+      {"final_layer.linear.weight", "proj_out.weight"},
+  };
+  for (size_t i = 0; p && i < sizeof top / sizeof *top; i++)
+    if (dit_st_find(f, top[i][1])) bfl_piece(&p[n++], prefix, top[i][0], "", 1, &top[i][1]);
+  if (p) { /* diffusers keeps (scale, shift), the original (shift, scale) */
+    static const char *const mod[2] = {"norm_out.linear.weight", "norm_out.linear.weight"};
+    bfl_piece(&p[n], prefix, "final_layer.adaLN_modulation.1.weight", "", 2, mod);
+    p[n].half[0] = 2, p[n++].half[1] = 1;
+  }
+  static const char *const dbl[][2] = {
+      {"img_attn.norm.query_norm.scale", "attn.norm_q.weight"},
+      {"img_attn.norm.key_norm.scale", "attn.norm_k.weight"},
+      {"txt_attn.norm.query_norm.scale", "attn.norm_added_q.weight"},
+      {"txt_attn.norm.key_norm.scale", "attn.norm_added_k.weight"},
+      {"img_attn.proj.weight", "attn.to_out.0.weight"},
+      {"txt_attn.proj.weight", "attn.to_add_out.weight"},
+      {"img_mlp.0.weight", "ff.linear_in.weight"},
+      {"img_mlp.2.weight", "ff.linear_out.weight"},
+      {"txt_mlp.0.weight", "ff_context.linear_in.weight"},
+      {"txt_mlp.2.weight", "ff_context.linear_out.weight"},
+  };
+  static const char *const img_qkv[3] = {"attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight"};
+  static const char *const txt_qkv[3] = {"attn.add_q_proj.weight", "attn.add_k_proj.weight", "attn.add_v_proj.weight"};
+  for (int b = 0; p && b < nd; b++) {
+    char stem[64], d[64], name[256];
+    snprintf(stem, sizeof stem, "transformer_blocks.%d.", b);
+    snprintf(d, sizeof d, "double_blocks.%d.", b);
+    snprintf(name, sizeof name, "%simg_attn.qkv.weight", d);
+    bfl_piece(&p[n++], prefix, name, stem, 3, img_qkv);
+    snprintf(name, sizeof name, "%stxt_attn.qkv.weight", d);
+    bfl_piece(&p[n++], prefix, name, stem, 3, txt_qkv);
+    for (size_t i = 0; i < sizeof dbl / sizeof *dbl; i++) {
+      snprintf(name, sizeof name, "%s%s", d, dbl[i][0]);
+      bfl_piece(&p[n++], prefix, name, stem, 1, &dbl[i][1]);
+    }
+  }
+  static const char *const sgl[][2] = {
+      {"linear1.weight", "attn.to_qkv_mlp_proj.weight"},
+      {"linear2.weight", "attn.to_out.weight"},
+      {"norm.query_norm.scale", "attn.norm_q.weight"},
+      {"norm.key_norm.scale", "attn.norm_k.weight"},
+  };
+  for (int b = 0; p && b < ns; b++) {
+    char stem[64], name[256];
+    snprintf(stem, sizeof stem, "single_transformer_blocks.%d.", b);
+    for (size_t i = 0; i < sizeof sgl / sizeof *sgl; i++) {
+      snprintf(name, sizeof name, "single_blocks.%d.%s", b, sgl[i][0]);
+      bfl_piece(&p[n++], prefix, name, stem, 1, &sgl[i][1]);
+    }
+  }
+  const size_t have = f->n_tensors;
+  dit_st_close(f);
+  /* every source tensor used (the fused q, k, v: three per piece, two such pieces per block) */
+  int rc = p && n + 4 * (size_t)nd == have ? dt_st_compose(src, dst, p, n) : -1;
   free(p);
   return rc;
 }

@@ -79,11 +79,13 @@ typedef int (*dt_st_rename_fn)(void *user, const char *name, char *out, size_t l
  * bytes). 0, or -1 on failure (fn failed, an element count changed, two names collide). */
 int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user);
 /* One tensor of a file dt_st_compose writes: its name and the tensors of the source whose
- * data, back to back (rows of the same dtype and trailing dims), make it. */
+ * data, back to back (rows of the same dtype and trailing dims), make it; half[k] 1 or 2
+ * takes only the first or second half of source k's rows (0: all of them). */
 typedef struct dt_st_piece {
   char name[256];
   char src[3][256];
   int n_src;
+  int half[3];
 } dt_st_piece;
 /* Writes dst with the n pieces (in that order), from the tensors of src. 0, or -1 on
  * failure (a missing source, mismatched parts, an I/O error). */
@@ -93,6 +95,13 @@ int dt_st_compose(const char *src, const char *dst, const dt_st_piece *p, size_t
  * "attention.qkv.weight", "...weight.1", "...weight.2", the layout stable-diffusion.cpp's
  * converter writes from a diffusers folder). 0, or -1 on failure. */
 int dt_zimage_write_original(const char *src, const char *dst, bool split_qkv);
+/* Writes dst: the diffusers-named FLUX.2 transformer file src under Black Forest Labs'
+ * single-file names (flux-2-klein-*.safetensors: fused img/txt qkv, double_blocks /
+ * single_blocks, *_norm.scale, the final modulation with shift before scale), with `prefix`
+ * before every name ("" or ComfyUI's "model.diffusion_model."). The renaming is this test
+ * suite's own table (tests/fixtures/gen/check_flux2_bfl.py checks a file it wrote against
+ * diffusers' converter). 0, or -1 on failure. */
+int dt_flux2_write_bfl(const char *src, const char *dst, const char *prefix);
 /* Writes dst: src with every 2-D "*.weight" matrix stored as fp8 (f8: DIT_F8_E4M3 or
  * DIT_F8_E5M2) divided by a per-tensor scale (its absolute maximum over the type's largest
  * value), the scale beside it as "X.scale_weight" (ComfyUI's scaled fp8, with its

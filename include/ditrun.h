@@ -83,6 +83,10 @@ dit_status dit_info_print(dit_ctx *ctx, const char *path, FILE *out);
 #define DIT_INFO_TENSORS 1u /* also list every tensor: name, dtype, shape */
 /* dit_info_print with flags (DIT_INFO_*). */
 dit_status dit_info_print_ex(dit_ctx *ctx, const char *path, unsigned flags, FILE *out);
+/* What this machine gives ditrun: the CPU and its vector extensions, the CPU backend's GEMM
+ * kernel path (DIT_CPU_ISA's choice when set; a path the CPU lacks is an error) and thread
+ * count, and the CUDA devices of a CUDA build (`ditrun info --system`). */
+dit_status dit_system_print(dit_ctx *ctx, FILE *out);
 
 /* ---- image comparison (ditrun compare) ------------------------------------------ */
 typedef struct dit_image_metrics {
@@ -439,6 +443,7 @@ typedef struct dit_bench_result {
   long graph_launches;          /* timed runs replayed from a captured graph (GPU; DIT_CUDA_GRAPHS=0: none) */
   int have_ref;                 /* ref_bf16 ran: the output against bf16 weights' output, */
   double ref_rel_l2, ref_rel_max; /* ||q - b|| / ||b|| and max |q - b| / max |b| */
+  char cpu_isa[16];             /* device cpu: its kernel path (avx512bf16, avx512, avx2, portable) */
 } dit_bench_result;
 
 /* End to end (ditrun bench --e2e STEPS, arch zimage): text encode + STEPS forwards + VAE decode

@@ -242,6 +242,7 @@ static dit_status check_output(dit_backend *be, bench_io *io, dit_bench_result *
 static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype adt, dit_bench_result *r) {
   snprintf(r->arch, sizeof r->arch, "%s", p->arch);
   snprintf(r->device, sizeof r->device, "%s", be->ops->name);
+  snprintf(r->cpu_isa, sizeof r->cpu_isa, "%s", p->device == DIT_DEVICE_CPU ? dit_cpu_isa_name(be) : "");
   snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(p->dtype));
   snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
   r->res = p->res;
@@ -252,10 +253,13 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
     r->peak_tflops = p->peak_tflops;
     snprintf(r->peak_what, sizeof r->peak_what, "given with --peak");
   } else if (p->device == DIT_DEVICE_CPU) {
-    r->peak_tflops = CPU_PEAK_PER_THREAD_TFLOPS * be->n_threads;
-    snprintf(r->peak_what, sizeof r->peak_what, "fp32 FMA, measured 245.8 GFLOP/s per thread x %d", be->n_threads);
-    if (p->cpu_precision == DIT_CPU_PRECISION_BF16) { /* vdpbf16ps: 2 products per fp32 lane */
-      r->peak_tflops *= 2;
+    /* the kernel path's vectors: 512-bit (AVX-512), or 256-bit AVX2 at half the rate */
+    const bool ymm = !strcmp(r->cpu_isa, "avx2");
+    r->peak_tflops = CPU_PEAK_PER_THREAD_TFLOPS * be->n_threads / (ymm ? 2 : 1);
+    snprintf(r->peak_what, sizeof r->peak_what, "fp32 FMA%s, measured 245.8 GFLOP/s per thread%s x %d",
+             ymm ? " on 256-bit vectors" : "", ymm ? " / 2" : "", be->n_threads);
+    if (p->cpu_precision == DIT_CPU_PRECISION_BF16 && !strcmp(r->cpu_isa, "avx512bf16")) {
+      r->peak_tflops *= 2; /* vdpbf16ps: 2 products per fp32 lane */
       snprintf(r->peak_what, sizeof r->peak_what, "bf16 vdpbf16ps = 2 x measured fp32 FMA 245.8 GFLOP/s x %d",
                be->n_threads);
     }
@@ -372,10 +376,10 @@ static void print_json(const dit_bench_result *r, FILE *f) {
           "{\"arch\": \"%s\", \"device\": \"%s\", \"weight_dtype\": \"%s\", \"act_dtype\": \"%s\", \"res\": %d, "
           "\"ref_res\": %d, \"text_len\": %d, \"threads\": %d, \"img_tokens\": %lld, \"cap_tokens\": %lld, \"params\": %lld, "
           "\"flops\": %.6g, \"iters\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f, "
-          "\"tflops\": %.4f, \"peak_tflops\": %.4f, \"pct_peak\": %.3f, \"peak_what\": \"%s\", ",
+          "\"tflops\": %.4f, \"peak_tflops\": %.4f, \"pct_peak\": %.3f, \"peak_what\": \"%s\", \"cpu_isa\": \"%s\", ",
           r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->ref_res, r->text_len, r->threads, r->img_tokens,
           r->cap_tokens, r->params, r->flops, r->iters, r->ms_median, r->ms_min, r->ms_max, r->tflops, r->peak_tflops,
-          r->pct_peak, r->peak_what);
+          r->pct_peak, r->peak_what, r->cpu_isa);
   fprintf(f, "\"profiled\": %s, \"prof_device_timed\": %s, \"prof_total_ms\": %.4f, \"prof_span_ms\": %.4f, "
              "\"phase_ms\": {\"gemm\": %.4f, \"attention\": %.4f, \"elementwise\": %.4f}, \"ops\": {",
           r->profiled ? "true" : "false", r->prof_device_timed ? "true" : "false", r->prof_total_ms, r->prof_span_ms,
@@ -429,9 +433,9 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
   char ref[64] = "";
   if (r->ref_res) snprintf(ref, sizeof ref, " + a %dx%d reference", r->ref_res, r->ref_res);
   fprintf(f, "%s forward, %dx%d%s, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
-             "activations, device %s (%d thread%s)\n",
+             "activations, device %s%s%s (%d thread%s)\n",
           r->arch, r->res, r->res, ref, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype,
-          r->device, r->threads, r->threads == 1 ? "" : "s");
+          r->device, r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa, r->threads, r->threads == 1 ? "" : "s");
   fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
   const dit_bench_variant *v = dit_bench_variant_find(r->arch);
   fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");

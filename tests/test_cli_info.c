@@ -1,6 +1,7 @@
 /* `ditrun info` end to end: a model folder, a component folder, a weights file with
  * --tensors (exit 0 and the expected facts on stdout), a bad file (exit 2, a message
- * naming the file and the problem on stderr), a missing path (exit 1), bad usage (2). */
+ * naming the file and the problem on stderr), a missing path (exit 1), bad usage (2);
+ * `info --system` (the CPU kernel path, DIT_CPU_ISA's choice and its refusal). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,5 +73,22 @@ int main(int argc, char **argv) {
   CHECK_MSG(rc == 2 && strstr(err, "--bogus"), "bad option: exit %d: %s", rc, err);
   rc = run_info(&a, "", err, sizeof err);
   CHECK_MSG(rc == 2 && strstr(err, "usage"), "no path: exit %d: %s", rc, err);
+
+  /* --system: the CPU's kernel path, as chosen or as DIT_CPU_ISA forces it; a path no CPU
+   * has is refused */
+  rc = run_info(&a, "--system", err, sizeof err);
+  CHECK_MSG(rc == 0 && strstr(g_out, "cpu: ") && strstr(g_out, "GEMM kernel path: ") && strstr(g_out, "cuda: "),
+            "--system: exit %d: %s%s", rc, g_out, err);
+  printf("%s", g_out);
+  setenv("DIT_CPU_ISA", "portable", 1);
+  rc = run_info(&a, "--system", err, sizeof err);
+  CHECK_MSG(rc == 0 && strstr(g_out, "GEMM kernel path: portable (DIT_CPU_ISA=portable)"), "%s%s", g_out, err);
+  setenv("DIT_CPU_ISA", "sse1", 1);
+  rc = run_info(&a, "--system", err, sizeof err);
+  CHECK_MSG(rc == 2 && strstr(err, "DIT_CPU_ISA=sse1"), "bad DIT_CPU_ISA: exit %d: %s", rc, err);
+  unsetenv("DIT_CPU_ISA");
+  snprintf(args, sizeof args, "--system '%s'", model);
+  rc = run_info(&a, args, err, sizeof err);
+  CHECK_MSG(rc == 2 && strstr(err, "--system takes no PATH"), "--system PATH: exit %d: %s", rc, err);
   return dt_finish();
 }

@@ -45,6 +45,7 @@ int cli_tokenize_parse(int argc, char **argv, cli_tok_opts *o);
 typedef struct cli_info_opts {
   const char *path;
   unsigned flags;
+  bool system; /* --system: the machine, no PATH */
 } cli_info_opts;
 int cli_info_parse(int argc, char **argv, cli_info_opts *o);
 

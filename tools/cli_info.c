@@ -1,5 +1,6 @@
 /* `ditrun info [--tensors] PATH`: prints what a model folder, component folder or
- * weights file holds, after validating it. Exit 0 ok, 2 bad input, 1 I/O failure. */
+ * weights file holds, after validating it; `ditrun info --system`: what this machine gives
+ * ditrun (CPU kernel path, CUDA devices). Exit 0 ok, 2 bad input, 1 I/O failure. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,11 +11,15 @@
 static void info_usage(FILE *f) {
   fprintf(f,
           "usage: ditrun info [--tensors] PATH\n"
+          "       ditrun info --system\n"
           "  PATH       a diffusers model folder (model_index.json), a component folder,\n"
           "             a PNG made by ditrun generate (its generation parameters),\n"
           "             a .safetensors file, a .safetensors.index.json file or a .gguf file\n"
           "             (its metadata too)\n"
-          "  --tensors  also list every tensor: name, dtype, shape, bytes\n");
+          "  --tensors  also list every tensor: name, dtype, shape, bytes\n"
+          "  --system   this machine: the CPU, its vector extensions, the GEMM kernel path\n"
+          "             ditrun takes (DIT_CPU_ISA=portable|avx2|avx512|avx512bf16 forces one),\n"
+          "             threads, CUDA devices\n");
 }
 
 int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
@@ -25,6 +30,8 @@ int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
       return 1;
     } else if (!strcmp(argv[i], "--tensors")) {
       o->flags |= DIT_INFO_TENSORS;
+    } else if (!strcmp(argv[i], "--system")) {
+      o->system = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "ditrun info: unknown option '%s'\n", argv[i]);
       info_usage(stderr);
@@ -35,6 +42,11 @@ int cli_info_parse(int argc, char **argv, cli_info_opts *o) {
     } else {
       o->path = argv[i];
     }
+  }
+  if (o->system && !o->path) return 0;
+  if (o->system) {
+    fprintf(stderr, "ditrun info: --system takes no PATH ('%s')\n", o->path);
+    return 2;
   }
   if (!o->path || !*o->path) {
     if (o->path) fprintf(stderr, "ditrun info: PATH is empty\n");
@@ -49,7 +61,7 @@ int cli_info(int argc, char **argv) {
   int code;
   dit_ctx *ctx = cli_start("info", cli_info_parse(argc, argv, &o), 0, &code);
   if (!ctx) return code;
-  dit_status s = dit_info_print_ex(ctx, o.path, o.flags, stdout);
+  dit_status s = o.system ? dit_system_print(ctx, stdout) : dit_info_print_ex(ctx, o.path, o.flags, stdout);
   fflush(stdout);
   if (s != DIT_OK) fprintf(stderr, "ditrun info: %s: %s\n", dit_status_str(s), dit_ctx_last_error(ctx));
   dit_ctx_free(ctx);

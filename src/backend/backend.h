@@ -116,8 +116,9 @@ bool dit_backend_supports_op(const dit_backend *be, int op);
 void dit_backend_free(dit_backend *be);
 
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
-/* The CPU backend's GEMM kernel path now: "avx512bf16", "avx2" or "portable" (the best the
- * CPU has, narrowed by the environment's DIT_CPU_ISA; create refuses one the CPU lacks). */
+/* The CPU backend's GEMM kernel path now: "avx512bf16", "avx512" (AVX-512 without BF16),
+ * "avx2" or "portable" (the best the CPU has, narrowed by the environment's DIT_CPU_ISA;
+ * create refuses one the CPU lacks). */
 const char *dit_cpu_isa_name(const dit_backend *be);
 /* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the
  * default: fp32 products; DIT_CPU_PRECISION_BF16: activations and weights rounded to bf16,

@@ -9,8 +9,13 @@
 #if defined(DIT_CPU_X86)
 #include <immintrin.h>
 
-#define CPU_AVX512_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+/* The fp32 kernels need avx512f/bw/vl only (the "avx512" path, for CPUs without BF16); the
+ * bf16 ones (cpu_gemm_avx512bf16.c, the dequantization into bf16 rows) add avx512bf16, so the
+ * compiler itself keeps BF16 instructions out of the fp32 path. */
+#define CPU_AVX512_TGT __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define CPU_AVX512BF16_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define CPU_AVX512_INL static inline __attribute__((always_inline)) CPU_AVX512_TGT
+#define CPU_AVX512BF16_INL static inline __attribute__((always_inline)) CPU_AVX512BF16_TGT
 
 /* The row counts a micro-kernel is instantiated for, largest first: X(n) for each, so a
  * switch over the run-time row count calls an always-inlined body with a constant n. */
@@ -19,9 +24,9 @@
 
 /* Defines `name`, the entry of an MR x 32 packed micro-kernel over x and panel elements
  * of type T: the file's always-inlined kern_rows(MR, nr, k, x, ldx, wp, y, ldy, acc)
- * instantiated for each row count 1 .. 12. */
+ * instantiated for each row count 1 .. 12, compiled for the file's target TGT. */
 #define CPU_KERN_ENTRY(name, T)                                                                          \
-  CPU_AVX512_TGT static void name(int mr, int nr, int64_t k, const T *x, int64_t ldx, const T *wp, float *y, \
+  TGT static void name(int mr, int nr, int64_t k, const T *x, int64_t ldx, const T *wp, float *y, \
                                   int64_t ldy, bool acc) {                                               \
     switch (mr) {                                                                                        \
       CPU_MR_CASES_12(CPU_KERN_CASE)                                                                     \

@@ -51,11 +51,15 @@ static const dit_backend_ops cpu_ops = {
 #undef CPU_OP
 };
 
-static bool detect_avx512(void) {
+/* avx512f/bw/vl (the fp32 kernels); *bf16: avx512bf16 too. */
+static bool detect_avx512(bool *bf16) {
+  *bf16 = false;
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  const bool f = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+  *bf16 = f && __builtin_cpu_supports("avx512bf16");
+  return f;
 #else
   return false;
 #endif
@@ -72,35 +76,41 @@ static bool detect_avx2(void) {
 #endif
 }
 
-/* The kernel paths the CPU has, narrowed by DIT_CPU_ISA (portable, avx2, avx512bf16): a path
- * the CPU lacks, or one this build does not have, is refused with a message. */
+/* The kernel paths the CPU has, narrowed by DIT_CPU_ISA (portable, avx2, avx512: the fp32
+ * AVX-512 kernels without BF16, avx512bf16): a path the CPU lacks, or one this build does not
+ * have, is refused with a message. */
 static dit_status choose_isa(cpu_impl *im, dit_error *err) {
-  im->have_avx512 = detect_avx512();
+  im->have_avx512 = detect_avx512(&im->have_bf16);
   im->have_avx2 = detect_avx2();
   const char *want = getenv("DIT_CPU_ISA");
   if (!want || !*want) return DIT_OK;
   if (!strcmp(want, "portable")) {
-    im->have_avx512 = im->have_avx2 = false;
+    im->have_avx512 = im->have_bf16 = im->have_avx2 = false;
     return DIT_OK;
   }
   if (!strcmp(want, "avx2")) {
     if (!im->have_avx2) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx2: this CPU lacks avx2, fma or f16c");
-    im->have_avx512 = false;
+    im->have_avx512 = im->have_bf16 = false;
+    return DIT_OK;
+  }
+  if (!strcmp(want, "avx512")) {
+    if (!im->have_avx512) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx512: this CPU lacks avx512f/bw/vl");
+    im->have_bf16 = false;
     return DIT_OK;
   }
   if (!strcmp(want, "avx512bf16")) {
-    if (!im->have_avx512)
+    if (!im->have_bf16)
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=avx512bf16: this CPU lacks avx512f/bw/vl/bf16");
     return DIT_OK;
   }
   return dit_errorf(err, DIT_ERR_UNSUPPORTED,
-                    "DIT_CPU_ISA=%s: not a kernel path of this build (portable, avx2, avx512bf16)", want);
+                    "DIT_CPU_ISA=%s: not a kernel path of this build (portable, avx2, avx512, avx512bf16)", want);
 }
 
 const char *dit_cpu_isa_name(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;
   if (!im->use_simd) return "portable";
-  return im->have_avx512 ? "avx512bf16" : im->have_avx2 ? "avx2" : "portable";
+  return im->have_avx512 ? (im->have_bf16 ? "avx512bf16" : "avx512") : im->have_avx2 ? "avx2" : "portable";
 }
 
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err) {

@@ -145,7 +145,7 @@ dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   size_t bper = ((size_t)((TP + P->nr) * Kp) + 31) & ~(size_t)31;
   uint16_t *wb = NULL, *bbuf = NULL;
 #if defined(DIT_CPU_X86)
-  if (cpu_simd(be) && cpu_precision(be) == DIT_CPU_PRECISION_BF16 && P->nr == cpu_gemm_bf16_avx512.nr) {
+  if (cpu_simd_bf16(be) && cpu_precision(be) == DIT_CPU_PRECISION_BF16 && P->nr == cpu_gemm_bf16_avx512.nr) {
     BP = &cpu_gemm_bf16_avx512;
     wb = malloc(2 * (size_t)(g.Co * Kp + 1));
     bbuf = aligned_alloc(64, 2 * bper * (size_t)nt);

@@ -13,10 +13,10 @@
 #include "core/quant_internal.h"
 
 #if defined(DIT_CPU_X86)
-#define TGT CPU_AVX512_TGT
+#define TGT CPU_AVX512BF16_TGT
 
 #define f16 dit_q_f16
-#define INL CPU_AVX512_INL
+#define INL CPU_AVX512BF16_INL
 
 /* 16 values to y + off: fp32, or rounded to bf16 (bf is a constant where inlined). */
 INL void put16(const bool bf, void *y, int64_t off, __m512 v) {

@@ -1,5 +1,5 @@
 /* AVX-512 GEMM micro-kernel (x86-64 only, chosen at run time when the CPU reports
- * avx512f/bw/vl/bf16): MR rows of x times a packed fp32 W panel of 32 columns, held in
+ * avx512f/bw/vl; no BF16 instructions): MR rows of x times a packed fp32 W panel of 32 columns, held in
  * 2*MR zmm accumulators; x elements are broadcast, W panel rows loaded as 2 zmm. */
 #include "backend/cpu/cpu_avx512.h"
 

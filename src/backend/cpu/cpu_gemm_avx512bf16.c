@@ -14,8 +14,8 @@
 #include <string.h>
 
 #if defined(DIT_CPU_X86)
-#define TGT CPU_AVX512_TGT
-#define INL CPU_AVX512_INL
+#define TGT CPU_AVX512BF16_TGT
+#define INL CPU_AVX512BF16_INL
 #define BF_MR 12
 #define BF_NR 32
 

@@ -13,7 +13,8 @@
 #include "backend/backend_check.h"
 
 typedef struct cpu_impl {
-  bool have_avx512; /* the AVX-512 kernels run: the CPU has avx512f/bw/vl/bf16 (and DIT_CPU_ISA allows them) */
+  bool have_avx512; /* the AVX-512 fp32 kernels run: the CPU has avx512f/bw/vl (and DIT_CPU_ISA allows them) */
+  bool have_bf16;   /* and the AVX512-BF16 ones (bf16 precision, small-M stream kernels): avx512bf16 too */
   bool have_avx2;   /* the AVX2 GEMM runs where the AVX-512 one does not: avx2 + fma (and DIT_CPU_ISA allows it) */
   bool use_simd;    /* use the SIMD kernels when available (tests switch them off) */
   dit_cpu_precision precision; /* linear layers: fp32 products (default) or bf16 x bf16 */
@@ -25,6 +26,10 @@ bool dit_cpu_set_simd(dit_backend *be, bool on);
 static inline bool cpu_simd(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;
   return im->have_avx512 && im->use_simd;
+}
+/* The AVX512-BF16 kernels are in use (cpu_simd and the CPU has avx512bf16). */
+static inline bool cpu_simd_bf16(const dit_backend *be) {
+  return cpu_simd(be) && ((const cpu_impl *)be->impl)->have_bf16;
 }
 
 static inline dit_cpu_precision cpu_precision(const dit_backend *be) {

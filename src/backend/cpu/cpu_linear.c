@@ -413,7 +413,7 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   bool bf = cpu_precision(be) == DIT_CPU_PRECISION_BF16;
 #if defined(DIT_CPU_X86)
-  if (cpu_simd(be)) {
+  if (cpu_simd_bf16(be)) {
     J.deq = cpu_dequant_row_avx512;
     /* the stream kernels read W in place: F32/BF16/F16 only */
     if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M) && !dit_dtype_is_quant(wt))

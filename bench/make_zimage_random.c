@@ -12,7 +12,7 @@
  * model_index.json is written last.
  *
  *   make_zimage_random -o DIR [--tokenizer DIR] [--seed S] [--shard-gb G] [--vae-dtype f32|bf16]
- *                      [--tiny] [--overwrite]
+ *                      [--tiny] [--configs-only] [--overwrite]
  *
  * --tiny writes the geometry of tests/fixtures/models/zimage-tiny instead (same names, small shapes: a check
  * of this tool against a folder diffusers wrote). --shard-gb 0 writes one file per component.
@@ -77,7 +77,7 @@ typedef struct opts {
   uint64_t seed;
   double shard_gb;
   tdtype vae_dt;
-  int tiny, overwrite;
+  int tiny, overwrite, configs_only;
 } opts;
 
 /* ---- tensor lists ------------------------------------------------------------------- */
@@ -581,7 +581,7 @@ static dit_status component(const opts *o, const geom *g, const char *name, cons
   dit_status s = b.failed ? dit_errorf(err, DIT_ERR_NOMEM, "out of memory") : write_text(dir, cfg_name, b.p, err);
   free(b.p);
   const size_t max_bytes = (size_t)(o->shard_gb * 1e9);
-  if (s == DIT_OK) s = write_component(l, dir, stem, max_bytes, name_key(name, o->seed), err);
+  if (s == DIT_OK && !o->configs_only) s = write_component(l, dir, stem, max_bytes, name_key(name, o->seed), err);
   return s;
 }
 
@@ -605,8 +605,8 @@ static dit_status make_folder(const opts *o, dit_error *err) {
   char dir[PATH_LEN];
   if (s == DIT_OK) s = sub_dir(o->out, "scheduler", dir, sizeof dir, err);
   if (s == DIT_OK) s = write_text(dir, "scheduler_config.json", SCHEDULER, err);
-  if (s == DIT_OK) s = sub_dir(o->out, "tokenizer", dir, sizeof dir, err);
-  if (s == DIT_OK) s = copy_folder(o->tokenizer, dir, err);
+  if (s == DIT_OK && !o->configs_only) s = sub_dir(o->out, "tokenizer", dir, sizeof dir, err);
+  if (s == DIT_OK && !o->configs_only) s = copy_folder(o->tokenizer, dir, err);
   if (s == DIT_OK) s = write_text(o->out, "model_index.json", MODEL_INDEX, err);
   tl_free(&tr);
   tl_free(&te);
@@ -617,13 +617,15 @@ static dit_status make_folder(const opts *o, dit_error *err) {
 static int usage(const char *msg) {
   fprintf(stderr,
           "%s%susage: make_zimage_random -o DIR [--tokenizer DIR] [--seed S] [--shard-gb G] [--vae-dtype f32|bf16]\n"
-          "                          [--tiny] [--overwrite]\n"
+          "                          [--tiny] [--configs-only] [--overwrite]\n"
           "  writes a random-weight Z-Image-Turbo folder (ZImagePipeline layout, ~20.7 GB) into DIR\n"
           "  --tokenizer DIR  Qwen tokenizer files to copy (default tests/fixtures/models/zimage-tiny/tokenizer)\n"
           "  --seed S         weight seed (default 1)\n"
           "  --shard-gb G     largest shard in GB (default 5, as transformers saves; 0 = one file each)\n"
           "  --vae-dtype T    VAE weights f32 (default) or bf16\n"
-          "  --tiny           the geometry of tests/fixtures/models/zimage-tiny instead of the full one\n",
+          "  --tiny           the geometry of tests/fixtures/models/zimage-tiny instead of the full one\n"
+          "  --configs-only   model_index.json and the components' configs, no weights and no tokenizer\n"
+          "                   (models/z-image-turbo was made so)\n",
           msg ? "make_zimage_random: " : "", msg ? msg : "");
   return 2;
 }
@@ -638,6 +640,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
     if (!strcmp(a, "--tiny")) o->tiny = 1;
+    else if (!strcmp(a, "--configs-only")) o->configs_only = 1;
     else if (!strcmp(a, "--overwrite")) o->overwrite = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(NULL), -1;
     else if (!v) return usage("missing value or unknown option\n");

@@ -294,6 +294,13 @@ void dit_model_opts_default(dit_model_opts *o);
  * the components o->keep names (o may be NULL: the defaults). On failure *out is NULL and the
  * context's message says why (an unsupported pipeline lists the supported ones). */
 dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out);
+/* The configuration folder ditrun ships (models/z-image-turbo, models/flux1-dev,
+ * models/flux1-schnell: configs and tokenizers, no weights) for the model whose single
+ * transformer file `weights` is (told from its tensor names: Z-Image, FLUX.1 with or without
+ * a guidance embedder), into dir; the folders' root is $DITRUN_MODELS, else the source tree's
+ * models/ this build was made from. Lets `ditrun generate` run from single files without -m.
+ * DIT_ERR_INVALID_ARG for a file of another family (FLUX.2 [klein]: no folder shipped yet). */
+dit_status dit_model_dir_for_file(dit_ctx *ctx, const char *weights, char *dir, size_t len);
 /* The model's defaults (family's, then its folder's ditrun.json). */
 void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
 /* One image from the resident model. p->model_dir, p->device and p->cpu_precision are not

@@ -6,7 +6,8 @@
  * - the step callback cancels (DIT_ERR_CANCELLED, no image), and can make a latent preview;
  * - dit_image_encode_png gives the bytes dit_image_save_png writes;
  * - an unsupported pipeline names the supported ones (from the family registry);
- * - two models in two threads, side by side, give the images they give alone.
+ * - two models in two threads, side by side, give the images they give alone;
+ * - dit_model_dir_for_file finds the shipped folder for a single transformer file.
  * Usage: test_model_api (fixtures under <data>/models). */
 #include <dirent.h>
 #include <limits.h>
@@ -284,6 +285,41 @@ static void test_side_by_side(void) {
   }
 }
 
+/* The shipped folder for a single transformer file: by family (FLUX.1 by its guidance
+ * embedder); FLUX.2 and non-transformer files refused with a message; a models root without
+ * the folder named. */
+static void test_dir_for_file(dit_ctx *ctx, const char *src) {
+  static const struct {
+    const char *file, *want; /* want: the folder's name, or a piece of the error */
+    dit_status s;
+  } cases[] = {
+      {"zimage-tiny/transformer/diffusion_pytorch_model.safetensors", "/z-image-turbo", DIT_OK},
+      {"flux1-dev-tiny/single/transformer.safetensors", "/flux1-dev", DIT_OK},
+      {"flux1-dev-tiny/transformer/diffusion_pytorch_model.safetensors", "/flux1-dev", DIT_OK},
+      {"flux1-schnell-tiny/single/transformer.safetensors", "/flux1-schnell", DIT_OK},
+      {"flux2-klein-tiny/transformer/diffusion_pytorch_model.safetensors", "FLUX.2", DIT_ERR_INVALID_ARG},
+      {"zimage-tiny/vae/diffusion_pytorch_model.safetensors", "give -m", DIT_ERR_INVALID_ARG},
+  };
+  char root[4200];
+  snprintf(root, sizeof root, "%s/models", src);
+  setenv("DITRUN_MODELS", root, 1);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char f[4400], dir[4400];
+    snprintf(f, sizeof f, "%s/models/%s", g_data, cases[i].file);
+    dit_status s = dit_model_dir_for_file(ctx, f, dir, sizeof dir);
+    const char *got = s == DIT_OK ? dir : dit_ctx_last_error(ctx);
+    size_t n = strlen(got), w = strlen(cases[i].want);
+    bool ok = s == cases[i].s && (s == DIT_OK ? n >= w && !strcmp(got + n - w, cases[i].want) : !!strstr(got, cases[i].want));
+    CHECK_MSG(ok, "%s: status %d, %s", cases[i].file, (int)s, got);
+  }
+  setenv("DITRUN_MODELS", g_tmp, 1); /* a root without the folders */
+  char f[4400], dir[4400];
+  snprintf(f, sizeof f, "%s/models/%s", g_data, cases[0].file);
+  dit_status s = dit_model_dir_for_file(ctx, f, dir, sizeof dir);
+  CHECK_MSG(s == DIT_ERR_IO && strstr(dit_ctx_last_error(ctx), "z-image-turbo"), "%s", dit_ctx_last_error(ctx));
+  unsetenv("DITRUN_MODELS");
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -298,6 +334,7 @@ int main(int argc, char **argv) {
   test_preview_and_png(ctx, "flux2-klein-tiny");
   test_unsupported(ctx);
   test_side_by_side();
+  test_dir_for_file(ctx, a.src);
   dit_ctx_free(ctx);
   return dt_finish();
 }

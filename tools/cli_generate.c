@@ -18,7 +18,9 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ditrun generate -m MODEL_DIR -p PROMPT [options]\n"
-          "  -m, --model DIR        diffusers model folder (model_index.json)\n"
+          "  -m, --model DIR        diffusers model folder (model_index.json); may be left out with\n"
+          "                         --diffusion-model FILE of Z-Image-Turbo or FLUX.1 (ditrun's models/\n"
+          "                         folder for it gives configs and tokenizers)\n"
           "  -p, --prompt TEXT      what to draw (UTF-8; default: the model's sample prompt, if it has one)\n"
           "  -n, --negative TEXT    negative prompt (used when guidance > 0)\n"
           "  -W, --width N          image width in pixels (default: the model's, from its ditrun.json,\n"
@@ -78,6 +80,13 @@ static const char *const gen_options[] = {
 static const char *const file_opts[][2] = {
     {"--diffusion-model", "transformer"}, {"--vae", "vae"}, {"--text-encoder", "text_encoder"},
     {"--clip-l", "text_encoder"}, {"--t5xxl", "text_encoder_2"}};
+
+/* The --diffusion-model file, or NULL. */
+static const char *transformer_file(const cli_gen_opts *o) {
+  for (int j = 0; j < o->p.n_files; j++)
+    if (!strcmp(o->files[j].component, "transformer")) return o->files[j].path;
+  return NULL;
+}
 
 /* A single-file option at argv[*i]: recorded (the last one for a component wins); false
  * when argv[*i] is none of them. */
@@ -243,7 +252,12 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
   }
-  if (!o->p.model_dir || !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (and not empty)\n"); return 2; }
+  if (o->p.model_dir && !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is empty\n"); return 2; }
+  if (!o->p.model_dir && !transformer_file(o)) {
+    fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (or --diffusion-model FILE of a model ditrun ships "
+                    "the folder for: Z-Image-Turbo, FLUX.1)\n");
+    return 2;
+  }
   if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun generate: --strength needs --init-image\n"); return 2; }
   if (o->init_path && o->p.n_ref_images) {
     fprintf(stderr, "ditrun generate: --init-image and --ref-image do not go together (image-to-image or editing)\n");
@@ -377,7 +391,16 @@ int cli_generate(int argc, char **argv) {
   dit_ctx *ctx = cli_start("generate", r, o.threads, &code);
   if (!ctx) return code;
   dit_gen_defaults d;
-  dit_status s = dit_gen_defaults_for(ctx, o.p.model_dir, &d);
+  char guessed[4096];
+  dit_status s = DIT_OK;
+  if (!o.p.model_dir) { /* single files alone: the folder ditrun ships for their model */
+    s = dit_model_dir_for_file(ctx, transformer_file(&o), guessed, sizeof guessed);
+    if (s == DIT_OK) o.p.model_dir = guessed;
+    if (s == DIT_OK && !o.quiet)
+      fprintf(stderr, "ditrun generate: no -m: using %s (configs and tokenizers for %s)\n", guessed,
+              transformer_file(&o));
+  }
+  if (s == DIT_OK) s = dit_gen_defaults_for(ctx, o.p.model_dir, &d);
   code = 2;
   if (s == DIT_OK && ((o.p.width && o.p.width % d.size_multiple) || (o.p.height && o.p.height % d.size_multiple))) {
     fprintf(stderr, "ditrun generate: width and height must be multiples of %d for this model (got %dx%d)\n",

@@ -14,7 +14,10 @@ static void check_generate(int argc, char **argv) {
   int r = cli_generate_parse(argc, argv, &o);
   if (r < 0 || r > 2) abort();
   if (r != 0) return;
-  if (!o.p.model_dir || !o.out) abort(); /* no prompt: the model's sample prompt */
+  /* no prompt: the model's sample prompt; no -m: a transformer file names the model */
+  bool transformer = false;
+  for (int j = 0; j < o.p.n_files; j++) transformer |= !strcmp(o.files[j].component, "transformer");
+  if ((!o.p.model_dir && !transformer) || !o.out) abort();
   if (o.batch < 1 || o.batch > 10000) abort();
   if (o.p.width < 0 || o.p.width > 16384 || o.p.height < 0 || o.p.height > 16384) abort();
   if (o.p.steps < 0 || o.p.steps > 1000 || o.threads < 0 || o.p.vae_tile < 0) abort();
@@ -49,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     cli_info_opts o;
     int r = cli_info_parse(argc, argv, &o);
-    if (r < 0 || r > 2 || (r == 0 && !o.path)) abort();
+    if (r < 0 || r > 2 || (r == 0 && !o.path == !o.system)) abort(); /* a PATH, or --system alone */
   }
   free(buf);
   return 0;

@@ -432,9 +432,7 @@ dit_status dit_flux1_create_random(dit_backend *be, const dit_flux2_config *c, d
  * "final_layer.linear." before ".linear2.". The final layer's modulation is not mapped: its
  * halves are swapped between the two layouts. */
 static const dit_wrename flux1_bfl_renames[] = {
-    FLUX_BFL_NORM_RENAMES,
-    {"double_blocks.", "transformer_blocks.", NULL},
-    {"single_blocks.", "single_transformer_blocks.", NULL},
+    FLUX_BFL_BLOCK_RENAMES,
     {".img_mod.lin.", ".norm1.linear.", NULL},
     {".txt_mod.lin.", ".norm1_context.linear.", NULL},
     {".img_attn.qkv.", ".attn.img_qkv.", NULL},

@@ -207,9 +207,7 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
  * both ways: a LoRA's kohya name is matched against a table name with these applied backwards
  * in reverse order (".attn.to_out.0." before ".attn.to_out."). */
 static const dit_wrename flux2_bfl_renames[] = {
-    FLUX_BFL_NORM_RENAMES,
-    {"double_blocks.", "transformer_blocks.", NULL},
-    {"single_blocks.", "single_transformer_blocks.", NULL},
+    FLUX_BFL_BLOCK_RENAMES,
     {".linear1.", ".attn.to_qkv_mlp_proj.", NULL},
     {".linear2.", ".attn.to_out.", NULL},
     {".img_attn.proj.", ".attn.to_out.0.", NULL},

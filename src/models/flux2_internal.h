@@ -80,16 +80,19 @@ struct dit_flux2 {
 /* ComfyUI saves a transformer with this prefix on every name. */
 #define FLUX_COMFY_PREFIX "model.diffusion_model."
 
-/* BFL's q/k RMSNorm scales as diffusers names, the same in both FLUX generations. Listed
- * before the block prefixes are renamed, so `within` tells a double block's from a single
- * block's both ways (diffusers names them alike). */
-#define FLUX_BFL_NORM_RENAMES                                                      \
+/* The renames both FLUX generations share, first in their tables: BFL's q/k RMSNorm scales
+ * as diffusers names (listed before the block prefixes are renamed, so `within` tells a
+ * double block's from a single block's both ways: diffusers names them alike), then the
+ * block prefixes. */
+#define FLUX_BFL_BLOCK_RENAMES                                                     \
   {".img_attn.norm.query_norm.scale", ".attn.norm_q.weight", "double_blocks."},     \
       {".img_attn.norm.key_norm.scale", ".attn.norm_k.weight", "double_blocks."},   \
       {".txt_attn.norm.query_norm.scale", ".attn.norm_added_q.weight", "double_blocks."}, \
       {".txt_attn.norm.key_norm.scale", ".attn.norm_added_k.weight", "double_blocks."},   \
       {".norm.query_norm.scale", ".attn.norm_q.weight", "single_blocks."},          \
-      {".norm.key_norm.scale", ".attn.norm_k.weight", "single_blocks."}
+      {".norm.key_norm.scale", ".attn.norm_k.weight", "single_blocks."},           \
+      {"double_blocks.", "transformer_blocks.", NULL},                              \
+      {"single_blocks.", "single_transformer_blocks.", NULL}
 
 /* Sets m's LoRAs (models/lora.h) over the tensors list names, with orig the original names'
  * remap (NULL: none); flux2.c. */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/json.h"
 #include "models/lora.h"
@@ -297,6 +298,17 @@ dit_status dit_zimage_load(dit_backend *be, const char *component_dir, dit_zimag
   char path[4096];
   DIT_TRY(dit_model_config_path("zimage", component_dir, path, sizeof path, err));
   return dit_zimage_load_from(be, component_dir, path, out, err);
+}
+
+dit_status dit_zimage_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_zimage **out,
+                                dit_error *err) {
+  struct stat st;
+  if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dit_zimage_load(be, path, out, err);
+  *out = NULL;
+  if (path && !cfg_json)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "%s: a single Z-Image transformer file needs the model folder's transformer/config.json", path);
+  return dit_zimage_load_from(be, path, cfg_json, out, err);
 }
 
 void dit_zimage_config_turbo(dit_zimage_config *c) {

@@ -58,6 +58,10 @@ extern const dit_wexport dit_zimage_export;
  * "model.diffusion_model." prefix, as Z-Image's single files and GGUF files do. */
 dit_status dit_zimage_load_from(dit_backend *be, const char *weights, const char *config_json, dit_zimage **out,
                                 dit_error *err);
+/* A transformer folder (as dit_zimage_load), or a single weights file with cfg_json (the
+ * model folder's transformer/config.json; NULL is refused naming it). */
+dit_status dit_zimage_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_zimage **out,
+                                dit_error *err);
 /* A model with deterministic random weights of dtype wdt (F32/BF16/F16) created directly
  * in the backend's memory (no files), for benchmarks at the real geometry. c's "read
  * from config.json" fields must be set (dit_zimage_config_turbo gives Z-Image-Turbo's);

@@ -162,32 +162,8 @@ static dit_status dit_prepare(const dit_model_rt *rt, dit_zimage *m, dit_error *
 }
 /* The folder's transformer, or a single file set for it (diffusers' or the original names)
  * with the folder's transformer/config.json. */
-static dit_status zimage_dit_load(const dit_model_rt *rt, void **obj, dit_error *err) {
-  dit_component_src src;
-  dit_zimage *m = NULL;
-  DIT_TRY(dit_component_source(rt, "transformer", &src, err));
-  char cfg[4096];
-  const char *cfg_path = src.cfg;
-  if (!src.is_file) {
-    DIT_TRY(dit_model_config_path("zimage", src.path, cfg, sizeof cfg, err));
-    cfg_path = cfg;
-  } else if (!cfg_path) {
-    return dit_errorf(err, DIT_ERR_INVALID_ARG,
-                      "%s: a single Z-Image transformer file needs the model folder's transformer/config.json",
-                      src.path);
-  }
-  DIT_TRY(dit_zimage_load_from(rt->dev, src.path, cfg_path, &m, err));
-  dit_status s = dit_prepare(rt, m, err);
-  DIT_HAND_OVER(s, m, obj, dit_zimage_free);
-}
-
-static void zimage_dit_free(void *obj) { dit_zimage_free(obj); }
-static dit_status zimage_dit_retune(const dit_model_rt *rt, void *obj, dit_error *err) {
-  return dit_prepare(rt, obj, err);
-}
-
-static const dit_component_kind zimage_dit = {"transformer", DIT_KEEP_TRANSFORMER, zimage_dit_load, zimage_dit_free,
-                                              false, zimage_dit_retune};
+DIT_COMPONENT_KIND_SRC(zimage_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_zimage,
+                       dit_zimage_load_file, dit_prepare, dit_zimage_free);
 
 /* The state is the components alone. */
 static dit_status zimage_open(const dit_model_rt *rt, void **state, dit_error *err) {

@@ -44,6 +44,40 @@ dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err)
   return DIT_OK;
 }
 
+dit_status cu_result_hash(cu_impl *im, const void *p, int elt, int64_t rows, int64_t cols, int64_t ld, uint64_t *h,
+                          dit_error *err) {
+  const char *op = "cuda result hash";
+  unsigned long long v = 0;
+  DIT_TRY(cu_check(cuk_hash(p, elt, rows, cols, ld, im->hash, im->stream), op, "hash kernel", err));
+  DIT_TRY(cu_check(cudaMemcpyAsync(&v, im->hash, sizeof v, cudaMemcpyDeviceToHost, im->stream), op, "read back", err));
+  DIT_TRY(cu_check(cudaStreamSynchronize(im->stream), op, "stream sync", err));
+  *h = v;
+  return DIT_OK;
+}
+
+dit_status cu_random_operands(cu_impl *im, int k, const int64_t *n, const int *dt, void **block, void **ptr,
+                              dit_error *err) {
+  const char *op = "cuda tuning operands";
+  size_t off[8], total = 0;
+  if (k < 1 || k > 8) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: %d operands", op, k);
+  for (int i = 0; i < k; i++)
+    off[i] = total, total += ((size_t)n[i] * dit_dtype_size((dit_dtype)dt[i]) + 255) & ~(size_t)255;
+  *block = NULL;
+  cudaError_t e = cudaMalloc(block, total ? total : 256);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *block = NULL;
+    return dit_errorf(err, DIT_ERR_NOMEM, "%s: no room for %zu bytes", op, total);
+  }
+  for (int i = 0; i < k; i++) {
+    ptr[i] = (char *)*block + off[i];
+    const uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    dit_status s = cu_check(cuk_fill_random(ptr[i], dt[i], n[i], seed, im->stream), op, "fill", err);
+    if (s != DIT_OK) return cudaFree(*block), *block = NULL, s;
+  }
+  return DIT_OK;
+}
+
 static dit_status cu_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
   *out = NULL;
   void *p = NULL;
@@ -102,6 +136,7 @@ static void cu_destroy(dit_backend *be) {
   cudaFree(im->workspace);
   cudaFree(im->scratch);
   cudaFree(im->flag);
+  cudaFree(im->hash);
   if (im->stream) cudaStreamDestroy(im->stream);
   free(im);
   be->impl = NULL;
@@ -153,6 +188,7 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   im->workspace_bytes = CU_WORKSPACE_BYTES;
   DIT_TRY(cu_check(cudaMalloc((void **)&im->flag, sizeof(int)), op, "flag cudaMalloc", err));
   DIT_TRY(cu_check(cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream), op, "cudaMemsetAsync", err));
+  DIT_TRY(cu_check(cudaMalloc((void **)&im->hash, sizeof *im->hash), op, "hash cudaMalloc", err));
   return DIT_OK;
 }
 

@@ -1,11 +1,11 @@
 /* GEMMs on the GPU through cuBLASLt: a plan cache (descriptors + algorithm per shape,
  * dtype, epilogue and pointer alignment; the algorithm is tuned per shape: the heuristic's
- * first few candidates are timed on the plan's first un-captured call and the fastest is
- * kept, DIT_CUDA_GEMM_TUNE=0: the heuristic's first), linear (activations F32 converted to
- * the weight dtype on the fly, or BF16 as given; fp32 accumulation; bias/GELU-tanh epilogues
- * in cuBLASLt, SiLU and exact GELU in a separate kernel) and conv2d (cuDNN first when the
- * backend's cuDNN switch is on and the dtypes fit, cudnn_conv.c; else im2col in chunks + GEMM,
- * then a per-channel bias kernel). */
+ * first few candidates are timed on the plan's first un-captured call and the fastest of those
+ * giving the first's exact result is kept; DIT_CUDA_GEMM_TUNE=0: the heuristic's first),
+ * linear (activations F32 converted to the weight dtype on the fly, or BF16 as given; fp32
+ * accumulation; bias/GELU-tanh epilogues in cuBLASLt, SiLU and exact GELU in a separate
+ * kernel) and conv2d (cuDNN first when the backend's cuDNN switch is on and the dtypes fit,
+ * cudnn_conv.c; else im2col in chunks + GEMM, then a per-channel bias kernel). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,31 +114,65 @@ static double tflops(const cu_plan *p, float ms) {
   return ms > 0.0f ? 2.0 * (double)p->m * (double)p->n * (double)p->k / ((double)ms * 1e9) : 0.0;
 }
 
-/* Sets p->algo to the fastest of p's candidates timed on the call's operands (the bias
- * pointer is already on p->desc; beta = 0 and D aliases neither A nor B, so the extra runs
- * only rewrite D). Fails, with a message, on a CUDA error: the caller then keeps the first. */
+/* The hash of candidate c's D on the check operands rA, rB (false: cuBLASLt refused it there). */
+static bool check_hash(cu_impl *im, const cu_plan *p, int c, const void *rA, const void *rB, void *D, uint64_t *h,
+                       dit_status *s, dit_error *err) {
+  const float one = 1.0f, zero = 0.0f;
+  if (cublasLtMatmul(im->lt, p->desc, &one, rA, p->la, rB, p->lb, &zero, D, p->ld, D, p->ld, &p->cand[c],
+                     im->workspace, im->workspace_bytes, im->stream) != CUBLAS_STATUS_SUCCESS) {
+    cudaGetLastError();
+    return false;
+  }
+  *s = cu_result_hash(im, D, (int)dit_dtype_size((dit_dtype)p->dt), p->m, p->n, p->ldd, h, err);
+  return *s == DIT_OK;
+}
+
+/* Sets p->algo to the fastest of p's candidates timed on the call's operands among those whose
+ * result on pseudo-random operands of the same sizes is bit for bit the first runnable
+ * candidate's, so that tuning, which timing noise decides, never changes an image: a model
+ * loaded twice gives the same pixels. The bias pointer is already on p->desc; beta = 0 and D
+ * aliases neither A nor B, so the extra runs only rewrite D (the call writes it after). Fails,
+ * with a message, on a CUDA error or when the card has no room for the check operands: the
+ * caller then keeps the first. */
 static dit_status gemm_tune(cu_impl *im, cu_plan *p, const void *A, const void *B, void *D, dit_error *err) {
   const char *op = "cuda gemm tune";
+  const int64_t n_op[2] = {p->lda * (p->ta ? p->m : p->k), p->ldb * (p->tb ? p->k : p->n)};
+  const int dt_op[2] = {p->abt, p->abt};
+  void *block = NULL, *rnd[2] = {NULL, NULL};
+  DIT_TRY(cu_random_operands(im, 2, n_op, dt_op, &block, rnd, err));
   cudaEvent_t ev0 = NULL, ev1 = NULL;
   float t[CU_MAX_CANDS];
+  uint64_t h[CU_MAX_CANDS];
+  int ref = -1, same = 0;
   dit_status s = cu_check(cudaEventCreate(&ev0), op, "cudaEventCreate", err);
   if (s == DIT_OK) s = cu_check(cudaEventCreate(&ev1), op, "cudaEventCreate", err);
-  for (int c = 0; s == DIT_OK && c < p->n_cand; c++) s = tune_one(im, p, c, A, B, D, ev0, ev1, &t[c], err);
+  for (int c = 0; s == DIT_OK && c < p->n_cand; c++) {
+    s = tune_one(im, p, c, A, B, D, ev0, ev1, &t[c], err);
+    if (s != DIT_OK || t[c] < 0.0f) continue;
+    if (!check_hash(im, p, c, rnd[0], rnd[1], D, &h[c], &s, err)) {
+      t[c] = -1.0f;
+      continue;
+    }
+    if (ref < 0) ref = c;
+    if (h[c] != h[ref]) t[c] = -1.0f; /* another result: not a choice */
+    same += t[c] >= 0.0f;
+  }
   if (ev0) cudaEventDestroy(ev0);
   if (ev1) cudaEventDestroy(ev1);
+  cudaFree(block);
   DIT_TRY(s);
-  int best = 0;
-  for (int c = 1; c < p->n_cand; c++)
-    if (t[c] >= 0.0f && (t[best] < 0.0f || t[c] < t[best])) best = c;
+  int best = ref < 0 ? 0 : ref;
+  for (int c = 0; c < p->n_cand; c++)
+    if (t[c] >= 0.0f && t[c] < t[best]) best = c;
   p->algo = p->cand[best];
   if (!im->opts.cuda_gemm_tune_log) return DIT_OK; /* one stderr line per tuned shape */
   char first[64] = "refused", won[64] = "none ran";
   if (t[0] >= 0.0f) snprintf(first, sizeof first, "%.4f ms (%.1f TFLOP/s)", (double)t[0], tflops(p, t[0]));
-  if (t[best] >= 0.0f)
+  if (ref >= 0)
     snprintf(won, sizeof won, "#%d %.4f ms (%.1f TFLOP/s)", best, (double)t[best], tflops(p, t[best]));
-  fprintf(stderr, "ditrun: cuda gemm tune: m=%lld n=%lld k=%lld (A/B %s, D %s): %d candidates, heuristic's first %s, "
-          "best %s\n", (long long)p->m, (long long)p->n, (long long)p->k, dit_dtype_name(p->abt),
-          dit_dtype_name(p->dt), p->n_cand, first, won);
+  fprintf(stderr, "ditrun: cuda gemm tune: m=%lld n=%lld k=%lld (A/B %s, D %s): %d candidates, %d with the first's "
+          "result, heuristic's first %s, best %s\n", (long long)p->m, (long long)p->n, (long long)p->k,
+          dit_dtype_name(p->abt), dit_dtype_name(p->dt), p->n_cand, same, first, won);
   return DIT_OK;
 }
 

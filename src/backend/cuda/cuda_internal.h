@@ -44,6 +44,7 @@ typedef struct cu_impl {
   void *scratch; /* conversions (activations to bf16, im2col), grown on demand */
   size_t scratch_bytes;
   int *flag; /* device int: kernels report bad input (embedding ids) here */
+  unsigned long long *hash; /* device word for cu_result_hash */
   int max_smem; /* opt-in shared memory per block */
   int attn_version; /* flash kernel: 1 (default), or 2 / 3 (opts.cuda_attn_version; k_attention.cu) */
   size_t attn_chunk_bytes; /* GEMM attention (D > 256): scratch bound per query chunk; 0: 256 MiB */
@@ -69,6 +70,17 @@ dit_status cu_check(cudaError_t e, const char *op, const char *what, dit_error *
 dit_status cu_check_lt(cublasStatus_t s, const char *op, const char *what, dit_error *err);
 /* Grows the scratch buffer to at least bytes (synchronizes the stream when it grows). */
 dit_status cu_scratch(dit_backend *be, size_t bytes, void **out, dit_error *err);
+/* *h = cuk_hash of the rows x cols matrix at p (ld elements between columns, elt bytes each),
+ * read back with a stream synchronize. The tuners keep only the candidates whose result on
+ * pseudo-random operands hashes as the heuristic's first's, so that tuning never changes a
+ * result (the call's own operands can be degenerate, all zeros, where different arithmetic
+ * agrees). */
+dit_status cu_result_hash(cu_impl *im, const void *p, int elt, int64_t rows, int64_t cols, int64_t ld, uint64_t *h,
+                          dit_error *err);
+/* ptr[i]: n[i] elements of dtype dt[i] for i < k (k <= 8), pseudo-random (cuk_fill_random), in
+ * one new device block (*block, freed with cudaFree); DIT_ERR_NOMEM when the card has no room. */
+dit_status cu_random_operands(cu_impl *im, int k, const int64_t *n, const int *dt, void **block, void **ptr,
+                              dit_error *err);
 
 /* Operand checks (backend_check.h) with the GPU's device and dtypes: cu_check_act (F32 or
  * BF16, contiguous), cu_check_rows (row views), cu_check_w, cu_check_same_shape (shape and
@@ -141,6 +153,12 @@ extern "C" {
 #endif
 /* Kernel launchers: enqueue on stream s and return cudaGetLastError(). n: element counts. */
 cudaError_t cuk_convert(void *dst, int ddt, const void *src, int sdt, int64_t n, cudaStream_t s);
+/* *out = an order-independent 64-bit hash of the rows x cols matrix at p (column j at
+ * p + j*ld elements; elt 2 or 4 bytes per element). */
+cudaError_t cuk_hash(const void *p, int elt, int64_t rows, int64_t cols, int64_t ld, unsigned long long *out,
+                     cudaStream_t s);
+/* p[0..n) (dtype dt: F32, BF16 or F16) = pseudo-random values in [-1, 1) of seed. */
+cudaError_t cuk_fill_random(void *p, int dt, int64_t n, unsigned long long seed, cudaStream_t s);
 /* y [rows, K] bf16 = the quantized rows w (dtype a DIT_Q* block type, as ggml dequantizes
  * them, or fp8 with K even), rounded to bf16. */
 cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s);

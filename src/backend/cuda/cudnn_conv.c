@@ -271,15 +271,22 @@ static dit_status build_graph(cu_conv *c, conv_plan *p, cudnnBackendDescriptor_t
 }
 
 /* The global index of a config's engine (for the diagnostics), -1 when cuDNN does not say. */
-static int64_t cfg_engine(cu_conv *c, conv_plan *p, cudnnBackendDescriptor_t cfg) {
+static int64_t cfg_engine(cu_conv *c, conv_plan *p, cudnnBackendDescriptor_t cfg, bool *nondet) {
   dit_error e;
   cudnnBackendDescriptor_t eng;
+  *nondet = false;
   if (d_new(c, p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine", &eng, &e) != DIT_OK) return -1;
   int64_t n = 0, id = -1;
   if (c->lib.api->GetAttr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) !=
           CUDNN_STATUS_SUCCESS ||
       c->lib.api->GetAttr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &id) != CUDNN_STATUS_SUCCESS)
     id = -1;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  n = 0;
+  if (id >= 0 && c->lib.api->GetAttr(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+      *nondet = *nondet || notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
   d_drop(c, p, eng);
   return id;
 }
@@ -291,10 +298,18 @@ static int64_t ws_cap(const conv_key *k) {
   return x4 > CONV_MAX_WS ? x4 : CONV_MAX_WS;
 }
 
-/* Finalizes the plan of config cfg into p's candidates if it builds with an acceptable
+/* Finalizes the plan of config cfg into p's candidates if its engine is deterministic (the
+ * same seed must give the same pixels in every run) and it builds with an acceptable
  * workspace; a refusal is not an error (first_fail keeps the first reason). */
 static dit_status try_cfg(cu_conv *c, conv_plan *p, cudnnBackendDescriptor_t cfg, const char *what,
                           char *first_fail, size_t ff_n, dit_error *err) {
+  bool nondet = false;
+  const int64_t engine = cfg_engine(c, p, cfg, &nondet);
+  if (nondet) {
+    note(c, "cudnn conv: %s: engine %lld is not deterministic", what, (long long)engine);
+    if (!first_fail[0]) snprintf(first_fail, ff_n, "%.500s", c->msg);
+    return DIT_OK;
+  }
   cudnnBackendDescriptor_t plan;
   DIT_TRY(d_new(c, p, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan", &plan, err));
   SET(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->lib.h, "execution plan");
@@ -311,7 +326,7 @@ static dit_status try_cfg(cu_conv *c, conv_plan *p, cudnnBackendDescriptor_t cfg
     d_drop(c, p, plan);
     return DIT_OK;
   }
-  p->cand_engine[p->n_cand] = cfg_engine(c, p, cfg);
+  p->cand_engine[p->n_cand] = engine;
   p->cand_ws[p->n_cand] = ws > 0 ? ws : 0;
   p->cand[p->n_cand++] = plan;
   return DIT_OK;
@@ -523,12 +538,41 @@ static dit_status finish(const conv_plan *p, const conv_bufs *bf, char *scr, dit
   return DIT_OK;
 }
 
+/* Whether candidate i's output on the check operands rx, rw (pseudo-random, NULL when there was
+ * no room for them) is bit for bit the reference candidate's (*ref < 0: i is the first that
+ * ran and becomes the reference). A failed run or hash counts as different, so that only the
+ * reference stays a choice. y is rewritten (the call writes it after). */
+static bool same_result(cu_impl *im, cu_conv *c, const conv_plan *p, int i, const void *rx, const void *rw, void *y,
+                        const void *b, void *ws, int *ref, uint64_t *h) {
+  const int64_t gy = p->end == END_HALF ? p->k.cdt : p->k.ydt, ny = p->k.B * p->k.Co * p->k.Ho * p->k.Wo;
+  dit_error e;
+  bool ok = rx && run_plan(c, p->cand[i], rx, rw, y, b, ws, &e) == DIT_OK &&
+            cu_result_hash(im, y, (int)dit_dtype_size((dit_dtype)gy), ny, 1, ny, &h[i], &e) == DIT_OK;
+  if (!ok) {
+    cudaGetLastError();
+    if (*ref >= 0) return false;
+    h[i] = 0;
+  }
+  if (*ref < 0) *ref = i;
+  return h[i] == h[*ref];
+}
+
 /* Times each candidate on the call's operands (one untimed run, then CONV_TUNE_RUNS) and moves
- * the fastest to cand[0], dropping the others. A candidate that fails to run is skipped; when
- * none runs the plan is dropped (p->ok = false). CUDA event failures keep cand[0]. */
-static void tune(cu_conv *c, conv_plan *p, const void *x, const void *w, void *y, const void *b, void *ws) {
+ * the fastest of those whose output on pseudo-random operands is bit for bit the first runnable
+ * one's to cand[0], dropping the others (tuning never changes a result, cuda_gemm.c). A
+ * candidate that fails to run is skipped; when none runs the plan is dropped (p->ok = false).
+ * CUDA event failures keep cand[0]. */
+static void tune(cu_impl *im, cu_conv *c, conv_plan *p, const void *x, const void *w, void *y, const void *b,
+                 void *ws) {
   cudaEvent_t e0 = NULL, e1 = NULL;
   float ms[CONV_CANDS];
+  uint64_t h[CONV_CANDS];
+  int ref = -1;
+  const int64_t n_op[2] = {p->k.B * p->k.Ci * p->k.H * p->k.W, p->k.Co * p->k.Ci * p->k.kh * p->k.kw};
+  const int dt_op[2] = {(int)p->k.cdt, (int)p->k.cdt};
+  void *block = NULL, *rnd[2] = {NULL, NULL};
+  dit_error re;
+  if (cu_random_operands(im, 2, n_op, dt_op, &block, rnd, &re) != DIT_OK) cudaGetLastError();
   bool events = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
   for (int i = 0; i < p->n_cand; i++) {
     ms[i] = -1.0f;
@@ -540,7 +584,7 @@ static void tune(cu_conv *c, conv_plan *p, const void *x, const void *w, void *y
     }
     if (!ran || !events) {
       if (!ran) cudaGetLastError();
-      if (ran) ms[i] = (float)i; /* untimed: keep the heuristic's order */
+      if (ran) ms[i] = same_result(im, c, p, i, rnd[0], rnd[1], y, b, ws, &ref, h) ? (float)i : -1.0f; /* untimed */
       continue;
     }
     float t = 0.0f;
@@ -549,9 +593,11 @@ static void tune(cu_conv *c, conv_plan *p, const void *x, const void *w, void *y
       ms[i] = t / CONV_TUNE_RUNS;
     else
       cudaGetLastError(), ms[i] = (float)i;
+    if (!same_result(im, c, p, i, rnd[0], rnd[1], y, b, ws, &ref, h)) ms[i] = -1.0f; /* another result */
   }
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
+  cudaFree(block);
   int best = -1;
   for (int i = 0; i < p->n_cand; i++)
     if (ms[i] >= 0.0f && (best < 0 || ms[i] < ms[best])) best = i;
@@ -671,7 +717,7 @@ dit_status cu_cudnn_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   void *yp = bf.y != SIZE_MAX ? scr + bf.y : y->data;
   void *wsp = bf.ws != SIZE_MAX ? scr + bf.ws : NULL;
   if (!p->tuned && !capturing) {
-    tune(c, p, xp, wp, yp, bp, wsp);
+    tune(im, c, p, xp, wp, yp, bp, wsp);
     log_msg(c, !p->ok);
     if (!p->ok) {
       c->fallbacks++;

@@ -1,6 +1,7 @@
 /* Indexing CUDA kernels: strided copy with dtype conversion, embedding lookup,
- * sinusoidal timestep embedding (fp32), RoPE (both pair layouts, fp32 tables) and
- * im2col for conv2d. */
+ * sinusoidal timestep embedding (fp32), RoPE (both pair layouts, fp32 tables),
+ * im2col for conv2d, and for the tuners' result checks: pseudo-random operands and a hash of a
+ * result matrix. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -173,5 +174,49 @@ extern "C" cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, in
   CU_DISPATCH(cdt, TC, CU_DISPATCH(xdt, TX, k_im2col<TC, TX><<<cu_blocks(n, 256), 256, 0, s>>>(
                                                (TC *)col, (const TX *)x, Ci, H, W, kh, kw, stride, pad, Wo, p0,
                                                np, n)));
+  return cudaGetLastError();
+}
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* *out += sum over the rows x cols values (column j at p + j*ld) of mix(index, bits): a
+ * wrapping sum, so the value does not depend on the order the blocks add in. */
+template <typename T>
+__global__ void k_hash(const T *p, int64_t rows, int64_t ld, int64_t n, unsigned long long *out) {
+  unsigned long long h = 0;
+  GS_LOOP(i, n) {
+    const int64_t c = i / rows, r = i % rows;
+    h += mix64(mix64((unsigned long long)i + 1) ^ (unsigned long long)p[c * ld + r]);
+  }
+  for (int o = 16; o > 0; o >>= 1) h += __shfl_down_sync(0xffffffffu, h, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(out, h);
+}
+
+extern "C" cudaError_t cuk_hash(const void *p, int elt, int64_t rows, int64_t cols, int64_t ld,
+                                unsigned long long *out, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0 || ld < rows || (elt != 2 && elt != 4)) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(out, 0, sizeof *out, s);
+  if (e != cudaSuccess) return e;
+  const int64_t n = rows * cols;
+  unsigned blocks = cu_blocks(n, 256);
+  if (blocks > 1024) blocks = 1024;
+  if (elt == 2) k_hash<unsigned short><<<blocks, 256, 0, s>>>((const unsigned short *)p, rows, ld, n, out);
+  else k_hash<unsigned><<<blocks, 256, 0, s>>>((const unsigned *)p, rows, ld, n, out);
+  return cudaGetLastError();
+}
+
+/* p[i] = a pseudo-random value in [-1, 1) of seed and i. */
+template <typename T>
+__global__ void k_fill_random(T *p, int64_t n, unsigned long long seed) {
+  GS_LOOP(i, n) cu_st(p, i, (float)(mix64(seed + (unsigned long long)i) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+}
+
+extern "C" cudaError_t cuk_fill_random(void *p, int dt, int64_t n, unsigned long long seed, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  CU_DISPATCH(dt, T, k_fill_random<T><<<cu_blocks(n, 256), 256, 0, s>>>((T *)p, n, seed));
   return cudaGetLastError();
 }

@@ -315,6 +315,79 @@ static void test_flux1(dit_ctx *ctx) {
   free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4);
 }
 
+/* Image of model (with transformer file tf when not NULL) under one LoRA. */
+static void lora_image(dit_ctx *ctx, const char *model, const char *tf, const char *lora, dit_image *out) {
+  dit_gen_params p;
+  params(&p, model);
+  const dit_component_file f = {"transformer", tf};
+  const dit_lora l = {lora, 1.0};
+  if (tf) p.files = &f, p.n_files = 1;
+  p.loras = &l, p.n_loras = 1;
+  CHECK_MSG(dit_generate(ctx, &p, out, NULL) == DIT_OK, "%s + %s: %s", tf ? tf : model, lora,
+            dit_ctx_last_error(ctx));
+}
+
+/* The final modulation (norm_out.linear: scale then shift in diffusers; BFL's
+ * final_layer.adaLN_modulation.1: shift then scale) under a LoRA named either way: B's halves
+ * go where the loaded tensor keeps them. FLUX.2 [klein] from its folder and from BFL's single
+ * file, FLUX.1 from its folder (kohya's BFL name), against the update merged by the test. */
+static void test_final_modulation(dit_ctx *ctx) {
+  char model[4200], bfl[4300], dif[4300], ref[4300], ref_model[4300], single[4300];
+  snprintf(model, sizeof model, "%s/models/flux2-klein-tiny", g_data);
+  snprintf(bfl, sizeof bfl, "%s/k_final_bfl.safetensors", g_tmp);
+  snprintf(dif, sizeof dif, "%s/k_final_diffusers.safetensors", g_tmp);
+  snprintf(ref, sizeof ref, "%s/k_final_ref.safetensors", g_tmp);
+  snprintf(ref_model, sizeof ref_model, "%s/klein-final-merged", g_tmp);
+  snprintf(single, sizeof single, "%s/klein_bfl_single.safetensors", g_tmp);
+  int64_t D = 128, r = 4;
+  float *a = rnd(r * D, 41, 0.3f), *b = rnd(2 * D * r, 42, 0.3f), *bs = malloc(2 * D * r * sizeof *bs);
+  memcpy(bs, b + D * r, D * r * sizeof *bs); /* the diffusers layout: B's halves exchanged */
+  memcpy(bs + D * r, b, D * r * sizeof *bs);
+  const lt lb[] = {{"diffusion_model.final_layer.adaLN_modulation.1.lora_A.weight", 2, {r, D}, a},
+                   {"diffusion_model.final_layer.adaLN_modulation.1.lora_B.weight", 2, {2 * D, r}, b}};
+  const lt ld[] = {{"transformer.norm_out.linear.lora_A.weight", 2, {r, D}, a},
+                   {"transformer.norm_out.linear.lora_B.weight", 2, {2 * D, r}, bs}};
+  CHECK(write_lora(bfl, lb, 2) == 0 && write_lora(dif, ld, 2) == 0);
+  const upd u[] = {{"norm_out.linear.weight", a, b, r, D, D, 0, D, 1.0},
+                   {"norm_out.linear.weight", a, b, r, D, D, D, 0, 1.0}};
+  CHECK(write_reference(model, ref, u, 2) == 0 && ref_folder(model, ref_model, ref) == 0);
+  const dit_lora l = {bfl, 1.0};
+  compare(ctx, "flux2-klein, final modulation in BFL's names", model, &l, 1, ref, ref_model);
+  char src[4300];
+  snprintf(src, sizeof src, "%s/transformer/diffusion_pytorch_model.safetensors", model);
+  CHECK(dt_flux2_write_bfl(src, single, "") == 0);
+  dit_image want = {0}, got = {0};
+  lora_image(ctx, model, NULL, dif, &want);
+  const char *const files[] = {dif, bfl};
+  for (int i = 0; i < 2; i++) {
+    lora_image(ctx, model, single, files[i], &got);
+    int d = img_diff(&got, &want);
+    CHECK_MSG(d == 0, "klein's BFL single file + the final modulation LoRA in %s names: %d levels from the "
+              "folder's", i ? "BFL's" : "diffusers'", d);
+    printf("klein BFL single file, final modulation LoRA in %s names: %d levels from the folder's image\n",
+           i ? "BFL's" : "diffusers'", d);
+    dit_image_free(&got);
+  }
+  dit_image_free(&want);
+  free(a), free(b), free(bs);
+  /* FLUX.1's folder, kohya's BFL name */
+  snprintf(model, sizeof model, "%s/models/flux1-schnell-tiny", g_data);
+  snprintf(bfl, sizeof bfl, "%s/f1_final_kohya.safetensors", g_tmp);
+  snprintf(ref, sizeof ref, "%s/f1_final_ref.safetensors", g_tmp);
+  snprintf(ref_model, sizeof ref_model, "%s/flux1-final-merged", g_tmp);
+  D = 32;
+  a = rnd(r * D, 43, 0.3f), b = rnd(2 * D * r, 44, 0.3f);
+  const lt lk[] = {{"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight", 2, {r, D}, a},
+                   {"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", 2, {2 * D, r}, b}};
+  CHECK(write_lora(bfl, lk, 2) == 0);
+  const upd u1[] = {{"norm_out.linear.weight", a, b, r, D, D, 0, D, 1.0},
+                    {"norm_out.linear.weight", a, b, r, D, D, D, 0, 1.0}};
+  CHECK(write_reference(model, ref, u1, 2) == 0 && ref_folder(model, ref_model, ref) == 0);
+  const dit_lora l1 = {bfl, 1.0};
+  compare(ctx, "flux1-schnell, final modulation in kohya's BFL name", model, &l1, 1, ref, ref_model);
+  free(a), free(b);
+}
+
 /* A LoRA file of the given tensors must be refused with status want and a message holding needle. */
 static void refuse(dit_ctx *ctx, const char *what, const lt *t, size_t n, double scale, dit_status want,
                    const char *needle, const dit_component_file *files) {
@@ -501,6 +574,7 @@ int main(int argc, char **argv) {
   test_zimage(ctx);
   test_flux2(ctx);
   test_flux1(ctx);
+  test_final_modulation(ctx);
   test_diffusers_refs(ctx);
   test_swap(ctx);
   test_refusals(ctx);

@@ -644,7 +644,7 @@ static void test_remap(void) {
   static const dit_wrename ren[] = {{"layers.", "blk.", NULL}, {"blk.0.", "first.", NULL}};
   static const dit_wsplit sp[] = {{".feed_forward.w1.weight", 2, {".w1a", ".w1b"}, NULL}};
   static const char *const drop[] = {"x_pad_token", NULL};
-  dit_wremap r = {"noise_", ren, 2, sp, 1, drop};
+  dit_wremap r = {"noise_", ren, 2, sp, 1, drop, NULL};
   dit_weights *w = remap_case(&r, DIT_OK, NULL);
   if (w) {
     const dit_st_tensor *a = dit_weights_find(w, "first.feed_forward.w1.weight");
@@ -662,10 +662,10 @@ static void test_remap(void) {
   }
   /* rows not a multiple of the parts; two tensors renamed to one name */
   static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}, NULL}};
-  dit_wremap r2 = {NULL, NULL, 0, odd, 1, NULL};
+  dit_wremap r2 = {NULL, NULL, 0, odd, 1, NULL, NULL};
   remap_case(&r2, DIT_ERR_FORMAT, "682 rows");
   static const dit_wrename clash[] = {{"to_k", "to_q", NULL}};
-  dit_wremap r3 = {NULL, clash, 1, NULL, 0, NULL};
+  dit_wremap r3 = {NULL, clash, 1, NULL, 0, NULL, NULL};
   remap_case(&r3, DIT_ERR_FORMAT, "to_q.weight\" after renaming");
 }
 

@@ -138,6 +138,10 @@ typedef struct dit_wremap {
   const dit_wsplit *split;   /* then the first split whose suffix matches */
   size_t n_split;
   const char *const *drop;   /* names (after the above) left out; NULL-terminated, or NULL */
+  const char *const *swapped; /* names (after the above) whose two row halves lie in the other
+                                 order under the original names (FLUX's final modulation);
+                                 NULL-terminated, or NULL. LoRA reads it: a pair named the
+                                 original way gets its B's halves exchanged */
 } dit_wremap;
 
 /* The other direction, for files ditrun writes (`ditrun quantize`): the names a family's
@@ -180,6 +184,8 @@ typedef struct dit_wentry {
   int ndim;
   int64_t shape[DIT_MAX_DIMS];
   bool optional;       /* absent is fine: dst->data stays NULL */
+  bool halves_swapped; /* dst holds its two row halves in the other order than the name's own
+                          layout (a FLUX.2 single file's final modulation under diffusers' name) */
 } dit_wentry;
 
 typedef struct dit_wtable {

@@ -429,8 +429,8 @@ dit_status dit_flux1_create_random(dit_backend *be, const dit_flux2_config *c, d
  * them (_convert_kohya_flux_lora_to_diffusers): for LoRAs trained on the original checkpoint
  * (kohya's lora_unet_double_blocks_0_img_attn_qkv, AI-Toolkit). Order matters both ways (a
  * kohya name is matched against a table name with these applied backwards in reverse order):
- * "final_layer.linear." before ".linear2.". The final layer's modulation is not mapped: its
- * halves are swapped between the two layouts. */
+ * "final_layer.linear." before ".linear2.". The final layer's modulation has its row halves in
+ * the other order in the two layouts (FLUX_BFL_SWAPPED: a LoRA's B is exchanged, lora.c). */
 static const dit_wrename flux1_bfl_renames[] = {
     FLUX_BFL_BLOCK_RENAMES,
     {".img_mod.lin.", ".norm1.linear.", NULL},
@@ -446,6 +446,7 @@ static const dit_wrename flux1_bfl_renames[] = {
     {".modulation.lin.", ".norm.linear.", NULL},
     {".linear1.", ".attn.to_qkv_mlp.", NULL},
     {"final_layer.linear.", "proj_out.", NULL},
+    {"final_layer.adaLN_modulation.1.", "norm_out.linear.", NULL},
     {".linear2.", ".proj_out.", NULL},
     {"img_in.", "x_embedder.", NULL},
     {"txt_in.", "context_embedder.", NULL},
@@ -491,8 +492,9 @@ const dit_wexport dit_flux1_export = {"flux",
                                       2};
 
 dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
-  const dit_wremap bfl = {NULL, flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
-                          flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL};
+  static const char *const swapped[] = FLUX_BFL_SWAPPED;
+  const dit_wremap bfl = {NULL,    flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
+                          flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL, swapped};
   dit_status s = flux2_set_loras(m, list_table, m->bfl_names ? NULL : &bfl, l, n, err);
   if (s == DIT_OK && m->bfl_names) bfl_views(m); /* the fused tensors may have new memory */
   else if (s == DIT_OK) fuse_qkv(m);             /* q, k, v may no longer lie side by side */

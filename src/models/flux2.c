@@ -169,6 +169,8 @@ static void add_top(dit_wtable *t, const dit_flux2_config *c, flux2_weights *w) 
   dit_wtable_add(t, &w->context_embedder.w, false, 2, (int64_t[]){D, c->joint_attention_dim},
                  "context_embedder.weight");
   dit_wtable_add(t, &w->norm_out.w, false, 2, (int64_t[]){2 * D, D}, "norm_out.linear.weight");
+  if (w->norm_out_shift_first && t->n && t->entries[t->n - 1].dst == &w->norm_out.w)
+    t->entries[t->n - 1].halves_swapped = true; /* a BFL file's, under diffusers' name */
   dit_wtable_add(t, &w->proj_out.w, false, 2, (int64_t[]){c->out_channels, D}, "proj_out.weight");
 }
 
@@ -261,11 +263,11 @@ static bool bfl_names(const dit_weights *w, const char **pfx) {
 static dit_status rename_file(dit_weights *w, dit_error *err) {
   const char *pfx = NULL;
   if (bfl_names(w, &pfx)) {
-    const dit_wremap r = {pfx, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL};
+    const dit_wremap r = {pfx, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL, NULL};
     return dit_weights_remap(w, &r, err);
   }
   if (!dit_weights_find(w, FLUX_COMFY_PREFIX "double_stream_modulation_img.linear.weight")) return DIT_OK;
-  const dit_wremap r = {FLUX_COMFY_PREFIX, NULL, 0, NULL, 0, NULL};
+  const dit_wremap r = {FLUX_COMFY_PREFIX, NULL, 0, NULL, 0, NULL, NULL};
   return dit_weights_remap(w, &r, err);
 }
 
@@ -372,7 +374,8 @@ dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *)
 }
 
 dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_error *err) {
-  const dit_wremap bfl = {NULL, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL};
+  static const char *const swapped[] = FLUX_BFL_SWAPPED;
+  const dit_wremap bfl = {NULL, flux2_bfl_renames, N_BFL_RENAMES, flux2_bfl_splits, N_BFL_SPLITS, NULL, swapped};
   return flux2_set_loras(m, list_table, m->cfg.variant == DIT_FLUX_2 ? &bfl : NULL, l, n, err);
 }
 

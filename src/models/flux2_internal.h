@@ -84,6 +84,10 @@ struct dit_flux2 {
  * as diffusers names (listed before the block prefixes are renamed, so `within` tells a
  * double block's from a single block's both ways: diffusers names them alike), then the
  * block prefixes. */
+/* The diffusers names whose two row halves lie in the other order in BFL's checkpoints (the
+ * final modulation: scale then shift in diffusers, shift then scale in BFL's files), for the
+ * remaps' `swapped` lists. */
+#define FLUX_BFL_SWAPPED {"norm_out.linear.weight", NULL}
 #define FLUX_BFL_BLOCK_RENAMES                                                     \
   {".img_attn.norm.query_norm.scale", ".attn.norm_q.weight", "double_blocks."},     \
       {".img_attn.norm.key_norm.scale", ".attn.norm_k.weight", "double_blocks."},   \

@@ -105,9 +105,11 @@ static bool find_kohya_orig(const dit_wtable *t, const dit_wremap *orig, const c
 }
 
 /* The table entries the module updates (B's rows split over them in order, each taking its own
- * row count): 1, or the parts of a split weight of the original names; 0 when none. */
-static int match(const dit_wtable *t, const dit_wremap *orig, const char *module, long *ent) {
+ * row count): 1, or the parts of a split weight of the original names; 0 when none. *by_orig:
+ * the module was found by its original checkpoint name. */
+static int match(const dit_wtable *t, const dit_wremap *orig, const char *module, long *ent, bool *by_orig) {
   const char *m = module;
+  *by_orig = false;
   char dotted[DIT_WNAME_MAX];
   for (size_t i = 0; i < sizeof kohya_prefixes / sizeof *kohya_prefixes; i++) {
     if (strncmp(m, kohya_prefixes[i], strlen(kohya_prefixes[i]))) continue;
@@ -125,6 +127,7 @@ static int match(const dit_wtable *t, const dit_wremap *orig, const char *module
   if ((ent[0] = find_entry(t, name)) >= 0) return 1;
   if (!orig) return 0;
   /* the original checkpoint's names */
+  *by_orig = true;
   if (!dit_wname_rename(orig->rename, orig->n_rename, false, name, b, sizeof b)) return 0;
   memcpy(name, b, sizeof name);
   size_t n = strlen(name);
@@ -228,9 +231,19 @@ static void add_ba(float *W, const float *B, const float *A, int64_t rows, int64
   }
 }
 
-/* One pair into its targets. */
+/* Whether B's two row halves go into entry e exchanged: the pair's layout (the original
+ * checkpoint's when found by its original name and orig lists e as swapped there; else the
+ * table name's) differs from the order the tensor holds. */
+static bool swap_halves(const dit_wtable *t, const dit_wremap *orig, long e, bool by_orig) {
+  bool pair_swapped = false;
+  for (size_t i = 0; by_orig && orig && orig->swapped && orig->swapped[i]; i++)
+    pair_swapped = pair_swapped || !strcmp(orig->swapped[i], t->entries[e].name);
+  return pair_swapped != t->entries[e].halves_swapped;
+}
+
+/* One pair into its targets (swap: B's row halves exchanged, one target only). */
 static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p, const long *ent, int parts,
-                             const dit_lora *l, dit_error *err) {
+                             bool swap, const dit_lora *l, dit_error *err) {
   const dit_st_tensor *a = p->a, *b = p->b;
   if (a->ndim != 2 || b->ndim != 2 || a->shape[0] != b->shape[1])
     return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s: A %dD [%lld, ...] and B %dD [..., %lld] do not share a rank",
@@ -244,7 +257,7 @@ static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p,
     fits = fits && d->ndim == 2 && d->shape[1] == in;
     rows += d->shape[0];
   }
-  if (!fits || rows != out) {
+  if (!fits || rows != out || (swap && (parts != 1 || out % 2))) {
     const dit_tensor *d0 = M->t->entries[ent[0]].dst;
     return dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %s updates [%lld, %lld] but %s is [%lld, %lld]%s", l->path,
                       p->module, (long long)out, (long long)in, M->t->entries[ent[0]].name, (long long)d0->shape[0],
@@ -264,8 +277,13 @@ static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p,
     float *W = NULL;
     st = merged_of(M, ent[k], &W, err);
     if (st != DIT_OK) break;
-    const int64_t n_rows = M->t->entries[ent[k]].dst->shape[0];
-    add_ba(W, B + row0 * r, A, n_rows, in, r, s);
+    const int64_t n_rows = M->t->entries[ent[k]].dst->shape[0], half = n_rows / 2;
+    if (swap) {
+      add_ba(W, B + half * r, A, half, in, r, s);
+      add_ba(W + half * in, B, A, half, in, r, s);
+    } else {
+      add_ba(W, B + row0 * r, A, n_rows, in, r, s);
+    }
     row0 += n_rows;
   }
   free(A), free(B), free(al);
@@ -313,9 +331,12 @@ static dit_status apply_one(lora_merge *M, const dit_lora *l, const dit_wremap *
   dit_status s = collect_pairs(lw, l->path, &p, &n, unknown, sizeof unknown, &n_unknown, err);
   long (*ent)[4] = s == DIT_OK ? calloc(n ? n : 1, sizeof *ent) : NULL;
   int *parts = s == DIT_OK ? calloc(n ? n : 1, sizeof *parts) : NULL;
-  if (s == DIT_OK && (!ent || !parts)) s = dit_errorf(err, DIT_ERR_NOMEM, "LoRA %s: out of memory", l->path);
+  bool *swap = s == DIT_OK ? calloc(n ? n : 1, sizeof *swap) : NULL;
+  if (s == DIT_OK && (!ent || !parts || !swap)) s = dit_errorf(err, DIT_ERR_NOMEM, "LoRA %s: out of memory", l->path);
   for (size_t i = 0; s == DIT_OK && i < n; i++) {
-    parts[i] = p[i].a && p[i].b ? match(M->t, orig, p[i].module, ent[i]) : 0;
+    bool by_orig = false;
+    parts[i] = p[i].a && p[i].b ? match(M->t, orig, p[i].module, ent[i], &by_orig) : 0;
+    swap[i] = parts[i] == 1 && swap_halves(M->t, orig, ent[i][0], by_orig);
     if (parts[i]) continue;
     size_t u = strlen(unknown);
     if (n_unknown++ < 6)
@@ -326,8 +347,8 @@ static dit_status apply_one(lora_merge *M, const dit_lora *l, const dit_wremap *
     s = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: %d key%s match nothing in this model: %s%s", l->path, n_unknown,
                    n_unknown > 1 ? "s" : "", unknown, n_unknown > 6 ? ", ..." : "");
   if (s == DIT_OK && !n) s = dit_errorf(err, DIT_ERR_FORMAT, "LoRA %s: no LoRA pairs in this file", l->path);
-  for (size_t i = 0; s == DIT_OK && i < n; i++) s = merge_pair(M, lw, &p[i], ent[i], parts[i], l, err);
-  free(p), free(ent), free(parts);
+  for (size_t i = 0; s == DIT_OK && i < n; i++) s = merge_pair(M, lw, &p[i], ent[i], parts[i], swap[i], l, err);
+  free(p), free(ent), free(parts), free(swap);
   dit_weights_close(lw);
   return s;
 }

@@ -9,6 +9,10 @@
  * as the family's original checkpoint names them (the family's remap: e.g. Z-Image's fused
  * "attention.qkv", whose B is split by rows over to_q, to_k, to_v). The scale of a pair is the
  * user's times alpha / r when the file gives an alpha (kohya, AI-Toolkit), else the user's.
+ * A module whose row halves lie in the other order under the original names (FLUX's final
+ * modulation: shift then scale there, scale then shift in diffusers) gets B's halves
+ * exchanged where the pair's layout and the loaded tensor's differ (the remap's `swapped`
+ * list, the table entry's halves_swapped), as diffusers' converters swap lora_B.
  * Every key must be used: keys that match nothing, a rank or shape that does not fit, or a
  * non-finite value are DIT_ERR_FORMAT listing them, and the model is left as it was. */
 #ifndef DIT_MODELS_LORA_H

@@ -246,7 +246,7 @@ const dit_wexport dit_qwen3_export = {
 static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));
   if (dit_weights_find(m->weights, "blk.0.attn_q.weight")) {
-    dit_wremap r = {NULL, llama_cpp_names, sizeof llama_cpp_names / sizeof *llama_cpp_names, NULL, 0, NULL};
+    dit_wremap r = {NULL, llama_cpp_names, sizeof llama_cpp_names / sizeof *llama_cpp_names, NULL, 0, NULL, NULL};
     dit_status s = dit_weights_remap(m->weights, &r, err);
     if (s != DIT_OK) {
       dit_error_prefix(err, "%s (Qwen3, llama.cpp names)", dir);

@@ -255,12 +255,13 @@ static dit_status rename_original(dit_weights *w, dit_error *err) {
     char probe[96];
     snprintf(probe, sizeof probe, "%slayers.0.attention.qkv.weight", prefixes[i]);
     if (!dit_weights_find(w, probe)) continue;
-    dit_wremap r = {prefixes[i], orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, orig_drop};
+    dit_wremap r = {prefixes[i], orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, orig_drop,
+                    NULL};
     return dit_weights_remap(w, &r, err);
   }
   /* diffusers' names, perhaps with the prefix */
   if (dit_weights_find(w, "model.diffusion_model.layers.0.attention.to_q.weight")) {
-    dit_wremap r = {"model.diffusion_model.", NULL, 0, NULL, 0, NULL};
+    dit_wremap r = {"model.diffusion_model.", NULL, 0, NULL, 0, NULL, NULL};
     return dit_weights_remap(w, &r, err);
   }
   return DIT_OK;
@@ -284,7 +285,8 @@ dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_e
   if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
   dit_wtable t;
   dit_status s = build_table(m, &t, err);
-  const dit_wremap orig = {NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, NULL};
+  const dit_wremap orig = {NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, NULL,
+                           NULL};
   if (s == DIT_OK && t.status != DIT_OK) s = dit_errorf(err, t.status, "%s", t.err.msg);
   if (s == DIT_OK) s = dit_lora_apply(m->be, &t, l, n, &orig, &m->mw, err);
   dit_wtable_free(&t);

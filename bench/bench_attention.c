@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
   dit_backend *be = NULL;
   dit_error err = {0};
   if (dit_backend_cpu_create(threads, &be, &err) != DIT_OK) return 1;
-  bool simd = dit_cpu_set_simd(be, !portable);
+  dit_cpu_set_simd(be, !portable); /* --portable: the C kernels (the path name says which ran) */
   size_t n = (size_t)(S * H * D);
   float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4);
   if (!q || !k || !v || !o) return 1;
@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
   dit_tensor tv = dit_tensor_4d(DIT_F32, v, 1, S, H, D), to = dit_tensor_4d(DIT_F32, o, 1, S, H, D);
   double flop = 4.0 * (double)S * (double)S * (double)H * (double)D, bw = 1e30, bc = 1e30;
   printf("attention S=%ld H=%ld D=%ld, %d threads, %s path: %.1f GFLOP per call\n", S, H, D, be->n_threads,
-         simd ? "AVX-512" : "portable C", flop / 1e9);
+         dit_cpu_isa_name(be), flop / 1e9);
   for (int i = 0; i < reps; i++) {
     double t0 = bench_clock(CLOCK_MONOTONIC), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
     if (dit_op_attention(be, &to, &tq, &tk, &tv, NULL, 0.0883883f, false, &err) != DIT_OK) {

@@ -64,6 +64,19 @@ typedef struct cpu_gemm_bf16_path {
   void (*interleave_panel)(uint16_t *dst, const float *src, int64_t kc);
 } cpu_gemm_bf16_path;
 
+/* The SIMD paths' exp (softmax): x = k ln2 + r with ln2 split in CPU_EXP_LN2_HI + _LO, and
+ * e^r (|r| <= ln2/2) by its degree-7 Taylor polynomial in Horner form with the path's own
+ * fmadd and set1 intrinsics (relative error < 1e-8 before rounding); the caller scales by 2^k. */
+#define CPU_EXP_LOG2E 1.44269504088896341f
+#define CPU_EXP_LN2_HI 0.693145751953125f
+#define CPU_EXP_LN2_LO 1.428606765330187045e-06f
+#define CPU_EXP_POLY(FMA, SET1, r)                                                                               \
+  FMA(FMA(FMA(FMA(FMA(FMA(FMA(SET1(1.0f / 5040), r, SET1(1.0f / 720)), r, SET1(1.0f / 120)), r, SET1(1.0f / 24)), \
+                  r, SET1(1.0f / 6)),                                                                            \
+              r, SET1(0.5f)),                                                                                    \
+          r, SET1(1.0f)),                                                                                        \
+      r, SET1(1.0f))
+
 #if defined(DIT_CPU_X86)
 /* dit_dequant_row with AVX-512 for Q8_0, Q4_0, Q4_K, Q6_K and fp8 (bit-identical results,
  * NaN bits aside), and the same values rounded to bf16 (nearest even) for every type

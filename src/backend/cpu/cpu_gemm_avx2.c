@@ -129,26 +129,19 @@ TGT static float row_max_avx2(const float *s, int64_t n) {
   return r;
 }
 
-/* exp(x) for 8 floats as the AVX-512 path's exp16 computes it (x = k ln2 + r, |r| <= ln2/2,
- * e^r by its degree-7 Taylor polynomial, times 2^k), with 2^k built in the exponent bits:
+/* exp(x) for 8 floats as the AVX-512 path's exp16 computes it (CPU_EXP_POLY(r) times 2^k),
+ * with 2^k built in the exponent bits:
  * exp(x) = 0 below -87.3 (where 2^k would leave the normal range; those terms are < 1e-37, far
  * under a softmax sum's rounding, and -inf, a masked score, gives 0). */
 INL __m256 exp8(__m256 x) {
   const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
   x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
-  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(CPU_EXP_LOG2E)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(CPU_EXP_LN2_HI), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(CPU_EXP_LN2_LO), r);
+  const __m256 p = CPU_EXP_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r);
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }

@@ -62,24 +62,16 @@ TGT static float row_max_avx512(const float *s, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
-/* exp(x) for 16 floats: x = k ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor
- * polynomial (relative error < 1e-8 before rounding), times 2^k; exp(x) = 0 below -103. */
+/* exp(x) for 16 floats: CPU_EXP_POLY(r) times 2^k; exp(x) = 0 below -103. */
 INL __m512 exp16(__m512 x) {
   __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.0f), _CMP_LT_OQ);
   x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
   x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
-  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(CPU_EXP_LOG2E)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(CPU_EXP_LN2_HI), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(CPU_EXP_LN2_LO), r);
+  const __m512 p = CPU_EXP_POLY(_mm512_fmadd_ps, _mm512_set1_ps, r);
   return _mm512_mask_mov_ps(_mm512_scalef_ps(p, k), tiny, _mm512_setzero_ps());
 }
 

@@ -6,7 +6,7 @@
  * PEFT LoRA on FLUX.2 [klein]. Against diffusers itself (tests/fixtures/edit: its
  * load_lora_weights through peft): a PEFT and a kohya LoRA on each tiny model, images within
  * one 8-bit level. Then the refusals: keys that match nothing (listed), a rank or
- * shape that does not fit, a non-finite value or scale, a missing file, quantized weights. */
+ * shape that does not fit, a non-finite value or scale, a missing file. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -427,15 +427,84 @@ static void test_refusals(dit_ctx *ctx) {
   lt ok[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
   refuse(ctx, "NaN scale", ok, 2, NAN, DIT_ERR_INVALID_ARG, "not a finite number", NULL);
   refuse(ctx, "missing file", NULL, 0, 1.0, DIT_ERR_IO, "/nonexistent/lora.safetensors", NULL);
-  /* quantized weights: the transformer as a Q8_0 GGUF */
-  char model[4200], q8[4300];
-  snprintf(model, sizeof model, "%s/models/zimage-tiny", g_data);
-  snprintf(q8, sizeof q8, "%s/z_q8_0.gguf", g_tmp);
+  free(a), free(b), free(a_bad), free(b3), free(a_nan);
+}
+
+/* One image of model with transformer file tf (NULL: the folder's) and the LoRAs l[0..n). */
+static void gen_with(dit_ctx *ctx, const char *model, const char *tf, const dit_lora *l, int n, dit_image *out) {
+  dit_gen_params p;
+  params(&p, model);
+  const dit_component_file f = {"transformer", tf};
+  if (tf) p.files = &f, p.n_files = 1;
+  p.loras = l, p.n_loras = n;
+  CHECK_MSG(dit_generate(ctx, &p, out, NULL) == DIT_OK, "%s: %s", tf ? tf : model, dit_ctx_last_error(ctx));
+}
+
+/* A LoRA on quantized weights (the transformer as a Q8_0 GGUF, the fixture's PEFT LoRA; Z-Image
+ * and klein): a run-time low-rank term beside each quantized GEMM (its arithmetic is checked
+ * against the merged weight in test_quant). It moves the image as on the float model, lands a
+ * few levels from the float model's LoRA image, as the quantization alone does, and on the
+ * resident model comes and goes with dit_model_set_loras, bit for bit as fresh loads. */
+static void quantized_case(dit_ctx *ctx, const char *fam, const char *lora_file) {
+  char model[4200], q8[4300], lf[4300];
+  snprintf(model, sizeof model, "%s/models/%s", g_data, fam);
+  snprintf(q8, sizeof q8, "%s/%s_q8_0.gguf", g_tmp, fam);
+  snprintf(lf, sizeof lf, "%s/edit/%s", g_data, lora_file);
   dit_quantize_params qp = {.model_dir = model, .type = DIT_Q8_0, .output = q8, .overwrite = 1};
   CHECK_MSG(dit_quantize(ctx, &qp) == DIT_OK, "quantize: %s", dit_ctx_last_error(ctx));
-  dit_component_file f = {"transformer", q8};
-  refuse(ctx, "quantized weights", ok, 2, 1.0, DIT_ERR_UNSUPPORTED, "Q8_0", &f);
-  free(a), free(b), free(a_bad), free(b3), free(a_nan);
+  const dit_lora l = {lf, 0.8};
+  dit_image fb = {0}, fl = {0}, qb = {0}, ql = {0};
+  gen_with(ctx, model, NULL, NULL, 0, &fb);
+  gen_with(ctx, model, NULL, &l, 1, &fl);
+  gen_with(ctx, model, q8, NULL, 0, &qb);
+  gen_with(ctx, model, q8, &l, 1, &ql);
+  const int dq = img_diff(&qb, &fb), dl = img_diff(&ql, &fl), eff = img_diff(&ql, &qb), eff_f = img_diff(&fl, &fb);
+  CHECK_MSG(dl >= 0 && dl <= dq + 3 && eff >= 10 * (dl > 1 ? dl : 1) && eff_f >= 10 * (dl > 1 ? dl : 1),
+            "%s: Q8_0 + LoRA is %d levels from float + LoRA (Q8_0 alone %d from float); the LoRA moves the Q8_0 "
+            "image %d levels (float: %d)", fam, dl, dq, eff, eff_f);
+  printf("%s Q8_0 GGUF + PEFT LoRA: %d levels from the float model + LoRA (Q8_0 alone: %d from float); the LoRA "
+         "moves the Q8_0 image %d levels (float: %d)\n", fam, dl, dq, eff, eff_f);
+  dit_model *m = NULL;
+  dit_model_opts o;
+  dit_model_opts_default(&o);
+  const dit_component_file f = {"transformer", q8};
+  o.files = &f, o.n_files = 1;
+  CHECK_MSG(dit_model_load(ctx, model, &o, &m) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  const dit_image *want[] = {&qb, &ql, &qb, &ql};
+  for (int i = 0; m && i < 4; i++) {
+    CHECK_MSG(dit_model_set_loras(m, i % 2 ? &l : NULL, i % 2) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    dit_gen_params p;
+    params(&p, model);
+    dit_image img = {0};
+    CHECK_MSG(dit_model_generate(m, &p, &img, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    const int d = img_diff(&img, want[i]);
+    CHECK_MSG(d == 0, "%s: resident Q8_0 model, LoRA %s: %d levels from a fresh load's", fam, i % 2 ? "set" : "none",
+              d);
+    dit_image_free(&img);
+  }
+  dit_model_free(m);
+  dit_image_free(&fb), dit_image_free(&fl), dit_image_free(&qb), dit_image_free(&ql);
+}
+
+static void test_quantized(dit_ctx *ctx) {
+  quantized_case(ctx, "zimage-tiny", "z_lora_peft.safetensors");
+  quantized_case(ctx, "flux2-klein-tiny", "k_lora_peft.safetensors");
+  /* FLUX.1's BFL-named quantized files run q/k/v as row views of the fused tensors: refused */
+  char model[4200], q8[4300], lf[4300];
+  snprintf(model, sizeof model, "%s/models/flux1-schnell-tiny", g_data);
+  snprintf(q8, sizeof q8, "%s/flux1_q8_0.gguf", g_tmp);
+  snprintf(lf, sizeof lf, "%s/f1_peft.safetensors", g_tmp); /* test_flux1's */
+  dit_quantize_params qp = {.model_dir = model, .type = DIT_Q8_0, .output = q8, .overwrite = 1};
+  CHECK_MSG(dit_quantize(ctx, &qp) == DIT_OK, "quantize: %s", dit_ctx_last_error(ctx));
+  dit_gen_params p;
+  params(&p, model);
+  const dit_component_file f = {"transformer", q8};
+  const dit_lora l = {lf, 1.0};
+  p.files = &f, p.n_files = 1, p.loras = &l, p.n_loras = 1;
+  dit_image img = {0};
+  CHECK(dit_generate(ctx, &p, &img, NULL) == DIT_ERR_UNSUPPORTED && !img.rgb &&
+        strstr(dit_ctx_last_error(ctx), "row views"));
+  printf("flux1 Q8_0 (BFL names) + LoRA -> %s\n", dit_ctx_last_error(ctx));
 }
 
 /* The fixture's diffusers runs: each LoRA file at scale 0.8 on its tiny model, 128x96, 4 steps,
@@ -578,6 +647,7 @@ int main(int argc, char **argv) {
   test_diffusers_refs(ctx);
   test_swap(ctx);
   test_refusals(ctx);
+  test_quantized(ctx);
   dit_ctx_free(ctx);
   return dt_finish();
 }

@@ -213,6 +213,51 @@ static void check_linear(dit_backend *be, dit_dtype dt, const char *label, int64
   free(w), free(x), free(b), free(y1), free(y2), free(wq), free(emb);
 }
 
+/* linear(x, Wq with a low-rank term a [R, K], b [N, R]) against linear(x, dequant(Wq) * scale +
+ * b a as F32): the term runs as two small GEMMs beside the quantized one, before the bias and
+ * the activation (LoRA on quantized weights); a term that does not fit W is refused. fp32
+ * precision: to fp32 rounding; bf16 precision rounds W + b a once against W, a, b and x a^T
+ * apiece, so to bf16 rounding (eps 2^-8). */
+static void check_linear_lowrank(dit_backend *be, dit_dtype dt, const char *label, bool bf16, float scale) {
+  const int64_t M = 37, N = 45, K = 256, R = 5;
+  uint64_t seed = 99, rb;
+  dit_dtype_row_bytes(dt, K, &rb);
+  float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K), *bias = malloc(sizeof(float) * N);
+  float *a = malloc(sizeof(float) * R * K), *b = malloc(sizeof(float) * N * R);
+  float *y1 = malloc(sizeof(float) * M * N), *y2 = malloc(sizeof(float) * M * N);
+  unsigned char *wq = malloc((size_t)(rb * N));
+  for (int64_t i = 0; i < N * K; i++) w[i] = rnd(&seed) * 0.1f;
+  for (int64_t i = 0; i < M * K; i++) x[i] = rnd(&seed);
+  for (int64_t i = 0; i < N; i++) bias[i] = rnd(&seed);
+  for (int64_t i = 0; i < R * K; i++) a[i] = rnd(&seed) * 0.3f;
+  for (int64_t i = 0; i < N * R; i++) b[i] = rnd(&seed) * 0.3f;
+  for (int64_t r = 0; r < N; r++) dit_quant_row(dt, w + r * K, wq + r * rb, K);
+  for (int64_t r = 0; r < N; r++) dit_dequant_row(dt, wq + r * rb, w + r * K, K);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++) {
+      double d = 0;
+      for (int64_t q = 0; q < R; q++) d += (double)b[n * R + q] * a[q * K + k];
+      w[n * K + k] = (float)(w[n * K + k] * scale + d);
+    }
+  const dit_lowrank L = {dit_tensor_2d(DIT_F32, a, R, K), dit_tensor_2d(DIT_F32, b, N, R)};
+  dit_tensor tx = dit_tensor_2d(DIT_F32, x, M, K), tb = dit_tensor_1d(DIT_F32, bias, N);
+  dit_tensor twq = dit_tensor_2d(dt, wq, N, K), twf = dit_tensor_2d(DIT_F32, w, N, K);
+  twq.scale = scale, twq.lowrank = &L;
+  dit_tensor ty1 = dit_tensor_2d(DIT_F32, y1, M, N), ty2 = dit_tensor_2d(DIT_F32, y2, M, N);
+  dit_error err = {0};
+  CHECK_MSG(dit_op_linear(be, &ty1, &tx, &twq, &tb, DIT_ACT_GELU, &err) == DIT_OK, "%s", err.msg);
+  CHECK_MSG(dit_op_linear(be, &ty2, &tx, &twf, &tb, DIT_ACT_GELU, &err) == DIT_OK, "%s", err.msg);
+  double e = dt_rel_err(y1, y2, (size_t)(M * N));
+  CHECK_MSG(e < (bf16 ? 8e-3 : 1e-5), "%s %s: quantized linear + low-rank term differs from the merged F32 weight "
+            "(rel %g)", label, dit_dtype_name(dt), e);
+  dit_lowrank bad = L;
+  bad.b.shape[0] = N - 1;
+  twq.lowrank = &bad;
+  CHECK(dit_op_linear(be, &ty1, &tx, &twq, &tb, DIT_ACT_NONE, &err) == DIT_ERR_INVALID_ARG &&
+        strstr(err.msg, "low-rank"));
+  free(w), free(x), free(bias), free(a), free(b), free(y1), free(y2), free(wq);
+}
+
 static void test_cpu_ops(const dt_args *a) {
   (void)a;
   dit_backend *be = NULL;
@@ -231,6 +276,10 @@ static void test_cpu_ops(const dt_args *a) {
     dit_cpu_set_simd(be, paths[k].simd);
     dit_backend_cpu_set_precision(be, paths[k].p, &err);
     for (int t = 0; t < N_TYPES; t++) check_linear(be, all_types[t], paths[k].label, 1280, 1.0f);
+    const bool bf = paths[k].p == DIT_CPU_PRECISION_BF16;
+    check_linear_lowrank(be, DIT_Q8_0, paths[k].label, bf, 1.0f);
+    check_linear_lowrank(be, DIT_Q4_K, paths[k].label, bf, 1.0f);
+    check_linear_lowrank(be, DIT_F8_E4M3, paths[k].label, bf, 0.0625f);
     for (int64_t K = 1280; K >= 135; K -= 1145) { /* fp8 with a scale, and with an odd K */
       check_linear(be, DIT_F8_E4M3, paths[k].label, K, 0.0625f);
       check_linear(be, DIT_F8_E5M2, paths[k].label, K, 3.0f);

@@ -115,7 +115,8 @@ bool dit_tensor_stack_rows(const dit_tensor *const *parts, int n, dit_tensor *ou
   for (int i = 0; i < n; i++) {
     const dit_tensor *t = parts[i];
     if (!t || !t->data || t->ndim != 2 || t->dtype != f->dtype || t->device != f->device || t->shape[1] != f->shape[1] ||
-        !dit_tensor_is_contiguous(t) || (const char *)t->data != next || dit_tensor_scale(t) != dit_tensor_scale(f))
+        !dit_tensor_is_contiguous(t) || (const char *)t->data != next || dit_tensor_scale(t) != dit_tensor_scale(f) ||
+        t->lowrank)
       return false;
     rows += t->shape[0];
     next = (const char *)t->data + dit_tensor_nbytes(t);

@@ -24,7 +24,17 @@ typedef struct dit_tensor {
   /* A weight's values are its stored elements times this (per-tensor scaled fp8
    * checkpoints); 0 means 1. Only the linear and embedding ops read it (dit_tensor_scale). */
   float scale;
+  /* A weight's run-time low-rank term (LoRA on quantized weights, models/lora.c), or NULL:
+   * the linear op computes x (W + B A)^T with B A never formed at W's size. Only linear reads
+   * it; views made from a weight by the dit_tensor_* constructors do not carry it. */
+  const struct dit_lowrank *lowrank;
 } dit_tensor;
+
+/* W's low-rank term: a [R, K] and b [N, R] (F32, on W's device; b holds the scales), the pairs
+ * of every LoRA on W side by side along R. */
+typedef struct dit_lowrank {
+  dit_tensor a, b;
+} dit_lowrank;
 
 static inline float dit_tensor_scale(const dit_tensor *t) { return t->scale != 0.0f ? t->scale : 1.0f; }
 

@@ -262,7 +262,8 @@ static void bfl_views(dit_flux2 *m) {
 
 /* True when tensor b starts right where a ends (same dtype). */
 static bool follows(const dit_tensor *a, const dit_tensor *b) {
-  return a->data && b->data && a->dtype == b->dtype && (const char *)a->data + dit_tensor_nbytes(a) == b->data;
+  return a->data && b->data && a->dtype == b->dtype && (const char *)a->data + dit_tensor_nbytes(a) == b->data &&
+         !a->lowrank && !b->lowrank; /* a run-time low-rank term belongs to its own GEMM */
 }
 
 /* The single blocks' q, k, v as one [3D, D] GEMM where their weights and biases lie side by
@@ -495,6 +496,10 @@ dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_err
   static const char *const swapped[] = FLUX_BFL_SWAPPED;
   const dit_wremap bfl = {NULL,    flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
                           flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL, swapped};
+  if (n > 0 && m->bfl_names && m->cfg.n_layers > 0 && dit_dtype_is_quant(m->w.blocks[0].img_qkv.w.dtype))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on a quantized FLUX.1 file in BFL's names (%s): its fused q/k/v "
+                      "run as row views, which a run-time low-rank term does not follow yet",
+                      dit_dtype_name(m->w.blocks[0].img_qkv.w.dtype));
   dit_status s = flux2_set_loras(m, list_table, m->bfl_names ? NULL : &bfl, l, n, err);
   if (s == DIT_OK && m->bfl_names) bfl_views(m); /* the fused tensors may have new memory */
   else if (s == DIT_OK) fuse_qkv(m);             /* q, k, v may no longer lie side by side */

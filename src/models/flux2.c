@@ -363,7 +363,7 @@ dit_status dit_flux2_load_file(dit_backend *be, const char *path, const char *cf
 
 dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *), const dit_wremap *orig,
                            const dit_lora *l, int n, dit_error *err) {
-  if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
+  if (dit_lora_nothing_to_do(&m->mw, n)) return DIT_OK;
   dit_wtable t;
   dit_wtable_init(&t);
   list(m, &t);

@@ -16,6 +16,13 @@ typedef struct lora_pair {
   const dit_st_tensor *a, *b, *alpha;
 } lora_pair;
 
+/* The low-rank term growing for one quantized tensor [N, K]: a [R, K] and b^T [R, N] (rows
+ * appended per pair; b^T holds the scales and the row placement). */
+typedef struct lowrank_acc {
+  float *a, *bt;
+  int64_t R;
+} lowrank_acc;
+
 typedef struct lora_merge {
   const dit_wtable *t;
   float **merged;                 /* per table entry: its fp32 copy once a LoRA touches it */
@@ -25,6 +32,7 @@ typedef struct lora_merge {
   dit_tensor *restore;            /* per table entry changed before and not now: its base tensor (host) */
   dit_weights *base;              /* where base tensors are read: w->files, or the checkpoint opened again */
   bool base_owned;
+  lowrank_acc *lr;                /* per table entry: the pairs on a quantized tensor, kept apart */
 } lora_merge;
 
 static const char *const prefixes[] = {"base_model.model.", "model.diffusion_model.", "diffusion_model.",
@@ -198,9 +206,6 @@ static dit_status base_tensor(lora_merge *M, long e, dit_tensor *out, dit_error 
 static dit_status merged_of(lora_merge *M, long e, float **out, dit_error *err) {
   if ((*out = M->merged[e])) return DIT_OK;
   const dit_tensor *d = M->t->entries[e].dst;
-  if (dit_dtype_is_quant(d->dtype))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on %s: its weights are %s; LoRA is merged into float weights "
-                      "only so far", M->t->entries[e].name, dit_dtype_name(d->dtype));
   dit_tensor src = *d;
   if (M->was[e]) DIT_TRY(base_tensor(M, e, &src, err));
   const bool host = M->was[e] || dit_backend_is_host(M->be);
@@ -241,6 +246,32 @@ static bool swap_halves(const dit_wtable *t, const dit_wremap *orig, long e, boo
   return pair_swapped != t->entries[e].halves_swapped;
 }
 
+/* A pair's part on quantized entry e, kept as a run-time low-rank term (host backends): A's r
+ * rows appended to a, and s times B's rows row0 .. row0 + N (halves exchanged with swap),
+ * transposed, to b^T. */
+static dit_status add_lowrank(lora_merge *M, long e, const float *A, const float *B, int64_t r, int64_t row0,
+                              bool swap, float s, dit_error *err) {
+  const dit_tensor *d = M->t->entries[e].dst;
+  if (!dit_backend_is_host(M->be))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on %s: its weights are %s; a LoRA on quantized weights runs "
+                      "on the CPU only so far", M->t->entries[e].name, dit_dtype_name(d->dtype));
+  const int64_t N = d->shape[0], K = d->shape[1], half = N / 2;
+  lowrank_acc *L = &M->lr[e];
+  float *a = realloc(L->a, (size_t)((L->R + r) * K) * sizeof *a);
+  if (a) L->a = a;
+  float *bt = a ? realloc(L->bt, (size_t)((L->R + r) * N) * sizeof *bt) : NULL;
+  if (bt) L->bt = bt;
+  if (!a || !bt) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory for %s", M->t->entries[e].name);
+  memcpy(a + L->R * K, A, (size_t)(r * K) * sizeof *a);
+  for (int64_t q = 0; q < r; q++)
+    for (int64_t o = 0; o < N; o++) {
+      const int64_t src = swap ? (o < half ? o + half : o - half) : row0 + o;
+      bt[(L->R + q) * N + o] = s * B[src * r + q];
+    }
+  L->R += r;
+  return DIT_OK;
+}
+
 /* One pair into its targets (swap: B's row halves exchanged, one target only). */
 static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p, const long *ent, int parts,
                              bool swap, const dit_lora *l, dit_error *err) {
@@ -274,6 +305,11 @@ static dit_status merge_pair(lora_merge *M, dit_weights *lw, const lora_pair *p,
   }
   int64_t row0 = 0;
   for (int k = 0; st == DIT_OK && k < parts; k++) {
+    if (dit_dtype_is_quant(M->t->entries[ent[k]].dst->dtype)) {
+      st = add_lowrank(M, ent[k], A, B, r, row0, swap, s, err);
+      row0 += M->t->entries[ent[k]].dst->shape[0];
+      continue;
+    }
     float *W = NULL;
     st = merged_of(M, ent[k], &W, err);
     if (st != DIT_OK) break;
@@ -382,9 +418,37 @@ static dit_status note_changed(lora_merge *M, char (**names)[DIT_WNAME_MAX], siz
   return DIT_OK;
 }
 
+/* The low-rank terms of this set (one allocation per quantized entry under LoRAs: the
+ * dit_lowrank, then a and b) into *mem (n_mem of them; NULL where an entry has none, in
+ * *per, indexed like the table). */
+static dit_status build_lowranks(lora_merge *M, void ***mem, size_t *n_mem, dit_lowrank ***per, dit_error *err) {
+  size_t k = 0;
+  for (size_t e = 0; e < M->t->n; e++) k += M->lr[e].R > 0;
+  *mem = calloc(k ? k : 1, sizeof **mem), *per = calloc(M->t->n ? M->t->n : 1, sizeof **per), *n_mem = 0;
+  if (!*mem || !*per) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  for (size_t e = 0; e < M->t->n; e++) {
+    const lowrank_acc *L = &M->lr[e];
+    if (!L->R) continue;
+    const int64_t N = M->t->entries[e].dst->shape[0], K = M->t->entries[e].dst->shape[1], R = L->R;
+    const size_t head = (sizeof(dit_lowrank) + 63) & ~(size_t)63;
+    char *blk = malloc(head + (size_t)(R * K + N * R) * sizeof(float));
+    if (!blk) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory for %s", M->t->entries[e].name);
+    (*mem)[(*n_mem)++] = blk;
+    float *a = (float *)(blk + head), *b = a + R * K;
+    memcpy(a, L->a, (size_t)(R * K) * sizeof *a);
+    for (int64_t o = 0; o < N; o++)
+      for (int64_t q = 0; q < R; q++) b[o * R + q] = L->bt[q * N + o];
+    dit_lowrank *lr = (dit_lowrank *)blk;
+    *lr = (dit_lowrank){dit_tensor_2d(DIT_F32, a, R, K), dit_tensor_2d(DIT_F32, b, N, R)};
+    (*per)[e] = lr;
+  }
+  return DIT_OK;
+}
+
 /* Host: every new tensor is made before any pointer changes (a failure leaves the model as it
  * was); then the merged ones point at their copies, the restored ones back into the files,
- * and the earlier copies are freed. */
+ * the quantized ones get this set's low-rank terms (or none), and the earlier copies are
+ * freed. */
 static dit_status write_back_host(lora_merge *M, dit_error *err) {
   size_t k = 0;
   for (size_t e = 0; e < M->t->n; e++) k += M->merged[e] != NULL;
@@ -396,17 +460,27 @@ static dit_status write_back_host(lora_merge *M, dit_error *err) {
     const dit_tensor *d = M->t->entries[e].dst;
     if (M->merged[e]) s = to_dtype(M->merged[e], NULL, d->dtype, (size_t)dit_tensor_numel(d), &mem[j++], err);
   }
+  void **lmem = NULL;
+  size_t n_lmem = 0;
+  dit_lowrank **per = NULL;
+  if (s == DIT_OK) s = build_lowranks(M, &lmem, &n_lmem, &per, err);
   if (s != DIT_OK) {
     for (size_t j = 0; mem && j < k; j++) free(mem[j]);
-    free(mem), free(names);
+    for (size_t j = 0; j < n_lmem; j++) free(lmem[j]);
+    free(mem), free(names), free(lmem), free(per);
     return s;
   }
   for (size_t e = 0, j = 0; e < M->t->n; e++) {
     dit_tensor *d = M->t->entries[e].dst;
     if (M->merged[e]) d->data = mem[j++];
     else if (M->restore[e].data) d->data = M->restore[e].data;
+    if (dit_dtype_is_quant(d->dtype)) d->lowrank = per[e];
   }
+  free(per);
   dit_model_weights *w = M->w;
+  for (size_t j = 0; j < w->n_lowrank_mem; j++) free(w->lowrank_mem[j]);
+  free(w->lowrank_mem);
+  w->lowrank_mem = lmem, w->n_lowrank_mem = n_lmem;
   for (size_t j = 0; j < w->n_lora_mem; j++) free(w->lora_mem[j]);
   free(w->lora_mem), free(w->lora_names);
   w->lora_mem = mem, w->n_lora_mem = k;
@@ -456,13 +530,13 @@ static dit_status read_restores(lora_merge *M, dit_error *err) {
 
 dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
                           dit_model_weights *w, dit_error *err) {
-  if (n <= 0 && !w->n_lora_names) return DIT_OK;
+  if (dit_lora_nothing_to_do(w, n)) return DIT_OK;
   if (n < 0 || n > DIT_MAX_LORAS) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%d LoRAs (at most %d)", n, DIT_MAX_LORAS);
   const size_t ne = t->n ? t->n : 1;
-  lora_merge M = {t, calloc(ne, sizeof(float *)), be, w, calloc(ne, sizeof(bool)), calloc(ne, sizeof(dit_tensor)),
-                  NULL, false};
-  if (!M.merged || !M.was || !M.restore) {
-    free(M.merged), free(M.was), free(M.restore);
+  lora_merge M = {t,    calloc(ne, sizeof(float *)), be, w, calloc(ne, sizeof(bool)), calloc(ne, sizeof(dit_tensor)),
+                  NULL, false, calloc(ne, sizeof(lowrank_acc))};
+  if (!M.merged || !M.was || !M.restore || !M.lr) {
+    free(M.merged), free(M.was), free(M.restore), free(M.lr);
     return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
   }
   mark_earlier(&M);
@@ -470,8 +544,8 @@ dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *
   for (int i = 0; s == DIT_OK && i < n; i++) s = apply_one(&M, &loras[i], orig, err);
   if (s == DIT_OK) s = read_restores(&M, err);
   if (s == DIT_OK) s = dit_backend_is_host(be) ? write_back_host(&M, err) : write_back_device(&M, err);
-  for (size_t e = 0; e < t->n; e++) free(M.merged[e]);
-  free(M.merged), free(M.was), free(M.restore);
+  for (size_t e = 0; e < t->n; e++) free(M.merged[e]), free(M.lr[e].a), free(M.lr[e].bt);
+  free(M.merged), free(M.was), free(M.restore), free(M.lr);
   if (M.base_owned) dit_weights_close(M.base);
   return s;
 }

@@ -34,5 +34,10 @@
  * of memory) leaves the model as it was. */
 dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
                           dit_model_weights *w, dit_error *err);
+/* True when setting n LoRAs changes nothing: none now and none before (no merged tensor, no
+ * low-rank term), so a family need not even list its table. */
+static inline bool dit_lora_nothing_to_do(const dit_model_weights *w, int n) {
+  return n <= 0 && !w->n_lora_names && !w->n_lowrank_mem;
+}
 
 #endif

@@ -97,6 +97,9 @@ void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
   for (size_t i = 0; i < w->n_lora_mem; i++) free(w->lora_mem[i]);
   free(w->lora_mem);
   free(w->lora_names);
+  for (size_t i = 0; i < w->n_lowrank_mem; i++) free(w->lowrank_mem[i]);
+  free(w->lowrank_mem);
+  w->lowrank_mem = NULL, w->n_lowrank_mem = 0;
   free(w->source);
   w->lora_mem = NULL, w->n_lora_mem = 0;
   w->lora_names = NULL, w->n_lora_names = 0;

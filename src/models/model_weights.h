@@ -26,6 +26,9 @@ typedef struct dit_model_weights {
   size_t n_lora_mem;
   char (*lora_names)[DIT_WNAME_MAX]; /* the table names of the tensors the LoRAs changed */
   size_t n_lora_names;
+  void **lowrank_mem; /* the low-rank terms of quantized tensors under LoRAs (dit_lowrank + its
+                         a and b in one allocation each), freed with the weights */
+  size_t n_lowrank_mem;
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

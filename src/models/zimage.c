@@ -282,7 +282,7 @@ dit_status dit_zimage_load_from(dit_backend *be, const char *weights, const char
 }
 
 dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_error *err) {
-  if (n <= 0 && !m->mw.n_lora_names) return DIT_OK;
+  if (dit_lora_nothing_to_do(&m->mw, n)) return DIT_OK;
   dit_wtable t;
   dit_status s = build_table(m, &t, err);
   const dit_wremap orig = {NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, NULL,

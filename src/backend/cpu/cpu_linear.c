@@ -425,6 +425,33 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
   return gemm_f32(cpu_gemm_path_for(be), nt, &J, err);
 }
 
+/* w's low-rank term fits w: a [R, K] and b [N, R], F32, on the host. */
+static dit_status check_lowrank(const dit_tensor *w, dit_error *err) {
+  const dit_lowrank *L = w->lowrank;
+  const int64_t N = w->shape[0], K = w->shape[1];
+  if (L->a.ndim != 2 || L->b.ndim != 2 || L->a.dtype != DIT_F32 || L->b.dtype != DIT_F32 || !L->a.data ||
+      !L->b.data || L->a.shape[1] != K || L->b.shape[0] != N || L->b.shape[1] != L->a.shape[0] || L->a.shape[0] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: the low-rank term of a [%lld, %lld] weight is not F32 a [R, "
+                      "%lld] and b [%lld, R]", (long long)N, (long long)K, (long long)K, (long long)N);
+  return DIT_OK;
+}
+
+/* y[M, N] += (x a^T) b^T: the low-rank term through two small GEMMs (R columns between). */
+static dit_status add_lowrank(const dit_backend *be, const dit_lowrank *L, int64_t M, const float *x, int64_t ldx,
+                              float *y, int64_t ldy, dit_error *err) {
+  const int64_t R = L->a.shape[0], K = L->a.shape[1], N = L->b.shape[0];
+  float *t = malloc((size_t)(M * R) * sizeof *t), *u = malloc((size_t)(M * N) * sizeof *u);
+  dit_status s = t && u ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "linear: out of memory for the low-rank term");
+  if (s == DIT_OK)
+    s = cpu_gemm(be, M, R, K, x, ldx, L->a.data, DIT_F32, 1.0f, K, NULL, DIT_F32, DIT_ACT_NONE, t, R, err);
+  if (s == DIT_OK)
+    s = cpu_gemm(be, M, N, R, t, R, L->b.data, DIT_F32, 1.0f, R, NULL, DIT_F32, DIT_ACT_NONE, u, N, err);
+  for (int64_t i = 0; s == DIT_OK && i < M; i++)
+    for (int64_t j = 0; j < N; j++) y[i * ldy + j] += u[i * N + j];
+  free(t), free(u);
+  return s;
+}
+
 dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
                       const dit_tensor *b, dit_act act, dit_error *err) {
   dit_rowview xv, yv;
@@ -448,9 +475,19 @@ dit_status cpu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
   int64_t P = xv.P > yv.P ? xv.P : yv.P;
   if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "linear: the row layouts of x and y do not match");
-  for (int64_t p = 0; p < P; p++)
-    DIT_TRY(cpu_gemm(be, xv.M, N, K, (const float *)x->data + p * xv.ps, xv.rs, w->data, w->dtype,
-                     dit_tensor_scale(w), K,
-                     b ? b->data : NULL, b ? b->dtype : DIT_F32, act, (float *)y->data + p * yv.ps, yv.rs, err));
+  if (w->lowrank) DIT_TRY(check_lowrank(w, err));
+  for (int64_t p = 0; p < P; p++) {
+    const float *xp = (const float *)x->data + p * xv.ps;
+    float *yp = (float *)y->data + p * yv.ps;
+    if (w->lowrank) {
+      DIT_TRY(cpu_gemm(be, xv.M, N, K, xp, xv.rs, w->data, w->dtype, dit_tensor_scale(w), K, NULL, DIT_F32,
+                       DIT_ACT_NONE, yp, yv.rs, err));
+      DIT_TRY(add_lowrank(be, w->lowrank, xv.M, xp, xv.rs, yp, yv.rs, err));
+      epilogue(yp, yv.rs, xv.M, 0, N, 1.0f, b ? b->data : NULL, b ? b->dtype : DIT_F32, act);
+      continue;
+    }
+    DIT_TRY(cpu_gemm(be, xv.M, N, K, xp, xv.rs, w->data, w->dtype, dit_tensor_scale(w), K,
+                     b ? b->data : NULL, b ? b->dtype : DIT_F32, act, yp, yv.rs, err));
+  }
   return DIT_OK;
 }

@@ -281,6 +281,9 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   DIT_TRY(cu_check_rows(op, "x", x, &xv, err));
   DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
   DIT_TRY(dit_check_matrix(op, "w", wq, DIT_DEV_CUDA, err));
+  if (wq->lowrank)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: a weight's low-rank term (LoRA on quantized weights) runs on the "
+                      "CPU only so far", op);
   /* a quantized w is expanded to bf16 in the scratch (placed first, below); its per-tensor
    * scale (fp8) is the GEMM's alpha */
   const bool wblocks = dit_dtype_is_quant(wq->dtype);

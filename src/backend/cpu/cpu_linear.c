@@ -436,18 +436,22 @@ static dit_status check_lowrank(const dit_tensor *w, dit_error *err) {
   return DIT_OK;
 }
 
-/* y[M, N] += (x a^T) b^T: the low-rank term through two small GEMMs (R columns between). */
+/* y[M, N] += (x a^T) b^T: the low-rank term through two small GEMMs (R columns between), in
+ * blocks of LOWRANK_ROWS rows so the buffers stay small whatever M is (no M x N copy). */
+#define LOWRANK_ROWS 64
 static dit_status add_lowrank(const dit_backend *be, const dit_lowrank *L, int64_t M, const float *x, int64_t ldx,
                               float *y, int64_t ldy, dit_error *err) {
   const int64_t R = L->a.shape[0], K = L->a.shape[1], N = L->b.shape[0];
-  float *t = malloc((size_t)(M * R) * sizeof *t), *u = malloc((size_t)(M * N) * sizeof *u);
+  float *t = malloc((size_t)(LOWRANK_ROWS * R) * sizeof *t), *u = malloc((size_t)(LOWRANK_ROWS * N) * sizeof *u);
   dit_status s = t && u ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "linear: out of memory for the low-rank term");
-  if (s == DIT_OK)
-    s = cpu_gemm(be, M, R, K, x, ldx, L->a.data, DIT_F32, 1.0f, K, NULL, DIT_F32, DIT_ACT_NONE, t, R, err);
-  if (s == DIT_OK)
-    s = cpu_gemm(be, M, N, R, t, R, L->b.data, DIT_F32, 1.0f, R, NULL, DIT_F32, DIT_ACT_NONE, u, N, err);
-  for (int64_t i = 0; s == DIT_OK && i < M; i++)
-    for (int64_t j = 0; j < N; j++) y[i * ldy + j] += u[i * N + j];
+  for (int64_t i0 = 0; s == DIT_OK && i0 < M; i0 += LOWRANK_ROWS) {
+    const int64_t m = M - i0 < LOWRANK_ROWS ? M - i0 : LOWRANK_ROWS;
+    s = cpu_gemm(be, m, R, K, x + i0 * ldx, ldx, L->a.data, DIT_F32, 1.0f, K, NULL, DIT_F32, DIT_ACT_NONE, t, R, err);
+    if (s == DIT_OK)
+      s = cpu_gemm(be, m, N, R, t, R, L->b.data, DIT_F32, 1.0f, R, NULL, DIT_F32, DIT_ACT_NONE, u, N, err);
+    for (int64_t i = 0; s == DIT_OK && i < m; i++)
+      for (int64_t j = 0; j < N; j++) y[(i0 + i) * ldy + j] += u[i * N + j];
+  }
   free(t), free(u);
   return s;
 }

@@ -83,7 +83,7 @@ static void test_upload_f16_as_bf16(const dt_args *args) {
   dit_wtable_add(&t, &th, false, 1, (int64_t[]){5}, "h");
   dit_wtable_add(&t, &tf, false, 1, (int64_t[]){3}, "f");
   void *blk = NULL;
-  CHECK(dit_backend_upload_wtable_as(be, &t, true, &blk, &err) == DIT_OK);
+  CHECK(dit_backend_upload_wtable_as(be, &t, DIT_UPLOAD_F16_AS_BF16, &blk, &err) == DIT_OK);
   CHECK(th.dtype == DIT_BF16 && tf.dtype == DIT_F32 && th.data != (void *)h && blk);
   for (int i = 0; blk && i < 5; i++) {
     uint16_t b;

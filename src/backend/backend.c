@@ -32,32 +32,42 @@ static void f16_to_bf16(uint16_t *dst, const void *src, size_t n) {
   }
 }
 
-/* Uploads an F16 tensor's nb bytes as BF16 through a staging buffer, piece by piece. */
-static dit_status upload_as_bf16(dit_backend *be, void *dst, const void *src, size_t nb, dit_error *err) {
-  const size_t piece = STAGE_BYTES < nb ? STAGE_BYTES : nb;
-  uint16_t *stage = malloc(piece ? piece : 2);
-  if (!stage) return dit_errorf(err, DIT_ERR_NOMEM, "no memory for a %zu-byte staging buffer", piece);
+/* Uploads n F16 or F32 values (from dtype) as BF16 through a staging buffer, piece by piece. */
+static dit_status upload_as_bf16(dit_backend *be, void *dst, const void *src, dit_dtype from, size_t n,
+                                 dit_error *err) {
+  const size_t piece = STAGE_BYTES / 2 < n ? STAGE_BYTES / 2 : n, es = dit_dtype_size(from);
+  uint16_t *stage = malloc(piece ? piece * 2 : 2);
+  if (!stage) return dit_errorf(err, DIT_ERR_NOMEM, "no memory for a %zu-byte staging buffer", piece * 2);
   dit_status s = DIT_OK;
-  for (size_t off = 0; off < nb && s == DIT_OK; off += piece) {
-    const size_t len = nb - off < piece ? nb - off : piece;
-    f16_to_bf16(stage, (const char *)src + off, len / 2);
-    s = be->ops->upload(be, (char *)dst + off, stage, len, err);
+  for (size_t off = 0; off < n && s == DIT_OK; off += piece) {
+    const size_t len = n - off < piece ? n - off : piece;
+    if (from == DIT_F16) f16_to_bf16(stage, (const char *)src + off * es, len);
+    else dit_convert_from_f32(stage, (const float *)src + off, DIT_BF16, len);
+    s = be->ops->upload(be, (uint16_t *)dst + off, stage, len * 2, err);
     if (s == DIT_OK) s = be->ops->sync(be, err); /* the stage is reused */
   }
   free(stage);
   return s;
 }
 
-dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void **block, dit_error *err) {
-  return dit_backend_upload_wtable_as(be, t, false, block, err);
+/* Whether the upload converts d to BF16 (flags: DIT_UPLOAD_*). */
+static bool upload_converts(const dit_tensor *d, unsigned flags) {
+  return ((flags & DIT_UPLOAD_F16_AS_BF16) && d->dtype == DIT_F16) ||
+         ((flags & DIT_UPLOAD_F32_MATRICES_AS_BF16) && d->dtype == DIT_F32 && d->ndim == 2);
 }
 
-dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, bool f16_as_bf16, void **block,
+dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void **block, dit_error *err) {
+  return dit_backend_upload_wtable_as(be, t, 0, block, err);
+}
+
+dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, unsigned flags, void **block,
                                         dit_error *err) {
   *block = NULL;
   size_t total = 0;
-  for (size_t i = 0; i < t->n; i++)
-    if (t->entries[i].dst->data) total += align_up(dit_tensor_nbytes(t->entries[i].dst));
+  for (size_t i = 0; i < t->n; i++) {
+    const dit_tensor *d = t->entries[i].dst;
+    if (d->data) total += align_up(upload_converts(d, flags) ? (size_t)dit_tensor_numel(d) * 2 : dit_tensor_nbytes(d));
+  }
   if (!total) return DIT_OK;
   void *blk = NULL;
   DIT_TRY(be->ops->alloc(be, total, &blk, err));
@@ -66,9 +76,9 @@ dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, bo
   for (size_t i = 0; i < t->n; i++) {
     dit_tensor *d = t->entries[i].dst;
     if (!d->data) continue;
-    size_t nb = dit_tensor_nbytes(d);
-    const bool conv = f16_as_bf16 && d->dtype == DIT_F16;
-    dit_status s = conv ? upload_as_bf16(be, (char *)blk + off, d->data, nb, err)
+    const bool conv = upload_converts(d, flags);
+    const size_t n = (size_t)dit_tensor_numel(d), nb = conv ? n * 2 : dit_tensor_nbytes(d);
+    dit_status s = conv ? upload_as_bf16(be, (char *)blk + off, d->data, d->dtype, n, err)
                         : be->ops->upload(be, (char *)blk + off, d->data, nb, err);
     if (s != DIT_OK) {
       be->ops->free(be, blk);

@@ -148,9 +148,14 @@ dit_device dit_backend_device(const dit_backend *be);
  * allocation *block (stored dtype kept, 256-byte aligned pieces) and repoints the
  * destinations there (device tag set). Free *block with be->ops->free. */
 dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t, void **block, dit_error *err);
-/* The same; with f16_as_bf16, F16 tensors are converted to BF16 on the way (same size, the
- * range of fp32: for models whose activations overflow fp16, such as T5). */
-dit_status dit_backend_upload_wtable_as(dit_backend *be, const struct dit_wtable *t, bool f16_as_bf16, void **block,
+/* The same, converting on the way (flags, or'd): */
+enum {
+  DIT_UPLOAD_F16_AS_BF16 = 1,         /* F16 tensors to BF16 (same size, the range of fp32: for models whose
+                                         activations overflow fp16, such as T5) */
+  DIT_UPLOAD_F32_MATRICES_AS_BF16 = 2 /* F32 matrices (2-D) to BF16: a transformer stored in fp32 runs its GEMMs
+                                         as one stored in bf16 does (the GPU's bf16 activations need bf16 w) */
+};
+dit_status dit_backend_upload_wtable_as(dit_backend *be, const struct dit_wtable *t, unsigned flags, void **block,
                                         dit_error *err);
 /* Gives every entry of t (unbound) deterministic random values of dtype dt (F32/BF16/F16)
  * in one new backend allocation *block: uniform in +-1/sqrt(last dim) for matrices,

@@ -30,8 +30,8 @@ typedef struct dit_tensor {
   const struct dit_lowrank *lowrank;
 } dit_tensor;
 
-/* W's low-rank term: a [R, K] and b [N, R] (F32, on W's device; b holds the scales), the pairs
- * of every LoRA on W side by side along R. */
+/* W's low-rank term: a [R, K] and b [N, R] (on W's device: F32 on the CPU, BF16 on a GPU; b
+ * holds the scales), the pairs of every LoRA on W side by side along R. */
 typedef struct dit_lowrank {
   dit_tensor a, b;
 } dit_lowrank;

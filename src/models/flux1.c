@@ -235,29 +235,40 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
-/* Rows [r0, r0 + n) of a bound linear (weight rows and bias entries), as a view. */
-static flux_lin lin_rows(const flux_lin *l, int64_t r0, int64_t n) {
+/* Rows [r0, r0 + n) of a bound linear (weight rows and bias entries), as a view; where the
+ * weight has a low-rank term, the view's is *lr (a, and b's rows r0 .. r0 + n). */
+static flux_lin lin_rows(const flux_lin *l, int64_t r0, int64_t n, dit_lowrank *lr) {
   flux_lin v = {dit_tensor_rows(&l->w, r0, n), dit_tensor_rows(&l->b, r0, n)};
+  if (l->w.lowrank) {
+    *lr = (dit_lowrank){l->w.lowrank->a, dit_tensor_rows(&l->w.lowrank->b, r0, n)};
+    v.w.lowrank = lr;
+  }
   return v;
 }
 
-/* A single file's fused tensors as the forward's per-projection views. */
-static void bfl_views(dit_flux2 *m) {
+/* A single file's fused tensors as the forward's per-projection views (their low-rank terms,
+ * under LoRAs on quantized weights, in m->view_terms: 6 per double block, 2 per single). */
+static dit_status bfl_views(dit_flux2 *m, dit_error *err) {
   const int64_t D = m->cfg.dim, F = m->cfg.mlp_hidden;
-  for (int i = 0; i < m->cfg.n_layers; i++) {
+  if (!m->view_terms) m->view_terms = calloc((size_t)(6 * m->cfg.n_layers + 2 * m->cfg.n_single_layers) + 1,
+                                             sizeof *m->view_terms);
+  if (!m->view_terms) return dit_errorf(err, DIT_ERR_NOMEM, "flux1: out of memory");
+  dit_lowrank *lr = m->view_terms;
+  for (int i = 0; i < m->cfg.n_layers; i++, lr += 6) {
     flux2_double_w *b = &m->w.blocks[i];
-    b->to_q = lin_rows(&b->img_qkv, 0, D);
-    b->to_k = lin_rows(&b->img_qkv, D, D);
-    b->to_v = lin_rows(&b->img_qkv, 2 * D, D);
-    b->add_q_proj = lin_rows(&b->txt_qkv, 0, D);
-    b->add_k_proj = lin_rows(&b->txt_qkv, D, D);
-    b->add_v_proj = lin_rows(&b->txt_qkv, 2 * D, D);
+    b->to_q = lin_rows(&b->img_qkv, 0, D, &lr[0]);
+    b->to_k = lin_rows(&b->img_qkv, D, D, &lr[1]);
+    b->to_v = lin_rows(&b->img_qkv, 2 * D, D, &lr[2]);
+    b->add_q_proj = lin_rows(&b->txt_qkv, 0, D, &lr[3]);
+    b->add_k_proj = lin_rows(&b->txt_qkv, D, D, &lr[4]);
+    b->add_v_proj = lin_rows(&b->txt_qkv, 2 * D, D, &lr[5]);
   }
-  for (int i = 0; i < m->cfg.n_single_layers; i++) {
+  for (int i = 0; i < m->cfg.n_single_layers; i++, lr += 2) {
     flux2_single_w *b = &m->w.single[i];
-    b->qkv = lin_rows(&b->linear1, 0, 3 * D);
-    b->proj_mlp = lin_rows(&b->linear1, 3 * D, F);
+    b->qkv = lin_rows(&b->linear1, 0, 3 * D, &lr[0]);
+    b->proj_mlp = lin_rows(&b->linear1, 3 * D, F, &lr[1]);
   }
+  return DIT_OK;
 }
 
 /* True when tensor b starts right where a ends (same dtype). */
@@ -406,7 +417,7 @@ dit_status dit_flux1_load(dit_backend *be, const char *path, const char *cfg_jso
     m->bfl_names = true;
     s = single_file_config(path, cfg_json, &m->cfg, &m->mw.prefix, err);
     if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "flux1", path, build_table, m, true, err);
-    if (s == DIT_OK) bfl_views(m);
+    if (s == DIT_OK) s = bfl_views(m, err);
   }
   DIT_HAND_OVER(s, m, out, dit_flux2_free);
 }
@@ -496,12 +507,9 @@ dit_status dit_flux1_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_err
   static const char *const swapped[] = FLUX_BFL_SWAPPED;
   const dit_wremap bfl = {NULL,    flux1_bfl_renames, sizeof flux1_bfl_renames / sizeof *flux1_bfl_renames,
                           flux1_bfl_splits, sizeof flux1_bfl_splits / sizeof *flux1_bfl_splits, NULL, swapped};
-  if (n > 0 && m->bfl_names && m->cfg.n_layers > 0 && dit_dtype_is_quant(m->w.blocks[0].img_qkv.w.dtype))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on a quantized FLUX.1 file in BFL's names (%s): its fused q/k/v "
-                      "run as row views, which a run-time low-rank term does not follow yet",
-                      dit_dtype_name(m->w.blocks[0].img_qkv.w.dtype));
   dit_status s = flux2_set_loras(m, list_table, m->bfl_names ? NULL : &bfl, l, n, err);
-  if (s == DIT_OK && m->bfl_names) bfl_views(m); /* the fused tensors may have new memory */
-  else if (s == DIT_OK) fuse_qkv(m);             /* q, k, v may no longer lie side by side */
+  if (s == DIT_OK && m->bfl_names) s = bfl_views(m, err); /* the fused tensors: new memory or terms (allocated
+                                                             at load: no failure here) */
+  else if (s == DIT_OK) fuse_qkv(m);                       /* q, k, v may no longer lie side by side */
   return s;
 }

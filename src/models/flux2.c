@@ -367,9 +367,11 @@ dit_status flux2_set_loras(dit_flux2 *m, void (*list)(dit_flux2 *, dit_wtable *)
   dit_wtable t;
   dit_wtable_init(&t);
   list(m, &t);
+  const bool had_terms = m->mw.n_lowrank_mem > 0;
   dit_status s = t.status != DIT_OK ? dit_errorf(err, t.status, "%s", t.err.msg)
                                     : dit_lora_apply(m->be, &t, l, n, orig, &m->mw, err);
   dit_wtable_free(&t);
+  if (s == DIT_OK && (had_terms || m->mw.n_lowrank_mem)) dit_replay_clear(&m->replay, m->be); /* new term memory */
   return s;
 }
 
@@ -383,6 +385,7 @@ dit_flux2 *flux2_new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
+  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16; /* an fp32 checkpoint on a GPU */
   dit_act_space_init(&m->as, be);
   return m;
 }
@@ -458,6 +461,7 @@ void dit_flux2_free(dit_flux2 *m) {
   dit_act_space_release(&m->as, m->be);
   dit_model_weights_release(m->be, &m->mw);
   free(m->rope_ids);
+  free(m->view_terms);
   free(m->w.blocks);
   free(m->w.single);
   free(m);

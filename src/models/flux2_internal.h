@@ -68,6 +68,7 @@ struct dit_flux2 {
   flux2_weights w;
   dit_model_weights mw; /* the checkpoint's files or the backend block w points into */
   bool bfl_names;       /* FLUX.1 loaded from a single file: its table holds BFL's names (flux1.c) */
+  dit_lowrank *view_terms; /* bfl_names: the low-rank terms of the fused tensors' row views (flux1.c) */
   dit_act_space as;   /* activation dtype, buffer and host scratch (RoPE tables, timesteps) */
   /* ids [text; image] x 4 whose RoPE tables are uploaded at rope_tab (valid when rope_ok) */
   float *rope_ids;

@@ -246,15 +246,12 @@ static bool swap_halves(const dit_wtable *t, const dit_wremap *orig, long e, boo
   return pair_swapped != t->entries[e].halves_swapped;
 }
 
-/* A pair's part on quantized entry e, kept as a run-time low-rank term (host backends): A's r
+/* A pair's part on quantized entry e, kept as a run-time low-rank term: A's r
  * rows appended to a, and s times B's rows row0 .. row0 + N (halves exchanged with swap),
  * transposed, to b^T. */
 static dit_status add_lowrank(lora_merge *M, long e, const float *A, const float *B, int64_t r, int64_t row0,
                               bool swap, float s, dit_error *err) {
   const dit_tensor *d = M->t->entries[e].dst;
-  if (!dit_backend_is_host(M->be))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "LoRA on %s: its weights are %s; a LoRA on quantized weights runs "
-                      "on the CPU only so far", M->t->entries[e].name, dit_dtype_name(d->dtype));
   const int64_t N = d->shape[0], K = d->shape[1], half = N / 2;
   lowrank_acc *L = &M->lr[e];
   float *a = realloc(L->a, (size_t)((L->R + r) * K) * sizeof *a);
@@ -445,6 +442,53 @@ static dit_status build_lowranks(lora_merge *M, void ***mem, size_t *n_mem, dit_
   return DIT_OK;
 }
 
+/* A device copy of the low-rank terms in per (t_n entries, NULL where none), in one backend
+ * block *dev, each a and b as BF16 (the GPU's linear adds B A into its bf16 expansion of the
+ * quantized weight); the dit_lowrank structs then point there. */
+static dit_status lowranks_to_device(dit_backend *be, dit_lowrank **per, size_t t_n, void **dev, dit_error *err) {
+  size_t bytes = 0, most = 0;
+  for (size_t e = 0; e < t_n; e++)
+    for (int h = 0; per[e] && h < 2; h++) {
+      const size_t n = (size_t)dit_tensor_numel(h ? &per[e]->b : &per[e]->a);
+      bytes += (n * 2 + 255) & ~(size_t)255;
+      most = n > most ? n : most;
+    }
+  *dev = NULL;
+  if (!bytes) return DIT_OK;
+  uint16_t *tmp = malloc(most * 2);
+  if (!tmp) return dit_errorf(err, DIT_ERR_NOMEM, "LoRA: out of memory");
+  dit_status s = be->ops->alloc(be, bytes, dev, err);
+  char *at = *dev;
+  for (size_t e = 0; s == DIT_OK && e < t_n; e++)
+    for (int h = 0; s == DIT_OK && per[e] && h < 2; h++) {
+      dit_tensor *t = h ? &per[e]->b : &per[e]->a;
+      const size_t n = (size_t)dit_tensor_numel(t);
+      dit_convert_from_f32(tmp, t->data, DIT_BF16, n);
+      s = be->ops->upload(be, at, tmp, n * 2, err);
+      if (s == DIT_OK) s = be->ops->sync(be, err); /* the upload reads tmp until then */
+      *t = dit_tensor_2d(DIT_BF16, at, t->shape[0], t->shape[1]);
+      t->device = dit_backend_device(be);
+      at += (n * 2 + 255) & ~(size_t)255;
+    }
+  free(tmp);
+  if (s != DIT_OK && *dev) be->ops->free(be, *dev), *dev = NULL;
+  return s;
+}
+
+/* This set's low-rank terms (host blocks, and on a device backend their device copy) replace
+ * the earlier ones: the quantized entries point at the new terms or at none. */
+static void swap_lowranks(lora_merge *M, dit_lowrank **per, void **lmem, size_t n_lmem, void *dev) {
+  for (size_t e = 0; e < M->t->n; e++) {
+    dit_tensor *d = M->t->entries[e].dst;
+    if (dit_dtype_is_quant(d->dtype)) d->lowrank = per[e];
+  }
+  dit_model_weights *w = M->w;
+  for (size_t j = 0; j < w->n_lowrank_mem; j++) free(w->lowrank_mem[j]);
+  free(w->lowrank_mem);
+  if (w->lowrank_dev) M->be->ops->free(M->be, w->lowrank_dev);
+  w->lowrank_mem = lmem, w->n_lowrank_mem = n_lmem, w->lowrank_dev = dev;
+}
+
 /* Host: every new tensor is made before any pointer changes (a failure leaves the model as it
  * was); then the merged ones point at their copies, the restored ones back into the files,
  * the quantized ones get this set's low-rank terms (or none), and the earlier copies are
@@ -474,13 +518,10 @@ static dit_status write_back_host(lora_merge *M, dit_error *err) {
     dit_tensor *d = M->t->entries[e].dst;
     if (M->merged[e]) d->data = mem[j++];
     else if (M->restore[e].data) d->data = M->restore[e].data;
-    if (dit_dtype_is_quant(d->dtype)) d->lowrank = per[e];
   }
+  swap_lowranks(M, per, lmem, n_lmem, NULL);
   free(per);
   dit_model_weights *w = M->w;
-  for (size_t j = 0; j < w->n_lowrank_mem; j++) free(w->lowrank_mem[j]);
-  free(w->lowrank_mem);
-  w->lowrank_mem = lmem, w->n_lowrank_mem = n_lmem;
   for (size_t j = 0; j < w->n_lora_mem; j++) free(w->lora_mem[j]);
   free(w->lora_mem), free(w->lora_names);
   w->lora_mem = mem, w->n_lora_mem = k;
@@ -489,7 +530,8 @@ static dit_status write_back_host(lora_merge *M, dit_error *err) {
 }
 
 /* Device: the merged tensors and the restored ones uploaded in place (the addresses a
- * captured graph holds stay). A device error part way leaves the weights mixed, as any
+ * captured graph holds stay); the low-rank terms of quantized tensors get new memory, so a
+ * model drops its captured graphs when it had or has such terms. A device error part way leaves the weights mixed, as any
  * device error leaves the context unusable. */
 static dit_status write_back_device(lora_merge *M, dit_error *err) {
   char(*names)[DIT_WNAME_MAX] = NULL;
@@ -508,7 +550,20 @@ static dit_status write_back_device(lora_merge *M, dit_error *err) {
     if (s == DIT_OK) s = M->be->ops->sync(M->be, err); /* the upload reads its source until then */
     free(buf);
   }
-  if (s != DIT_OK) return free(names), s;
+  void **lmem = NULL, *dev = NULL;
+  size_t n_lmem = 0;
+  dit_lowrank **per = NULL;
+  if (s == DIT_OK) s = build_lowranks(M, &lmem, &n_lmem, &per, err);
+  if (s == DIT_OK) s = lowranks_to_device(M->be, per, M->t->n, &dev, err);
+  if (s == DIT_OK) s = M->be->ops->sync(M->be, err); /* nothing queued still reads the earlier terms */
+  if (s != DIT_OK) {
+    for (size_t j = 0; j < n_lmem; j++) free(lmem[j]);
+    if (dev) M->be->ops->free(M->be, dev);
+    free(lmem), free(per), free(names);
+    return s;
+  }
+  swap_lowranks(M, per, lmem, n_lmem, dev);
+  free(per);
   free(M->w->lora_names);
   M->w->lora_names = names, M->w->n_lora_names = n_names;
   return DIT_OK;

@@ -30,7 +30,9 @@
  * the updated tensors get new memory owned by w (the checkpoint's mapping is read-only); on a
  * device they are updated in place (captured graphs keep their addresses). orig (may be NULL)
  * is the family's remap of its original checkpoint names. A LoRA on a quantized tensor is
- * DIT_ERR_UNSUPPORTED. Any failure before the weights are written (a bad file, no match, out
+ * kept apart as the tensor's run-time low-rank term (dit_lowrank: F32 host memory on the CPU,
+ * a BF16 device copy on a GPU; new memory at each call, so a model with captured graphs drops
+ * them when it had or has such terms). Any failure before the weights are written (a bad file, no match, out
  * of memory) leaves the model as it was. */
 dit_status dit_lora_apply(dit_backend *be, const dit_wtable *t, const dit_lora *loras, int n, const dit_wremap *orig,
                           dit_model_weights *w, dit_error *err);

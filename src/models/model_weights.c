@@ -55,7 +55,7 @@ static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *
   DIT_TRY(dit_wtable_check_weights(t, !check_float, true, err));
   w->wparams = table_params(t);
   if (dit_backend_is_host(be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable_as(be, t, w->f16_as_bf16, &w->wblock, err));
+  DIT_TRY(dit_backend_upload_wtable_as(be, t, w->upload, &w->wblock, err));
   w->wbytes = block_bytes(t);
   dit_weights_close(w->files);
   w->files = NULL;
@@ -100,6 +100,8 @@ void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
   for (size_t i = 0; i < w->n_lowrank_mem; i++) free(w->lowrank_mem[i]);
   free(w->lowrank_mem);
   w->lowrank_mem = NULL, w->n_lowrank_mem = 0;
+  if (w->lowrank_dev) be->ops->free(be, w->lowrank_dev);
+  w->lowrank_dev = NULL;
   free(w->source);
   w->lora_mem = NULL, w->n_lora_mem = 0;
   w->lora_names = NULL, w->n_lora_names = 0;

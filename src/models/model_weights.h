@@ -16,7 +16,7 @@ typedef struct dit_model_weights {
   void *wblock;       /* backend copy of the weights (device backends, random weights) or NULL */
   size_t wbytes;      /* its size */
   uint64_t wparams;   /* elements of the bound tensors (parameters) */
-  bool f16_as_bf16;   /* set before loading: a device copy holds F16 tensors as BF16 */
+  unsigned upload;    /* set before loading: a device copy's conversions (DIT_UPLOAD_*, backend.h) */
   const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
   /* set before loading (NULL: none): renames an opened checkpoint saved under other names */
   dit_status (*rename)(dit_weights *files, dit_error *err);
@@ -29,6 +29,7 @@ typedef struct dit_model_weights {
   void **lowrank_mem; /* the low-rank terms of quantized tensors under LoRAs (dit_lowrank + its
                          a and b in one allocation each), freed with the weights */
   size_t n_lowrank_mem;
+  void *lowrank_dev;  /* on a device backend: one block with those a and b in BF16 (NULL: none) */
 } dit_model_weights;
 
 /* dir/config.json into path; DIT_ERR_INVALID_ARG naming who when it does not fit. */

@@ -309,7 +309,7 @@ dit_status dit_t5_load(dit_backend *be, const char *path, dit_t5 **out, dit_erro
   dit_status s = cfg_path[0] ? read_config_file(cfg_path, &m->cfg, err) : infer_config(path, &m->cfg, err);
   /* T5's activations overflow fp16 (diffusers keeps its wo in fp32): a device GEMM converts
    * its input to the weights' dtype, so fp16 weights (t5xxl_fp16) go to the device as bf16 */
-  m->mw.f16_as_bf16 = true;
+  m->mw.upload = DIT_UPLOAD_F16_AS_BF16;
   if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "t5", path, build_table, m, true, err);
   if (s == DIT_OK) s = pick_embedding(m, path, err);
   DIT_HAND_OVER(s, m, out, dit_t5_free);

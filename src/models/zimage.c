@@ -228,6 +228,7 @@ static dit_zimage *new_model(dit_backend *be) {
   if (!m) return NULL;
   m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
+  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16; /* an fp32 checkpoint on a GPU */
   dit_act_space_init(&m->as, be);
   return m;
 }
@@ -288,9 +289,11 @@ dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_e
   const dit_wremap orig = {NULL, orig_renames, sizeof orig_renames / sizeof *orig_renames, orig_splits, 1, NULL,
                            NULL};
   if (s == DIT_OK && t.status != DIT_OK) s = dit_errorf(err, t.status, "%s", t.err.msg);
+  const bool had_terms = m->mw.n_lowrank_mem > 0;
   if (s == DIT_OK) s = dit_lora_apply(m->be, &t, l, n, &orig, &m->mw, err);
   dit_wtable_free(&t);
   if (s == DIT_OK) stack_weights(m); /* q, k, v may no longer lie back to back */
+  if (s == DIT_OK && (had_terms || m->mw.n_lowrank_mem)) dit_replay_clear(&m->replay, m->be); /* new term memory */
   return s;
 }
 

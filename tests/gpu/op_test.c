@@ -19,6 +19,7 @@
 #include "backend/cuda/cudnn_conv.h"
 #include "backend/cuda/cudnn_sdpa.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "op_cases.h"
 #include "testing.h"
 
@@ -216,6 +217,65 @@ static void t_linear_fp8(env *e, int64_t M, int64_t K, int64_t N, dit_dtype wdt,
            dn(wdt), dn(xdt), bias ? " bias" : "");
   compare(e, name, &y, true);
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
+}
+
+/* A quantized w (a ggml block type, or fp8 with a per-tensor scale) with, for R > 0, a
+ * low-rank term (a LoRA on quantized weights): the GPU adds B A / scale into its bf16
+ * expansion of w, the CPU adds x A^T B^T beside its GEMM. a and b are rounded to bf16 first
+ * (the GPU keeps them so), the CPU reads them as F32. A term of the wrong shape is refused. */
+static void t_linear_quant(env *e, int64_t M, int64_t K, int64_t N, int64_t R, dit_dtype wdt, dit_dtype xdt) {
+  int64_t xs[2] = {M, K}, ys[2] = {M, N}, bs[1] = {N};
+  pair x = act(e, xdt, 2, xs, true), b = wgt(e, DIT_F32, 1, bs, 1.0f), y = act(e, xdt, 2, ys, false);
+  pair y0 = act(e, xdt, 2, ys, false);
+  const bool fp8 = wdt == DIT_F8_E4M3 || wdt == DIT_F8_E5M2;
+  uint64_t rb = 0;
+  dit_dtype_row_bytes(wdt, K, &rb);
+  float *wf = xmalloc((size_t)(N * K) * sizeof(float));
+  unsigned char *wq = xmalloc((size_t)(rb * N));
+  dt_fill_random(wf, (size_t)(N * K), e->seed += 0x9e37);
+  for (int64_t i = 0; i < N * K; i++) wf[i] *= fp8 ? 100.0f : 0.5f;
+  if (fp8) dit_convert_from_f32(wq, wf, wdt, (size_t)(N * K));
+  else
+    for (int64_t r = 0; r < N; r++) dit_quant_row(wdt, wf + r * K, wq + r * rb, K);
+  void *wg = NULL;
+  OK(e->gpu->ops->alloc(e->gpu, (size_t)(rb * N), &wg, E));
+  OK(e->gpu->ops->upload(e->gpu, wg, wq, (size_t)(rb * N), E));
+  dit_tensor wc = dit_tensor_2d(wdt, wq, N, K), wgt_ = dit_tensor_2d(wdt, wg, N, K);
+  wgt_.device = DIT_DEV_CUDA;
+  wc.scale = wgt_.scale = fp8 ? 1.0f / 256.0f : 0.0f;
+  int64_t as[2] = {R > 0 ? R : 1, K}, bsz[2] = {N, R > 0 ? R : 1};
+  pair la = wgt(e, DIT_BF16, 2, as, 0.3f), lb = wgt(e, DIT_BF16, 2, bsz, 0.3f);
+  float *laf = xmalloc((size_t)la.n * sizeof(float)), *lbf = xmalloc((size_t)lb.n * sizeof(float));
+  dit_convert_to_f32(laf, la.c.data, DIT_BF16, (size_t)la.n);
+  dit_convert_to_f32(lbf, lb.c.data, DIT_BF16, (size_t)lb.n);
+  const dit_lowrank Lc = {dit_tensor_2d(DIT_F32, laf, as[0], K), dit_tensor_2d(DIT_F32, lbf, N, bsz[1])};
+  const dit_lowrank Lg = {la.g, lb.g};
+  if (R > 0) wc.lowrank = &Lc, wgt_.lowrank = &Lg;
+  OK(dit_op_linear(e->cpu, &y.c, &x.c, &wc, &b.c, DIT_ACT_GELU_TANH, E));
+  OK(dit_op_linear(e->gpu, &y.g, &x.g, &wgt_, &b.g, DIT_ACT_GELU_TANH, E));
+  char name[160];
+  snprintf(name, sizeof name, "linear %lldx%lldx%lld w%s%s x%s +lowrank R%lld", (long long)M, (long long)K,
+           (long long)N, dn(wdt), fp8 ? "*scale" : "", dn(xdt), (long long)R);
+  compare(e, name, &y, true);
+  if (R > 0) { /* the term moved y: not a term the GEMM dropped */
+    wc.lowrank = NULL;
+    OK(dit_op_linear(e->cpu, &y0.c, &x.c, &wc, &b.c, DIT_ACT_GELU_TANH, E));
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+      const double v = ((float *)y.c.data)[i] - ((float *)y0.c.data)[i];
+      d += v * v, r += (double)((float *)y0.c.data)[i] * ((float *)y0.c.data)[i];
+    }
+    CHECK_MSG(d > 1e-3 * r, "%s: the low-rank term hardly changes y (%g of %g)", name, d, r);
+    dit_lowrank bad = Lg;
+    bad.b.shape[0] = N - 1;
+    wgt_.lowrank = &bad;
+    dit_error e2;
+    CHECK(dit_op_linear(e->gpu, &y.g, &x.g, &wgt_, &b.g, DIT_ACT_NONE, &e2) == DIT_ERR_INVALID_ARG &&
+          strstr(e2.msg, "low-rank"));
+  }
+  e->gpu->ops->free(e->gpu, wg);
+  free(wf), free(wq), free(laf), free(lbf);
+  drop(e, &x), drop(e, &b), drop(e, &y), drop(e, &y0), drop(e, &la), drop(e, &lb);
 }
 
 /* Big GEMM: the CPU checks the first and last `rows` rows; timed. */
@@ -1128,6 +1188,12 @@ static void small_tests(env *e) {
   t_embedding(e, 300, 64, 29, DIT_F8_E5M2, DIT_I64);
   t_linear_fp8(e, 65, 136, 72, DIT_F8_E4M3, DIT_BF16, true);
   t_linear_fp8(e, 300, 512, 200, DIT_F8_E5M2, DIT_F32, false);
+  t_linear_quant(e, 70, 512, 96, 0, DIT_Q8_0, DIT_BF16);
+  t_linear_quant(e, 70, 512, 96, 0, DIT_Q4_K, DIT_F32);
+  t_linear_quant(e, 70, 512, 96, 8, DIT_Q8_0, DIT_BF16);
+  t_linear_quant(e, 33, 256, 200, 5, DIT_Q4_K, DIT_F32);
+  t_linear_quant(e, 129, 256, 64, 16, DIT_F8_E4M3, DIT_BF16);
+  t_linear_quant(e, 64, 512, 128, 3, DIT_F8_E5M2, DIT_F32);
   t_conv(e, 2, 8, 17, 17, 12, 3, 1, 1, DIT_F32, true);
   t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);

@@ -269,6 +269,17 @@ static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor 
   return DIT_OK;
 }
 
+/* A low-rank term on w (LoRA on quantized weights): a [R, K] and b [N, R], BF16 on the GPU. */
+static dit_status check_lowrank(const char *op, const dit_tensor *w, const dit_lowrank *lr, dit_error *err) {
+  const dit_tensor *a = &lr->a, *b = &lr->b;
+  if (!dit_dtype_is_quant(w->dtype) || a->ndim != 2 || b->ndim != 2 || a->dtype != DIT_BF16 || b->dtype != DIT_BF16 ||
+      a->device != DIT_DEV_CUDA || b->device != DIT_DEV_CUDA || a->shape[0] < 1 || a->shape[1] != w->shape[1] ||
+      b->shape[0] != w->shape[0] || b->shape[1] != a->shape[0] || !a->data || !b->data)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a low-rank term must be BF16 a [R, %lld] and b [%lld, R] on the "
+                      "GPU, on a quantized w", op, (long long)w->shape[1], (long long)w->shape[0]);
+  return DIT_OK;
+}
+
 /* x and y may be row views (column slices, per-batch row ranges): cuBLASLt takes the row
  * strides as lda/ldc; an F32 x is converted into a contiguous scratch copy, and a SiLU / exact
  * GELU on a strided y runs on a contiguous scratch result copied into y afterwards (GELU-tanh
@@ -281,9 +292,8 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   DIT_TRY(cu_check_rows(op, "x", x, &xv, err));
   DIT_TRY(cu_check_rows(op, "y", y, &yv, err));
   DIT_TRY(dit_check_matrix(op, "w", wq, DIT_DEV_CUDA, err));
-  if (wq->lowrank)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: a weight's low-rank term (LoRA on quantized weights) runs on the "
-                      "CPU only so far", op);
+  const dit_lowrank *lr = wq->lowrank;
+  if (lr) DIT_TRY(check_lowrank(op, wq, lr, err));
   /* a quantized w is expanded to bf16 in the scratch (placed first, below); its per-tensor
    * scale (fp8) is the GEMM's alpha */
   const bool wblocks = dit_dtype_is_quant(wq->dtype);
@@ -313,17 +323,26 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   if (!dit_rowview_split(&xv, P) || !dit_rowview_split(&yv, P) || xv.M != yv.M)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: the row layouts of x and y do not match", op);
   const bool ycontig = dit_tensor_is_contiguous(y);
-  const size_t wbytes = wblocks ? al256((size_t)(N * K) * 2) : 0;
+  const size_t wbytes = wblocks ? al256((size_t)(N * K) * 2) : 0, lbytes = lr ? wbytes : 0;
   size_t xbytes = (int)x->dtype != abt ? al256((size_t)(M * K) * dit_dtype_size(abt)) : 0;
   size_t bbytes = b && (int)b->dtype != dt ? al256((size_t)N * dit_dtype_size(dt)) : 0;
   bool post_act = act != DIT_ACT_NONE && act != DIT_ACT_GELU_TANH;
   size_t ybytes = !ycontig && act != DIT_ACT_NONE ? al256((size_t)(M * N) * dit_dtype_size(dt)) : 0;
   void *scr = NULL;
-  if (wbytes + xbytes + bbytes + ybytes) DIT_TRY(cu_scratch(be, wbytes + xbytes + bbytes + ybytes, &scr, err));
+  if (wbytes + lbytes + xbytes + bbytes + ybytes)
+    DIT_TRY(cu_scratch(be, wbytes + lbytes + xbytes + bbytes + ybytes, &scr, err));
   if (wblocks) {
     wbf.data = scr;
-    DIT_TRY(cu_check(cuk_dequant_bf16(scr, wq->data, (int)wq->dtype, N, K, im->stream), op, "dequantize w", err));
-    scr = (char *)scr + wbytes;
+    const void *ba = NULL;
+    if (lr) { /* W' = W + B A / scale in bf16, so that the GEMM's alpha = scale gives scale W + B A */
+      ba = (char *)scr + wbytes;
+      DIT_TRY(cu_gemm(be, op, 0, 0, K, N, lr->a.shape[0], 1.0f, lr->a.data, K, lr->b.data, lr->a.shape[0], DIT_BF16,
+                      (void *)ba, K, DIT_BF16, NULL, CUBLASLT_EPILOGUE_DEFAULT, err));
+    }
+    DIT_TRY(cu_check(cuk_dequant_bf16(scr, wq->data, (int)wq->dtype, N, K, ba, 1.0f / dit_tensor_scale(wq),
+                                      im->stream),
+                     op, "dequantize w", err));
+    scr = (char *)scr + wbytes + lbytes;
   }
   const void *xp = x->data, *bp = b ? b->data : NULL;
   if (xbytes) {

@@ -160,8 +160,10 @@ cudaError_t cuk_hash(const void *p, int elt, int64_t rows, int64_t cols, int64_t
 /* p[0..n) (dtype dt: F32, BF16 or F16) = pseudo-random values in [-1, 1) of seed. */
 cudaError_t cuk_fill_random(void *p, int dt, int64_t n, unsigned long long seed, cudaStream_t s);
 /* y [rows, K] bf16 = the quantized rows w (dtype a DIT_Q* block type, as ggml dequantizes
- * them, or fp8 with K even), rounded to bf16. */
-cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s);
+ * them, or fp8 with K even), plus add_scale * add (bf16 [rows, K]) where add is not NULL,
+ * rounded to bf16. */
+cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, const void *add,
+                             float add_scale, cudaStream_t s);
 /* cuk_embedding over a quantized table (tdt a DIT_Q* type or fp8): each value as ggml
  * dequantizes it, times ws (the table's per-tensor scale). */
 cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, float ws,

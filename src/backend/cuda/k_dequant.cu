@@ -128,26 +128,36 @@ __device__ __forceinline__ float dq_q6_k(const uint8_t *b, int i) {
 }
 
 /* Two consecutive elements per thread: y[r][e], y[r][e + 1] of rows of K elements; each row
- * is K / QK blocks of BB bytes. */
+ * is K / QK blocks of BB bytes. With add (bf16 [rows, K], or NULL), add_scale * add is added
+ * before the one rounding to bf16. */
 template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
-__global__ void k_dequant(__nv_bfloat16 *y, const uint8_t *w, int64_t rows, int64_t K) {
+__global__ void k_dequant(__nv_bfloat16 *y, const uint8_t *w, int64_t rows, int64_t K, const __nv_bfloat16 *add,
+                          float add_scale) {
   const int64_t half = K / 2, n = rows * half, row_bytes = K / QK * BB;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = t / half, e = (t - r * half) * 2;
     const uint8_t *blk = w + r * row_bytes + e / QK * BB;
     const int i = (int)(e % QK);
+    float v0 = DQ(blk, i), v1 = DQ(blk, i + 1);
+    if (add) {
+      const __nv_bfloat162 a = reinterpret_cast<const __nv_bfloat162 *>(add)[t];
+      v0 = fmaf(add_scale, __bfloat162float(a.x), v0);
+      v1 = fmaf(add_scale, __bfloat162float(a.y), v1);
+    }
     __nv_bfloat162 v;
-    v.x = __float2bfloat16_rn(DQ(blk, i));
-    v.y = __float2bfloat16_rn(DQ(blk, i + 1));
+    v.x = __float2bfloat16_rn(v0);
+    v.y = __float2bfloat16_rn(v1);
     reinterpret_cast<__nv_bfloat162 *>(y)[t] = v;
   }
 }
 
 template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
-static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, cudaStream_t s) {
+static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, const void *add, float add_scale,
+                          cudaStream_t s) {
   const int64_t n = rows * (K / 2);
   if (n <= 0) return cudaSuccess;
-  k_dequant<QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((__nv_bfloat16 *)y, (const uint8_t *)w, rows, K);
+  k_dequant<QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((__nv_bfloat16 *)y, (const uint8_t *)w, rows, K,
+                                                           (const __nv_bfloat16 *)add, add_scale);
   return cudaGetLastError();
 }
 
@@ -197,10 +207,11 @@ extern "C" cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int 
   }
 }
 
-extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, cudaStream_t s) {
+extern "C" cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, int64_t K, const void *add,
+                                       float add_scale, cudaStream_t s) {
   switch (dtype) {
 #define DEQUANT_CASE(T, QK, BB, DQ) \
-  case T: return launch<QK, BB, DQ>(y, w, rows, K, s);
+  case T: return launch<QK, BB, DQ>(y, w, rows, K, add, add_scale, s);
     DQ_TYPES(DEQUANT_CASE)
 #undef DEQUANT_CASE
     default: return cudaErrorInvalidValue;

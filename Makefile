@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all build configure test run setup clean gpu-test sanitize-test fuzz fuzz-ci
+.PHONY: all build configure test run setup clean gpu-test sanitize-test fuzz fuzz-ci cross-test-arm64
 
 all: build
 
@@ -50,6 +50,22 @@ fuzz-ci: fuzz build
 
 setup:
 	sh scripts/setup.sh
+
+# 64-bit Arm Linux: cross-built with Debian's aarch64 gcc, the CPU tests that exercise the
+# NEON kernels (op table against the portable path, the fixtures, each also forced portable)
+# run under qemu-user. `sh scripts/setup-cross.sh` installs what it needs.
+ARM64_BUILD ?= build-arm64
+# (Tests that start the CLI as a child process are left out: the child would need qemu too.)
+ARM64_TESTS ?= test_dtype test_ops_cpu test_backend_ops test_quant test_zimage_fixture test_flux2_fixture \
+  test_vae_fixture
+cross-test-arm64:
+	cmake -S . -B $(ARM64_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DDIT_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(ARM64_BUILD) -j $(JOBS) --target ditrun $(ARM64_TESTS)
+	qemu-aarch64 $(ARM64_BUILD)/ditrun info --system | tee $(ARM64_BUILD)/info.txt
+	grep -q "GEMM kernel path: neon" $(ARM64_BUILD)/info.txt
+	cd $(ARM64_BUILD) && ctest --output-on-failure -j $(JOBS) \
+	  -R "^($(subst $(eval) ,|,$(strip $(ARM64_TESTS))))(_portable)?$$"
 
 # Only the CLI is needed to generate: skip the tests and benchmarks.
 run: configure

@@ -26,6 +26,8 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+enum { PEAK_AVX512 = 0, PEAK_BF16 = 1, PEAK_AVX2 = 2, PEAK_NEON = 3 };
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 /* 24 independent zmm chains, FMA (bf16 false: the most one core can issue, no memory
@@ -66,8 +68,6 @@ __attribute__((target("avx2,fma"), noipa)) static float fma_loop_avx2(long iters
   return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
-enum { PEAK_AVX512 = 0, PEAK_BF16 = 1, PEAK_AVX2 = 2 };
-
 /* Measured peak over nt threads, GFLOP/s: fp32 FMA on zmm (PEAK_AVX512) or ymm (PEAK_AVX2),
  * or vdpbf16ps (PEAK_BF16); each thread's rate over its own CPU time (so other processes
  * sharing the cores do not lower it), summed; best of 5. */
@@ -101,6 +101,43 @@ static double fma_peak(int nt, const char *isa) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? fma_peak_of(nt, PEAK_AVX2) : 0;
   return fma_peak_of(nt, PEAK_AVX512);
 }
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+/* 24 independent q-register FMA chains: the fp32 NEON peak (the NEON path's). */
+__attribute__((noipa)) static float fma_loop_neon(long iters, float seed) {
+  float32x4_t acc[24], m = vdupq_n_f32(0.999999f), a = vdupq_n_f32(1e-7f);
+  for (int i = 0; i < 24; i++) acc[i] = vdupq_n_f32(seed + (float)i);
+  for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; i++) acc[i] = vfmaq_f32(a, acc[i], m);
+  }
+  float32x4_t s = acc[0];
+  for (int i = 1; i < 24; i++) s = vaddq_f32(s, acc[i]);
+  return vaddvq_f32(s);
+}
+
+/* The NEON fp32 FMA peak over nt threads (PEAK_NEON; 0 for the x86 kinds), as the x86 one. */
+static double fma_peak_of(int nt, int kind) {
+  if (kind != PEAK_NEON) return 0;
+  const long iters = 20000000;
+  double best = 0;
+  for (int r = 0; r < 5; r++) {
+    double total = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+    {
+      struct timespec a, b;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+      volatile float v = fma_loop_neon(iters, (float)omp_get_thread_num());
+      (void)v;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+      double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+      total += (double)iters * 24 * 4 * 2 / dt / 1e9;
+    }
+    if (total > best) best = total;
+  }
+  return best;
+}
+static double fma_peak(int nt, const char *isa) { return strcmp(isa, "neon") ? 0 : fma_peak_of(nt, PEAK_NEON); }
 #else
 static double fma_peak_of(int nt, int kind) { return 0; }
 static double fma_peak(int nt, const char *isa) { return 0; }

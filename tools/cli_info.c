@@ -18,7 +18,8 @@ static void info_usage(FILE *f) {
           "             (its metadata too)\n"
           "  --tensors  also list every tensor: name, dtype, shape, bytes\n"
           "  --system   this machine: the CPU, its vector extensions, the GEMM kernel path\n"
-          "             ditrun takes (DIT_CPU_ISA=portable|avx2|avx512|avx512bf16 forces one),\n"
+          "             ditrun takes (DIT_CPU_ISA forces one: portable, avx2, avx512,\n"
+          "             avx512bf16 on x86-64; portable, neon on AArch64),\n"
           "             threads, CUDA devices\n");
 }
 

@@ -4,6 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "backend/backend.h"
 #include "core/ctx.h"
@@ -38,8 +42,19 @@ static void print_features(FILE *out) {
   for (size_t i = 0; i < sizeof f / sizeof *f; i++)
     if (f[i].has) fprintf(out, " %s", f[i].name);
   fprintf(out, "\n");
+#elif defined(__aarch64__) && defined(__linux__)
+  const unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+  const struct {
+    const char *name;
+    bool has;
+  } f[] = {{"asimd", h & HWCAP_ASIMD},   {"asimdhp", h & HWCAP_ASIMDHP}, {"asimddp", h & HWCAP_ASIMDDP},
+           {"sve", h & HWCAP_SVE},       {"bf16", h2 & HWCAP2_BF16},     {"i8mm", h2 & HWCAP2_I8MM}};
+  fprintf(out, "  vector extensions:");
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+    if (f[i].has) fprintf(out, " %s", f[i].name);
+  fprintf(out, "\n");
 #else
-  fprintf(out, "  vector extensions: (not an x86-64 build; the portable kernels run)\n");
+  fprintf(out, "  vector extensions: (neither an x86-64 nor an AArch64 build; the portable kernels run)\n");
 #endif
 }
 
@@ -57,9 +72,10 @@ dit_status dit_system_print(dit_ctx *ctx, FILE *out) {
   dit_backend *be = NULL;
   dit_status s = dit_backend_cpu_create(ctx->params.n_threads, &be, &err);
   if (s == DIT_OK) {
-    fprintf(out, "  GEMM kernel path: %s%s%s%s\n", dit_cpu_isa_name(be), want && *want ? " (DIT_CPU_ISA=" : "",
-            want && *want ? want : "", want && *want ? ")" : " (the best this CPU has; DIT_CPU_ISA=portable|avx2|"
-                                                              "avx512|avx512bf16 forces one)");
+    if (want && *want) fprintf(out, "  GEMM kernel path: %s (DIT_CPU_ISA=%s)\n", dit_cpu_isa_name(be), want);
+    else
+      fprintf(out, "  GEMM kernel path: %s (the best this CPU has; DIT_CPU_ISA forces one of: %s)\n",
+              dit_cpu_isa_name(be), dit_cpu_isa_names());
     dit_backend_free(be);
   }
 #ifdef DIT_HAVE_CUDA

@@ -117,9 +117,11 @@ void dit_backend_free(dit_backend *be);
 
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
 /* The CPU backend's GEMM kernel path now: "avx512bf16", "avx512" (AVX-512 without BF16),
- * "avx2" or "portable" (the best the CPU has, narrowed by the environment's DIT_CPU_ISA;
- * create refuses one the CPU lacks). */
+ * "avx2", "neon" (AArch64) or "portable" (the best the CPU has, narrowed by the
+ * environment's DIT_CPU_ISA; create refuses one the CPU lacks). */
 const char *dit_cpu_isa_name(const dit_backend *be);
+/* The paths DIT_CPU_ISA may name in this build, as a comma-separated list. */
+const char *dit_cpu_isa_names(void);
 /* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the
  * default: fp32 products; DIT_CPU_PRECISION_BF16: activations and weights rounded to bf16,
  * products accumulated in fp32, with vdpbf16ps where the CPU has AVX512-BF16). */

@@ -201,6 +201,9 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
   nch = (nqb + bpc - 1) / bpc;
   int64_t items = B * Hq * nch;
   if (items < nt) nt = (int)items;
+  if (ATT_KB % A.P->nr)
+    return dit_errorf(err, DIT_ERR_INTERNAL, "attention: the kernel path's %d-column panels do not divide the "
+                      "%d-key blocks", A.P->nr, ATT_KB);
   size_t per = att_buf_floats(Sk, D, A.P->nr);
   float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
   if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "attention: out of memory for block buffers");

@@ -76,16 +76,30 @@ static bool detect_avx2(void) {
 #endif
 }
 
-/* The kernel paths the CPU has, narrowed by DIT_CPU_ISA (portable, avx2, avx512: the fp32
- * AVX-512 kernels without BF16, avx512bf16): a path the CPU lacks, or one this build does not
- * have, is refused with a message. */
+#if defined(__aarch64__)
+#define ISA_NAMES "portable, neon"
+#else
+#define ISA_NAMES "portable, avx2, avx512, avx512bf16"
+#endif
+
+/* The kernel paths the CPU has, narrowed by DIT_CPU_ISA (portable; x86-64: avx2, avx512 (the
+ * fp32 AVX-512 kernels without BF16), avx512bf16; AArch64: neon): a path the CPU lacks, or
+ * one this build does not have, is refused with a message. */
 static dit_status choose_isa(cpu_impl *im, dit_error *err) {
   im->have_avx512 = detect_avx512(&im->have_bf16);
   im->have_avx2 = detect_avx2();
+#if defined(__aarch64__)
+  im->have_neon = true; /* Advanced SIMD is part of the AArch64 base architecture */
+#endif
   const char *want = getenv("DIT_CPU_ISA");
   if (!want || !*want) return DIT_OK;
   if (!strcmp(want, "portable")) {
-    im->have_avx512 = im->have_bf16 = im->have_avx2 = false;
+    im->have_avx512 = im->have_bf16 = im->have_avx2 = im->have_neon = false;
+    return DIT_OK;
+  }
+  if (!strcmp(want, "neon")) {
+    if (!im->have_neon) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_CPU_ISA=neon: not a path of this build (%s)",
+                                          ISA_NAMES);
     return DIT_OK;
   }
   if (!strcmp(want, "avx2")) {
@@ -104,12 +118,15 @@ static dit_status choose_isa(cpu_impl *im, dit_error *err) {
     return DIT_OK;
   }
   return dit_errorf(err, DIT_ERR_UNSUPPORTED,
-                    "DIT_CPU_ISA=%s: not a kernel path of this build (portable, avx2, avx512, avx512bf16)", want);
+                    "DIT_CPU_ISA=%s: not a kernel path of this build (%s)", want, ISA_NAMES);
 }
+
+const char *dit_cpu_isa_names(void) { return ISA_NAMES; }
 
 const char *dit_cpu_isa_name(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;
   if (!im->use_simd) return "portable";
+  if (im->have_neon) return "neon";
   return im->have_avx512 ? (im->have_bf16 ? "avx512bf16" : "avx512") : im->have_avx2 ? "avx2" : "portable";
 }
 
@@ -143,7 +160,7 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
 bool dit_cpu_set_simd(dit_backend *be, bool on) {
   cpu_impl *im = (cpu_impl *)be->impl;
   im->use_simd = on;
-  return (im->have_avx512 || im->have_avx2) && on;
+  return (im->have_avx512 || im->have_avx2 || im->have_neon) && on;
 }
 
 dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, dit_error *err) {

@@ -173,6 +173,7 @@ dit_status cpu_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, const
     }
     float *wp = buf + per * (size_t)omp_get_thread_num();
     uint16_t *bp = BP ? bbuf + bper * (size_t)omp_get_thread_num() : NULL;
+    (void)bp; /* the bf16 tiles are x86-only */
 #pragma omp for schedule(dynamic, 4)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t bi = t / (g.Ho * tpr), oy = (t / tpr) % g.Ho, ox0 = (t % tpr) * TP;

@@ -1,7 +1,8 @@
 /* The GEMM kernel interface of the CPU backend: a kernel path is a W-packing routine
  * and a register-blocked micro-kernel of MR rows x NR columns. The portable C path is in
  * cpu_linear.c, the AVX-512 one in cpu_gemm_avx512.c and the AVX2 one in cpu_gemm_avx2.c
- * (x86-64 only, chosen at run time; DIT_CPU_ISA narrows the choice). */
+ * (x86-64 only, chosen at run time), the NEON one in cpu_gemm_neon.c (AArch64); DIT_CPU_ISA
+ * narrows the choice. */
 #ifndef DIT_CPU_GEMM_H
 #define DIT_CPU_GEMM_H
 
@@ -14,6 +15,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DIT_CPU_X86 1
+#endif
+#if defined(__aarch64__) && defined(__GNUC__)
+#define DIT_CPU_ARM64 1
 #endif
 
 typedef struct cpu_gemm_path {
@@ -86,6 +90,9 @@ void cpu_dequant_row_bf16_avx512(dit_dtype t, const void *src, uint16_t *dst, in
 extern const cpu_gemm_path cpu_gemm_path_avx512;
 extern const cpu_gemm_path cpu_gemm_path_avx2; /* cpu_gemm_avx2.c: avx2 + fma CPUs without the AVX-512 set */
 extern const cpu_gemm_bf16_path cpu_gemm_bf16_avx512;
+#endif
+#if defined(DIT_CPU_ARM64)
+extern const cpu_gemm_path cpu_gemm_path_neon; /* cpu_gemm_neon.c */
 #endif
 
 #endif

@@ -16,6 +16,7 @@ typedef struct cpu_impl {
   bool have_avx512; /* the AVX-512 fp32 kernels run: the CPU has avx512f/bw/vl (and DIT_CPU_ISA allows them) */
   bool have_bf16;   /* and the AVX512-BF16 ones (bf16 precision, small-M stream kernels): avx512bf16 too */
   bool have_avx2;   /* the AVX2 GEMM runs where the AVX-512 one does not: avx2 + fma (and DIT_CPU_ISA allows it) */
+  bool have_neon;   /* the NEON GEMM runs (AArch64, unless DIT_CPU_ISA=portable) */
   bool use_simd;    /* use the SIMD kernels when available (tests switch them off) */
   dit_cpu_precision precision; /* linear layers: fp32 products (default) or bf16 x bf16 */
 } cpu_impl;

@@ -122,6 +122,9 @@ const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
   const cpu_impl *im = (const cpu_impl *)be->impl;
   if (im->have_avx2 && im->use_simd) return &cpu_gemm_path_avx2;
 #endif
+#if defined(DIT_CPU_ARM64)
+  if (((const cpu_impl *)be->impl)->have_neon && ((const cpu_impl *)be->impl)->use_simd) return &cpu_gemm_path_neon;
+#endif
   return &path_c;
 }
 

@@ -68,38 +68,18 @@ __attribute__((target("avx2,fma"), noipa)) static float fma_loop_avx2(long iters
   return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
-/* Measured peak over nt threads, GFLOP/s: fp32 FMA on zmm (PEAK_AVX512) or ymm (PEAK_AVX2),
- * or vdpbf16ps (PEAK_BF16); each thread's rate over its own CPU time (so other processes
- * sharing the cores do not lower it), summed; best of 5. */
-static double fma_peak_of(int nt, int kind) {
-  long iters = 20000000;
-  double best = 0;
-  for (int r = 0; r < 5; r++) {
-    double total = 0;
-#pragma omp parallel num_threads(nt) reduction(+ : total)
-    {
-      struct timespec a, b;
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-      const float seed = (float)omp_get_thread_num();
-      volatile float v = kind == PEAK_BF16 ? dp_loop(iters, seed)
-                         : kind == PEAK_AVX2 ? fma_loop_avx2(iters, seed)
-                                             : fma_loop(iters, seed);
-      (void)v;
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-      double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-      total += (double)iters * (kind == PEAK_AVX2 ? 12 * 8 * 2 : 24 * 16 * (kind == PEAK_BF16 ? 4 : 2)) / dt / 1e9;
-    }
-    if (total > best) best = total;
-  }
-  return best;
+/* One thread's peak loop of kind (its result keeps the work) and its flop per iteration. */
+static float peak_loop(int kind, long iters, float seed) {
+  return kind == PEAK_BF16 ? dp_loop(iters, seed) : kind == PEAK_AVX2 ? fma_loop_avx2(iters, seed) : fma_loop(iters, seed);
 }
-/* The fp32 FMA peak of the vectors the kernel path uses (an AVX-512 machine's AVX2 path:
- * the ymm peak); 0 where this machine has neither. */
-static double fma_peak(int nt, const char *isa) {
+static double peak_flop_per_iter(int kind) { return kind == PEAK_AVX2 ? 12 * 8 * 2 : 24 * 16 * (kind == PEAK_BF16 ? 4 : 2); }
+/* The fp32 FMA peak kind of the vectors the kernel path uses (an AVX-512 machine's AVX2 path:
+ * the ymm peak); -1 where this machine has neither. */
+static int peak_kind(const char *isa) {
   __builtin_cpu_init();
   if (!strcmp(isa, "avx2") || !__builtin_cpu_supports("avx512f"))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? fma_peak_of(nt, PEAK_AVX2) : 0;
-  return fma_peak_of(nt, PEAK_AVX512);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PEAK_AVX2 : -1;
+  return PEAK_AVX512;
 }
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -115,33 +95,39 @@ __attribute__((noipa)) static float fma_loop_neon(long iters, float seed) {
   for (int i = 1; i < 24; i++) s = vaddq_f32(s, acc[i]);
   return vaddvq_f32(s);
 }
+static float peak_loop(int kind, long iters, float seed) { return kind == PEAK_NEON ? fma_loop_neon(iters, seed) : 0; }
+static double peak_flop_per_iter(int kind) { return kind == PEAK_NEON ? 24 * 4 * 2 : 0; }
+static int peak_kind(const char *isa) { return strcmp(isa, "neon") ? -1 : PEAK_NEON; }
+#else
+static float peak_loop(int kind, long iters, float seed) { return 0; }
+static double peak_flop_per_iter(int kind) { return 0; }
+static int peak_kind(const char *isa) { return -1; }
+#endif
 
-/* The NEON fp32 FMA peak over nt threads (PEAK_NEON; 0 for the x86 kinds), as the x86 one. */
+/* Measured peak over nt threads, GFLOP/s, of a loop kind this machine has (fp32 FMA on zmm,
+ * ymm or NEON q registers, or vdpbf16ps); each thread's rate over its own CPU time (so other
+ * processes sharing the cores do not lower it), summed; best of 5. 0 for kind -1. */
 static double fma_peak_of(int nt, int kind) {
-  if (kind != PEAK_NEON) return 0;
   const long iters = 20000000;
   double best = 0;
-  for (int r = 0; r < 5; r++) {
+  for (int r = 0; kind >= 0 && r < 5; r++) {
     double total = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : total)
     {
       struct timespec a, b;
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-      volatile float v = fma_loop_neon(iters, (float)omp_get_thread_num());
+      volatile float v = peak_loop(kind, iters, (float)omp_get_thread_num());
       (void)v;
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
       double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-      total += (double)iters * 24 * 4 * 2 / dt / 1e9;
+      total += (double)iters * peak_flop_per_iter(kind) / dt / 1e9;
     }
     if (total > best) best = total;
   }
   return best;
 }
-static double fma_peak(int nt, const char *isa) { return strcmp(isa, "neon") ? 0 : fma_peak_of(nt, PEAK_NEON); }
-#else
-static double fma_peak_of(int nt, int kind) { return 0; }
-static double fma_peak(int nt, const char *isa) { return 0; }
-#endif
+/* The fp32 FMA peak of the vectors the kernel path isa uses (0 where unknown). */
+static double fma_peak(int nt, const char *isa) { return fma_peak_of(nt, peak_kind(isa)); }
 
 /* t: wall seconds per run; c: process CPU seconds per run. On a shared machine the
  * CPU-time figure (flop per CPU-second times the thread count) is what the code would
@@ -197,6 +183,8 @@ int main(int argc, char **argv) {
   }
 #ifdef DIT_HAVE_OPENBLAS
   openblas_set_num_threads(be->n_threads);
+#else
+  (void)blas; /* nothing to compare with in this build */
 #endif
   for (int s = 0; s < nshapes; s++) {
     long M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];

@@ -531,8 +531,8 @@ static dit_status write_back_host(lora_merge *M, dit_error *err) {
 
 /* Device: the merged tensors and the restored ones uploaded in place (the addresses a
  * captured graph holds stay); the low-rank terms of quantized tensors get new memory, so a
- * model drops its captured graphs when it had or has such terms. A device error part way leaves the weights mixed, as any
- * device error leaves the context unusable. */
+ * model drops its captured graphs when it had or has such terms. A device error part way
+ * leaves the weights mixed, as any device error leaves the context unusable. */
 static dit_status write_back_device(lora_merge *M, dit_error *err) {
   char(*names)[DIT_WNAME_MAX] = NULL;
   size_t n_names = 0;

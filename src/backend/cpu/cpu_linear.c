@@ -117,14 +117,15 @@ float cpu_exp_sum_c(float *s, int64_t n, float m) {
 static const cpu_gemm_path path_c = {C_MR, C_NR, cpu_pack_w_c, kern_c, cpu_row_max_c, cpu_exp_sum_c};
 
 const cpu_gemm_path *cpu_gemm_path_for(const dit_backend *be) {
+  const cpu_impl *im = (const cpu_impl *)be->impl;
 #if defined(DIT_CPU_X86)
   if (cpu_simd(be)) return &cpu_gemm_path_avx512;
-  const cpu_impl *im = (const cpu_impl *)be->impl;
   if (im->have_avx2 && im->use_simd) return &cpu_gemm_path_avx2;
 #endif
 #if defined(DIT_CPU_ARM64)
-  if (((const cpu_impl *)be->impl)->have_neon && ((const cpu_impl *)be->impl)->use_simd) return &cpu_gemm_path_neon;
+  if (im->have_neon && im->use_simd) return &cpu_gemm_path_neon;
 #endif
+  (void)im; /* a build with neither */
   return &path_c;
 }
 

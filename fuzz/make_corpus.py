@@ -175,3 +175,29 @@ put("cli", "tok_ok", cli(1, "-m", "m", "--chat", "--", "-text"))
 put("cli", "tok_bad", cli(1, "-m", "m", "a", "b", "--x"))
 put("cli", "info_ok", cli(2, "--tensors", "p"))
 put("cli", "info_bad", cli(2, "a", "b", "-z"))
+
+# ---- tune_cache (first byte: even = the file as is; odd = the file without its checksum,
+# which fuzz_tune_cache.c appends; see core/tune_cache.h for the format) ----
+def fnv1a64(b):
+    h = 0xcbf29ce484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xffffffffffffffff
+    return h
+def tune_body(entries, version=1, count=None, magic=b"DITTUNE1"):
+    out = magic + struct.pack("<II", version, len(entries) if count is None else count)
+    for k, v in entries:
+        out += struct.pack("<HH", len(k), len(v)) + k + v
+    return out
+def tune_file(body):
+    return body + struct.pack("<Q", fnv1a64(body))
+two = [(b"gemm m=4096 n=3072 k=3072 bf16 sm90", b"\x11\0\0\0algo"), (b"conv 3x3 64->64 nhwc", b"")]
+put("tune_cache", "ok_empty", b"\0" + tune_file(tune_body([])))
+put("tune_cache", "ok_two", b"\0" + tune_file(tune_body(two)))
+put("tune_cache", "bad_checksum", b"\0" + tune_body(two) + b"\0" * 8)
+put("tune_cache", "bad_magic", b"\0" + tune_file(tune_body(two, magic=b"DITTUNE0")))
+put("tune_cache", "body_two", b"\1" + tune_body(two))
+put("tune_cache", "body_dup", b"\1" + tune_body([(b"k", b"1"), (b"x", b"y"), (b"k", b"2")]))
+put("tune_cache", "body_max", b"\1" + tune_body([(bytes(range(256)), bytes(255 - i for i in range(256)))]))
+put("tune_cache", "body_version", b"\1" + tune_body(two, version=2))
+put("tune_cache", "body_count_huge", b"\1" + tune_body(two, count=0xffffffff))
+put("tune_cache", "body_past_end", b"\1" + tune_body([], count=1) + struct.pack("<HH", 10, 10) + b"short")

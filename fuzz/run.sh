@@ -16,7 +16,7 @@ seed() { # seed TARGET NAME SELECTOR_BYTE FILE  (selector "" = none)
   [ -f "$4" ] || return 0
   if [ -n "$3" ]; then printf "\\$(printf %o "$3")" > "$out"; cat "$4" >> "$out"; else cp "$4" "$out"; fi
 }
-for t in safetensors gguf config tokenizer_json tokenize cli png serve_req image; do
+for t in safetensors gguf config tokenizer_json tokenize cli png serve_req image tune_cache; do
   mkdir -p "$B/seeds/$t" "$B/corpus/$t" "$B/artifacts/$t"
 done
 for fam in zimage-tiny flux2-klein-tiny; do
@@ -34,7 +34,7 @@ for fam in flux2-klein-tiny; do
 done
 [ -f "$M/zimage-tiny/reference.json" ] && seed tokenize prompt "" "$M/zimage-tiny/reference.json"
 export DIT_FUZZ_TOKENIZER="$M/zimage-tiny/tokenizer/tokenizer.json"
-for t in safetensors gguf config tokenizer_json tokenize cli png serve_req image; do
+for t in safetensors gguf config tokenizer_json tokenize cli png serve_req image tune_cache; do
   dict=""
   [ -f "$HERE/dict/$t.dict" ] && dict="-dict=$HERE/dict/$t.dict"
   log="$B/fuzz_$t.log"

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tune_cache.h"
+
 void dit_run_opts_default(dit_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->cuda_graphs = o->cuda_gemm_tune = o->cuda_cudnn = o->cuda_cudnn_conv_tune = o->cuda_cudnn_verify = true;
@@ -12,6 +14,7 @@ void dit_run_opts_default(dit_run_opts *o) {
   o->cuda_fused = o->cuda_vec = true;
   o->cuda_attn_version = 1;
   o->zimage_stack_qkv = true;
+  o->tune_cache = true; /* tune_cache_path: "" (memset); only the environment names a folder */
 }
 
 /* A switch that is on unless the variable is "0". */
@@ -29,6 +32,10 @@ void dit_run_opts_from_env(dit_run_opts *o) {
   on_unless_zero("DIT_CUDA_FUSED", &o->cuda_fused);
   on_unless_zero("DIT_CUDA_VEC", &o->cuda_vec);
   on_unless_zero("DIT_ZIMAGE_STACK_QKV", &o->zimage_stack_qkv);
+  on_unless_zero("DIT_TUNE_CACHE", &o->tune_cache);
+  /* no usable folder: the path stays "" (no cache file) */
+  (void)dit_tune_cache_default_path(o->tune_cache_path, sizeof o->tune_cache_path, getenv("DITRUN_CACHE_DIR"),
+                                    getenv("XDG_CACHE_HOME"), getenv("HOME"), NULL);
   const char *v = getenv("DIT_CUDA_GEMM_TUNE_LOG");
   if (v) o->cuda_gemm_tune_log = strcmp(v, "1") == 0;
   if ((v = getenv("DIT_CUDA_CUDNN_CONV_LAYOUT")))

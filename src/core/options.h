@@ -17,6 +17,13 @@
  *   DIT_CUDA_VEC=0                cuda_vec                on       scalar elementwise kernels
  *   DIT_CUDA_ATTN=2|3             cuda_attn_version       1        another flash-attention kernel
  *   DIT_ZIMAGE_STACK_QKV=0        zimage_stack_qkv        on       three q/k/v GEMMs instead of one
+ *   DIT_TUNE_CACHE=0              tune_cache              on       tuning results not read from or saved to a file
+ *   DITRUN_CACHE_DIR=DIR          tune_cache_path         (below)  the tuning cache file is DIR/tune.bin
+ *
+ * dit_run_opts_from_env resolves tune_cache_path with dit_tune_cache_default_path (tune_cache.h):
+ * $DITRUN_CACHE_DIR/tune.bin, else $XDG_CACHE_HOME/ditrun/tune.bin (absolute only), else
+ * $HOME/.cache/ditrun/tune.bin (absolute only); "" when none is usable or the path is longer
+ * than the field (then there is no cache file, whatever tune_cache says).
  */
 #ifndef DIT_CORE_OPTIONS_H
 #define DIT_CORE_OPTIONS_H
@@ -32,6 +39,8 @@ typedef struct dit_run_opts {
   bool cuda_fused, cuda_vec;
   int cuda_attn_version;      /* 1, 2 or 3 */
   bool zimage_stack_qkv;
+  bool tune_cache;            /* read and save the tuning cache file (core/tune_cache.h) */
+  char tune_cache_path[1024]; /* that file, or "" when no folder is usable */
 } dit_run_opts;
 
 /* The shipped defaults (the table above). */

@@ -6,7 +6,7 @@ same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN 
 eager and torch.compile, timed with CUDA events after warmup (median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
 
 diffusers is imported from .ref/py (a `git archive` of huggingface/diffusers' src/diffusers,
-never committed; see docs/PERF.md "How to benchmark on a GPU"). Based on
+never committed; see docs/perf/gpu.md "How to benchmark on a GPU"). Based on
 the project's first GPU timing script (same FLOP formula, same timing method).
 
 End-to-end mode (--e2e, --arch zimage only): what ZImagePipeline does for one image with
@@ -18,7 +18,11 @@ runs; torch.compile (of the transformer only) only if --modes names it. Each run
 "runs" with mode "e2e-eager"/"e2e-compile" and median_ms = total_ms.
 
 usage: python3 bench/torch_ref.py [--arch zimage] [--res 512 1024 2048] [--text-len 128|512] [--iters 10]
-         [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--out FILE.json]
+         [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--fp8] [--out FILE.json]
+
+--fp8: the blocks' linears (ditrun's fp8 policy: numbered blocks, not modulation or norms) as a
+PyTorch user runs fp8 on Hopper: e4m3 weights with a per-tensor scale, activations quantized per
+row, torch._scaled_mm with rowwise scales (the quantization is part of the timed forward).
        python3 bench/torch_ref.py --arch zimage --e2e [--res 1024] [--text-len 128] [--steps 8]
          [--iters 3] [--warmup 1] [--modes eager[,compile]] [--out FILE.json]
 """
@@ -112,6 +116,46 @@ def build_model(arch, dev):
                                         mlp_ratio=3.0, axes_dims_rope=(32, 32, 32, 32), rope_theta=2000,
                                         guidance_embeds=False)
     return m.to(torch.bfloat16).eval()
+
+
+class Fp8Linear(torch.nn.Module):
+    """A PyTorch user's fp8 linear at ditrun's granularity (--fp8): the weight as float8_e4m3fn
+    with one per-tensor scale (amax / 448), each activation row quantized to e4m3 with its own
+    scale (amax / 448) right before torch._scaled_mm (rowwise scales, fp32 sums, bf16 out)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        w = lin.weight.detach().float()
+        sw = (w.abs().amax() / 448.0).clamp(min=1e-12)
+        self.register_buffer("wq_t", (w / sw).clamp(-448, 448).to(torch.float8_e4m3fn).t())  # [K, N] column-major
+        self.register_buffer("sw", sw.reshape(1, 1).expand(1, w.shape[0]).contiguous())
+        self.bias = None if lin.bias is None else lin.bias.detach().to(torch.bfloat16)
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        sx = (x2.abs().amax(dim=-1, keepdim=True).float() / 448.0).clamp(min=1e-12)
+        xq = (x2.float() / sx).clamp(-448, 448).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(xq, self.wq_t, scale_a=sx, scale_b=self.sw, bias=self.bias, out_dtype=torch.bfloat16)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def fp8_policy(name, lin):
+    """ditrun's dit_wname_fp8_compute: matrices of numbered blocks (the second name segment a
+    number), sizes multiples of 16, not modulation, norms or embedders."""
+    parts = name.split(".")
+    return (len(parts) > 2 and parts[1].isdigit()
+            and not any(k in name for k in ("modulation", "adaLN", "_mod.", "norm", "embed"))
+            and lin.in_features % 16 == 0 and lin.out_features % 16 == 0)
+
+
+def to_fp8(m):
+    """Replaces the linears fp8_policy names by Fp8Linear; returns how many."""
+    todo = [(n, mod) for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear) and fp8_policy(n, mod)]
+    for n, mod in todo:
+        parent, _, leaf = n.rpartition(".")
+        setattr(m.get_submodule(parent) if parent else m, leaf, Fp8Linear(mod))
+    return len(todo)
 
 
 # Z-Image-Turbo's text encoder (Qwen3-4B) and VAE (the Flux one)
@@ -280,6 +324,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8, help="denoising steps of an --e2e run (Z-Image-Turbo: 8)")
     ap.add_argument("--compile-budget-s", type=float, default=300.0,
                     help="skip torch.compile for further sizes once the script has run this long")
+    ap.add_argument("--fp8", action="store_true", help="the transformer blocks' linears in fp8 (Fp8Linear)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "torch_ref.json"))
     args = ap.parse_args()
@@ -312,10 +357,12 @@ def main():
     if args.e2e:
         return run_e2e(args, modes, dev, env)
     m = build_model(args.arch, dev)
+    if args.fp8:
+        log(f"fp8: {to_fp8(m)} linears through torch._scaled_mm")
     params = sum(p.numel() for p in m.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in m.parameters())
     log(f"params {params / 1e9:.3f} B, weights {weight_bytes / 2**30:.2f} GiB")
-    results = {"env": env, "arch": args.arch, "params": params, "weight_bytes": weight_bytes, "text_len": args.text_len,
+    results = {"env": env, "arch": args.arch, "fp8": args.fp8, "params": params, "weight_bytes": weight_bytes, "text_len": args.text_len,
                "ref_res": args.ref_res, "runs": []}
     compiled = torch.compile(m) if "compile" in modes else None
 

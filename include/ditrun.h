@@ -142,6 +142,15 @@ typedef int (*dit_step_fn)(void *user, int step, int total, const float *latents
  * bf16 weights (AVX512-BF16 vdpbf16ps where available), fp32 accumulation: ~2x faster. */
 typedef enum dit_cpu_precision { DIT_CPU_PRECISION_FP32 = 0, DIT_CPU_PRECISION_BF16 } dit_cpu_precision;
 
+/* Precision of a GPU's transformer GEMMs: BF16 (the faithful default) or FP8, an explicit
+ * choice for speed (issue 22): the transformer blocks' matrices become float8_e4m3 with a
+ * per-tensor scale at load (embedders, the final layer and modulation stay bf16) and their
+ * GEMMs run on fp8 tensor cores, each activation row quantized to e4m3 with its own scale
+ * right before the GEMM; fp32 accumulation, bf16 output. Needs an fp8 GPU (compute
+ * capability 8.9 or later); fp8 weight files run their GEMMs the same way under FP8 (under
+ * BF16 they are widened to bf16 per GEMM). Refused on the CPU. */
+typedef enum dit_gpu_precision { DIT_GPU_PRECISION_BF16 = 0, DIT_GPU_PRECISION_FP8 } dit_gpu_precision;
+
 /* A single weights file standing in for a component of the model folder: "transformer"
  * (e.g. FLUX.1's flux1-dev.safetensors), "vae" (ae.safetensors), "text_encoder"
  * (clip_l.safetensors), "text_encoder_2" (t5xxl_fp16.safetensors). The folder still gives
@@ -185,6 +194,7 @@ typedef struct dit_gen_params {
   dit_step_fn on_step;          /* may be NULL */
   void *user;
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  dit_gpu_precision gpu_precision; /* CUDA device: transformer GEMMs in bf16 (default) or fp8 */
   const dit_lora *loras;        /* dit_generate: LoRAs merged into the transformer (dit_model_generate: the
                                    model's own, from dit_model_opts) */
   int n_loras;
@@ -282,6 +292,7 @@ enum {
 typedef struct dit_model_opts {
   dit_device_kind device;          /* where the models run */
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  dit_gpu_precision gpu_precision; /* CUDA device: transformer GEMMs in bf16 (default) or fp8 */
   unsigned keep;                   /* DIT_KEEP_* bits; default DIT_KEEP_ALL */
   const dit_component_file *files; /* single weight files replacing components' weights */
   int n_files;                     /* 0..DIT_MAX_COMPONENT_FILES */
@@ -405,6 +416,7 @@ typedef struct dit_bench_params {
    * double blocks, n_refiner_layers = single blocks, cap_feat_dim = joint_attention_dim: */
   int dim, n_layers, n_refiner_layers, n_heads, cap_feat_dim;
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
+  dit_gpu_precision gpu_precision; /* CUDA device: transformer GEMMs in bf16 (default) or fp8 */
   int ref_bf16;                 /* nonzero (quantized dtypes): after timing, the same forward with bf16
                                    weights of the same random values; its relative error is reported */
   int ref_res;                  /* FLUX.2 [klein]: a reference image of ref_res x ref_res pixels in the
@@ -445,6 +457,8 @@ typedef struct dit_bench_result {
   size_t peak_mem_bytes;        /* CPU: peak RSS; GPU: peak device memory in use (cudaMemGetInfo) */
   size_t device_base_bytes;     /* GPU: in use before the backend existed (context, other processes) */
   double setup_s;               /* backend + random weights */
+  double first_ms;              /* the first forward (a warmup one): it tunes each GEMM and conv shape unless
+                                   the tuning cache file has its choice from an earlier process */
   double cpu_ms_min;            /* CPU: least process CPU time (all threads) of a timed run, ms */
   int output_finite;            /* the last output had no NaN/Inf */
   long graph_launches;          /* timed runs replayed from a captured graph (GPU; DIT_CUDA_GRAPHS=0: none) */

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
       continue;
     }
     dit_backend *dev = NULL;
-    if (dit_backend_create(info->kind, 0, 0, DIT_CPU_PRECISION_FP32, NULL, &dev, &err) != DIT_OK) {
+    if (dit_backend_create(info->kind, 0, 0, (dit_backend_precision){0}, NULL, &dev, &err) != DIT_OK) {
       CHECK_MSG(0, "%s: %s", info->name, err.msg);
       continue;
     }

@@ -26,7 +26,7 @@ static void test_kinds(const dt_args *args) {
   CHECK(dit_backend_kind_get(DIT_DEVICE_CUDA) == NULL);
   dit_backend *be = NULL;
   dit_error err = {0};
-  CHECK(dit_backend_create(DIT_DEVICE_CUDA, 0, 1, DIT_CPU_PRECISION_FP32, NULL, &be, &err) == DIT_ERR_UNSUPPORTED);
+  CHECK(dit_backend_create(DIT_DEVICE_CUDA, 0, 1, (dit_backend_precision){0}, NULL, &be, &err) == DIT_ERR_UNSUPPORTED);
   CHECK(be == NULL && strstr(err.msg, "built without CUDA") != NULL);
 #endif
 }
@@ -43,7 +43,8 @@ static void test_cpu_memory(const dt_args *args) {
 static void test_cpu_backend(const dt_args *args) {
   dit_backend *be = NULL;
   dit_error err = {0};
-  CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, DIT_CPU_PRECISION_FP32, NULL, &be, &err) == DIT_OK);
+  CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, (dit_backend_precision){0}, NULL, &be, &err) == DIT_OK);
+  CHECK(be && !be->fp8);
   if (!be) return;
   CHECK(dit_backend_is_host(be));
   CHECK(!strcmp(be->ops->name, "cpu"));
@@ -61,8 +62,13 @@ static void test_cpu_backend(const dt_args *args) {
   dit_backend_free(be);
   /* a bad precision is refused and nothing leaks */
   be = NULL;
-  CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, (dit_cpu_precision)77, NULL, &be, &err) == DIT_ERR_INVALID_ARG);
+  dit_backend_precision bad = {(dit_cpu_precision)77, DIT_GPU_PRECISION_BF16};
+  CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, bad, NULL, &be, &err) == DIT_ERR_INVALID_ARG);
   CHECK(be == NULL);
+  /* fp8 compute is a GPU's: the CPU refuses it and says what to use */
+  bad = (dit_backend_precision){DIT_CPU_PRECISION_FP32, DIT_GPU_PRECISION_FP8};
+  CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, bad, NULL, &be, &err) == DIT_ERR_UNSUPPORTED);
+  CHECK(be == NULL && strstr(err.msg, "fp8") && strstr(err.msg, "--device cuda"));
 }
 
 /* A weight table uploaded with f16_as_bf16: F16 tensors arrive as BF16 of the same values
@@ -96,8 +102,89 @@ static void test_upload_f16_as_bf16(const dt_args *args) {
   dit_backend_free(be);
 }
 
+/* The fp8 compute policy: the matrices of numbered blocks, both sizes multiples of 16, not
+ * the blocks' modulation or norms; everything outside the blocks stays as it is. */
+static void test_fp8_policy(const dt_args *args) {
+  (void)args;
+  const int64_t sq[2] = {3840, 3840}, odd[2] = {3840, 3850}, small[2] = {8, 64};
+  CHECK(dit_wname_fp8_compute("layers.3.attention.to_q.weight", 2, sq));
+  CHECK(dit_wname_fp8_compute("noise_refiner.0.feed_forward.w2.weight", 2, sq));
+  CHECK(dit_wname_fp8_compute("single_transformer_blocks.47.attn.to_qkv_mlp_proj.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("layers.3.adaLN_modulation.0.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("transformer_blocks.1.norm1.linear.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("transformer_blocks.1.attn.to_q.bias", 1, sq));
+  CHECK(!dit_wname_fp8_compute("layers.3.attention.to_q.weight", 2, odd));
+  CHECK(!dit_wname_fp8_compute("layers.3.attention.to_q.weight", 2, small));
+  CHECK(!dit_wname_fp8_compute("all_x_embedder.2-1.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("all_final_layer.2-1.linear.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("double_stream_modulation_img.linear.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("layers.x3.attention.weight", 2, sq));
+  CHECK(!dit_wname_fp8_compute("layers.3", 2, sq));
+  CHECK(!dit_wname_fp8_compute("t_embedder.mlp.0.weight", 2, sq));   /* a list inside an embedder */
+  CHECK(!dit_wname_fp8_compute("cap_embedder.1.weight", 2, sq));      /* a numbered embedder */
+  CHECK(!dit_wname_fp8_compute("double_blocks.0.img_mod.lin.weight", 2, sq));
+  CHECK(dit_wname_fp8_compute("double_blocks.0.img_attn.qkv.weight", 2, sq));
+  CHECK(dit_wname_fp8_compute("single_blocks.37.linear2.weight", 2, sq));
+}
+
+/* An upload with DIT_UPLOAD_FP8_COMPUTE on a backend marked fp8 (the CPU backend's upload is a
+ * copy, so the conversion itself is checked here; the GPU op test runs the GEMM): the block
+ * matrix arrives as e4m3 codes of its values over amax / 448, with that scale; the rest as is.
+ * Without the flag, or on a backend without fp8, nothing changes. */
+static void test_upload_fp8(const dt_args *args) {
+  (void)args;
+  dit_backend *be = NULL;
+  dit_error err = {0};
+  CHECK(dit_backend_cpu_create(1, &be, &err) == DIT_OK);
+  if (!be) return;
+  enum { R = 16, C = 32 };
+  float w[R * C], v[C];
+  uint16_t wb[R * C];
+  for (int i = 0; i < R * C; i++) w[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+  w[5] = -300.0f; /* the largest magnitude */
+  for (int i = 0; i < C; i++) v[i] = (float)i;
+  float wk[R * C];
+  for (int i = 0; i < R * C; i++) wk[i] = (float)(i % 7) - 3.0f; /* largest magnitude 3 */
+  dit_convert_from_f32(wb, w, DIT_BF16, R * C);
+  for (int pass = 0; pass < 3; pass++) {
+    dit_tensor tw = dit_tensor_2d(DIT_BF16, wb, R, C), tv = dit_tensor_1d(DIT_F32, v, C);
+    dit_tensor tk = dit_tensor_2d(DIT_F32, wk, R, C), tx = dit_tensor_2d(DIT_F32, wk, R, C);
+    dit_wtable t;
+    dit_wtable_init(&t);
+    dit_wtable_add(&t, &tk, false, 2, (int64_t[]){R, C}, "layers.0.attention.to_k.weight");
+    dit_wtable_share_scale_with_next(&t); /* one scale with to_q, whose largest value is larger */
+    dit_wtable_add(&t, &tw, false, 2, (int64_t[]){R, C}, "layers.0.attention.to_q.weight");
+    dit_wtable_add(&t, &tv, false, 1, (int64_t[]){C}, "layers.0.attention_norm1.weight");
+    dit_wtable_add(&t, &tx, false, 2, (int64_t[]){R, C}, "layers.0.attention.to_v.weight"); /* its own scale */
+    be->fp8 = pass != 1;
+    void *blk = NULL;
+    CHECK(dit_backend_upload_wtable_as(be, &t, pass == 2 ? 0 : DIT_UPLOAD_FP8_COMPUTE, &blk, &err) == DIT_OK);
+    const bool conv = pass == 0;
+    CHECK_MSG(tw.dtype == (conv ? DIT_F8_E4M3 : DIT_BF16) && tv.dtype == DIT_F32, "pass %d: dtypes", pass);
+    const float sc = 300.0f / 448.0f;
+    CHECK_MSG(!conv || (tw.scale == sc && tk.scale == sc && tx.scale == 3.0f / 448.0f), "pass %d: scales %g %g %g",
+              pass, (double)tw.scale, (double)tk.scale, (double)tx.scale);
+    for (int i = 0; conv && blk && i < R * C; i++) {
+      const float x = wk[i] / sc, z = wk[i] / (3.0f / 448.0f);
+      CHECK_MSG(((const uint8_t *)tk.data)[i] == dit_f32_to_e4m3(x) &&
+                    ((const uint8_t *)tx.data)[i] == dit_f32_to_e4m3(z > 448.0f ? 448.0f : z < -448.0f ? -448.0f : z),
+                "k/v element %d", i);
+    }
+    for (int i = 0; conv && blk && i < R * C; i++) {
+      const float x = dit_bf16_to_f32(wb[i]) / sc;
+      const uint8_t want = dit_f32_to_e4m3(x > 448.0f ? 448.0f : x < -448.0f ? -448.0f : x);
+      CHECK_MSG(((const uint8_t *)tw.data)[i] == want, "element %d", i);
+    }
+    CHECK(blk && !memcmp(tv.data, v, sizeof v));
+    if (blk) be->ops->free(be, blk);
+    dit_wtable_free(&t);
+  }
+  be->fp8 = false;
+  dit_backend_free(be);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_kinds, test_cpu_memory, test_cpu_backend,
-                                                   test_upload_f16_as_bf16};
+                                                   test_upload_f16_as_bf16, test_fp8_policy, test_upload_fp8};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -176,6 +176,8 @@ static void test_edit(const char *data) {
       {"-m '%s' -p x -i '%s/trunc.png' --strength 0 -o '%s/bad.png'", "--strength"},
       {"-m '%s' -p x -i '%s/trunc.png' --strength 1.5 -o '%s/bad.png'", "--strength"},
       {"-m '%s' -p x -r '%s/trunc.png' -i '%s/x.png' -o bad.png", "do not go together"},
+      {"-m '%s' -p x --precision fp8 -o '%s/bad.png' -n '%s'", "--precision fp8 needs --device cuda"},
+      {"-m '%s' -p x --precision fp16 -o '%s/bad.png' -n '%s'", "--precision"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(a, sizeof a, cases[i].fmt, g.model, g.tmp, g.tmp);

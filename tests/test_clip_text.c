@@ -555,7 +555,7 @@ static void gpu_compare(const float *gpu, const float *cpu, size_t n, const char
 static void test_gpu(const dt_args *a) {
   dit_backend *be = NULL, *cpu = NULL;
   dit_error err = {0};
-  if (dit_backend_cuda_create(0, NULL, &be, &err) != DIT_OK) {
+  if (dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &be, &err) != DIT_OK) {
     printf("SKIP gpu: no usable GPU (%s)\n", err.msg);
     return;
   }

@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
 #ifdef DIT_HAVE_CUDA
   dit_backend *be = NULL;
   dit_error err = {0};
-  if (dit_backend_cuda_create(0, NULL, &be, &err) != DIT_OK) {
+  if (dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &be, &err) != DIT_OK) {
     printf("SKIP: no usable GPU (%s)\n", err.msg);
     return dt_finish();
   }

@@ -471,7 +471,7 @@ static float *encode_host(dit_t5 *m, int S, const int32_t *ids) {
 static void test_gpu(const char *fixture) {
   dit_backend *gpu = NULL;
   dit_error err = {0};
-  if (dit_backend_cuda_create(0, NULL, &gpu, &err) != DIT_OK) {
+  if (dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &gpu, &err) != DIT_OK) {
     printf("SKIP gpu: no usable GPU (%s)\n", err.msg);
     return;
   }

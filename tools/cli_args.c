@@ -112,6 +112,13 @@ bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *
   return k >= 0;
 }
 
+bool cli_parse_gpu_precision(const char *cmd, const char *s, dit_gpu_precision *out) {
+  static const char *const names[] = {"bf16", "fp8"}; /* index: dit_gpu_precision */
+  int k = cli_parse_choice(cmd, "--precision", s, names, 2);
+  if (k >= 0) *out = (dit_gpu_precision)k;
+  return k >= 0;
+}
+
 bool cli_parse_lora(const char *cmd, const char *v, char *path, size_t len, dit_lora *out) {
   char *end = NULL;
   const char *colon = strrchr(v, ':');

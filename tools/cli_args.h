@@ -27,6 +27,8 @@ bool cli_parse_lora(const char *cmd, const char *v, char *path, size_t len, dit_
 
 /* --cpu-precision fp32 | bf16. */
 bool cli_parse_cpu_precision(const char *cmd, const char *s, dit_cpu_precision *out);
+/* --precision bf16 | fp8 (a GPU's transformer GEMMs). */
+bool cli_parse_gpu_precision(const char *cmd, const char *s, dit_gpu_precision *out);
 
 /* The start of a subcommand, given what its option parser returned (0 run, 1 --help
  * printed, 2 bad usage): a context with `threads` threads (0: all online cores) to run

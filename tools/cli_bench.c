@@ -32,6 +32,8 @@ static void usage(FILE *f) {
           "  --seed N           random weights and inputs (default 42)\n"
           "  --threads N        CPU threads (default: all cores)\n"
           "  --cpu-precision P  CPU linear layers: fp32 (default) or bf16 (bf16 x bf16 products, fp32 sums)\n"
+          "  --precision P      cuda: the transformer blocks' GEMMs in bf16 (default) or fp8 (e4m3 weights\n"
+          "                     with a per-tensor scale, activations quantized per token, fp32 sums)\n"
           "  --json             print one JSON object instead of the table\n"
           "  --e2e STEPS        zimage only: one whole image instead of one forward: Qwen3-4B text encode,\n"
           "                     STEPS transformer forwards with Euler updates, VAE decode (random weights,\n"
@@ -108,6 +110,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (OPT("--device")) { if (!bad && !parse_device(v, p)) return 2; }
     else if (OPT("--dtype")) { if (!bad && !parse_dtype(v, p)) return 2; }
     else if (OPT("--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("bench", v, &p->cpu_precision)) return 2; }
+    else if (OPT("--precision")) { if (!bad && !cli_parse_gpu_precision("bench", v, &p->gpu_precision)) return 2; }
     else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
     else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
     else INT("--e2e", 1, 1000, &o->e2e)

@@ -93,6 +93,7 @@ char *cli_gen_infotext(const dit_gen_params *p, const dit_gen_defaults *d, const
   if (p->n_ref_images) add(l, "Reference images", "%d", p->n_ref_images);
   if (p->device == DIT_DEVICE_CUDA) add(l, "Device", "cuda");
   else if (p->cpu_precision == DIT_CPU_PRECISION_BF16) add(l, "CPU precision", "bf16");
+  if (p->gpu_precision == DIT_GPU_PRECISION_FP8) add(l, "GPU precision", "fp8");
   add(l, "Version", "ditrun %s", DITRUN_VERSION);
   char *text = NULL;
   if (dit_infotext_format(&l->t, &text) != DIT_OK) text = NULL;

@@ -56,6 +56,8 @@ static void usage(FILE *f) {
           "      --threads N        CPU threads (default: all cores)\n"
           "      --device cpu|cuda  where to run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
+          "      --precision P      cuda: the transformer's GEMMs in bf16 (default, faithful) or fp8 (faster:\n"
+          "                         e4m3 weights with a per-tensor scale, activations quantized per token)\n"
           "      --progress         show progress even when stderr is not a terminal\n"
           "  -q, --quiet            print only errors\n"
           "examples:\n"
@@ -73,7 +75,7 @@ static void usage(FILE *f) {
 static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
-    "--overwrite", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--progress", "--quiet", "--help",
+    "--overwrite", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
     "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--ref-image"};
 
 /* The single-file options and the components they stand for. */
@@ -247,6 +249,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       if (!bad) o->p.device = (dit_device_kind)k;
     }
     else if (OPT(NULL, "--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("generate", v, &o->p.cpu_precision)) return 2; }
+    else if (OPT(NULL, "--precision")) { if (!bad && !cli_parse_gpu_precision("generate", v, &o->p.gpu_precision)) return 2; }
     else if (file_opt(argc, argv, &i, o, &bad)) {}
     else { cli_unknown_option("generate", a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
 #undef OPT
@@ -259,6 +262,10 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     return 2;
   }
   if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun generate: --strength needs --init-image\n"); return 2; }
+  if (o->p.gpu_precision == DIT_GPU_PRECISION_FP8 && o->p.device != DIT_DEVICE_CUDA) {
+    fprintf(stderr, "ditrun generate: --precision fp8 needs --device cuda (on the CPU: --cpu-precision bf16)\n");
+    return 2;
+  }
   if (o->init_path && o->p.n_ref_images) {
     fprintf(stderr, "ditrun generate: --init-image and --ref-image do not go together (image-to-image or editing)\n");
     return 2;
@@ -365,6 +372,7 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
   dit_model_opts_default(&mo);
   mo.device = o->p.device;
   mo.cpu_precision = o->p.cpu_precision;
+  mo.gpu_precision = o->p.gpu_precision;
   mo.keep = o->batch > 1 ? DIT_KEEP_ALL : 0;
   mo.files = o->p.files;
   mo.n_files = o->p.n_files;

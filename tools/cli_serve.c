@@ -36,6 +36,7 @@ static void serve_usage(FILE *f) {
           "      --drain-timeout S  on SIGTERM, let the running job finish for up to S seconds (default 30)\n"
           "      --device cpu|cuda  where the models run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default) or bf16\n"
+          "      --precision P      cuda: the transformer's GEMMs in bf16 (default) or fp8\n"
           "      --lora FILE[:S]    merge a LoRA into every model's transformer at load (repeat for more)\n"
           "      --lora-dir DIR     requests may name LoRAs: \"loras\": [{\"name\": N, \"scale\": S}] uses\n"
           "                         DIR/N.safetensors (changed between requests without reloading the model)\n"
@@ -58,6 +59,7 @@ typedef struct serve_opts {
   double drain;
   dit_device_kind device;
   dit_cpu_precision precision;
+  dit_gpu_precision gpu_precision;
   dit_lora loras[DIT_MAX_LORAS];
   char lora_paths[DIT_MAX_LORAS][4096];
   int n_loras;
@@ -84,6 +86,7 @@ static bool set_opt(serve_opts *o, const char *a, const char *v) {
     return k >= 0 && (o->device = k ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU, true);
   }
   if (!strcmp(a, "--cpu-precision")) return cli_parse_cpu_precision("serve", v, &o->precision);
+  if (!strcmp(a, "--precision")) return cli_parse_gpu_precision("serve", v, &o->gpu_precision);
   if (!strcmp(a, "--lora")) {
     if (o->n_loras == DIT_MAX_LORAS) return fprintf(stderr, "ditrun serve: at most %d LoRAs\n", DIT_MAX_LORAS), false;
     if (!cli_parse_lora("serve", v, o->lora_paths[o->n_loras], sizeof o->lora_paths[0], &o->loras[o->n_loras]))
@@ -185,6 +188,7 @@ static bool load_models(const serve_opts *o, srv_model *models) {
   dit_model_opts_default(&mo);
   mo.device = o->device;
   mo.cpu_precision = o->precision;
+  mo.gpu_precision = o->gpu_precision;
   mo.loras = o->loras;
   mo.n_loras = o->n_loras;
   for (int i = 0; i < o->n_dirs; i++) {

@@ -20,7 +20,7 @@
 #define MAX_RES 8192
 #define MAX_TEXT 4096
 #define MAX_ITERS 10000
-/* CPU: measured fp32 FMA peak per thread (docs/PERF.md: 24 independent AVX-512 FMA
+/* CPU: measured fp32 FMA peak per thread (docs/perf/cpu.md: 24 independent AVX-512 FMA
  * chains, 2 pipes x 16 lanes x 2 flop x 3.84 GHz effective = 245.8 GFLOP/s). */
 #define CPU_PEAK_PER_THREAD_TFLOPS 0.2458
 /* GPU: bf16 GEMM ceiling measured on the H200 (issue 5: cuBLAS via torch, 753-766). */
@@ -85,7 +85,8 @@ size_t dit_bench_device_used(const dit_bench_params *p) { return dit_backend_dev
 
 dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err) {
   dit_status s =
-      dit_backend_create(p->device, p->cuda_device, ctx->params.n_threads, p->cpu_precision, &ctx->opts, be, err);
+      dit_backend_create(p->device, p->cuda_device, ctx->params.n_threads,
+                         (dit_backend_precision){p->cpu_precision, p->gpu_precision}, &ctx->opts, be, err);
   if (s != DIT_OK) dit_error_prefix(err, "bench");
   return s;
 }
@@ -152,7 +153,7 @@ static void free_inputs(dit_backend *be, bench_io *io) {
 }
 
 /* Process CPU time (all threads), ms: on a shared machine the rate per CPU-second is what
- * the code reaches while it holds the cores (docs/PERF.md). */
+ * the code reaches while it holds the cores (docs/perf/cpu.md). */
 static double dit_bench_cpu_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -184,13 +185,17 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
   double ms, *ts = malloc((size_t)p->iters * sizeof *ts);
   if (!ts) return dit_errorf(err, DIT_ERR_NOMEM, "bench: out of memory");
   dit_status s = DIT_OK;
-  for (int i = 0; i < p->warmup && s == DIT_OK; i++) s = forward_once(m, prof, io, &ms, err);
+  for (int i = 0; i < p->warmup && s == DIT_OK; i++) {
+    s = forward_once(m, prof, io, &ms, err);
+    if (i == 0) r->first_ms = ms;
+  }
   if (s == DIT_OK && dit_bench_device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = dit_bench_device_used(p);
   r->cpu_ms_min = 0;
   const long launches0 = graph_launches(m);
   for (int i = 0; i < p->iters && s == DIT_OK; i++) {
     double c0 = dit_bench_cpu_ms();
     s = forward_once(m, prof, io, &ts[i], err);
+    if (i == 0 && p->warmup == 0) r->first_ms = ts[0];
     double c = dit_bench_cpu_ms() - c0;
     if (i == 0 || c < r->cpu_ms_min) r->cpu_ms_min = c;
   }
@@ -243,7 +248,8 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
   snprintf(r->arch, sizeof r->arch, "%s", p->arch);
   snprintf(r->device, sizeof r->device, "%s", be->ops->name);
   snprintf(r->cpu_isa, sizeof r->cpu_isa, "%s", p->device == DIT_DEVICE_CPU ? dit_cpu_isa_name(be) : "");
-  snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(p->dtype));
+  /* fp8 compute: the blocks' matrices are e4m3 whatever --dtype is (dit_wname_fp8_compute) */
+  snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(be->fp8 && !dit_dtype_is_quant(p->dtype) ? DIT_F8_E4M3 : p->dtype));
   snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
   r->res = p->res;
   r->ref_res = p->ref_res;
@@ -341,7 +347,12 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   }
   r->setup_s = dit_time_now() - t0;
   if (s == DIT_OK) s = time_model(p, &m, prof, &io, r, err);
-  if (s == DIT_OK && p->ref_bf16 && p->dtype != DIT_BF16) s = ref_error(v, p, o, prof, adt, &m, &io, r, err);
+  if (s == DIT_OK && p->ref_bf16 && (p->dtype != DIT_BF16 || be->fp8)) {
+    const bool fp8 = be->fp8;
+    be->fp8 = prof->fp8 = false; /* the reference: bf16 weights and bf16 GEMMs */
+    s = ref_error(v, p, o, prof, adt, &m, &io, r, err);
+    be->fp8 = prof->fp8 = fp8;
+  }
   if (prof) free_inputs(prof, &io);
   if (m.obj) v->ops->free(m.obj);
   dit_backend_profiler_free(prof);
@@ -394,8 +405,8 @@ static void print_json(const dit_bench_result *r, FILE *f) {
             r->gemm_shapes[i].ms);
   fprintf(f,
           "], \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
-          "\"setup_s\": %.3f, \"output_finite\": %s, \"graph_launches\": %ld",
-          r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s,
+          "\"setup_s\": %.3f, \"first_ms\": %.2f, \"output_finite\": %s, \"graph_launches\": %ld",
+          r->weight_bytes, r->alloc_peak_bytes, r->peak_mem_bytes, r->device_base_bytes, r->setup_s, r->first_ms,
           r->output_finite ? "true" : "false", r->graph_launches);
   if (r->have_ref) fprintf(f, ", \"ref_rel_l2\": %.6g, \"ref_rel_max\": %.6g", r->ref_rel_l2, r->ref_rel_max);
   fprintf(f, "}\n");
@@ -436,7 +447,8 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
              "activations, device %s%s%s (%d thread%s)\n",
           r->arch, r->res, r->res, ref, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype,
           r->device, r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa, r->threads, r->threads == 1 ? "" : "s");
-  fprintf(f, "  params %.3f B, setup (random weights) %.1f s\n", (double)r->params / 1e9, r->setup_s);
+  fprintf(f, "  params %.3f B, setup (random weights) %.1f s, first forward (tunes unless cached) %.1f ms\n",
+          (double)r->params / 1e9, r->setup_s, r->first_ms);
   const dit_bench_variant *v = dit_bench_variant_find(r->arch);
   fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");
   fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);

@@ -41,6 +41,7 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   dit_model_opts_default(&o);
   o.device = p->device;
   o.cpu_precision = p->cpu_precision;
+  o.gpu_precision = p->gpu_precision;
   o.keep = 0;
   o.files = p->files;
   o.n_files = p->n_files;

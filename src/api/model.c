@@ -83,12 +83,15 @@ static dit_status create_backends(dit_model *m, const dit_model_opts *o, dit_err
   if (o->device != DIT_DEVICE_CPU && o->device != DIT_DEVICE_CUDA)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown device %d", (int)o->device);
   const int threads = m->rt.ctx->params.n_threads;
-  DIT_TRY(dit_backend_create(DIT_DEVICE_CPU, 0, threads, o->cpu_precision, &m->rt.ctx->opts, &m->rt.host, err));
+  const dit_backend_precision dev = {o->cpu_precision, o->gpu_precision}, host = {o->cpu_precision, 0};
+  /* the CPU device is the host backend, asked with the caller's precisions (fp8 is refused there) */
+  DIT_TRY(dit_backend_create(DIT_DEVICE_CPU, 0, threads, o->device == DIT_DEVICE_CPU ? dev : host,
+                             &m->rt.ctx->opts, &m->rt.host, err));
   if (o->device == DIT_DEVICE_CPU) {
     m->rt.dev = m->rt.host;
     return DIT_OK;
   }
-  return dit_backend_create(o->device, 0, threads, o->cpu_precision, &m->rt.ctx->opts, &m->rt.dev, err);
+  return dit_backend_create(o->device, 0, threads, dev, &m->rt.ctx->opts, &m->rt.dev, err);
 }
 
 dit_status dit_model_load(dit_ctx *ctx, const char *model_dir, const dit_model_opts *o, dit_model **out) {

@@ -200,7 +200,7 @@ static float fp8_scale(const q_plan *P, const q_item *it, dit_dtype t, int64_t K
       for (int64_t i = 0; i < K; i++) amax = fabsf(row[i]) > amax ? fabsf(row[i]) : amax;
     }
   }
-  return amax > 0.0f && isfinite(amax) ? amax / (t == DIT_F8_E4M3 ? 448.0f : 57344.0f) : 1.0f;
+  return dit_fp8_scale(amax, t);
 }
 
 /* Writes tensor i: each source row converted to float, then to the output dtype (an fp8

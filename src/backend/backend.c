@@ -50,10 +50,71 @@ static dit_status upload_as_bf16(dit_backend *be, void *dst, const void *src, di
   return s;
 }
 
-/* Whether the upload converts d to BF16 (flags: DIT_UPLOAD_*). */
-static bool upload_converts(const dit_tensor *d, unsigned flags) {
-  return ((flags & DIT_UPLOAD_F16_AS_BF16) && d->dtype == DIT_F16) ||
-         ((flags & DIT_UPLOAD_F32_MATRICES_AS_BF16) && d->dtype == DIT_F32 && d->ndim == 2);
+/* The dtype entry e (bound, host data) is uploaded in (flags: DIT_UPLOAD_*): its own, BF16, or
+ * F8_E4M3 for the matrices fp8 compute runs in fp8. */
+static dit_dtype upload_dtype(const dit_backend *be, const dit_wentry *e, unsigned flags) {
+  const dit_tensor *d = e->dst;
+  const bool flt = d->dtype == DIT_F32 || d->dtype == DIT_BF16 || d->dtype == DIT_F16;
+  if ((flags & DIT_UPLOAD_FP8_COMPUTE) && be->fp8 && flt && dit_wname_fp8_compute(e->name, d->ndim, d->shape))
+    return DIT_F8_E4M3;
+  if (((flags & DIT_UPLOAD_F16_AS_BF16) && d->dtype == DIT_F16) ||
+      ((flags & DIT_UPLOAD_F32_MATRICES_AS_BF16) && d->dtype == DIT_F32 && d->ndim == 2))
+    return DIT_BF16;
+  return d->dtype;
+}
+
+/* The largest magnitude of n F32, BF16 or F16 values (dtype from); f is a buffer of piece floats. */
+static float amax_of(const void *src, dit_dtype from, size_t n, float *f, size_t piece) {
+  const size_t es = dit_dtype_size(from);
+  float amax = 0.0f;
+  for (size_t off = 0; off < n; off += piece) {
+    const size_t len = n - off < piece ? n - off : piece;
+    dit_convert_to_f32(f, (const char *)src + off * es, from, len);
+    for (size_t i = 0; i < len; i++) amax = fabsf(f[i]) > amax ? fabsf(f[i]) : amax;
+  }
+  return amax;
+}
+
+/* The fp8 scale of the group entry i starts (DIT_UPLOAD_FP8_COMPUTE): entries i..*last chained
+ * by scale_with_next, all going to fp8 and not uploaded yet, share the per-tensor scale of all
+ * their values. */
+static dit_status fp8_group_scale(const dit_backend *be, const dit_wtable *t, size_t i, unsigned flags, float *scale,
+                                  size_t *last, dit_error *err) {
+  *last = i;
+  while (*last + 1 < t->n && t->entries[*last].scale_with_next && t->entries[*last + 1].dst->data &&
+         upload_dtype(be, &t->entries[*last + 1], flags) == DIT_F8_E4M3)
+    ++*last;
+  const size_t piece = STAGE_BYTES / 4;
+  float *f = malloc(piece * sizeof *f), amax = 0.0f;
+  if (!f) return dit_errorf(err, DIT_ERR_NOMEM, "no memory for an fp8 staging buffer");
+  for (size_t j = i; j <= *last; j++) {
+    const dit_tensor *d = t->entries[j].dst;
+    const float a = amax_of(d->data, d->dtype, (size_t)dit_tensor_numel(d), f, piece);
+    amax = a > amax ? a : amax;
+  }
+  free(f);
+  *scale = dit_fp8_scale(amax, DIT_F8_E4M3);
+  return DIT_OK;
+}
+
+/* Uploads n F32, BF16 or F16 values (from dtype) as float8_e4m3 codes of the values over
+ * scale, piece by piece. */
+static dit_status upload_as_fp8(dit_backend *be, void *dst, const void *src, dit_dtype from, size_t n, float scale,
+                                dit_error *err) {
+  const size_t piece = STAGE_BYTES / 4 < n ? STAGE_BYTES / 4 : n, es = dit_dtype_size(from);
+  float *f = malloc((piece ? piece : 1) * sizeof *f);
+  uint8_t *stage = malloc(piece ? piece : 1);
+  dit_status s = f && stage ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "no memory for fp8 staging buffers");
+  for (size_t off = 0; off < n && s == DIT_OK; off += piece) {
+    const size_t len = n - off < piece ? n - off : piece;
+    dit_convert_to_f32(f, (const char *)src + off * es, from, len);
+    for (size_t i = 0; i < len; i++) f[i] /= scale;
+    dit_convert_from_f32(stage, f, DIT_F8_E4M3, len);
+    s = be->ops->upload(be, (uint8_t *)dst + off, stage, len, err);
+    if (s == DIT_OK) s = be->ops->sync(be, err); /* the stage is reused */
+  }
+  free(f), free(stage);
+  return s;
 }
 
 dit_status dit_backend_upload_wtable(dit_backend *be, const dit_wtable *t, void **block, dit_error *err) {
@@ -66,26 +127,35 @@ dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, un
   size_t total = 0;
   for (size_t i = 0; i < t->n; i++) {
     const dit_tensor *d = t->entries[i].dst;
-    if (d->data) total += align_up(upload_converts(d, flags) ? (size_t)dit_tensor_numel(d) * 2 : dit_tensor_nbytes(d));
+    const dit_dtype to = upload_dtype(be, &t->entries[i], flags);
+    if (d->data) total += align_up(to == d->dtype ? dit_tensor_nbytes(d) : (size_t)dit_tensor_numel(d) * dit_dtype_size(to));
   }
   if (!total) return DIT_OK;
   void *blk = NULL;
   DIT_TRY(be->ops->alloc(be, total, &blk, err));
-  size_t off = 0;
+  size_t off = 0, group_last = 0;
+  float scale = 0.0f; /* an fp8 group's (fp8_group_scale), through group_last */
+  bool in_group = false;
   const dit_device dev = dit_backend_device(be);
   for (size_t i = 0; i < t->n; i++) {
     dit_tensor *d = t->entries[i].dst;
     if (!d->data) continue;
-    const bool conv = upload_converts(d, flags);
-    const size_t n = (size_t)dit_tensor_numel(d), nb = conv ? n * 2 : dit_tensor_nbytes(d);
-    dit_status s = conv ? upload_as_bf16(be, (char *)blk + off, d->data, d->dtype, n, err)
-                        : be->ops->upload(be, (char *)blk + off, d->data, nb, err);
+    const dit_dtype to = upload_dtype(be, &t->entries[i], flags);
+    const size_t n = (size_t)dit_tensor_numel(d), nb = to == d->dtype ? dit_tensor_nbytes(d) : n * dit_dtype_size(to);
+    dit_status s = DIT_OK;
+    if (to == DIT_F8_E4M3 && d->dtype != to && (!in_group || i > group_last))
+      s = fp8_group_scale(be, t, i, flags, &scale, &group_last, err), in_group = true;
+    if (s == DIT_OK)
+      s = to == d->dtype   ? be->ops->upload(be, (char *)blk + off, d->data, nb, err)
+          : to == DIT_BF16 ? upload_as_bf16(be, (char *)blk + off, d->data, d->dtype, n, err)
+                           : upload_as_fp8(be, (char *)blk + off, d->data, d->dtype, n, scale, err);
     if (s != DIT_OK) {
       be->ops->free(be, blk);
       dit_error_prefix(err, "uploading weight %s", t->entries[i].name);
       return s;
     }
-    if (conv) d->dtype = DIT_BF16;
+    if (to == DIT_F8_E4M3 && d->dtype != to) d->scale = scale;
+    d->dtype = to;
     d->data = (char *)blk + off;
     d->device = dev;
     off += align_up(nb);
@@ -162,8 +232,12 @@ static void init_law(const dit_wentry *e, float *center, float *amp) {
 
 /* An entry's dtype for random weights of dt: a block type or fp8 only for 2-D "*.weight"
  * matrices (whose rows are whole blocks), BF16 for the rest (as ditrun quantize keeps them
- * from a bf16 folder, and scaled fp8 files keep norms and biases). */
-static dit_dtype entry_dtype(const dit_wentry *e, dit_dtype dt) {
+ * from a bf16 folder, and scaled fp8 files keep norms and biases); with DIT_UPLOAD_FP8_COMPUTE
+ * on an fp8 backend, the matrices fp8 compute names are e4m3 whatever dt is (a float type). */
+static dit_dtype entry_dtype(const dit_backend *be, const dit_wentry *e, dit_dtype dt, unsigned flags) {
+  if ((flags & DIT_UPLOAD_FP8_COMPUTE) && be->fp8 && !dit_dtype_is_quant(dt) &&
+      dit_wname_fp8_compute(e->name, e->ndim, e->shape))
+    return DIT_F8_E4M3;
   if (!dit_dtype_is_quant(dt)) return dt;
   return dit_wname_quant_matrix(e->name, e->ndim, e->shape, dt) ? dt : DIT_BF16;
 }
@@ -177,7 +251,7 @@ static dit_status fill_entry(dit_backend *be, dit_tensor *d, void *stage, uint64
   if (block) dit_dtype_row_bytes(d->dtype, (uint64_t)K, &ub);
   const bool host = stage == NULL;
   if (d->dtype == DIT_F8_E4M3 || d->dtype == DIT_F8_E5M2) /* a per-tensor scale, as scaled fp8 files have */
-    d->scale = (fabsf(center) + amp) / (d->dtype == DIT_F8_E4M3 ? 448.0f : 57344.0f);
+    d->scale = dit_fp8_scale(fabsf(center) + amp, d->dtype);
   const int64_t chunk = host ? units : (int64_t)(STAGE_BYTES / ub) > 0 ? (int64_t)(STAGE_BYTES / ub) : 1;
   for (int64_t j = 0; j < units; j += chunk) {
     int64_t m = units - j < chunk ? units - j : chunk;
@@ -192,8 +266,8 @@ static dit_status fill_entry(dit_backend *be, dit_tensor *d, void *stage, uint64
   return DIT_OK;
 }
 
-dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_dtype dt, uint64_t seed,
-                                     void **block, dit_error *err) {
+dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_dtype dt, unsigned flags,
+                                     uint64_t seed, void **block, dit_error *err) {
   *block = NULL;
   if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16 && !dit_dtype_is_quant(dt))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "random weights: dtype %s (F32, BF16, F16, fp8 or a block type)",
@@ -202,7 +276,7 @@ dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_d
   const dit_device dev = dit_backend_device(be);
   size_t total = 0;
   for (size_t i = 0; i < t->n; i++) {
-    *t->entries[i].dst = dit_tensor_make(entry_dtype(&t->entries[i], dt), NULL, t->entries[i].ndim,
+    *t->entries[i].dst = dit_tensor_make(entry_dtype(be, &t->entries[i], dt, flags), NULL, t->entries[i].ndim,
                                          t->entries[i].shape);
     total += align_up(dit_tensor_nbytes(t->entries[i].dst));
   }
@@ -241,11 +315,14 @@ void dit_backend_free(dit_backend *be) {
 
 /* ---- the backend registry: one row per kind of backend ---- */
 
-static dit_status cpu_create(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+static dit_status cpu_create(int device, int n_threads, dit_backend_precision precision, const dit_run_opts *opts,
                              dit_backend **out, dit_error *err) {
   (void)device, (void)opts;
+  if (precision.gpu != DIT_GPU_PRECISION_BF16)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "the CPU has no fp8 compute: fp8 precision needs a GPU (--device "
+                      "cuda); on the CPU, --cpu-precision bf16 is the fast choice");
   DIT_TRY(dit_backend_cpu_create(n_threads, out, err));
-  dit_status s = dit_backend_cpu_set_precision(*out, precision, err);
+  dit_status s = dit_backend_cpu_set_precision(*out, precision.cpu, err);
   if (s != DIT_OK) {
     dit_backend_free(*out);
     *out = NULL;
@@ -274,10 +351,10 @@ static dit_status cpu_mem_info(int device, size_t *free_b, size_t *total_b, dit_
 static int cpu_device_count(void) { return 1; }
 
 #ifdef DIT_HAVE_CUDA
-static dit_status cuda_create(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+static dit_status cuda_create(int device, int n_threads, dit_backend_precision precision, const dit_run_opts *opts,
                               dit_backend **out, dit_error *err) {
-  (void)n_threads, (void)precision;
-  return dit_backend_cuda_create(device, opts, out, err);
+  (void)n_threads;
+  return dit_backend_cuda_create(device, precision.gpu, opts, out, err);
 }
 #define CUDA_ROW {DIT_DEVICE_CUDA, "cuda", false, dit_cuda_device_count, cuda_create, dit_cuda_mem_info},
 #else
@@ -301,14 +378,14 @@ const dit_backend_kind_info *dit_backend_kind_get(dit_device_kind kind) {
   return NULL;
 }
 
-dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
+dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_backend_precision precision,
                               const dit_run_opts *opts, dit_backend **out, dit_error *err) {
   *out = NULL;
   const dit_backend_kind_info *k = dit_backend_kind_get(kind);
   if (!k)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "device %s is not available in this build%s",
                       kind == DIT_DEVICE_CUDA ? "cuda" : "?", kind == DIT_DEVICE_CUDA ? " (built without CUDA)" : "");
-  return k->create(device, n_threads, cpu_precision, opts, out, err);
+  return k->create(device, n_threads, precision, opts, out, err);
 }
 
 dit_status dit_backend_mem_info(dit_device_kind kind, int device, size_t *free_b, size_t *total_b, dit_error *err) {

@@ -78,8 +78,18 @@ typedef struct dit_backend_ops {
 struct dit_backend {
   const dit_backend_ops *ops;
   int n_threads;
+  /* fp8 compute (DIT_GPU_PRECISION_FP8, set at creation on a GPU that has it): linear ops
+   * with float8_e4m3 weights quantize their activations per row and run fp8 GEMMs, and the
+   * transformers convert their block matrices to e4m3 at load (dit_wname_fp8_compute). */
+  bool fp8;
   void *impl;
 };
+
+/* The precisions a backend is asked for at creation (each backend reads its own). */
+typedef struct dit_backend_precision {
+  dit_cpu_precision cpu;
+  dit_gpu_precision gpu;
+} dit_backend_precision;
 
 /* The backend of a device kind: the CPU (n_threads <= 0: all online cores; its linear
  * layers' precision) or CUDA device `device` with the run-time switches opts (NULL: the
@@ -93,8 +103,9 @@ typedef struct dit_backend_kind_info {
   const char *name;  /* "cpu", "cuda" */
   bool host_memory;  /* its buffers are host memory */
   int (*device_count)(void); /* devices visible now (0: none) */
-  /* A backend on `device` (CPU: n_threads threads, linear layers at `precision`). */
-  dit_status (*create)(int device, int n_threads, dit_cpu_precision precision, const dit_run_opts *opts,
+  /* A backend on `device` (CPU: n_threads threads, linear layers at precision.cpu; a GPU:
+   * GEMMs at precision.gpu, DIT_ERR_UNSUPPORTED where it has no fp8). */
+  dit_status (*create)(int device, int n_threads, dit_backend_precision precision, const dit_run_opts *opts,
                        dit_backend **out, dit_error *err);
   /* The device's free and total memory in bytes (the CPU: available and physical RAM). */
   dit_status (*mem_info)(int device, size_t *free_b, size_t *total_b, dit_error *err);
@@ -106,7 +117,7 @@ const dit_backend_kind_info *dit_backend_kind_get(dit_device_kind kind);
 
 /* Creates a backend of `kind` (DIT_ERR_UNSUPPORTED when the build lacks it). Whoever creates
  * a backend frees it with dit_backend_free. */
-dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_cpu_precision cpu_precision,
+dit_status dit_backend_create(dit_device_kind kind, int device, int n_threads, dit_backend_precision precision,
                               const dit_run_opts *opts, dit_backend **out, dit_error *err);
 dit_status dit_backend_mem_info(dit_device_kind kind, int device, size_t *free_b, size_t *total_b, dit_error *err);
 /* Device memory in use now on a GPU (whole device, every process), 0 on the CPU. */
@@ -133,7 +144,8 @@ dit_status dit_backend_cpu_set_precision(dit_backend *be, dit_cpu_precision p, d
  * activation operands of one call share a dtype); upload is asynchronous on the backend's
  * stream (pageable host memory is staged before it returns; pinned memory must stay valid
  * until sync), download waits for its copy. Call ops from one host thread. */
-dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_backend **out, dit_error *err);
+dit_status dit_backend_cuda_create(int device, dit_gpu_precision precision, const dit_run_opts *opts,
+                                   dit_backend **out, dit_error *err);
 /* Memory in use on CUDA device `device` (total - free), 0 when it cannot be asked. */
 int dit_cuda_device_count(void);
 dit_status dit_cuda_mem_info(int device, size_t *free_b, size_t *total_b, dit_error *err);
@@ -154,17 +166,20 @@ dit_status dit_backend_upload_wtable(dit_backend *be, const struct dit_wtable *t
 enum {
   DIT_UPLOAD_F16_AS_BF16 = 1,         /* F16 tensors to BF16 (same size, the range of fp32: for models whose
                                          activations overflow fp16, such as T5) */
-  DIT_UPLOAD_F32_MATRICES_AS_BF16 = 2 /* F32 matrices (2-D) to BF16: a transformer stored in fp32 runs its GEMMs
+  DIT_UPLOAD_F32_MATRICES_AS_BF16 = 2, /* F32 matrices (2-D) to BF16: a transformer stored in fp32 runs its GEMMs
                                          as one stored in bf16 does (the GPU's bf16 activations need bf16 w) */
+  DIT_UPLOAD_FP8_COMPUTE = 4 /* on an fp8 backend (be->fp8): the float matrices dit_wname_fp8_compute names to
+                                float8_e4m3 with a per-tensor scale (amax / 448), the rest as the other flags say */
 };
 dit_status dit_backend_upload_wtable_as(dit_backend *be, const struct dit_wtable *t, unsigned flags, void **block,
                                         dit_error *err);
-/* Gives every entry of t (unbound) deterministic random values of dtype dt (F32/BF16/F16)
- * in one new backend allocation *block: uniform in +-1/sqrt(last dim) for matrices,
+/* Gives every entry of t (unbound) deterministic random values of dtype dt (F32/BF16/F16;
+ * with flags DIT_UPLOAD_FP8_COMPUTE on an fp8 backend the matrices dit_wname_fp8_compute
+ * names are e4m3, scaled; the other flags do nothing here) in one new backend allocation *block: uniform in +-1/sqrt(last dim) for matrices,
  * 1 +- 0.05 for 1-D "*weight" tensors (norm scales), +-0.02 for other 1-D tensors. Same seed, same values
  * on every backend. For benchmarks at real geometry without checkpoint files. */
-dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t, dit_dtype dt, uint64_t seed,
-                                     void **block, dit_error *err);
+dit_status dit_backend_random_wtable(dit_backend *be, const struct dit_wtable *t, dit_dtype dt, unsigned flags,
+                                     uint64_t seed, void **block, dit_error *err);
 
 /* Checks an activation dtype asked of a model on be: F32 anywhere, BF16 on device backends
  * only (the CPU backend computes in F32). `what` names the model in the message. */

@@ -208,6 +208,7 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
   p->ops.graph_free = io->graph_free ? w_graph_free : NULL;
   p->be.ops = &p->ops;
   p->be.n_threads = inner->n_threads;
+  p->be.fp8 = inner->fp8;
   p->be.impl = p;
   *out = &p->be;
   return DIT_OK;

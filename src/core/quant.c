@@ -293,3 +293,7 @@ void dit_quant_row(dit_dtype t, const float *src, void *dst, int64_t n) {
     default: dit_convert_from_f32(dst, src, t, (size_t)n); break;
   }
 }
+
+float dit_fp8_scale(float amax, dit_dtype t) {
+  return amax > 0.0f && isfinite(amax) ? amax / (t == DIT_F8_E4M3 ? 448.0f : 57344.0f) : 1.0f;
+}

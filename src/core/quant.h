@@ -23,5 +23,9 @@
 void dit_dequant_row(dit_dtype t, const void *src, float *dst, int64_t n);
 /* n floats (whole blocks) to type t; F32, F16 and BF16 too (nearest even). */
 void dit_quant_row(dit_dtype t, const float *src, void *dst, int64_t n);
+/* The per-tensor scale of an fp8 (t) tensor whose largest magnitude is amax: amax over the
+ * type's largest finite value (448 for e4m3, 57344 for e5m2), so the largest element maps
+ * to it; 1 when amax is 0 or not finite. */
+float dit_fp8_scale(float amax, dit_dtype t);
 
 #endif

@@ -186,6 +186,9 @@ typedef struct dit_wentry {
   bool optional;       /* absent is fine: dst->data stays NULL */
   bool halves_swapped; /* dst holds its two row halves in the other order than the name's own
                           layout (a FLUX.2 single file's final modulation under diffusers' name) */
+  bool scale_with_next; /* converted to fp8 (DIT_UPLOAD_FP8_COMPUTE), it shares one per-tensor scale
+                           with the next entry: tensors a model runs as one stacked GEMM (Z-Image's
+                           q, k, v) need one scale (dit_tensor_stack_rows) */
 } dit_wentry;
 
 typedef struct dit_wtable {
@@ -201,10 +204,19 @@ void dit_wtable_free(dit_wtable *t);
  * dit_wtable_bind, so a model can add all its entries without checking each call. */
 void dit_wtable_add(dit_wtable *t, dit_tensor *dst, bool optional, int ndim, const int64_t *shape,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Marks the last added entry as sharing its fp8 scale with the next one (scale_with_next). */
+void dit_wtable_share_scale_with_next(dit_wtable *t);
 /* True for a weight matrix that stays block-quantized (and that block-quantized files quantize):
  * a 2-D tensor named "*.weight" whose rows of shape[1] are whole blocks of type t. Other
  * block-quantized tensors (norm weights, pad tokens) bind as F32 copies. */
 bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, dit_dtype t);
+/* True for a matrix that fp8 compute (DIT_GPU_PRECISION_FP8) runs in fp8: a 2-D "*.weight"
+ * of a numbered transformer block (the name's second segment a number: "layers.3.",
+ * "transformer_blocks.0.", BFL's "double_blocks.7.") with both sizes multiples of 16 (the fp8
+ * GEMM's), except modulation ("*modulation*", "adaLN*", BFL's "*_mod.", FLUX.1's
+ * "norm*.linear": they scale whole rows and run once per step) and anything named "*embed*".
+ * Embedders, the final layer and shared modulation are outside the blocks and stay bf16. */
+bool dit_wname_fp8_compute(const char *name, int ndim, const int64_t *shape);
 /* Binds every entry: finds its tensor (with `prefix` prepended to the name, "" for
  * none), checks the shape, fills *dst (stored dtype, pointing into the mapping or an
  * aligned copy; a block-quantized tensor that is not a 2-D "*.weight" matrix, such as a

@@ -123,10 +123,36 @@ static bool same_but_leading_ones(const int64_t *a, int na, const int64_t *b, in
   return true;
 }
 
+void dit_wtable_share_scale_with_next(dit_wtable *t) {
+  if (t->status == DIT_OK && t->n) t->entries[t->n - 1].scale_with_next = true;
+}
+
 bool dit_wname_quant_matrix(const char *name, int ndim, const int64_t *shape, dit_dtype t) {
   size_t len = strlen(name);
   uint64_t rb;
   return ndim == 2 && len >= 7 && !strcmp(name + len - 7, ".weight") && dit_dtype_row_bytes(t, (uint64_t)shape[1], &rb);
+}
+
+/* Whether name's second segment is a number ("layers.3.", "transformer_blocks.0.",
+ * "double_blocks.7."): a matrix of a numbered block, not of a module list inside an embedder
+ * ("t_embedder.mlp.0."). */
+static bool in_numbered_block(const char *name) {
+  const char *p = strchr(name, '.');
+  if (!p) return false;
+  const char *q = p + 1;
+  while (*q >= '0' && *q <= '9') q++;
+  return q > p + 1 && *q == '.';
+}
+
+bool dit_wname_fp8_compute(const char *name, int ndim, const int64_t *shape) {
+  static const char *const keep[] = {"modulation", "adaLN", "_mod.", "norm", "embed"};
+  size_t len = strlen(name);
+  if (ndim != 2 || len < 7 || strcmp(name + len - 7, ".weight") || shape[0] % 16 || shape[1] % 16 || shape[0] < 16 ||
+      shape[1] < 16 || !in_numbered_block(name))
+    return false;
+  for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+    if (strstr(name, keep[i])) return false;
+  return true;
 }
 
 /* A quantized tensor the ops read as plain floats (not a weight matrix) as an F32 copy owned

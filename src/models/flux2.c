@@ -385,7 +385,7 @@ dit_flux2 *flux2_new_model(dit_backend *be) {
   dit_flux2 *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->be = be;
-  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16; /* an fp32 checkpoint on a GPU */
+  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16 | DIT_UPLOAD_FP8_COMPUTE; /* an fp32 checkpoint on a GPU; fp8 compute */
   dit_act_space_init(&m->as, be);
   return m;
 }

@@ -84,7 +84,7 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
                                     void *model, dit_dtype wdt, uint64_t seed, dit_error *err) {
   dit_wtable t;
   dit_status s = build(model, &t, err);
-  if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, seed, &w->wblock, err);
+  if (s == DIT_OK) s = dit_backend_random_wtable(be, &t, wdt, w->upload, seed, &w->wblock, err);
   if (s == DIT_OK) w->wbytes = block_bytes(&t), w->wparams = table_params(&t);
   dit_wtable_free(&t);
   if (s != DIT_OK) dit_error_prefix(err, "%s random weights", who);

@@ -47,7 +47,7 @@ dit_status dit_model_weights_load(dit_backend *be, dit_model_weights *w, const c
                                   dit_wtable_build_fn build, void *model, bool check_float, dit_error *err);
 
 /* Random weights (wdt, seed) for every tensor build(model) lists, in one block of be (a
- * failure is prefixed "who random weights"). */
+ * failure is prefixed "who random weights"); w->upload's DIT_UPLOAD_FP8_COMPUTE applies. */
 dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const char *who, dit_wtable_build_fn build,
                                     void *model, dit_dtype wdt, uint64_t seed, dit_error *err);
 

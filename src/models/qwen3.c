@@ -326,7 +326,7 @@ dit_status dit_qwen3_create_random(dit_backend *be, const dit_qwen3_config *c, d
     dit_wtable t;
     dit_wtable_init(&t);
     build_table(m, &t);
-    s = dit_backend_random_wtable(be, &t, wdt, seed, &m->wblock, err);
+    s = dit_backend_random_wtable(be, &t, wdt, 0, seed, &m->wblock, err);
     dit_wtable_free(&t);
     if (s != DIT_OK) dit_error_prefix(err, "qwen3 random weights");
   }

@@ -133,7 +133,9 @@ static void add_block(dit_wtable *t, const dit_zimage_config *c, zimage_block_w 
   const int64_t D = c->dim, hd = c->head_dim, Fd = c->ffn_dim;
   const int64_t dd[2] = {D, D}, d1[1] = {D}, h1[1] = {hd}, fd[2] = {Fd, D}, df[2] = {D, Fd};
   dit_wtable_add(t, &b->attention_to_q, false, 2, dd, "%s.%d.attention.to_q.weight", group, i);
+  dit_wtable_share_scale_with_next(t); /* q, k, v run as one stacked GEMM (stack_weights) */
   dit_wtable_add(t, &b->attention_to_k, false, 2, dd, "%s.%d.attention.to_k.weight", group, i);
+  dit_wtable_share_scale_with_next(t);
   dit_wtable_add(t, &b->attention_to_v, false, 2, dd, "%s.%d.attention.to_v.weight", group, i);
   dit_wtable_add(t, &b->attention_to_out_0, false, 2, dd, "%s.%d.attention.to_out.0.weight", group, i);
   if (c->qk_norm) {
@@ -228,7 +230,7 @@ static dit_zimage *new_model(dit_backend *be) {
   if (!m) return NULL;
   m->stack_qkv = true; /* dit_zimage_set_stacked_qkv turns it off (run option zimage_stack_qkv) */
   m->be = be;
-  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16; /* an fp32 checkpoint on a GPU */
+  m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16 | DIT_UPLOAD_FP8_COMPUTE; /* an fp32 checkpoint on a GPU; fp8 compute */
   dit_act_space_init(&m->as, be);
   return m;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/act_math.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cudnn_conv.h"
@@ -276,6 +277,67 @@ static void t_linear_quant(env *e, int64_t M, int64_t K, int64_t N, int64_t R, d
   e->gpu->ops->free(e->gpu, wg);
   free(wf), free(wq), free(laf), free(lbf);
   drop(e, &x), drop(e, &b), drop(e, &y), drop(e, &y0), drop(e, &la), drop(e, &lb);
+}
+
+/* fp8 compute (be->fp8): an e4m3 w (per-tensor scale) with x quantized per row on the GPU.
+ * The reference repeats the quantization on the host (row scale amax / 448, codes e4m3 of
+ * x / scale, nearest even) and sums the decoded products in double, so the GPU may differ
+ * only by its fp32 sums and the bf16 rounding of y (nmse < 1e-5); against the unquantized
+ * x the error must be larger (the fp8 path really ran). x may be a row view (stride ldx). */
+static void t_linear_fp8c(env *e, int64_t M, int64_t K, int64_t N, int64_t ldx, dit_dtype xdt, bool bias,
+                          dit_act a) {
+  int64_t xs[2] = {M, ldx}, ws[2] = {N, K}, ys[2] = {M, N}, bs[1] = {N};
+  pair x = act(e, xdt, 2, xs, true), w = wgt(e, DIT_F8_E4M3, 2, ws, 100.0f);
+  pair b = mk(e, DIT_BF16, DIT_F32, 1, bs, 1.0f, true);
+  pair y = act(e, DIT_BF16, 2, ys, false);
+  const float wsc = 1.0f / 256.0f;
+  w.g.scale = wsc;
+  float *wf = xmalloc((size_t)(N * K) * sizeof *wf), *q = xmalloc((size_t)K * sizeof *q);
+  float *ref = xmalloc((size_t)(M * N) * sizeof *ref), *plain = xmalloc((size_t)(M * N) * sizeof *plain);
+  dit_convert_to_f32(wf, w.c.data, DIT_F8_E4M3, (size_t)(N * K));
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = (const float *)x.c.data + m * ldx;
+    float amax = 0.0f;
+    for (int64_t k = 0; k < K; k++) amax = fabsf(xr[k]) > amax ? fabsf(xr[k]) : amax;
+    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int64_t k = 0; k < K; k++) {
+      float v = xr[k] / sc;
+      v = v > 448.0f ? 448.0f : v < -448.0f ? -448.0f : v;
+      q[k] = dit_e4m3_to_f32(dit_f32_to_e4m3(v));
+    }
+    for (int64_t n = 0; n < N; n++) {
+      double sq = 0, sp = 0;
+      for (int64_t k = 0; k < K; k++) sq += (double)q[k] * wf[n * K + k], sp += (double)xr[k] * wf[n * K + k];
+      const float bv = bias ? ((float *)b.c.data)[n] : 0.0f; /* bf16 on both sides */
+      ref[m * N + n] = dit_act_apply((float)(sq * sc * wsc) + bv, (int)a);
+      plain[m * N + n] = dit_act_apply((float)(sp * wsc) + bv, (int)a);
+    }
+  }
+  dit_tensor xv = x.g;
+  xv.shape[1] = K; /* columns [0, K) of the [M, ldx] buffer */
+  e->gpu->fp8 = true;
+  dit_tensor bc = b.g;
+  OK(dit_op_linear(e->gpu, &y.g, &xv, &w.g, bias ? &bc : NULL, a, E));
+  e->gpu->fp8 = false;
+  char name[160];
+  snprintf(name, sizeof name, "fp8 linear %lldx%lldx%lld ldx%lld x%s%s act%d", (long long)M, (long long)K,
+           (long long)N, (long long)ldx, dn(xdt), bias ? " bias" : "", (int)a);
+  float *got = fetch(e, &y.g, 0, M * N);
+  double se = 0, sp = 0, sr = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < M * N; i++) {
+    bad += !isfinite(got[i]);
+    se += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    sp += ((double)got[i] - plain[i]) * ((double)got[i] - plain[i]);
+    sr += (double)ref[i] * ref[i];
+  }
+  const double nq = sr > 0 ? se / sr : se, np = sr > 0 ? sp / sr : sp;
+  const bool pass = bad == 0 && nq < 1e-5 && np > 3 * nq;
+  printf("%-4s %-44s nmse vs fp8 model %.2e, vs unquantized x %.2e, nonfinite %lld\n", pass ? "ok" : "FAIL", name, nq,
+         np, (long long)bad);
+  CHECK_MSG(pass, "%s", name);
+  free(got), free(wf), free(q), free(ref), free(plain);
+  drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
 }
 
 /* Big GEMM: the CPU checks the first and last `rows` rows; timed. */
@@ -1188,6 +1250,12 @@ static void small_tests(env *e) {
   t_embedding(e, 300, 64, 29, DIT_F8_E5M2, DIT_I64);
   t_linear_fp8(e, 65, 136, 72, DIT_F8_E4M3, DIT_BF16, true);
   t_linear_fp8(e, 300, 512, 200, DIT_F8_E5M2, DIT_F32, false);
+  printf("-- fp8 compute (e4m3 GEMMs, activations quantized per row)\n");
+  t_linear_fp8c(e, 70, 512, 96, 512, DIT_BF16, true, DIT_ACT_NONE);
+  t_linear_fp8c(e, 129, 256, 160, 256, DIT_BF16, false, DIT_ACT_GELU_TANH);
+  t_linear_fp8c(e, 33, 256, 64, 384, DIT_BF16, true, DIT_ACT_SILU); /* x a column slice */
+  t_linear_fp8c(e, 40, 128, 48, 128, DIT_F32, true, DIT_ACT_NONE);
+  t_linear_fp8c(e, 1, 3840, 3840, 3840, DIT_BF16, true, DIT_ACT_NONE);
   t_linear_quant(e, 70, 512, 96, 0, DIT_Q8_0, DIT_BF16);
   t_linear_quant(e, 70, 512, 96, 0, DIT_Q4_K, DIT_F32);
   t_linear_quant(e, 70, 512, 96, 8, DIT_Q8_0, DIT_BF16);
@@ -1262,7 +1330,7 @@ int main(int argc, char **argv) {
   memset(&ev, 0, sizeof ev);
   ev.seed = 0x5eed1234ull;
   dit_error e_;
-  if (dit_backend_cpu_create(0, &ev.cpu, E) != DIT_OK || dit_backend_cuda_create(0, NULL, &ev.gpu, E) != DIT_OK) {
+  if (dit_backend_cpu_create(0, &ev.cpu, E) != DIT_OK || dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &ev.gpu, E) != DIT_OK) {
     fprintf(stderr, "backend create failed: %s\n", e_.msg);
     return 1;
   }

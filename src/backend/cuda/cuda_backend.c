@@ -123,6 +123,7 @@ static void cu_destroy(dit_backend *be) {
   if (!im) return;
   cudaSetDevice(im->device);
   if (im->stream) cudaStreamSynchronize(im->stream);
+  cu_tc_close(im);
   cu_sdpa_destroy(im->sdpa);
   cu_timer_destroy(im);
   for (int i = 0; i < im->n_plans; i++) {
@@ -189,11 +190,28 @@ static dit_status cu_init(cu_impl *im, int device, dit_error *err) {
   DIT_TRY(cu_check(cudaMalloc((void **)&im->flag, sizeof(int)), op, "flag cudaMalloc", err));
   DIT_TRY(cu_check(cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream), op, "cudaMemsetAsync", err));
   DIT_TRY(cu_check(cudaMalloc((void **)&im->hash, sizeof *im->hash), op, "hash cudaMalloc", err));
+  cu_tc_open(im);
   return DIT_OK;
 }
 
-dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_backend **out, dit_error *err) {
+/* fp8 compute asked of device im->device: its tensor cores must have fp8 (compute capability 8.9+). */
+static dit_status check_fp8(const cu_impl *im, dit_error *err) {
+  int major = 0, minor = 0;
+  DIT_TRY(cu_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, im->device), "cuda backend",
+                   "compute capability", err));
+  DIT_TRY(cu_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, im->device), "cuda backend",
+                   "compute capability", err));
+  if (major * 10 + minor < 89)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "fp8 precision needs a GPU with fp8 tensor cores (compute capability "
+                      "8.9 or later); device %d has %d.%d: use bf16", im->device, major, minor);
+  return DIT_OK;
+}
+
+dit_status dit_backend_cuda_create(int device, dit_gpu_precision precision, const dit_run_opts *opts,
+                                   dit_backend **out, dit_error *err) {
   *out = NULL;
+  if (precision != DIT_GPU_PRECISION_BF16 && precision != DIT_GPU_PRECISION_FP8)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "gpu precision: unknown value %d (bf16 or fp8)", (int)precision);
   cu_backend_box *box = calloc(1, sizeof *box);
   cu_impl *im = calloc(1, sizeof *im);
   if (!box || !im) {
@@ -208,6 +226,8 @@ dit_status dit_backend_cuda_create(int device, const dit_run_opts *opts, dit_bac
   if (opts) im->opts = *opts;
   else dit_run_opts_default(&im->opts);
   dit_status s = cu_init(im, device, err);
+  if (s == DIT_OK && precision == DIT_GPU_PRECISION_FP8) s = check_fp8(im, err);
+  box->be.fp8 = precision == DIT_GPU_PRECISION_FP8;
   if (s != DIT_OK) {
     cudaGetLastError();
     cu_destroy(&box->be);

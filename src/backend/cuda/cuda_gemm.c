@@ -12,12 +12,13 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cudnn_conv.h"
+#include "core/timer.h"
 
 #define CU_IM2COL_BYTES ((size_t)256 << 20)
 #define CU_TUNE_RUNS 3 /* timed runs per candidate (after one untimed warm-up) */
 
 static cudaDataType_t cu_dtype(int dt) {
-  return dt == DIT_BF16 ? CUDA_R_16BF : dt == DIT_F16 ? CUDA_R_16F : CUDA_R_32F;
+  return dt == DIT_BF16 ? CUDA_R_16BF : dt == DIT_F16 ? CUDA_R_16F : dt == DIT_F8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
 }
 
 static int ptr_align(const void *p) {
@@ -47,6 +48,19 @@ static dit_status plan_build(cu_impl *im, cu_plan *p, int align, const char *op,
                       "set TRANSB", err));
   DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
                       op, "set EPILOGUE", err));
+  if (p->abt == DIT_F8_E4M3) { /* fp8: row scales of A (the weight's) and B (the tokens'), set per call; the
+                                  heuristic sees a device address there already */
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const void *any = im->workspace;
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode),
+                        op, "set A_SCALE_MODE", err));
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode),
+                        op, "set B_SCALE_MODE", err));
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any),
+                        op, "set A_SCALE_POINTER", err));
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any),
+                        op, "set B_SCALE_POINTER", err));
+  }
   uint64_t ar = p->ta ? p->k : p->m, ac = p->ta ? p->m : p->k;
   uint64_t br = p->tb ? p->n : p->k, bc = p->tb ? p->k : p->n;
   DIT_TRY(cu_check_lt(cublasLtMatrixLayoutCreate(&p->la, abt, ar, ac, p->lda), op, "layout A", err));
@@ -176,13 +190,41 @@ static dit_status gemm_tune(cu_impl *im, cu_plan *p, const void *A, const void *
   return DIT_OK;
 }
 
+/* p's key in the tuning cache file. */
+static void tc_key(const cu_plan *p, char *key, size_t len) {
+  snprintf(key, len, "gemm %lld %lld %lld %lld %lld %lld %d %d %d %d %d", (long long)p->m, (long long)p->n,
+           (long long)p->k, (long long)p->lda, (long long)p->ldb, (long long)p->ldd, p->ta, p->tb, p->abt, p->dt,
+           p->epi);
+}
+
+/* A choice an earlier process made for p (the tuning cache file), when it is one of p's
+ * candidates now. */
+static bool tc_lookup(cu_impl *im, cu_plan *p) {
+  char key[128];
+  cublasLtMatmulAlgo_t a;
+  tc_key(p, key, sizeof key);
+  if (!cu_tc_get(im, key, &a, sizeof a)) return false;
+  for (int c = 0; c < p->n_cand; c++)
+    if (!memcmp(&p->cand[c], &a, sizeof a)) {
+      p->algo = p->cand[c];
+      return true;
+    }
+  return false;
+}
+
 /* Tunes p on its first use outside a stream capture (timing needs a synchronize; while
- * capturing it stays untuned and tunes at the next un-captured call). Never fails: on any
- * error the heuristic's first is kept and the CUDA error state is cleared. */
+ * capturing it stays untuned and tunes at the next un-captured call), unless the tuning cache
+ * file has its choice. Never fails: on any error the heuristic's first is kept and the CUDA
+ * error state is cleared. */
 static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *B, void *D) {
   if (p->tuned || p->n_cand < 2) return;
   if (!im->gemm_tune) {
     p->tuned = true;
+    return;
+  }
+  if (tc_lookup(im, p)) {
+    p->tuned = true;
+    im->tc_cached++;
     return;
   }
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -193,12 +235,20 @@ static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *
   if (cs != cudaStreamCaptureStatusNone || im->capturing) return;
   dit_error e;
   memset(&e, 0, sizeof e);
-  if (gemm_tune(im, p, A, B, D, &e) != DIT_OK) {
+  const double t0 = dit_time_now();
+  const dit_status ts = gemm_tune(im, p, A, B, D, &e);
+  im->tc_seconds += dit_time_now() - t0;
+  im->tc_timed++;
+  if (ts != DIT_OK) {
     cudaGetLastError();
     p->algo = p->cand[0];
     if (im->opts.cuda_gemm_tune_log)
       fprintf(stderr, "ditrun: %s (m=%lld n=%lld k=%lld: using the heuristic's first)\n", e.msg, (long long)p->m,
               (long long)p->n, (long long)p->k);
+  } else {
+    char key[128];
+    tc_key(p, key, sizeof key);
+    cu_tc_put(im, key, &p->algo, sizeof p->algo);
   }
   p->tuned = true;
 }
@@ -206,6 +256,13 @@ static void gemm_tune_maybe(cu_impl *im, cu_plan *p, const void *A, const void *
 dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
                    int dt, const void *bias, int epi, dit_error *err) {
+  return cu_gemm_scaled(be, op, ta, tb, m, n, k, alpha, A, lda, B, ldb, abt, D, ldd, dt, bias, epi, NULL, NULL, err);
+}
+
+dit_status cu_gemm_scaled(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D,
+                          int64_t ldd, int dt, const void *bias, int epi, const float *sa, const float *sb,
+                          dit_error *err) {
   cu_impl *im = cu_im(be);
   if (m <= 0 || n <= 0) return DIT_OK;
   int align = ptr_align(A);
@@ -243,6 +300,13 @@ dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, i
     DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof bias),
                         op, "set BIAS_POINTER", err));
+  if (abt == DIT_F8_E4M3) {
+    if (!sa || !sb) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: an fp8 GEMM needs its row scales", op);
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa),
+                        op, "set A_SCALE_POINTER", err));
+    DIT_TRY(cu_check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb),
+                        op, "set B_SCALE_POINTER", err));
+  }
   gemm_tune_maybe(im, p, A, B, D);
   const float zero = 0.0f;
   cublasStatus_t st = cublasLtMatmul(im->lt, p->desc, &alpha, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld,
@@ -257,15 +321,18 @@ static bool d_ok(int abt, int dt) {
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* One GEMM per block of rows (x and y row views split alike): y rows = x rows @ w^T. */
+/* One GEMM per block of rows (x and y row views split alike): y rows = x rows @ w^T; fp8
+ * operands with their row scales sc[0] (w's, [N]) and sc[1] (x's, [P * M]). */
 static dit_status gemm_blocks(dit_backend *be, const char *op, const dit_tensor *w, const void *xp,
                               const dit_rowview *xv, void *yp, const dit_rowview *yv, int dt, const void *bp, int epi,
-                              dit_error *err) {
+                              const float *const sc[2], dit_error *err) {
   const int64_t K = w->shape[1], N = w->shape[0];
   const size_t xs = dit_dtype_size(w->dtype), ys = dit_dtype_size(dt);
   for (int64_t p = 0; p < xv->P; p++)
-    DIT_TRY(cu_gemm(be, op, 1, 0, N, xv->M, K, dit_tensor_scale(w), w->data, K, (const char *)xp + (size_t)(p * xv->ps) * xs, xv->rs,
-                    w->dtype, (char *)yp + (size_t)(p * yv->ps) * ys, yv->rs, dt, bp, epi, err));
+    DIT_TRY(cu_gemm_scaled(be, op, 1, 0, N, xv->M, K, dit_tensor_scale(w), w->data, K,
+                           (const char *)xp + (size_t)(p * xv->ps) * xs, xv->rs, w->dtype,
+                           (char *)yp + (size_t)(p * yv->ps) * ys, yv->rs, dt, bp, epi, sc[0],
+                           sc[1] ? sc[1] + p * xv->M : NULL, err));
   return DIT_OK;
 }
 
@@ -294,9 +361,14 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   DIT_TRY(dit_check_matrix(op, "w", wq, DIT_DEV_CUDA, err));
   const dit_lowrank *lr = wq->lowrank;
   if (lr) DIT_TRY(check_lowrank(op, wq, lr, err));
-  /* a quantized w is expanded to bf16 in the scratch (placed first, below); its per-tensor
-   * scale (fp8) is the GEMM's alpha */
-  const bool wblocks = dit_dtype_is_quant(wq->dtype);
+  /* fp8 compute: an e4m3 w stays e4m3 and x is quantized per row into the scratch (with the
+   * GEMM's row-scale vectors); a w with a low-rank term, a y that is not BF16 or sizes that
+   * are not multiples of 16 take the bf16 path below */
+  const bool fp8 = be->fp8 && wq->dtype == DIT_F8_E4M3 && !lr && y->dtype == DIT_BF16 && wq->ndim == 2 &&
+                   wq->shape[0] % 16 == 0 && wq->shape[1] % 16 == 0;
+  /* otherwise a quantized w is expanded to bf16 in the scratch (placed first, below); its
+   * per-tensor scale (fp8) is the GEMM's alpha, as it is of the fp8 GEMM */
+  const bool wblocks = dit_dtype_is_quant(wq->dtype) && !fp8;
   dit_tensor wbf = *wq;
   if (wblocks) {
     if (wq->shape[1] % 2)
@@ -315,7 +387,7 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   if (b) DIT_TRY(cu_check_w(op, "b", b, N, err));
   if (y->data == x->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
   int abt = w->dtype, dt = y->dtype;
-  if (!d_ok(abt, dt))
+  if (!fp8 && !d_ok(abt, dt))
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: y dtype %s with w dtype %s", op, dit_dtype_name(dt),
                       dit_dtype_name(abt));
   if (M == 0 || N == 0) return DIT_OK;
@@ -325,6 +397,8 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   const bool ycontig = dit_tensor_is_contiguous(y);
   const size_t wbytes = wblocks ? al256((size_t)(N * K) * 2) : 0, lbytes = lr ? wbytes : 0;
   size_t xbytes = (int)x->dtype != abt ? al256((size_t)(M * K) * dit_dtype_size(abt)) : 0;
+  const size_t sbytes = fp8 ? al256((size_t)M * 4) + al256((size_t)N * 4) : 0; /* x's and w's row scales */
+  xbytes += sbytes;
   size_t bbytes = b && (int)b->dtype != dt ? al256((size_t)N * dit_dtype_size(dt)) : 0;
   bool post_act = act != DIT_ACT_NONE && act != DIT_ACT_GELU_TANH;
   size_t ybytes = !ycontig && act != DIT_ACT_NONE ? al256((size_t)(M * N) * dit_dtype_size(dt)) : 0;
@@ -345,7 +419,16 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
     scr = (char *)scr + wbytes + lbytes;
   }
   const void *xp = x->data, *bp = b ? b->data : NULL;
-  if (xbytes) {
+  const float *sc[2] = {NULL, NULL};
+  if (fp8) {
+    float *xsc = (float *)((char *)scr + xbytes - sbytes), *wsc = (float *)((char *)xsc + al256((size_t)M * 4));
+    DIT_TRY(cu_check(cuk_quant_rows_e4m3(scr, xsc, x->data, x->dtype, xv.P, xv.M, K, xv.ps, xv.rs, wsc, N, 1.0f,
+                                         im->stream),
+                     op, "quantize x to fp8", err));
+    sc[0] = wsc, sc[1] = xsc;
+    xp = scr;
+    xv.ps = xv.M * K, xv.rs = K;
+  } else if (xbytes) {
     if (dit_tensor_is_contiguous(x)) {
       DIT_TRY(cu_check(cuk_convert(scr, abt, x->data, x->dtype, M * K, im->stream), op, "convert x", err));
     } else {
@@ -371,7 +454,7 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   int epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (act == DIT_ACT_GELU_TANH) epi = bp ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   else if (bp) epi = CUBLASLT_EPILOGUE_BIAS;
-  dit_status s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, err);
+  dit_status s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, sc, err);
   if (s == DIT_ERR_UNSUPPORTED && act == DIT_ACT_GELU_TANH) { /* no GELU epilogue here: separate kernel */
     epi = bp ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     post_act = true;
@@ -379,7 +462,7 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
       yp = (char *)scr + xbytes + bbytes;
       yw.ps = yw.M * N, yw.rs = N;
     }
-    s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, err);
+    s = gemm_blocks(be, op, w, xp, &xv, yp, &yw, dt, bp, epi, sc, err);
   }
   DIT_TRY(s);
   if (post_act) DIT_TRY(cu_check(cuk_act(yp, yp, dt, M * N, (int)act, im->stream), op, "activation", err));

@@ -59,6 +59,10 @@ typedef struct cu_impl {
   uint64_t capture_moves;
   cudaEvent_t *marks; /* device timer marks (cuda_timer.c), cap_marks created, n_marks recorded */
   int n_marks, cap_marks;
+  struct dit_tune_cache *tcache; /* the tuning cache file's entries (cuda_tune_cache.c), NULL: none */
+  int tc_timed, tc_cached;       /* GEMM and conv shapes tuned by timing / taken from the file */
+  double tc_seconds;             /* host time spent timing them */
+  char tc_prefix[192];           /* its keys' GPU and library part */
   int n_plans;
   cu_plan plans[CU_MAX_PLANS];
 } cu_impl;
@@ -82,6 +86,15 @@ dit_status cu_result_hash(cu_impl *im, const void *p, int elt, int64_t rows, int
 dit_status cu_random_operands(cu_impl *im, int k, const int64_t *n, const int *dt, void **block, void **ptr,
                               dit_error *err);
 
+/* The persisted tuning choices (cuda_tune_cache.c): cu_tc_open at creation (nothing when the
+ * cache is off or has no file), cu_tc_get / cu_tc_put a choice of exactly len bytes under
+ * `what` (a text key of the shape; the GPU and library versions are added), cu_tc_close at
+ * destruction (saves what was put). Failures only cost a tuning. */
+void cu_tc_open(cu_impl *im);
+bool cu_tc_get(const cu_impl *im, const char *what, void *val, size_t len);
+void cu_tc_put(cu_impl *im, const char *what, const void *val, size_t len);
+void cu_tc_close(cu_impl *im);
+
 /* Operand checks (backend_check.h) with the GPU's device and dtypes: cu_check_act (F32 or
  * BF16, contiguous), cu_check_rows (row views), cu_check_w, cu_check_same_shape (shape and
  * dtype). */
@@ -103,6 +116,13 @@ static inline bool cu_fdtype(dit_dtype t) { return dit_dtype_in(t, DIT_WEIGHT_DT
 dit_status cu_gemm(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D, int64_t ldd,
                    int dt, const void *bias, int epi, dit_error *err);
+/* The same with A and B float8_e4m3 (abt DIT_F8_E4M3, ta = 1, tb = 0: Hopper's fp8 layout)
+ * scaled per row: D[i, j] = alpha sa[i] sb[j] (op(A) op(B))[i, j] (+ bias[i]); sa [m] and sb
+ * [n] fp32 on the device (NULL for the other dtypes). */
+dit_status cu_gemm_scaled(dit_backend *be, const char *op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, int abt, void *D,
+                          int64_t ldd, int dt, const void *bias, int epi, const float *sa, const float *sb,
+                          dit_error *err);
 
 /* The ops: cu_<op> for every op of DIT_BACKEND_OPS (cuda_gemm.c: linear, conv2d; cuda_ops.c:
  * attention and the plain ops; cuda_fused.c: the fused ops). */
@@ -157,7 +177,7 @@ cudaError_t cuk_convert(void *dst, int ddt, const void *src, int sdt, int64_t n,
  * p + j*ld elements; elt 2 or 4 bytes per element). */
 cudaError_t cuk_hash(const void *p, int elt, int64_t rows, int64_t cols, int64_t ld, unsigned long long *out,
                      cudaStream_t s);
-/* p[0..n) (dtype dt: F32, BF16 or F16) = pseudo-random values in [-1, 1) of seed. */
+/* p[0..n) (dtype dt: F32, BF16, F16 or F8_E4M3) = pseudo-random values in [-1, 1) of seed. */
 cudaError_t cuk_fill_random(void *p, int dt, int64_t n, unsigned long long seed, cudaStream_t s);
 /* y [rows, K] bf16 = the quantized rows w (dtype a DIT_Q* block type, as ggml dequantizes
  * them, or fp8 with K even), plus add_scale * add (bf16 [rows, K]) where add is not NULL,
@@ -168,6 +188,12 @@ cudaError_t cuk_dequant_bf16(void *y, const void *w, int dtype, int64_t rows, in
  * dequantizes it, times ws (the table's per-tensor scale). */
 cudaError_t cuk_embedding_q(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, float ws,
                             const void *ids, int idt, int64_t N, int *flag, cudaStream_t s);
+/* fp8 compute (k_fp8.cu): rows r = p * M + m (r < P * M) of x (xdt F32 or BF16, row r at
+ * element p * ps + m * rs) as float8_e4m3 codes into xq [P * M, K] with per-row scales xs
+ * [P * M] (x_r ~ xs[r] * xq_r); ws (NULL: none) gets N copies of wscale (the GEMM's
+ * outer-vector scale of a per-tensor-scaled weight). */
+cudaError_t cuk_quant_rows_e4m3(void *xq, float *xs, const void *x, int xdt, int64_t P, int64_t M, int64_t K,
+                                int64_t ps, int64_t rs, float *ws, int64_t N, float wscale, cudaStream_t s);
 cudaError_t cuk_act(void *y, const void *x, int dt, int64_t n, int act, cudaStream_t s);
 /* op: 0 add, 1 mul, 2 swiglu (silu(a) * b). */
 cudaError_t cuk_binary(void *y, const void *a, const void *b, int dt, int64_t n, int op, cudaStream_t s);

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "core/timer.h"
 
 #ifndef DIT_HAVE_CUDNN
 
@@ -557,6 +558,23 @@ static bool same_result(cu_impl *im, cu_conv *c, const conv_plan *p, int i, cons
   return h[i] == h[*ref];
 }
 
+/* Keeps candidate best of p as cand[0], the only one. */
+static void keep_only(cu_conv *c, conv_plan *p, int best) {
+  for (int i = 0; i < p->n_cand; i++)
+    if (i != best) d_drop(c, p, p->cand[i]);
+  p->cand[0] = p->cand[best];
+  p->cand_ws[0] = p->cand_ws[best];
+  p->cand_engine[0] = p->cand_engine[best];
+  p->n_cand = 1;
+}
+
+/* p's key in the tuning cache file: its shape, layout, ending and the cuDNN version. */
+static void tc_key(const cu_conv *c, const conv_plan *p, char *buf, size_t n) {
+  char ks[160];
+  key_str(&p->k, ks, sizeof ks);
+  snprintf(buf, n, "conv %s %s %s dnn%zu", ks, lay_name[p->lay], end_name[p->end], c->lib.version);
+}
+
 /* Times each candidate on the call's operands (one untimed run, then CONV_TUNE_RUNS) and moves
  * the fastest of those whose output on pseudo-random operands is bit for bit the first runnable
  * one's to cand[0], dropping the others (tuning never changes a result, cuda_gemm.c). A
@@ -614,12 +632,23 @@ static void tune(cu_impl *im, cu_conv *c, conv_plan *p, const void *x, const voi
        "workspace %lld B",
        ks, lay_name[p->lay], end_name[p->end], p->n_cand, (long long)p->cand_engine[best], (double)ms[best],
        events && ms[best] > 0 ? gf / (ms[best] * 1e9) : 0.0, (long long)p->cand_ws[best]);
-  for (int i = 0; i < p->n_cand; i++)
-    if (i != best) d_drop(c, p, p->cand[i]);
-  p->cand[0] = p->cand[best];
-  p->cand_ws[0] = p->cand_ws[best];
-  p->cand_engine[0] = p->cand_engine[best];
-  p->n_cand = 1;
+  keep_only(c, p, best);
+  int64_t v[2] = {best, p->cand_engine[0]};
+  char tk[256];
+  tc_key(c, p, tk, sizeof tk);
+  cu_tc_put(im, tk, v, sizeof v);
+}
+
+/* A choice an earlier process made for p (the tuning cache file), when candidate v[0] is the
+ * same engine now: kept as the tuned one. */
+static bool tc_lookup(cu_impl *im, cu_conv *c, conv_plan *p) {
+  char tk[256];
+  int64_t v[2];
+  tc_key(c, p, tk, sizeof tk);
+  if (!cu_tc_get(im, tk, v, sizeof v) || v[0] < 0 || v[0] >= p->n_cand || p->cand_engine[v[0]] != v[1]) return false;
+  keep_only(c, p, (int)v[0]);
+  p->tuned = true;
+  return true;
 }
 
 /* ---------------- state and entry ---------------- */
@@ -716,8 +745,12 @@ dit_status cu_cudnn_conv2d(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   }
   void *yp = bf.y != SIZE_MAX ? scr + bf.y : y->data;
   void *wsp = bf.ws != SIZE_MAX ? scr + bf.ws : NULL;
+  if (!p->tuned && !capturing && tc_lookup(im, c, p)) im->tc_cached++;
   if (!p->tuned && !capturing) {
+    const double t0 = dit_time_now();
     tune(im, c, p, xp, wp, yp, bp, wsp);
+    im->tc_seconds += dit_time_now() - t0;
+    im->tc_timed++;
     log_msg(c, !p->ok);
     if (!p->ok) {
       c->fallbacks++;

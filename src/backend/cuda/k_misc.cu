@@ -2,6 +2,8 @@
  * sinusoidal timestep embedding (fp32), RoPE (both pair layouts, fp32 tables),
  * im2col for conv2d, and for the tuners' result checks: pseudo-random operands and a hash of a
  * result matrix. */
+#include <cuda_fp8.h>
+
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -215,8 +217,20 @@ __global__ void k_fill_random(T *p, int64_t n, unsigned long long seed) {
   GS_LOOP(i, n) cu_st(p, i, (float)(mix64(seed + (unsigned long long)i) >> 40) * (2.0f / 16777216.0f) - 1.0f);
 }
 
+/* The same as e4m3 codes (fp8 GEMM tuning operands). */
+__global__ void k_fill_random_e4m3(uint8_t *p, int64_t n, unsigned long long seed) {
+  GS_LOOP(i, n) {
+    const float v = (float)(mix64(seed + (unsigned long long)i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    p[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
 extern "C" cudaError_t cuk_fill_random(void *p, int dt, int64_t n, unsigned long long seed, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
+  if (dt == DIT_F8_E4M3) {
+    k_fill_random_e4m3<<<cu_blocks(n, 256), 256, 0, s>>>((uint8_t *)p, n, seed);
+    return cudaGetLastError();
+  }
   CU_DISPATCH(dt, T, k_fill_random<T><<<cu_blocks(n, 256), 256, 0, s>>>((T *)p, n, seed));
   return cudaGetLastError();
 }

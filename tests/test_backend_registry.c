@@ -72,7 +72,8 @@ static void test_cpu_backend(const dt_args *args) {
 }
 
 /* A weight table uploaded with f16_as_bf16: F16 tensors arrive as BF16 of the same values
- * (rounded to bf16), other dtypes as they are. */
+ * (rounded to bf16), other dtypes as they are; with f32_weights_as_bf16, F32 tensors of 2+
+ * dims arrive as BF16, vectors as F32. */
 static void test_upload_f16_as_bf16(const dt_args *args) {
   (void)args;
   dit_backend *be = NULL;
@@ -97,6 +98,26 @@ static void test_upload_f16_as_bf16(const dt_args *args) {
     CHECK_MSG(dit_bf16_to_f32(b) == dit_bf16_to_f32(dit_f32_to_bf16(dit_f16_to_f32(h[i]))), "value %d", i);
   }
   CHECK(blk && !memcmp(tf.data, f, sizeof f));
+  if (blk) be->ops->free(be, blk);
+  dit_wtable_free(&t);
+  /* F32 weights of 2+ dims as BF16 (a VAE's conv kernels and matrices), vectors as they are */
+  float k4[2 * 1 * 3 * 3], m2[6], v1[3] = {0.1f, 0.2f, 0.3f};
+  for (int i = 0; i < 18; i++) k4[i] = 1.0f + (float)i / 3.0f;
+  for (int i = 0; i < 6; i++) m2[i] = -(float)i / 7.0f;
+  dit_tensor tk = dit_tensor_4d(DIT_F32, k4, 2, 1, 3, 3), tm = dit_tensor_2d(DIT_F32, m2, 2, 3),
+             tb = dit_tensor_1d(DIT_F32, v1, 3);
+  dit_wtable_init(&t);
+  dit_wtable_add(&t, &tk, false, 4, (int64_t[]){2, 1, 3, 3}, "conv_in.weight");
+  dit_wtable_add(&t, &tm, false, 2, (int64_t[]){2, 3}, "mid_block.attentions.0.to_q.weight");
+  dit_wtable_add(&t, &tb, false, 1, (int64_t[]){3}, "conv_in.bias");
+  blk = NULL;
+  CHECK(dit_backend_upload_wtable_as(be, &t, DIT_UPLOAD_F32_WEIGHTS_AS_BF16, &blk, &err) == DIT_OK);
+  CHECK(tk.dtype == DIT_BF16 && tm.dtype == DIT_BF16 && tb.dtype == DIT_F32);
+  for (int i = 0; blk && i < 18; i++)
+    CHECK_MSG(((const uint16_t *)tk.data)[i] == dit_f32_to_bf16(k4[i]), "kernel value %d", i);
+  for (int i = 0; blk && i < 6; i++)
+    CHECK_MSG(((const uint16_t *)tm.data)[i] == dit_f32_to_bf16(m2[i]), "matrix value %d", i);
+  CHECK(blk && !memcmp(tb.data, v1, sizeof v1));
   if (blk) be->ops->free(be, blk);
   dit_wtable_free(&t);
   dit_backend_free(be);

@@ -58,7 +58,8 @@ static dit_dtype upload_dtype(const dit_backend *be, const dit_wentry *e, unsign
   if ((flags & DIT_UPLOAD_FP8_COMPUTE) && be->fp8 && flt && dit_wname_fp8_compute(e->name, d->ndim, d->shape))
     return DIT_F8_E4M3;
   if (((flags & DIT_UPLOAD_F16_AS_BF16) && d->dtype == DIT_F16) ||
-      ((flags & DIT_UPLOAD_F32_MATRICES_AS_BF16) && d->dtype == DIT_F32 && d->ndim == 2))
+      ((flags & DIT_UPLOAD_F32_MATRICES_AS_BF16) && d->dtype == DIT_F32 && d->ndim == 2) ||
+      ((flags & DIT_UPLOAD_F32_WEIGHTS_AS_BF16) && d->dtype == DIT_F32 && d->ndim >= 2))
     return DIT_BF16;
   return d->dtype;
 }

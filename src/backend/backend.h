@@ -168,8 +168,11 @@ enum {
                                          activations overflow fp16, such as T5) */
   DIT_UPLOAD_F32_MATRICES_AS_BF16 = 2, /* F32 matrices (2-D) to BF16: a transformer stored in fp32 runs its GEMMs
                                          as one stored in bf16 does (the GPU's bf16 activations need bf16 w) */
-  DIT_UPLOAD_FP8_COMPUTE = 4 /* on an fp8 backend (be->fp8): the float matrices dit_wname_fp8_compute names to
+  DIT_UPLOAD_FP8_COMPUTE = 4, /* on an fp8 backend (be->fp8): the float matrices dit_wname_fp8_compute names to
                                 float8_e4m3 with a per-tensor scale (amax / 448), the rest as the other flags say */
+  DIT_UPLOAD_F32_WEIGHTS_AS_BF16 = 8 /* F32 tensors of 2 or more dims (matrices, conv kernels) to BF16, once: a
+                                        VAE runs in bf16 on a GPU (an F32 checkpoint's convolutions would
+                                        convert w per call, its attention GEMMs take no F32 w) */
 };
 dit_status dit_backend_upload_wtable_as(dit_backend *be, const struct dit_wtable *t, unsigned flags, void **block,
                                         dit_error *err);

@@ -269,7 +269,7 @@ static dit_status model_new(dit_backend *be, const dit_vae_kl_config *cfg, dit_v
 dit_status vae_kl_to_device(dit_backend *be, const dit_wtable *t, void **wblock, dit_weights **weights, void **owned,
                             dit_error *err) {
   if (dit_backend_is_host(be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable(be, t, wblock, err));
+  DIT_TRY(dit_backend_upload_wtable_as(be, t, DIT_UPLOAD_F32_WEIGHTS_AS_BF16, wblock, err));
   if (*weights) dit_weights_close(*weights);
   *weights = NULL;
   free(*owned);

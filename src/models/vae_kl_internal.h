@@ -101,8 +101,9 @@ void vae_kl_add_resnet(dit_wtable *t, vae_resnet *r, const char *base);
 void vae_kl_add_attn(dit_wtable *t, vae_attn *a, const char *base);
 /* Reads an AutoencoderKL-family config.json (class cls) into cfg. */
 dit_status vae_kl_read_config(const char *path, const char *cls, dit_vae_kl_config *cfg, dit_error *err);
-/* On a device backend, copies every weight of t into one allocation (*wblock) and drops the
- * host copies (*weights closed, *owned freed); nothing to do on the CPU. */
+/* On a device backend, copies every weight of t into one allocation (*wblock), F32 conv
+ * kernels and matrices as BF16 (the GPU runs a VAE in bf16), and drops the host copies
+ * (*weights closed, *owned freed); nothing to do on the CPU. */
 dit_status vae_kl_to_device(dit_backend *be, const dit_wtable *t, void **wblock, dit_weights **weights, void **owned,
                             dit_error *err);
 /* Fills every entry of t with deterministic pseudo-random BF16 values (seed) in one malloc'd

@@ -1,7 +1,9 @@
 /* GEMMs on the GPU through cuBLASLt: a plan cache (descriptors + algorithm per shape,
  * dtype, epilogue and pointer alignment; the algorithm is tuned per shape: the heuristic's
  * first few candidates are timed on the plan's first un-captured call and the fastest of those
- * giving the first's exact result is kept; DIT_CUDA_GEMM_TUNE=0: the heuristic's first),
+ * giving the first's exact result is kept, or the choice an earlier process kept in the tuning
+ * cache file is taken; DIT_CUDA_GEMM_TUNE=0: the heuristic's first), fp8 GEMMs with row
+ * scales (fp8 compute: an e4m3 w with x quantized per row, k_fp8.cu),
  * linear (activations F32 converted to the weight dtype on the fly, or BF16 as given; fp32
  * accumulation; bias/GELU-tanh epilogues in cuBLASLt, SiLU and exact GELU in a separate
  * kernel) and conv2d (cuDNN first when the backend's cuDNN switch is on and the dtypes fit,

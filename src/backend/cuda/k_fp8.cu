@@ -4,8 +4,9 @@
  * IEEE-rounded and the conversion nearest-even, saturating at +-448 (x / s can exceed 448 by
  * an ulp); NaN stays NaN and an infinite x gives an infinite s, so a bad value still shows in
  * the GEMM's output. The GEMM multiplies row r of its product by s and column n by the
- * weight's scale (cuBLASLt's outer-vector scaling), so the kernel also writes the weight's
- * per-tensor scale into that vector. */
+ * weight's row scale (cuBLASLt's outer-vector scaling); a per-tensor-scaled weight has no
+ * such vector, so the kernel also fills one (with the value the caller gives: 1, the
+ * per-tensor scale being the GEMM's alpha). */
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cu_common.cuh"

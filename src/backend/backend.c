@@ -23,33 +23,6 @@ dit_device dit_backend_device(const dit_backend *be) { return dit_backend_is_hos
 
 static size_t align_up(size_t n) { return (n + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN; }
 
-/* n F16 values at src as BF16 into dst (host buffers). */
-static void f16_to_bf16(uint16_t *dst, const void *src, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint16_t h;
-    memcpy(&h, (const char *)src + 2 * i, 2);
-    dst[i] = dit_f32_to_bf16(dit_f16_to_f32(h));
-  }
-}
-
-/* Uploads n F16 or F32 values (from dtype) as BF16 through a staging buffer, piece by piece. */
-static dit_status upload_as_bf16(dit_backend *be, void *dst, const void *src, dit_dtype from, size_t n,
-                                 dit_error *err) {
-  const size_t piece = STAGE_BYTES / 2 < n ? STAGE_BYTES / 2 : n, es = dit_dtype_size(from);
-  uint16_t *stage = malloc(piece ? piece * 2 : 2);
-  if (!stage) return dit_errorf(err, DIT_ERR_NOMEM, "no memory for a %zu-byte staging buffer", piece * 2);
-  dit_status s = DIT_OK;
-  for (size_t off = 0; off < n && s == DIT_OK; off += piece) {
-    const size_t len = n - off < piece ? n - off : piece;
-    if (from == DIT_F16) f16_to_bf16(stage, (const char *)src + off * es, len);
-    else dit_convert_from_f32(stage, (const float *)src + off, DIT_BF16, len);
-    s = be->ops->upload(be, (uint16_t *)dst + off, stage, len * 2, err);
-    if (s == DIT_OK) s = be->ops->sync(be, err); /* the stage is reused */
-  }
-  free(stage);
-  return s;
-}
-
 /* The dtype entry e (bound, host data) is uploaded in (flags: DIT_UPLOAD_*): its own, BF16, or
  * F8_E4M3 for the matrices fp8 compute runs in fp8. */
 static dit_dtype upload_dtype(const dit_backend *be, const dit_wentry *e, unsigned flags) {
@@ -98,20 +71,20 @@ static dit_status fp8_group_scale(const dit_backend *be, const dit_wtable *t, si
   return DIT_OK;
 }
 
-/* Uploads n F32, BF16 or F16 values (from dtype) as float8_e4m3 codes of the values over
- * scale, piece by piece. */
-static dit_status upload_as_fp8(dit_backend *be, void *dst, const void *src, dit_dtype from, size_t n, float scale,
-                                dit_error *err) {
-  const size_t piece = STAGE_BYTES / 4 < n ? STAGE_BYTES / 4 : n, es = dit_dtype_size(from);
+/* Uploads n F32, BF16 or F16 values (dtype from) as dtype `to` (BF16, or float8_e4m3 codes of
+ * the values over scale; scale 1 for BF16) through staging buffers, piece by piece. */
+static dit_status upload_as(dit_backend *be, void *dst, const void *src, dit_dtype from, dit_dtype to, size_t n,
+                            float scale, dit_error *err) {
+  const size_t piece = STAGE_BYTES / 4 < n ? STAGE_BYTES / 4 : n, es = dit_dtype_size(from), ts = dit_dtype_size(to);
   float *f = malloc((piece ? piece : 1) * sizeof *f);
-  uint8_t *stage = malloc(piece ? piece : 1);
-  dit_status s = f && stage ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "no memory for fp8 staging buffers");
+  void *stage = malloc((piece ? piece : 1) * ts);
+  dit_status s = f && stage ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "no memory for the staging buffers");
   for (size_t off = 0; off < n && s == DIT_OK; off += piece) {
     const size_t len = n - off < piece ? n - off : piece;
     dit_convert_to_f32(f, (const char *)src + off * es, from, len);
-    for (size_t i = 0; i < len; i++) f[i] /= scale;
-    dit_convert_from_f32(stage, f, DIT_F8_E4M3, len);
-    s = be->ops->upload(be, (uint8_t *)dst + off, stage, len, err);
+    for (size_t i = 0; scale != 1.0f && i < len; i++) f[i] /= scale;
+    dit_convert_from_f32(stage, f, to, len);
+    s = be->ops->upload(be, (char *)dst + off * ts, stage, len * ts, err);
     if (s == DIT_OK) s = be->ops->sync(be, err); /* the stage is reused */
   }
   free(f), free(stage);
@@ -147,9 +120,9 @@ dit_status dit_backend_upload_wtable_as(dit_backend *be, const dit_wtable *t, un
     if (to == DIT_F8_E4M3 && d->dtype != to && (!in_group || i > group_last))
       s = fp8_group_scale(be, t, i, flags, &scale, &group_last, err), in_group = true;
     if (s == DIT_OK)
-      s = to == d->dtype   ? be->ops->upload(be, (char *)blk + off, d->data, nb, err)
-          : to == DIT_BF16 ? upload_as_bf16(be, (char *)blk + off, d->data, d->dtype, n, err)
-                           : upload_as_fp8(be, (char *)blk + off, d->data, d->dtype, n, scale, err);
+      s = to == d->dtype ? be->ops->upload(be, (char *)blk + off, d->data, nb, err)
+                         : upload_as(be, (char *)blk + off, d->data, d->dtype, to, n,
+                                     to == DIT_F8_E4M3 ? scale : 1.0f, err);
     if (s != DIT_OK) {
       be->ops->free(be, blk);
       dit_error_prefix(err, "uploading weight %s", t->entries[i].name);

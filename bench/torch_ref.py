@@ -25,6 +25,8 @@ PyTorch user runs fp8 on Hopper: e4m3 weights with a per-tensor scale, activatio
 row, torch._scaled_mm with rowwise scales (the quantization is part of the timed forward).
        python3 bench/torch_ref.py --arch zimage --e2e [--res 1024] [--text-len 128] [--steps 8]
          [--iters 3] [--warmup 1] [--modes eager[,compile]] [--out FILE.json]
+       python3 bench/torch_ref.py --vae [--res 1024] [--modes eager,eager-cl,compile] [--profile]
+         (the VAE decoder alone, beside `ditrun bench --vae`)
 """
 import argparse
 import json
@@ -309,6 +311,55 @@ def run_e2e(args, modes, dev, env):
           f"median of {args.iters} runs each field, tokenization and image postprocess not included")
 
 
+def run_vae(args, modes, dev, env):
+    """--vae: the Flux / Z-Image AutoencoderKL decoder alone, vae.decode(z) of a random bf16 latent
+    [1, 16, res/8, res/8] as ZImagePipeline calls it (z on the GPU, the image left there), timed
+    with CUDA events. Modes: eager (NCHW, what the pipeline runs), eager-cl (the model and z in
+    channels_last, what a PyTorch user can switch on), compile (torch.compile of the channels_last
+    decoder). --profile: the top CUDA kernels of one eager decode per size (torch.profiler)."""
+    from diffusers import AutoencoderKL
+    torch.manual_seed(args.seed + 2)
+    with torch.device(dev):
+        vae = AutoencoderKL(**ZIMAGE_VAE)
+    vae = vae.to(torch.bfloat16).eval()
+    results = {"env": env, "vae": True, "runs": []}
+    for res in args.res:
+        g = torch.Generator(device=dev).manual_seed(args.seed + res)
+        z = torch.randn(1, 16, res // 8, res // 8, device=dev, dtype=torch.bfloat16, generator=g)
+        for mode in modes:
+            cl = mode != "eager"
+            vae = vae.to(memory_format=torch.channels_last if cl else torch.contiguous_format)
+            zin = z.contiguous(memory_format=torch.channels_last) if cl else z
+            fn = torch.compile(vae.decode) if mode == "compile" else vae.decode
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            rec = {"res": res, "mode": f"vae-{mode}"}
+            try:
+                with torch.inference_mode():
+                    rec.update(bench(lambda: fn(zin, return_dict=False), args.warmup, args.iters))
+                rec["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            except Exception as e:  # report and go on
+                rec["error"] = repr(e)[:400]
+            log(json.dumps(rec))
+            results["runs"].append(rec)
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+            vae = vae.to(memory_format=torch.contiguous_format)
+            with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+                vae.decode(z, return_dict=False)
+                torch.cuda.synchronize()
+            print(f"res {res}: eager decode, CUDA kernels by total time")
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1)
+    print(f"{'res':>6} {'mode':>13} {'median ms':>10} {'peak GiB':>9}")
+    for r in results["runs"]:
+        if "median_ms" in r:
+            print(f"{r['res']:>6} {r['mode']:>13} {r['median_ms']:>10.2f} {r['peak_mem_bytes'] / 2**30:>9.2f}")
+        else:
+            print(f"{r['res']:>6} {r['mode']:>13} {r.get('error', '?')[:60]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN) + sorted(FLUX1))
@@ -324,6 +375,8 @@ def main():
     ap.add_argument("--steps", type=int, default=8, help="denoising steps of an --e2e run (Z-Image-Turbo: 8)")
     ap.add_argument("--compile-budget-s", type=float, default=300.0,
                     help="skip torch.compile for further sizes once the script has run this long")
+    ap.add_argument("--vae", action="store_true", help="the VAE decoder alone (modes eager, eager-cl, compile)")
+    ap.add_argument("--profile", action="store_true", help="--vae: top CUDA kernels of one eager decode")
     ap.add_argument("--fp8", action="store_true", help="the transformer blocks' linears in fp8 (Fp8Linear)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "torch_ref.json"))
@@ -339,7 +392,7 @@ def main():
     if args.warmup is None:
         args.warmup = 1 if args.e2e else 3
     if args.modes is None:
-        args.modes = "eager" if args.e2e else "eager,compile"
+        args.modes = "eager" if args.e2e else "eager,eager-cl" if args.vae else "eager,compile"
     modes = [m for m in args.modes.split(",") if m]
     if args.e2e and (set(modes) - {"eager", "compile"} or args.steps < 1 or args.iters < 1):
         sys.exit("torch_ref: --e2e takes --modes eager and/or compile, --steps >= 1, --iters >= 1")
@@ -356,6 +409,10 @@ def main():
     log(env)
     if args.e2e:
         return run_e2e(args, modes, dev, env)
+    if args.vae:
+        if set(modes) - {"eager", "eager-cl", "compile"}:
+            sys.exit("torch_ref: --vae takes --modes eager, eager-cl and/or compile")
+        return run_vae(args, modes, dev, env)
     m = build_model(args.arch, dev)
     if args.fp8:
         log(f"fp8: {to_fp8(m)} linears through torch._scaled_mm")

@@ -401,6 +401,7 @@ void dit_tokenizer_free(dit_tokenizer *tok);
  * pass split per op (GEMM, attention, elementwise), FLOPs, TFLOP/s and peak memory. */
 #define DIT_BENCH_MAX_OPS 24
 #define DIT_BENCH_MAX_SHAPES 48
+#define DIT_BENCH_E2E_REF_STEPS 64
 typedef struct dit_bench_params {
   const char *arch;             /* one of dit_bench_arch_get's names: "zimage", "flux2-klein-4b", ... */
   int res;                      /* square image side in pixels (multiple of 16); default 1024 */
@@ -446,11 +447,14 @@ typedef struct dit_bench_result {
   const char *op_name[DIT_BENCH_MAX_OPS];
   double op_ms[DIT_BENCH_MAX_OPS];
   long op_calls[DIT_BENCH_MAX_OPS];
-  int n_gemm_shapes;            /* linear calls by shape [m, k] x [n, k]^T */
+  int n_gemm_shapes;            /* linear calls by shape [m, k] x [n, k]^T, and convolutions as the
+                                   GEMMs they are (m output pixels, n out channels, k in channels x
+                                   kernel area; conv = 1) */
   struct {
     long long m, n, k;
     long calls;
     double ms;
+    int conv;
   } gemm_shapes[DIT_BENCH_MAX_SHAPES];
   size_t weight_bytes;          /* weights in backend memory */
   size_t alloc_peak_bytes;      /* peak of weights + activations + inputs allocated by the model */
@@ -478,6 +482,11 @@ typedef struct dit_bench_e2e_result {
   size_t peak_mem_bytes, device_base_bytes;                 /* GPU: memory in use (cudaMemGetInfo) */
   long graph_launches;                                      /* forwards replayed from a captured graph */
   int output_finite;
+  /* --precision fp8 with ref_bf16: one more image with fp8, then with a bf16 transformer of the
+   * same random weights; the relative L2 error of the latents after each step (the first
+   * DIT_BENCH_E2E_REF_STEPS) and of the decoded image */
+  int have_ref, ref_steps;
+  double ref_step_rel_l2[DIT_BENCH_E2E_REF_STEPS], ref_img_rel_l2;
 } dit_bench_e2e_result;
 dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps, dit_bench_e2e_result *r);
 void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *out);
@@ -487,6 +496,10 @@ void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *out);
 int dit_bench_arch_get(size_t i, const char **name, const char **family, int *text_len);
 void dit_bench_params_default(dit_bench_params *p);
 dit_status dit_bench_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r);
+/* The Flux / Z-Image VAE decoder alone (ditrun bench --vae): a p->res x p->res image from a
+ * random latent, random BF16 weights, activations in p->dtype (bf16 or f32; f32 on the CPU);
+ * fills r as dit_bench_run does (arch "vae-flux", text_len 0, no peak). */
+dit_status dit_bench_vae_run(dit_ctx *ctx, const dit_bench_params *p, dit_bench_result *r);
 /* Human-readable table (json == 0) or one JSON object (json != 0). */
 void dit_bench_print(const dit_bench_result *r, int json, FILE *out);
 

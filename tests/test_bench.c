@@ -169,8 +169,21 @@ static void test_cli(const dt_args *a) {
     CHECK(json_is_true(json_object_get(j, "output_finite")));
     json_decref(j);
   }
+  /* the VAE decoder alone */
+  snprintf(cmd, sizeof cmd, "%s/ditrun bench --vae --res 32 --iters 1 --warmup 0 --json", a->bin);
+  CHECK(dt_run(cmd, out) == 0);
+  n = dt_read_file(out, buf, sizeof buf);
+  j = n > 0 ? json_loads(buf, 0, &je) : NULL;
+  CHECK_MSG(j != NULL, "bench --vae --json output is not JSON: %s", n > 0 ? buf : "");
+  if (j) {
+    CHECK(!strcmp(json_string_value(json_object_get(j, "arch")), "vae-flux"));
+    CHECK(json_integer_value(json_object_get(j, "res")) == 32);
+    CHECK(json_number_value(json_object_get(j, "flops")) > 0);
+    CHECK(json_is_true(json_object_get(json_array_get(json_object_get(j, "gemm_shapes"), 0), "conv")));
+    json_decref(j);
+  }
   const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp9", "--arch flux", "--iters 0",
-                       "--bogus", "--text-len 12x"};
+                       "--bogus", "--text-len 12x", "--vae --e2e 2"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " %s", a->bin, bad[i]);
     int rc = dt_run(cmd, out);
@@ -252,8 +265,46 @@ static void test_e2e(const dt_args *args) {
   dit_ctx_free(ctx);
 }
 
+/* The VAE decode bench (ditrun bench --vae) on the CPU at 32x32: timed and profiled, and
+ * the profile's shapes account for the whole FLOP count: the conv and linear shapes as
+ * GEMMs plus the one attention (4 S^2 C over S = 16 latent pixels of 512 channels). */
+static void test_vae(const dt_args *args) {
+  (void)args;
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  dit_bench_params_default(&p);
+  p.res = 32, p.iters = 1, p.warmup = 0;
+  dit_bench_result r;
+  dit_status s = dit_bench_vae_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK(!strcmp(r.arch, "vae-flux") && r.res == 32 && r.text_len == 0 && r.iters == 1 && r.output_finite);
+    CHECK(r.ms_median > 0 && r.flops > 0 && r.profiled && r.n_ops > 0);
+    double fl = 4.0 * 16 * 16 * 512, conv_ms = 0;
+    int convs = 0;
+    for (int i = 0; i < r.n_gemm_shapes; i++) {
+      fl += 2.0 * (double)r.gemm_shapes[i].m * (double)r.gemm_shapes[i].n * (double)r.gemm_shapes[i].k *
+            (double)r.gemm_shapes[i].calls;
+      if (r.gemm_shapes[i].conv) convs += (int)r.gemm_shapes[i].calls, conv_ms += r.gemm_shapes[i].ms;
+    }
+    CHECK_MSG(fabs(fl - r.flops) <= 1e-9 * r.flops, "shapes %.6g FLOP, model %.6g", fl, r.flops);
+    long op_convs = 0;
+    double op_conv_ms = 0;
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "conv2d")) op_convs = r.op_calls[i], op_conv_ms = r.op_ms[i];
+    /* the Flux decoder: conv_in, 2 x 2 mid, 4 levels x 3 resnets x 2, 2 shortcuts, 3
+     * upsamplers, conv_out */
+    CHECK_MSG(convs == 35 && op_convs == 35, "conv calls %d by shape, %ld by op", convs, op_convs);
+    CHECK(fabs(conv_ms - op_conv_ms) <= 1e-6 * op_conv_ms + 1e-9);
+  }
+  p.dtype = DIT_Q8_0;
+  CHECK(dit_bench_vae_run(ctx, &p, &r) == DIT_ERR_UNSUPPORTED);
+  dit_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux_api, test_e2e,
-                                                   test_cli};
+                                                   test_vae, test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

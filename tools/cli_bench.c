@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "  --e2e STEPS        zimage only: one whole image instead of one forward: Qwen3-4B text encode,\n"
           "                     STEPS transformer forwards with Euler updates, VAE decode (random weights,\n"
           "                     all on --device), per-phase times\n"
+          "  --vae              the VAE decoder alone (Flux / Z-Image AutoencoderKL) instead of a transformer:\n"
+          "                     a --res image from a random latent, per-op profile and convolutions by shape\n"
           "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
           "                     shrink the geometry (for tests; default: the real model); for\n"
           "                     flux2-klein-*: --layers = double blocks, --refiners = single blocks,\n"
@@ -50,6 +52,7 @@ typedef struct bench_opts {
   int threads;
   bool json;
   int e2e; /* --e2e STEPS: end to end instead of one forward */
+  bool vae; /* --vae: the VAE decoder alone */
 } bench_opts;
 
 /* The default caption length of an architecture of the bench table, -1 when unknown. */
@@ -97,6 +100,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (!strcmp(a, "--json")) o->json = true;
     else if (!strcmp(a, "--no-profile")) p->profile = 0;
     else if (!strcmp(a, "--ref-bf16")) p->ref_bf16 = 1;
+    else if (!strcmp(a, "--vae")) o->vae = true;
     else if (OPT("--arch")) {
       if (!bad && arch_text_len(v) < 0) {
         fprintf(stderr, "ditrun bench: --arch: '%s' is not supported (supported:", v);
@@ -130,6 +134,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun bench: %s needs a value\n", a); return 2; }
   }
+  if (o->vae && o->e2e) {
+    fprintf(stderr, "ditrun bench: --vae and --e2e are two different benchmarks: give one\n");
+    return 2;
+  }
   if (!o->p.text_len) o->p.text_len = arch_text_len(o->p.arch);
   if (o->p.res % 16) {
     fprintf(stderr, "ditrun bench: --res %d is not a multiple of 16\n", o->p.res);
@@ -145,7 +153,9 @@ int cli_bench(int argc, char **argv) {
   if (!ctx) return code;
   dit_bench_result res;
   dit_bench_e2e_result e2e;
-  dit_status s = o.e2e ? dit_bench_e2e_run(ctx, &o.p, o.e2e, &e2e) : dit_bench_run(ctx, &o.p, &res);
+  dit_status s = o.e2e ? dit_bench_e2e_run(ctx, &o.p, o.e2e, &e2e)
+                 : o.vae ? dit_bench_vae_run(ctx, &o.p, &res)
+                         : dit_bench_run(ctx, &o.p, &res);
   if (s == DIT_OK) {
     if (o.e2e) dit_bench_e2e_print(&e2e, o.json, stdout);
     else dit_bench_print(&res, o.json, stdout);

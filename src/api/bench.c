@@ -92,7 +92,7 @@ dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_b
 }
 
 /* Uniform in [-1.7, 1.7) (unit variance), deterministic. */
-static void fill_host(float *d, size_t n, uint64_t key) {
+void dit_bench_fill_host(float *d, size_t n, uint64_t key) {
   for (size_t i = 0; i < n; i++) d[i] = ((float)(dit_splitmix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) / 16777216.0f * 2 - 1) * 1.7f;
 }
 
@@ -125,12 +125,12 @@ static dit_status make_inputs(dit_backend *be, const dit_bench_params *p, bench_
   if (s == DIT_OK) s = be->ops->alloc(be, io->nc * sizeof(float), &io->pc, err);
   if (s == DIT_OK) s = be->ops->alloc(be, io->nx * sizeof(float), &io->po, err);
   if (s == DIT_OK) {
-    fill_host(h, io->nx, p->seed ^ 0x1111);
+    dit_bench_fill_host(h, io->nx, p->seed ^ 0x1111);
     s = be->ops->upload(be, io->px, h, io->nx * sizeof(float), err);
   }
   if (s == DIT_OK) s = be->ops->sync(be, err);
   if (s == DIT_OK) {
-    fill_host(h, io->nc, p->seed ^ 0x2222);
+    dit_bench_fill_host(h, io->nc, p->seed ^ 0x2222);
     s = be->ops->upload(be, io->pc, h, io->nc * sizeof(float), err);
   }
   if (s == DIT_OK) s = be->ops->sync(be, err);
@@ -165,6 +165,11 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+double dit_bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static dit_status forward_once(bench_model *m, dit_backend *be, bench_io *io, double *ms, dit_error *err) {
   double t0 = dit_time_now();
   DIT_TRY(m->ops->forward(m->obj, &io->t, err));
@@ -177,6 +182,30 @@ static long graph_launches(const bench_model *m) {
   long c = 0, l = 0;
   m->ops->graph_counts(m->obj, &c, &l);
   return l;
+}
+
+/* After a profiled run: waits for its device times and copies the per-op split and the
+ * shapes (linear and conv as GEMMs) into r. */
+dit_status dit_bench_take_profile(dit_backend *prof, dit_bench_result *r, dit_error *err) {
+  DIT_TRY(dit_backend_profiler_finish(prof, err));
+  const dit_prof_stats *st = dit_backend_profiler_stats(prof);
+  r->profiled = 1;
+  r->prof_device_timed = st->device_timed;
+  r->prof_span_ms = st->span_ms;
+  for (int i = 0; i < st->n_shapes && i < DIT_BENCH_MAX_SHAPES; i++) {
+    r->gemm_shapes[i].m = st->shapes[i].m, r->gemm_shapes[i].n = st->shapes[i].n;
+    r->gemm_shapes[i].k = st->shapes[i].k, r->gemm_shapes[i].calls = st->shapes[i].calls;
+    r->gemm_shapes[i].ms = st->shapes[i].ms, r->gemm_shapes[i].conv = st->shapes[i].conv;
+    r->n_gemm_shapes = i + 1;
+  }
+  for (int i = 0; i < DIT_PROF_OPS && r->n_ops < DIT_BENCH_MAX_OPS; i++) {
+    if (!st->calls[i]) continue;
+    r->op_name[r->n_ops] = dit_prof_op_name(i);
+    r->op_ms[r->n_ops] = st->ms[i];
+    r->op_calls[r->n_ops++] = st->calls[i];
+    r->phase_ms[dit_prof_op_class(i)] += st->ms[i];
+  }
+  return DIT_OK;
 }
 
 /* Warmup, timed runs, then the profiled run; fills the timing fields of r. */
@@ -201,11 +230,10 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
   }
   r->graph_launches = graph_launches(m) - launches0;
   if (s == DIT_OK) {
-    qsort(ts, (size_t)p->iters, sizeof *ts, cmp_d);
     r->iters = p->iters;
+    r->ms_median = dit_bench_median(ts, p->iters); /* sorts ts */
     r->ms_min = ts[0];
     r->ms_max = ts[p->iters - 1];
-    r->ms_median = p->iters % 2 ? ts[p->iters / 2] : 0.5 * (ts[p->iters / 2 - 1] + ts[p->iters / 2]);
   }
   free(ts);
   if (s == DIT_OK && p->profile) {
@@ -213,24 +241,7 @@ static dit_status measure(const dit_bench_params *p, bench_model *m, dit_backend
     dit_backend_profiler_enable(prof, true);
     s = forward_once(m, prof, io, &r->prof_total_ms, err);
     dit_backend_profiler_enable(prof, false);
-    if (s == DIT_OK) s = dit_backend_profiler_finish(prof, err);
-    const dit_prof_stats *st = dit_backend_profiler_stats(prof);
-    r->profiled = s == DIT_OK;
-    r->prof_device_timed = st->device_timed;
-    r->prof_span_ms = st->span_ms;
-    for (int i = 0; i < st->n_shapes && i < DIT_BENCH_MAX_SHAPES && s == DIT_OK; i++) {
-      r->gemm_shapes[i].m = st->shapes[i].m, r->gemm_shapes[i].n = st->shapes[i].n;
-      r->gemm_shapes[i].k = st->shapes[i].k, r->gemm_shapes[i].calls = st->shapes[i].calls;
-      r->gemm_shapes[i].ms = st->shapes[i].ms;
-      r->n_gemm_shapes = i + 1;
-    }
-    for (int i = 0; i < DIT_PROF_OPS && i < DIT_BENCH_MAX_OPS && s == DIT_OK; i++) {
-      if (!st->calls[i]) continue;
-      r->op_name[r->n_ops] = dit_prof_op_name(i);
-      r->op_ms[r->n_ops] = st->ms[i];
-      r->op_calls[r->n_ops++] = st->calls[i];
-      r->phase_ms[dit_prof_op_class(i)] += st->ms[i];
-    }
+    if (s == DIT_OK) s = dit_bench_take_profile(prof, r, err);
   }
   if (s == DIT_OK && dit_bench_device_used(p) > r->peak_mem_bytes) r->peak_mem_bytes = dit_bench_device_used(p);
   return s;
@@ -400,9 +411,9 @@ static void print_json(const dit_bench_result *r, FILE *f) {
             r->op_calls[i]);
   fprintf(f, "}, \"gemm_shapes\": [");
   for (int i = 0; i < r->n_gemm_shapes; i++)
-    fprintf(f, "%s{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"calls\": %ld, \"ms\": %.4f}", i ? ", " : "",
-            r->gemm_shapes[i].m, r->gemm_shapes[i].n, r->gemm_shapes[i].k, r->gemm_shapes[i].calls,
-            r->gemm_shapes[i].ms);
+    fprintf(f, "%s{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"calls\": %ld, \"ms\": %.4f, \"conv\": %s}",
+            i ? ", " : "", r->gemm_shapes[i].m, r->gemm_shapes[i].n, r->gemm_shapes[i].k, r->gemm_shapes[i].calls,
+            r->gemm_shapes[i].ms, r->gemm_shapes[i].conv ? "true" : "false");
   fprintf(f,
           "], \"weight_bytes\": %zu, \"alloc_peak_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, "
           "\"setup_s\": %.3f, \"first_ms\": %.2f, \"output_finite\": %s, \"graph_launches\": %ld",
@@ -413,7 +424,7 @@ static void print_json(const dit_bench_result *r, FILE *f) {
 }
 
 /* The profiled run's split: phases, ops, and GEMM shapes with their rates. */
-static void print_profile(const dit_bench_result *r, FILE *f) {
+void dit_bench_print_profile(const dit_bench_result *r, FILE *f) {
   const double tot = r->prof_device_timed ? r->prof_span_ms : r->prof_total_ms;
   const double d = tot > 0 ? tot : 1, rest = tot - r->phase_ms[0] - r->phase_ms[1] - r->phase_ms[2];
   fprintf(f, "  profiled run (%s): %.2f ms: GEMM %.2f (%.1f%%), attention %.2f (%.1f%%), elementwise %.2f (%.1f%%), "
@@ -425,11 +436,14 @@ static void print_profile(const dit_bench_result *r, FILE *f) {
   if (r->prof_device_timed) fprintf(f, "    (host wall time of that forward %.2f ms)\n", r->prof_total_ms);
   for (int i = 0; i < r->n_ops; i++)
     fprintf(f, "    %-20s %9.2f ms  %6ld calls\n", r->op_name[i], r->op_ms[i], r->op_calls[i]);
-  if (r->n_gemm_shapes) fprintf(f, "  GEMM shapes (y[m,n] = x[m,k] w[n,k]^T):\n");
+  if (r->n_gemm_shapes)
+    fprintf(f, "  GEMM shapes (linear: y[m,n] = x[m,k] w[n,k]^T; conv: m output pixels, n out channels, k in "
+               "channels x kernel area):\n");
   for (int i = 0; i < r->n_gemm_shapes; i++) {
     const double ms = r->gemm_shapes[i].ms, fl = 2.0 * (double)r->gemm_shapes[i].m * (double)r->gemm_shapes[i].n *
                                                   (double)r->gemm_shapes[i].k * (double)r->gemm_shapes[i].calls;
-    fprintf(f, "    m %6lld n %6lld k %6lld  %4ld calls %9.3f ms  %8.1f us/call  %7.1f TFLOP/s\n", r->gemm_shapes[i].m,
+    fprintf(f, "    %-6s m %8lld n %6lld k %6lld  %4ld calls %9.3f ms  %8.1f us/call  %7.1f TFLOP/s\n",
+            r->gemm_shapes[i].conv ? "conv" : "linear", r->gemm_shapes[i].m,
             r->gemm_shapes[i].n, r->gemm_shapes[i].k, r->gemm_shapes[i].calls, ms,
             r->gemm_shapes[i].calls ? 1e3 * ms / (double)r->gemm_shapes[i].calls : 0.0,
             ms > 0 ? fl / (ms * 1e-3) / 1e12 : 0.0);
@@ -441,29 +455,44 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
     print_json(r, f);
     return;
   }
+  const bool vae = !strcmp(r->arch, "vae-flux");
   char ref[64] = "";
   if (r->ref_res) snprintf(ref, sizeof ref, " + a %dx%d reference", r->ref_res, r->ref_res);
-  fprintf(f, "%s forward, %dx%d%s, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
+  if (vae)
+    fprintf(f, "vae-flux decode (AutoencoderKL, Flux / Z-Image), a %dx%d image from a %dx%dx16 latent (host to host), "
+               "%s weights, %s activations, device %s%s%s\n",
+            r->res, r->res, r->res / 8, r->res / 8, r->weight_dtype, r->act_dtype, r->device,
+            r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa);
+  else
+    fprintf(f, "%s forward, %dx%d%s, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
              "activations, device %s%s%s (%d thread%s)\n",
           r->arch, r->res, r->res, ref, r->text_len, r->img_tokens, r->cap_tokens, r->weight_dtype, r->act_dtype,
           r->device, r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa, r->threads, r->threads == 1 ? "" : "s");
-  fprintf(f, "  params %.3f B, setup (random weights) %.1f s, first forward (tunes unless cached) %.1f ms\n",
-          (double)r->params / 1e9, r->setup_s, r->first_ms);
-  const dit_bench_variant *v = dit_bench_variant_find(r->arch);
-  fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");
+  if (vae) {
+    fprintf(f, "  setup (random weights) %.1f s, first decode (tunes unless cached) %.1f ms\n", r->setup_s, r->first_ms);
+    fprintf(f, "  FLOP per decode %.4g (2 Ci Co kh kw per output pixel of each conv, 4 S^2 C for the mid-block "
+               "attention, 2 K N per token of its linears)\n", r->flops);
+  } else {
+    fprintf(f, "  params %.3f B, setup (random weights) %.1f s, first forward (tunes unless cached) %.1f ms\n",
+            (double)r->params / 1e9, r->setup_s, r->first_ms);
+    const dit_bench_variant *v = dit_bench_variant_find(r->arch);
+    fprintf(f, "  FLOP per forward %.4g (%s)\n", r->flops, v ? v->ops->flops_what : "?");
+  }
   fprintf(f, "  time: median %.2f ms (min %.2f, max %.2f, %d runs)\n", r->ms_median, r->ms_min, r->ms_max, r->iters);
-  if (strcmp(r->device, "cpu"))
+  if (strcmp(r->device, "cpu") && !vae)
     fprintf(f, "  %ld of the %d timed runs replayed one captured graph (DIT_CUDA_GRAPHS=0: op by op)\n",
             r->graph_launches, r->iters);
-  fprintf(f, "  achieved %.3f TFLOP/s = %.1f%% of %.1f TFLOP/s (%s)\n", r->tflops, r->pct_peak, r->peak_tflops,
-          r->peak_what);
+  if (vae) fprintf(f, "  achieved %.3f TFLOP/s\n", r->tflops);
+  else
+    fprintf(f, "  achieved %.3f TFLOP/s = %.1f%% of %.1f TFLOP/s (%s)\n", r->tflops, r->pct_peak, r->peak_tflops,
+            r->peak_what);
   if (!strcmp(r->device, "cpu") && r->cpu_ms_min > 0) {
     double ct = r->flops / (r->cpu_ms_min * 1e-3 / r->threads) / 1e12;
     fprintf(f, "  CPU time: least %.2f s of process CPU per run = %.3f TFLOP/s per CPU-second x %d threads "
                "(%.1f%% of peak; the wall rate above is lower while other processes share the cores)\n",
             r->cpu_ms_min * 1e-3, ct, r->threads, r->peak_tflops > 0 ? 100 * ct / r->peak_tflops : 0);
   }
-  if (r->profiled) print_profile(r, f);
+  if (r->profiled) dit_bench_print_profile(r, f);
   fprintf(f, "  memory: weights %.2f GiB, model allocations peak %.2f GiB, ", gib(r->weight_bytes),
           gib(r->alloc_peak_bytes));
   if (!strcmp(r->device, "cpu")) fprintf(f, "peak RSS %.2f GiB\n", gib(r->peak_mem_bytes));

@@ -51,6 +51,7 @@ typedef struct e2e_bufs {
   float *noise;        /* the initial latents, made once (not timed) */
   float *lat, *pred;   /* host latents [16, 1, h, w] and the prediction */
   float *z, *img;      /* host VAE input and image [3, H, W] */
+  float *trace;        /* NULL, or [steps, n_lat]: the latents after each step (the bf16 comparison) */
   size_t n_lat, n_img;
   int cap_dim;
 } e2e_bufs;
@@ -98,7 +99,7 @@ static void e2e_free(dit_backend *be, e2e_models *m, e2e_bufs *b) {
   dit_zimage_free(m->dit);
   dit_vae_kl_free(m->vae);
   if (b->cap_dev) be->ops->free(be, b->cap_dev);
-  free(b->ids), free(b->noise), free(b->lat), free(b->pred), free(b->z), free(b->img);
+  free(b->ids), free(b->noise), free(b->lat), free(b->pred), free(b->z), free(b->img), free(b->trace);
 }
 
 /* One image: encode, steps forwards with Euler updates, decode. */
@@ -129,6 +130,7 @@ static dit_status e2e_once(dit_backend *be, const dit_bench_params *p, int steps
     float sg = 1.0f - (float)k / (float)steps, sn = 1.0f - (float)(k + 1) / (float)steps;
     s = dit_zimage_forward(m->dit, 1, &x, &cap, &sg, &o, err);
     for (size_t i = 0; s == DIT_OK && i < b->n_lat; i++) b->lat[i] += (sn - sg) * -b->pred[i];
+    if (b->trace) memcpy(b->trace + (size_t)k * b->n_lat, b->lat, b->n_lat * sizeof(float));
   }
   free(ch);
   DIT_TRY(s);
@@ -140,15 +142,6 @@ static dit_status e2e_once(dit_backend *be, const dit_bench_params *p, int steps
   double t3 = dit_time_now();
   t->enc = (t1 - t0) * 1e3, t->steps = (t2 - t1) * 1e3, t->dec = (t3 - t2) * 1e3, t->total = (t3 - t0) * 1e3;
   return DIT_OK;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static dit_status e2e_measure(dit_backend *be, const dit_bench_params *p, int steps, const e2e_models *m,
@@ -165,10 +158,10 @@ static dit_status e2e_measure(dit_backend *be, const dit_bench_params *p, int st
     if (used > r->peak_mem_bytes) r->peak_mem_bytes = used;
   }
   if (s == DIT_OK) {
-    r->encode_ms = median(v, p->iters);
-    r->steps_ms = median(v + p->iters, p->iters);
-    r->decode_ms = median(v + 2 * p->iters, p->iters);
-    r->total_ms = median(v + 3 * p->iters, p->iters);
+    r->encode_ms = dit_bench_median(v, p->iters);
+    r->steps_ms = dit_bench_median(v + p->iters, p->iters);
+    r->decode_ms = dit_bench_median(v + 2 * p->iters, p->iters);
+    r->total_ms = dit_bench_median(v + 3 * p->iters, p->iters);
     r->total_min_ms = v[3 * p->iters], r->total_max_ms = v[4 * p->iters - 1];
     r->step_ms = r->steps_ms / steps;
     r->iters = p->iters;
@@ -177,6 +170,55 @@ static dit_status e2e_measure(dit_backend *be, const dit_bench_params *p, int st
       if (!isfinite(b->img[i])) r->output_finite = 0;
   }
   free(v);
+  return s;
+}
+
+static double rel_l2(const float *q, const float *ref, size_t n) {
+  double se = 0, sr = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = (double)q[i] - ref[i];
+    se += d * d, sr += (double)ref[i] * ref[i];
+  }
+  return sr > 0 ? sqrt(se / sr) : sqrt(se);
+}
+
+/* --precision fp8 --ref-bf16: one image with the fp8 transformer, its latents kept after each
+ * step, then the same image with a bf16 transformer of the same random weights (fp8 off);
+ * the relative L2 error of each step's latents and of the decoded image against bf16. */
+static dit_status e2e_ref(dit_backend *be, const dit_bench_params *p, const dit_run_opts *o, int steps,
+                          e2e_models *m, e2e_bufs *b, dit_bench_e2e_result *r, dit_error *err) {
+  const size_t nt = (size_t)steps * b->n_lat;
+  float *q = malloc(nt * sizeof *q), *qi = malloc(b->n_img * sizeof *qi);
+  b->trace = malloc(nt * sizeof *b->trace);
+  dit_status s = q && qi && b->trace ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the bf16 comparison");
+  e2e_times t;
+  if (s == DIT_OK) s = e2e_once(be, p, steps, m, b, &t, err);
+  if (s == DIT_OK) {
+    memcpy(q, b->trace, nt * sizeof *q);
+    memcpy(qi, b->img, b->n_img * sizeof *qi);
+    dit_zimage_free(m->dit);
+    m->dit = NULL;
+    const bool fp8 = be->fp8;
+    be->fp8 = false; /* the reference: bf16 weights and bf16 GEMMs */
+    dit_zimage_config zc;
+    dit_bench_zimage_config(p, &zc);
+    s = dit_zimage_create_random(be, &zc, p->dtype, p->seed + 1, &m->dit, err);
+    if (s == DIT_OK) {
+      dit_zimage_set_stacked_qkv(m->dit, o->zimage_stack_qkv);
+      s = dit_zimage_set_act_dtype(m->dit, p->dtype, err);
+    }
+    if (s == DIT_OK) s = e2e_once(be, p, steps, m, b, &t, err);
+    be->fp8 = fp8;
+  }
+  if (s == DIT_OK) {
+    r->have_ref = 1;
+    r->ref_steps = steps < DIT_BENCH_E2E_REF_STEPS ? steps : DIT_BENCH_E2E_REF_STEPS;
+    for (int k = 0; k < r->ref_steps; k++)
+      r->ref_step_rel_l2[k] = rel_l2(q + (size_t)k * b->n_lat, b->trace + (size_t)k * b->n_lat, b->n_lat);
+    r->ref_img_rel_l2 = rel_l2(qi, b->img, b->n_img);
+  }
+  free(q);
+  free(qi);
   return s;
 }
 
@@ -206,6 +248,7 @@ dit_status dit_bench_e2e_run(dit_ctx *ctx, const dit_bench_params *p, int steps,
     long cap = 0;
     dit_zimage_graph_counts(m.dit, &cap, &r->graph_launches);
   }
+  if (s == DIT_OK && p->ref_bf16 && be->fp8) s = e2e_ref(be, p, &ctx->opts, steps, &m, &b, r, err);
   e2e_free(be, &m, &b);
   if (s != DIT_OK) dit_error_prefix(err, "bench e2e");
   dit_backend_free(be);
@@ -219,10 +262,16 @@ void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *f) {
             "\"iters\": %d, \"encode_ms\": %.3f, \"steps_ms\": %.3f, \"step_ms\": %.3f, \"decode_ms\": %.3f, "
             "\"total_ms\": %.3f, \"total_min_ms\": %.3f, \"total_max_ms\": %.3f, \"setup_s\": %.3f, "
             "\"weight_bytes\": %zu, \"peak_mem_bytes\": %zu, \"device_base_bytes\": %zu, \"graph_launches\": %ld, "
-            "\"output_finite\": %s}\n",
+            "\"output_finite\": %s",
             r->device, r->res, r->text_len, r->steps, r->iters, r->encode_ms, r->steps_ms, r->step_ms, r->decode_ms,
             r->total_ms, r->total_min_ms, r->total_max_ms, r->setup_s, r->weight_bytes, r->peak_mem_bytes,
             r->device_base_bytes, r->graph_launches, r->output_finite ? "true" : "false");
+    if (r->have_ref) {
+      fprintf(f, ", \"ref_step_rel_l2\": [");
+      for (int k = 0; k < r->ref_steps; k++) fprintf(f, "%s%.6g", k ? ", " : "", r->ref_step_rel_l2[k]);
+      fprintf(f, "], \"ref_img_rel_l2\": %.6g", r->ref_img_rel_l2);
+    }
+    fprintf(f, "}\n");
     return;
   }
   fprintf(f, "zimage end to end, %dx%d, %d text tokens, %d steps, device %s (random weights: Qwen3 text encoder, "
@@ -234,4 +283,9 @@ void dit_bench_e2e_print(const dit_bench_e2e_result *r, int json, FILE *f) {
   fprintf(f, "  memory: transformer weights %.2f GiB, device in use peak %.2f GiB; graph launches %ld; output "
              "finite: %s\n", (double)r->weight_bytes / (1u << 30), (double)r->peak_mem_bytes / (1u << 30),
           r->graph_launches, r->output_finite ? "yes" : "NO");
+  if (r->have_ref) {
+    fprintf(f, "  fp8 against bf16 (same random weights): latents' relative L2 error after each step:");
+    for (int k = 0; k < r->ref_steps; k++) fprintf(f, " %.2e", r->ref_step_rel_l2[k]);
+    fprintf(f, "; decoded image %.2e\n", r->ref_img_rel_l2);
+  }
 }

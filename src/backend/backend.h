@@ -199,16 +199,17 @@ typedef enum dit_op_class { DIT_OPC_GEMM = 0, DIT_OPC_ATTENTION, DIT_OPC_ELEMENT
 #define DIT_PROF_OPS DIT_N_OPS
 #define DIT_PROF_SHAPES 48
 typedef struct dit_prof_shape {
-  int64_t m, n, k; /* y[m, n] = x[m, k] w[n, k]^T */
+  int64_t m, n, k; /* y[m, n] = x[m, k] w[n, k]^T; a conv: m output pixels, n = Co, k = Ci kh kw */
   long calls;
   double ms;
+  bool conv;
 } dit_prof_shape;
 typedef struct dit_prof_stats {
   double ms[DIT_PROF_OPS];    /* per op (names: dit_prof_op_name) */
   long calls[DIT_PROF_OPS];
   bool device_timed;          /* the times are device spans between marks (no syncs between ops) */
   double span_ms;             /* device_timed: first op's start to last op's end */
-  int n_shapes;               /* linear calls by shape, first seen first (more shapes: not split) */
+  int n_shapes;               /* linear and conv2d calls by shape, first seen first (more shapes: not split) */
   dit_prof_shape shapes[DIT_PROF_SHAPES];
   size_t live_bytes, peak_bytes; /* allocated through the profiler */
 } dit_prof_stats;

@@ -1,5 +1,5 @@
 /* The profiling backend: forwards every call to an inner backend and, while enabled,
- * times each op and adds it to that op's total (linear calls also to their shape's), so a
+ * times each op and adds it to that op's total (linear and conv2d calls also to their shape's), so a
  * benchmark can split a forward into GEMM, attention and elementwise time. With the inner
  * backend's device timers (CUDA events) each op runs between two marks and nothing is
  * synchronized until dit_backend_profiler_finish; without them (CPU) it syncs around each
@@ -107,17 +107,30 @@ static dit_status clock_stop(prof_backend *p, const op_clock *c, int op, int sha
   } while (0)
 #define FORWARD(opi, call) FORWARD_SHAPE(opi, -1, call)
 
+/* The slot of shape (m, n, k, conv), -1 when the table is full. */
+static int slot_of(prof_backend *p, int64_t m, int64_t n, int64_t k, bool conv) {
+  for (int i = 0; i < p->st.n_shapes; i++) {
+    const dit_prof_shape *s = &p->st.shapes[i];
+    if (s->m == m && s->n == n && s->k == k && s->conv == conv) return i;
+  }
+  if (p->st.n_shapes == DIT_PROF_SHAPES) return -1;
+  p->st.shapes[p->st.n_shapes] = (dit_prof_shape){m, n, k, 0, 0.0, conv};
+  return p->st.n_shapes++;
+}
+
 /* The shape slot of a linear call (y[m, n] = x[m, k] w^T), -1 when the table is full. */
 static int shape_slot(prof_backend *p, const dit_tensor *x, const dit_tensor *w) {
   if (!p->on || !x || !w || w->ndim != 2) return -1;
   const int64_t n = w->shape[0], k = w->shape[1], m = k > 0 ? dit_tensor_numel(x) / k : 0;
-  for (int i = 0; i < p->st.n_shapes; i++) {
-    const dit_prof_shape *s = &p->st.shapes[i];
-    if (s->m == m && s->n == n && s->k == k) return i;
-  }
-  if (p->st.n_shapes == DIT_PROF_SHAPES) return -1;
-  p->st.shapes[p->st.n_shapes] = (dit_prof_shape){m, n, k, 0, 0.0};
-  return p->st.n_shapes++;
+  return slot_of(p, m, n, k, false);
+}
+
+/* The shape slot of a conv2d call as its implicit GEMM: m output pixels (B Ho Wo), n = Co,
+ * k = Ci kh kw. */
+static int conv_slot(prof_backend *p, const dit_tensor *y, const dit_tensor *w) {
+  if (!p->on || !y || !w || w->ndim != 4 || y->ndim != 4 || w->shape[0] < 1) return -1;
+  const int64_t n = w->shape[0], k = w->shape[1] * w->shape[2] * w->shape[3];
+  return slot_of(p, dit_tensor_numel(y) / n, n, k, true);
 }
 
 static dit_status w_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
@@ -162,9 +175,15 @@ static dit_status w_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   const int shp = shape_slot(P(be), x, w);
   FORWARD_SHAPE(OP_linear, shp, in->ops->linear(in, y, x, w, b, act, err));
 }
-/* Every other op: forwarded, timed as its own slot. */
+static dit_status w_conv2d_shaped(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w,
+                                  const dit_tensor *b, int stride, int pad, dit_error *err) {
+  const int shp = conv_slot(P(be), y, w);
+  FORWARD_SHAPE(OP_conv2d, shp, in->ops->conv2d(in, y, x, w, b, stride, pad, err));
+}
+/* Every other op: forwarded, timed as its own slot (conv2d's generated forwarder is
+ * replaced by w_conv2d_shaped, which also splits its calls by shape). */
 #define PROF_FORWARDER(name, params, args)                                   \
-  static dit_status w_##name(dit_backend *be, DIT_EXPAND params) {           \
+  static inline dit_status w_##name(dit_backend *be, DIT_EXPAND params) {    \
     FORWARD(OP_##name, in->ops->name(in, DIT_EXPAND args));                   \
   }
 DIT_BACKEND_OTHER_OPS(PROF_FORWARDER)
@@ -202,6 +221,7 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
 #define SET_OP(name, params, args) p->ops.name = io->name ? w_##name : NULL;
   DIT_BACKEND_OPS(SET_OP)
 #undef SET_OP
+  if (io->conv2d) p->ops.conv2d = w_conv2d_shaped;
   p->ops.capture_begin = io->capture_begin ? w_capture_begin : NULL;
   p->ops.capture_end = io->capture_end ? w_capture_end : NULL;
   p->ops.graph_launch = io->graph_launch ? w_graph_launch : NULL;

@@ -640,6 +640,40 @@ static void t_norms(env *e, int64_t rows, int64_t D, dit_dtype dt, dit_dtype wdt
   drop(e, &x), drop(e, &w), drop(e, &b), drop(e, &y);
 }
 
+/* GroupNorm(+SiLU) at VAE sizes: the multi-block kernels (chunked partial sums, 16-byte
+ * loads where HW and the group allow, element by element where not), optionally in place
+ * and with a large common offset (the shifted sums must not cancel); time: GB/s for the
+ * three passes (two reads, one write). */
+static void t_group_norm(env *e, int64_t B, int64_t C, int64_t H, int64_t W, int G, dit_dtype dt, bool silu,
+                         bool inplace, float offset, bool time) {
+  const bool bt = dt != DIT_F32;
+  int64_t xs[4] = {B, C, H, W}, cs[1] = {C};
+  pair x = act(e, dt, 4, xs, true), w = wgt(e, DIT_F32, 1, cs, 1.0f), b = wgt(e, DIT_F32, 1, cs, 1.0f);
+  if (offset != 0.0f) { /* F32 only: both sides hold the same shifted values */
+    float *c = x.c.data;
+    for (int64_t i = 0; i < x.n; i++) c[i] += offset;
+    resync(e, &x);
+  }
+  pair y = inplace ? x : act(e, dt, 4, xs, false);
+  char name[160];
+  snprintf(name, sizeof name, "group_norm [%lld,%lld,%lld,%lld] g%d %s%s%s%s", (long long)B, (long long)C,
+           (long long)H, (long long)W, G, dn(dt), silu ? " silu" : "", inplace ? " in-place" : "",
+           offset != 0.0f ? " offset" : "");
+  OK(dit_op_group_norm(e->gpu, &y.g, &x.g, G, &w.g, &b.g, 1e-6f, silu, E));
+  OK(dit_op_group_norm(e->cpu, &y.c, &x.c, G, &w.c, &b.c, 1e-6f, silu, E));
+  compare(e, name, &y, bt);
+  if (time) {
+    pair t = act(e, dt, 4, xs, true);
+    float ms = 0;
+    TIMED(e, ms, dit_op_group_norm(e->gpu, &t.g, &t.g, G, &w.g, &b.g, 1e-6f, silu, E));
+    const double bytes = 3.0 * (double)x.n * (double)dit_dtype_size(dt);
+    printf("     %-44s %.3f ms  %.0f GB/s (2 reads + 1 write)\n", name, ms, bytes / (ms * 1e-3) / 1e9);
+    drop(e, &t);
+  }
+  if (!inplace) drop(e, &y);
+  drop(e, &x), drop(e, &w), drop(e, &b);
+}
+
 /* ---------------- elementwise ---------------- */
 
 static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt) {
@@ -1243,6 +1277,11 @@ static void small_tests(env *e) {
     t_norms(e, 3, 16384, DIT_BF16, DIT_F32); /* row kernel, 4 chunks per thread */
   }
   cu_im(e->gpu)->vec = vec0;
+  printf("-- group_norm (chunked partial sums)\n");
+  t_group_norm(e, 1, 128, 64, 64, 32, DIT_BF16, true, false, 0.0f, false);  /* 16-byte path, 2 chunks a group */
+  t_group_norm(e, 2, 64, 100, 37, 32, DIT_BF16, false, true, 0.0f, false); /* HW % 8 = 4: element path */
+  t_group_norm(e, 1, 96, 45, 45, 32, DIT_F32, true, false, 0.0f, false);   /* odd sizes, F32 */
+  t_group_norm(e, 2, 64, 96, 96, 32, DIT_F32, false, false, 50.0f, false); /* offset 50 */
   fused_tests(e);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
   t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);
@@ -1308,6 +1347,8 @@ static void big_tests(env *e) {
   t_attention_wide(e, 1, 4096, 4096, 1, 1, 512, DIT_BF16, 0, W_BIG);   /* VAE mid-block attention, 512² image */
   t_attention_wide(e, 1, 4096, 4096, 1, 1, 512, DIT_F32, 0, W_BIG);
   t_attention_wide(e, 1, 16384, 16384, 1, 1, 512, DIT_BF16, 0, W_BIG); /* 1024² image */
+  t_group_norm(e, 1, 128, 1024, 1024, 32, DIT_BF16, true, false, 0.0f, true); /* VAE decoder, 1024² image */
+  t_group_norm(e, 1, 512, 128, 128, 32, DIT_BF16, true, false, 0.0f, true);
   t_conv(e, 1, 128, 256, 256, 128, 3, 1, 1, DIT_BF16, true);
   t_conv(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, true);
   t_conv_cudnn(e, 1, 512, 128, 128, 512, 3, 1, 1, DIT_BF16, DIT_BF16, DIT_BF16, true, true);

@@ -80,8 +80,10 @@ dit_status cu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, in
   int64_t B = x->shape[0], C = x->shape[1], HW = (B > 0 && C > 0) ? dit_tensor_numel(x) / (B * C) : 0;
   DIT_TRY(opt_w(op, "w", w, C, err));
   DIT_TRY(opt_w(op, "b", b, C, err));
+  void *ws = NULL;
+  DIT_TRY(cu_scratch(be, cuk_group_norm_ws_bytes(B, C, HW, groups), &ws, err));
   LAUNCH(op, "kernel", cuk_group_norm(y->data, x->data, x->dtype, B, C, HW, groups, w ? w->data : NULL,
-                                      w ? w->dtype : 0, b ? b->data : NULL, b ? b->dtype : 0, eps, silu, st(be)));
+                                      w ? w->dtype : 0, b ? b->data : NULL, b ? b->dtype : 0, eps, silu, ws, st(be)));
   return DIT_OK;
 }
 

@@ -132,18 +132,26 @@ extern "C" cudaError_t cuk_bias_channel(void *y, int dt, int64_t B, int64_t C, i
   return cudaGetLastError();
 }
 
+/* One thread per input element, writing its 2x2 block; blocks over (a stretch of an input
+ * row, rows), so the only division is one per row. */
 template <typename T>
-__global__ void k_upsample2x(T *y, const T *x, int64_t H, int64_t W, int64_t n) {
-  GS_LOOP(i, n) {
-    int64_t ox = i % (2 * W), oy = (i / (2 * W)) % (2 * H), bc = i / (4 * H * W);
-    y[i] = x[(bc * H + oy / 2) * W + ox / 2];
+__global__ void k_upsample2x(T *y, const T *x, int64_t H, int64_t W, int64_t rows) {
+  const int64_t ix = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (ix >= W) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T v = x[r * W + ix];
+    const int64_t bc = r / H, iy = r - bc * H;
+    T *o = y + ((bc * 2 * H + 2 * iy) * 2 * W + 2 * ix);
+    o[0] = v, o[1] = v, o[2 * W] = v, o[2 * W + 1] = v;
   }
 }
 
 extern "C" cudaError_t cuk_upsample2x(void *y, const void *x, int dt, int64_t BC, int64_t H, int64_t W,
                                       cudaStream_t s) {
-  int64_t n = BC * 4 * H * W;
-  if (n <= 0) return cudaSuccess;
-  CU_DISPATCH(dt, T, k_upsample2x<T><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, (const T *)x, H, W, n));
+  const int64_t rows = BC * H;
+  if (rows <= 0 || W <= 0) return cudaSuccess;
+  const int th = W >= 256 ? 256 : (int)((W + 31) / 32 * 32);
+  const dim3 grid((unsigned)((W + th - 1) / th), (unsigned)(rows < 65535 ? rows : 65535));
+  CU_DISPATCH(dt, T, k_upsample2x<T><<<grid, th, 0, s>>>((T *)y, (const T *)x, H, W, rows));
   return cudaGetLastError();
 }

@@ -1,5 +1,5 @@
-/* Normalization CUDA kernels: RMSNorm, LayerNorm, GroupNorm(+SiLU) and softmax, one
- * block per row (group); statistics in fp32 with a two-pass mean/variance. */
+/* Normalization CUDA kernels: RMSNorm, LayerNorm and softmax, one block per row;
+ * statistics in fp32 with a two-pass mean/variance. (GroupNorm: k_group_norm.cu.) */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -72,37 +72,6 @@ extern "C" cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t ro
   if (rows <= 0 || D <= 0) return cudaSuccess;
   CU_DISPATCH(dt, T, k_layer_norm<T><<<(unsigned)rows, norm_threads(D), 0, s>>>((T *)y, (const T *)x, D, w,
                                                                                  wdt, b, bdt, eps));
-  return cudaGetLastError();
-}
-
-/* One block per (batch, group): the group's channels are contiguous, cg * HW elements. */
-template <typename T>
-__global__ void k_group_norm(T *y, const T *x, int64_t C, int64_t HW, int G, const void *w, int wdt,
-                             const void *b, int bdt, float eps, int silu) {
-  __shared__ float sh[32];
-  int64_t cg = C / G, n = cg * HW;
-  int64_t base = (int64_t)blockIdx.x * n; /* block = b*G + g */
-  int64_t c0 = (int64_t)(blockIdx.x % G) * cg;
-  const T *xr = x + base;
-  T *yr = y + base;
-  float mean, r;
-  mean_rstd(xr, n, eps, sh, &mean, &r);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    int64_t c = c0 + i / HW;
-    float v = (cu_ld(xr, i) - mean) * r;
-    if (w) v *= cu_ldw(w, wdt, c);
-    if (b) v += cu_ldw(b, bdt, c);
-    if (silu) v = v / (1.0f + expf(-v));
-    cu_st(yr, i, v);
-  }
-}
-
-extern "C" cudaError_t cuk_group_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, int G,
-                                      const void *w, int wdt, const void *b, int bdt, float eps, int silu,
-                                      cudaStream_t s) {
-  if (B <= 0 || C <= 0 || HW <= 0) return cudaSuccess;
-  CU_DISPATCH(dt, T, k_group_norm<T><<<(unsigned)(B * G), 1024, 0, s>>>((T *)y, (const T *)x, C, HW, G, w, wdt,
-                                                                         b, bdt, eps, silu));
   return cudaGetLastError();
 }
 

@@ -254,6 +254,23 @@ static void test_vae(dit_backend *be, const dt_args *a) {
                                               : " vs diffusers float32", bad);
     CHECK_MSG(bad == 0 && e <= tol, "gpu vae %s tile %d nmse %g > %g", dit_dtype_name(dt), tile, e, tol);
   }
+  /* the kept buffers: after a tiled decode, two untiled BF16 decodes (the first plans anew, the
+   * second reuses its buffers) give the same image bit for bit */
+  float *again = malloc(n * sizeof *again);
+  if (m && out && again) {
+    dit_tensor tz = dit_tensor_make(DIT_F32, z, 4, zs), ti = dit_tensor_make(DIT_F32, out, 4, rs);
+    dit_tensor ta = dit_tensor_make(DIT_F32, again, 4, rs);
+    CHECK(dit_vae_kl_set_act_dtype(m, DIT_BF16, &err) == DIT_OK);
+    CHECK(dit_vae_kl_decode(m, &tz, &ti, 4, &err) == DIT_OK);
+    CHECK(dit_vae_kl_decode(m, &tz, &ti, 0, &err) == DIT_OK);
+    CHECK(dit_vae_kl_decode(m, &tz, &ta, 0, &err) == DIT_OK);
+    CHECK_MSG(!memcmp(out, again, n * sizeof *out), "gpu vae: a decode on kept buffers differs");
+    long bad = 0;
+    const double e = dt_nmse(again, ref, n, &bad);
+    printf("gpu vae bf16-act, kept buffers: nmse %.3g vs diffusers float32\n", e);
+    CHECK(bad == 0 && e <= NMSE_BF16_ACT);
+  }
+  free(again);
   free(tiled_f32);
   free(out), free(z), free(ref);
   dit_vae_kl_free(m);

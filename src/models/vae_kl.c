@@ -429,6 +429,7 @@ dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cf
 
 void dit_vae_kl_free(dit_vae_kl *m) {
   if (!m) return;
+  vae_run_drop(m->keep);
   vae_kl_release(m->be, m->weights, m->wblock, m->owned, m->resnet_pool);
   free(m);
 }

@@ -71,7 +71,10 @@ const dit_vae_kl_config *dit_vae_kl_get_config(const dit_vae_kl *m);
  * weights, so seams are cross-fades and any pixel is a convex combination of tiles. As
  * in diffusers, a tiled decode differs from the untiled one (GroupNorm statistics and
  * the mid-block attention see one tile), most visibly near tile borders. T >= h and
- * T >= w decodes untiled. Activation memory scales with the tile, not the image.
+ * T >= w decodes untiled. Activation memory scales with the tile, not the image. On a GPU
+ * backend the activation buffers stay allocated after a decode, for the next one of the
+ * same size (tile) and dtype; a decode of another size, a dtype change or
+ * dit_vae_kl_free releases them.
  *
  * Fails with DIT_ERR_INVALID_ARG on wrong shapes/dtypes, DIT_ERR_NUMERIC when z or the
  * output holds NaN/Inf (img contents are then unspecified), DIT_ERR_NOMEM when the

@@ -150,6 +150,10 @@ static dit_status check_args(const dit_vae_kl *m, const dit_tensor *z, const dit
 dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae: no model");
   DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "vae", err));
+  if (dt != m->adt) {
+    vae_run_drop(m->keep);
+    m->keep = NULL;
+  }
   m->adt = dt;
   return DIT_OK;
 }
@@ -161,8 +165,9 @@ dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img
   size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
   size_t bad = vae_first_nonfinite(z->data, zn);
   if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);
+  /* on a GPU the activation buffers stay for the next decode of the same size */
   const vae_call call = {m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->latent_channels, 1, c->out_channels,
-                         1 << (c->n_levels - 1), "vae decode"};
+                         1 << (c->n_levels - 1), "vae decode", dit_backend_is_host(m->be) ? NULL : &m->keep};
   DIT_TRY(vae_run_call(&call, z->data, img->data, err));
   bad = vae_first_nonfinite(img->data, in);
   if (bad < in)

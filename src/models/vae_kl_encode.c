@@ -249,7 +249,7 @@ dit_status dit_vae_kl_encode(dit_vae_kl_enc *m, const dit_tensor *img, dit_tenso
   size_t bad = vae_first_nonfinite(img->data, xn);
   if (bad < xn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae encode: the image holds NaN/Inf (element %zu)", bad);
   const vae_call call = {m->be, m->adt, encoder_fwd, m, nb, h, w, tile, c->in_channels, f, 2 * c->latent_channels, 1,
-                         "vae encode"};
+                         "vae encode", NULL};
   DIT_TRY(vae_run_call(&call, img->data, moments->data, err));
   bad = vae_first_nonfinite(moments->data, mn);
   if (bad < mn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae encode: the moments hold NaN/Inf (element %zu)", bad);

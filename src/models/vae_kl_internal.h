@@ -81,6 +81,7 @@ struct dit_vae_kl {
   vae_resnet *resnet_pool;
   dit_tensor norm_out_w, norm_out_b; /* conv_norm_out [C0] */
   dit_tensor conv_out_w, conv_out_b; /* [out, C0, 3, 3], [out] */
+  struct vae_run *keep;              /* GPU: the last decode's activation buffers (NULL: none) */
 };
 
 /* dit_vae_kl_load for any class of the AutoencoderKL family that shares its decoder
@@ -139,7 +140,12 @@ void vae_kl_ldm_flatten(dit_wtable *t);
 #define VAE_IO_BUF 4
 #define VAE_ZERO_BUF 5
 
-typedef struct vae_run {
+typedef struct vae_run vae_run;
+/* One forward pass of `model` on in [cin, h_in, w_in] (host F32) into out (host F32); h, w
+ * are the LATENT sizes of the piece. in and out are NULL while planning. */
+typedef dit_status (*vae_fwd_fn)(vae_run *r, const void *model, const float *in, float *out, int h, int w,
+                                 dit_error *err);
+struct vae_run {
   dit_backend *be;
   dit_device dev; /* tag of the backend's memory */
   bool plan;      /* measuring pass: record sizes and FLOPs, call no op */
@@ -148,17 +154,14 @@ typedef struct vae_run {
   void *buf[VAE_NBUF];
   size_t cap[VAE_NBUF]; /* bytes */
   double flops;
-} vae_run;
+  vae_fwd_fn fwd;   /* what the buffers were planned for (a kept run: vae_call.keep) */
+  int h, w;
+};
 
 /* An activation [1, c, h, w] held in buffer `buf`. */
 typedef struct vact {
   int buf, c, h, w;
 } vact;
-
-/* One forward pass of `model` on in [cin, h_in, w_in] (host F32) into out (host F32); h, w
- * are the LATENT sizes of the piece. in and out are NULL while planning. */
-typedef dit_status (*vae_fwd_fn)(vae_run *r, const void *model, const float *in, float *out, int h, int w,
-                                 dit_error *err);
 
 /* Adds "context: " to a failure's message and returns its status. */
 #define VAE_STAGE(expr, ...)                  \
@@ -241,7 +244,11 @@ typedef struct vae_call {
   const void *model;
   int nb, h, w, tile, cin, fi, cout, fo;
   const char *what;
+  vae_run **keep; /* NULL, or where the buffers stay between calls of the same size (a GPU
+                     decoder's: allocating and freeing ~1 GiB per 1024x1024 decode costs ms) */
 } vae_call;
+/* Frees a kept run's buffers and the run (NULL: nothing). */
+void vae_run_drop(vae_run *r);
 dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err);
 
 /* Index of the first non-finite value of x[0..n), or n. */

@@ -225,6 +225,7 @@ dit_status vae_run_plan(vae_run *r, dit_backend *be, dit_dtype adt, vae_fwd_fn f
   r->adt = adt;
   r->es = dit_dtype_size(adt);
   r->plan = true;
+  r->fwd = fwd, r->h = h, r->w = w;
   return fwd(r, model, NULL, NULL, h, w, err);
 }
 
@@ -364,12 +365,45 @@ dit_status vae_tiling_run(vae_run *r, vae_fwd_fn fwd, const void *model, vae_til
   return DIT_OK;
 }
 
+void vae_run_drop(vae_run *r) {
+  if (!r) return;
+  vae_run_free(r);
+  free(r);
+}
+
+/* The run of c at th x tw: *c->keep when it was planned for the same, else new buffers
+ * (kept in *c->keep when c keeps them). */
+static dit_status run_for(const vae_call *c, int th, int tw, vae_run *local, vae_run **out, dit_error *err) {
+  vae_run *k = c->keep ? *c->keep : NULL;
+  if (k && k->be == c->be && k->adt == c->adt && k->fwd == c->fwd && k->h == th && k->w == tw) {
+    *out = k;
+    return DIT_OK;
+  }
+  if (c->keep) {
+    vae_run_drop(k);
+    *c->keep = NULL;
+    k = malloc(sizeof *k);
+    if (!k) return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory", c->what);
+  }
+  vae_run *r = k ? k : local;
+  dit_status s = vae_run_init(r, c->be, c->adt, c->fwd, c->model, th, tw, c->what, err);
+  if (s != DIT_OK) {
+    free(k);
+    return s;
+  }
+  if (c->keep) *c->keep = k;
+  *out = r;
+  return DIT_OK;
+}
+
 dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err) {
   const bool tiled = c->tile > 0 && (c->tile < c->h || c->tile < c->w);
   const int th = tiled && c->tile < c->h ? c->tile : c->h, tw = tiled && c->tile < c->w ? c->tile : c->w;
   const size_t in_n = (size_t)c->cin * c->fi * c->h * c->fi * c->w, out_n = (size_t)c->cout * c->fo * c->h * c->fo * c->w;
-  vae_run r;
-  DIT_TRY(vae_run_init(&r, c->be, c->adt, c->fwd, c->model, th, tw, c->what, err));
+  vae_run local, *rp = NULL;
+  DIT_TRY(run_for(c, th, tw, &local, &rp, err));
+  vae_run r = *rp; /* the buffers; planning state reset below */
+  r.plan = false;
   vae_tiling ts;
   memset(&ts, 0, sizeof ts);
   dit_status s = tiled ? vae_tiling_init(&ts, c->h, c->w, th, tw, c->tile / 4, c->cin, c->fi, c->cout, c->fo, c->what,
@@ -381,7 +415,11 @@ dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_erro
     s = tiled ? vae_tiling_run(&r, c->fwd, c->model, &ts, ib, ob, err) : c->fwd(&r, c->model, ib, ob, c->h, c->w, err);
   }
   vae_tiling_free(&ts);
-  vae_run_free(&r);
+  if (!c->keep) vae_run_free(&r);
+  else if (s != DIT_OK) { /* an op may have failed half way: start afresh next time */
+    vae_run_drop(*c->keep);
+    *c->keep = NULL;
+  }
   if (s != DIT_OK) dit_error_prefix(err, "%s", c->what);
   return s;
 }

@@ -138,16 +138,25 @@ static void test_flux_api(const dt_args *args) {
   check_flux_arch("flux1-dev", 256, 2, 3);
 }
 
-static void test_cli(const dt_args *a) {
-  char cmd[8192], out[4096], buf[65536];
+/* `ditrun bench ARGS --iters 1 --warmup 0 --json` parsed (NULL, and a failed check, when it
+ * did not exit 0 with one JSON object). */
+static json_t *bench_json(const dt_args *a, const char *args) {
+  char cmd[8192], out[4096];
+  static char buf[65536];
   dt_path(out, sizeof out, a->tmp, "bench.json");
-  snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " --iters 1 --warmup 0 --json", a->bin);
-  CHECK(dt_run(cmd, out) == 0);
-  long n = dt_read_file(out, buf, sizeof buf);
-  CHECK(n > 0);
+  snprintf(cmd, sizeof cmd, "%s/ditrun bench %s --iters 1 --warmup 0 --json", a->bin, args);
+  CHECK_MSG(dt_run(cmd, out) == 0, "bench %s failed", args);
+  const long n = dt_read_file(out, buf, sizeof buf);
   json_error_t je;
   json_t *j = n > 0 ? json_loads(buf, 0, &je) : NULL;
-  CHECK_MSG(j != NULL, "bench --json output is not JSON: %s", n > 0 ? buf : "");
+  CHECK_MSG(j != NULL, "bench %s --json output is not JSON: %s", args, n > 0 ? buf : "");
+  return j;
+}
+
+static void test_cli(const dt_args *a) {
+  char cmd[8192], out[4096];
+  dt_path(out, sizeof out, a->tmp, "bench.json");
+  json_t *j = bench_json(a, GEOM);
   if (j) {
     CHECK(json_is_number(json_object_get(j, "ms_median")));
     CHECK(json_is_number(json_object_get(j, "tflops")));
@@ -157,12 +166,7 @@ static void test_cli(const dt_args *a) {
     json_decref(j);
   }
   /* FLUX.2: the text length defaults to 512 for the klein archs */
-  snprintf(cmd, sizeof cmd, "%s/ditrun bench " FLUX_GEOM " --iters 1 --warmup 0 --no-profile --json", a->bin);
-  CHECK(dt_run(cmd, out) == 0);
-  n = dt_read_file(out, buf, sizeof buf);
-  j = n > 0 ? json_loads(buf, 0, &je) : NULL;
-  CHECK_MSG(j != NULL, "flux2 bench --json output is not JSON: %s", n > 0 ? buf : "");
-  if (j) {
+  if ((j = bench_json(a, FLUX_GEOM " --no-profile"))) {
     CHECK(!strcmp(json_string_value(json_object_get(j, "arch")), "flux2-klein-4b"));
     CHECK(json_integer_value(json_object_get(j, "cap_tokens")) == 512);
     CHECK(json_integer_value(json_object_get(j, "img_tokens")) == 16);
@@ -170,12 +174,7 @@ static void test_cli(const dt_args *a) {
     json_decref(j);
   }
   /* the VAE decoder alone */
-  snprintf(cmd, sizeof cmd, "%s/ditrun bench --vae --res 32 --iters 1 --warmup 0 --json", a->bin);
-  CHECK(dt_run(cmd, out) == 0);
-  n = dt_read_file(out, buf, sizeof buf);
-  j = n > 0 ? json_loads(buf, 0, &je) : NULL;
-  CHECK_MSG(j != NULL, "bench --vae --json output is not JSON: %s", n > 0 ? buf : "");
-  if (j) {
+  if ((j = bench_json(a, "--vae --res 32"))) {
     CHECK(!strcmp(json_string_value(json_object_get(j, "arch")), "vae-flux"));
     CHECK(json_integer_value(json_object_get(j, "res")) == 32);
     CHECK(json_number_value(json_object_get(j, "flops")) > 0);

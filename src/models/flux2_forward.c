@@ -20,6 +20,7 @@
 #include "backend/replay.h"
 #include "core/arena.h"
 #include "models/flux2_internal.h"
+#include "models/rope_axes.h"
 
 #define MAX_BATCH 4096
 #define MAX_ELEMS ((int64_t)1 << 40) /* largest activation tensor accepted, in elements */
@@ -119,32 +120,14 @@ static void table_layout(const dit_flux2_config *c, const flux2_geom *g, void *b
   h->p = h->g + g->B;
 }
 
-/* Flux2PosEmbed / FluxPosEmbed: per axis i with dim d, freq_j = 1 / theta^(2j/d) (float64), angle =
- * float32(id) * freq_j in float64, cos/sin rounded to float32; axes concatenated. Rows
- * are [text, image] as the model concatenates them (one table for every batch item). */
+/* Flux2PosEmbed / FluxPosEmbed (models/rope_axes.h). Rows are [text, image] as the model
+ * concatenates them (one table for every batch item). */
 static void fill_rope(const dit_flux2_config *c, const flux2_geom *g, const float *img_ids, const float *txt_ids,
                       const flux2_host_tables *h) {
-  const int64_t half = c->head_dim / 2, na = c->n_axes;
-  double freq[DIT_FLUX2_MAX_HEAD_DIM / 2];
-  int o = 0;
-  for (int ax = 0; ax < na; ax++)
-    for (int j = 0; j < c->axes_dims[ax] / 2; j++)
-      freq[o++] = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)c->axes_dims[ax]);
-  for (int64_t r = 0; r < g->S; r++) {
-    const float *id = r < g->St ? txt_ids + na * r : img_ids + na * (r - g->St);
-    float *cr = h->cos + r * half, *sr = h->sin + r * half;
-    int off = 0;
-    for (int ax = 0; ax < na; ax++) {
-      const int d = c->axes_dims[ax];
-      const double pos = (double)id[ax];
-      for (int j = 0; j < d / 2; j++) {
-        double ang = pos * freq[off + j];
-        cr[off + j] = (float)cos(ang);
-        sr[off + j] = (float)sin(ang);
-      }
-      off += d / 2;
-    }
-  }
+  const int64_t half = c->head_dim / 2;
+  dit_rope_axes_fill(c->n_axes, c->axes_dims, c->rope_theta, txt_ids, g->St, h->cos, h->sin);
+  dit_rope_axes_fill(c->n_axes, c->axes_dims, c->rope_theta, img_ids, g->Si, h->cos + g->St * half,
+                     h->sin + g->St * half);
 }
 
 /* True when the device copy at tab already holds the RoPE tables of these ids (the

@@ -1,6 +1,6 @@
 /* The activation functions, written once for every backend: included by host C (the CPU
  * backend) and by CUDA device code (cu_common.cuh). `a` is a dit_act value (backend.h):
- * 0 none, 1 SiLU, 2 exact (erf) GELU, 3 tanh-approximated GELU. */
+ * 0 none, 1 SiLU, 2 exact (erf) GELU, 3 tanh-approximated GELU, 4 sigmoid. */
 #ifndef DIT_BACKEND_ACT_MATH_H
 #define DIT_BACKEND_ACT_MATH_H
 
@@ -20,6 +20,7 @@ DIT_ACT_FN float dit_act_apply(float v, int a) {
       float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanhf(u));
     }
+    case 4: return 1.0f / (1.0f + expf(-v));
     default: return v;
   }
 }

@@ -27,7 +27,8 @@ typedef enum dit_act {
   DIT_ACT_NONE = 0,
   DIT_ACT_SILU,
   DIT_ACT_GELU,      /* exact erf GELU */
-  DIT_ACT_GELU_TANH  /* tanh approximation */
+  DIT_ACT_GELU_TANH, /* tanh approximation */
+  DIT_ACT_SIGMOID    /* 1 / (1 + exp(-x)) (Krea 2's attention output gate) */
 } dit_act;
 
 typedef enum dit_rope_mode {

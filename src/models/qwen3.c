@@ -87,6 +87,18 @@ static dit_status parse_rope(const json_t *cfg, dit_qwen3_config *c, const char 
                         "%s: missing field \"rope_parameters.rope_theta\" (or legacy \"rope_theta\")", what);
     DIT_TRY(dit_json_double(cfg, "rope_theta", &c->rope_theta, what, err));
   }
+  /* Qwen3-VL's multimodal RoPE: the rotary pairs are split among (t, h, w) position axes
+   * (mrope_section, interleaved or not). A text-only input gives every axis the same
+   * position, so every pair rotates by position * inv_freq as plain RoPE does, whatever the
+   * split: the sections only have to cover the head's pairs. */
+  const json_t *ms = rp && json_is_object(rp) ? json_object_get(rp, "mrope_section") : NULL;
+  if (ms && !json_is_null(ms)) {
+    int64_t sec[8];
+    size_t n = 0;
+    DIT_TRY(dit_json_int_array(rp, "mrope_section", 0, 1 << 16, sec, 8, &n, what, err));
+    c->mrope_pairs = 0;
+    for (size_t i = 0; i < n; i++) c->mrope_pairs += (int)sec[i];
+  }
   if (!(c->rope_theta > 1.0) || c->rope_theta > 1e12)
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_theta = %g must be in (1, 1e12]", what, c->rope_theta);
   return DIT_OK;
@@ -96,8 +108,12 @@ static dit_status parse_rope(const json_t *cfg, dit_qwen3_config *c, const char 
 static dit_status check_unsupported(const json_t *cfg, const dit_qwen3_config *c, const char *what, dit_error *err) {
   const char *s = NULL;
   DIT_TRY(dit_json_string_opt(cfg, "model_type", &s, what, err));
-  if (s && strcmp(s, "qwen3") != 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not \"qwen3\"", what, s);
+  if (s && strcmp(s, "qwen3") != 0 && strcmp(s, "qwen3_vl_text") != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not \"qwen3\" (or Qwen3-VL's \"qwen3_vl_text\")",
+                      what, s);
+  if (c->mrope_pairs && c->mrope_pairs != c->head_dim / 2)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_parameters.mrope_section sums to %d, expected head_dim / 2 = %d", what,
+                      c->mrope_pairs, c->head_dim / 2);
   s = "silu";
   DIT_TRY(dit_json_string_opt(cfg, "hidden_act", &s, what, err));
   if (strcmp(s, "silu") != 0)
@@ -124,6 +140,13 @@ static dit_status check_unsupported(const json_t *cfg, const dit_qwen3_config *c
 
 static dit_status parse_config(const json_t *cfg, dit_qwen3_config *c, const char *what, dit_error *err) {
   memset(c, 0, sizeof *c);
+  /* Qwen3-VL (Qwen3VLModel, Qwen3VLForConditionalGeneration): the language model's config is
+   * its text_config; the vision tower is not run (text-only prompts). */
+  const json_t *tc = json_object_get(cfg, "text_config");
+  if (tc && !json_is_null(tc)) {
+    if (!json_is_object(tc)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"text_config\" must be an object", what);
+    cfg = tc;
+  }
   DIT_TRY(get_int(cfg, "hidden_size", 1, 65536, &c->hidden_size, false, what, err));
   DIT_TRY(get_int(cfg, "num_hidden_layers", 1, 1024, &c->num_layers, false, what, err));
   DIT_TRY(get_int(cfg, "num_attention_heads", 1, 1024, &c->num_heads, false, what, err));
@@ -194,8 +217,12 @@ static void build_table(dit_qwen3 *m, dit_wtable *t) {
   }
 }
 
-/* Qwen3ForCausalLM stores "model.layers..." (+ lm_head), Qwen3Model bare "layers...". */
+/* Qwen3ForCausalLM stores "model.layers..." (+ lm_head), Qwen3Model bare "layers...";
+ * Qwen3-VL's language model is "language_model." (Qwen3VLModel) or "model.language_model."
+ * (Qwen3VLForConditionalGeneration), beside its vision tower. */
 static const char *detect_prefix(const dit_weights *w) {
+  if (dit_weights_find(w, "model.language_model.embed_tokens.weight")) return "model.language_model.";
+  if (dit_weights_find(w, "language_model.embed_tokens.weight")) return "language_model.";
   if (dit_weights_find(w, "model.embed_tokens.weight")) return "model.";
   if (dit_weights_find(w, "embed_tokens.weight")) return "";
   for (size_t i = 0; i < w->n_tensors; i++)
@@ -256,11 +283,12 @@ static dit_status bind_weights(dit_qwen3 *m, const char *dir, dit_error *err) {
   dit_wtable t;
   dit_wtable_init(&t);
   build_table(m, &t);
-  static const char *const ignore[] = {"lm_head.", NULL};
+  static const char *const ignore[] = {"lm_head.", "visual.", "model.visual.", NULL};
   const char *prefix = detect_prefix(m->weights);
   dit_status s = dit_wtable_bind(&t, m->weights, prefix, ignore, err);
   if (s != DIT_OK) {
-    dit_error_prefix(err, "%s (Qwen3, names %s)", dir, *prefix ? "\"model.\"-prefixed" : "without prefix");
+    dit_error_prefix(err, "%s (Qwen3, names %s%s%s)", dir, *prefix ? "prefixed \"" : "without prefix", prefix,
+                     *prefix ? "\"" : "");
   } else {
     s = dit_wtable_check_weights(&t, false, true, err);
     if (s != DIT_OK) dit_error_prefix(err, "%s (Qwen3)", dir);

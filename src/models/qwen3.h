@@ -1,5 +1,5 @@
-/* Qwen3 text encoder: the Qwen3 decoder LLM (Qwen3Model / Qwen3ForCausalLM checkpoints)
- * run as an encoder. The DiT pipelines (Z-Image, FLUX.2 klein) take hidden states of
+/* Qwen3 text encoder: the Qwen3 decoder LLM (Qwen3Model / Qwen3ForCausalLM checkpoints, and
+ * the language model of Qwen3-VL's, for text-only input) run as an encoder. The DiT pipelines (Z-Image, FLUX.2 klein) take hidden states of
  * chosen layers as caption features, so the API returns those and never the logits.
  *
  * hidden_states indexing follows transformers' output_hidden_states: index 0 is the
@@ -29,6 +29,9 @@ typedef struct dit_qwen3_config {
   double rope_theta;           /* "default" RoPE base */
   bool attention_bias;         /* q/k/v/o projections carry a bias */
   dit_dtype rope_freq_dtype;   /* precision of RoPE inv_freq: DIT_F32 unless set (see below) */
+  int mrope_pairs;             /* Qwen3-VL: the rotary pairs its mrope_section splits among (t, h, w)
+                                  (= head_dim / 2); 0 for Qwen3. Text-only positions are equal on
+                                  every axis, so this RoPE is then the plain one */
 } dit_qwen3_config;
 
 typedef struct dit_qwen3 dit_qwen3;
@@ -76,5 +79,6 @@ dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *
  * indices (nothing is written to out then). */
 dit_status dit_qwen3_encode(dit_qwen3 *m, int B, int S, const int32_t *ids, const uint8_t *mask, int n_layers,
                             const int *layers, float *const *out, dit_error *err);
+
 
 #endif

@@ -9,6 +9,8 @@
 #include "text/chat.h"
 
 #define KLEIN_N_LAYERS 3
+#define KREA2_PREFIX_TOKENS 34 /* the pipeline's prompt_template_encode_start_idx: the system turn */
+#define KREA2_SUFFIX_TOKENS 5  /* prompt_template_encode_num_suffix_tokens */
 
 /* Chat-templated ids of prompt, truncated to max_len (the pipelines' truncation=True
  * keeps the first ids). *ids malloc'd, *n >= 1 on success. */
@@ -38,17 +40,17 @@ static dit_status prompt_ids(const dit_tokenizer *tok, dit_chat_style style, con
 
 /* Runs te on one sequence of S ids (mask may be NULL) and downloads the requested
  * hidden states into host[j] ([S * hidden] floats each). */
-static dit_status encode_to_host(dit_qwen3 *te, int S, const int32_t *ids, const uint8_t *mask, int n_layers,
-                                 const int *layers, float *const *host, dit_error *err) {
+static dit_status encode_to_host(dit_qwen3 *te, int S, const int32_t *ids, const uint8_t *mask, int n_layers, const int *layers, float *const *host, dit_error *err) {
   dit_backend *be = dit_qwen3_backend(te);
   size_t bytes = (size_t)S * (size_t)dit_qwen3_get_config(te)->hidden_size * sizeof(float);
-  void *dev[KLEIN_N_LAYERS] = {0};
-  dit_status s = DIT_OK;
+  void **dev = calloc((size_t)(n_layers > 0 ? n_layers : 1), sizeof *dev);
+  dit_status s = dev ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
   for (int j = 0; j < n_layers && s == DIT_OK; j++) s = be->ops->alloc(be, bytes, &dev[j], err);
   if (s == DIT_OK) s = dit_qwen3_encode(te, 1, S, ids, mask, n_layers, layers, (float *const *)dev, err);
   for (int j = 0; j < n_layers && s == DIT_OK; j++) s = be->ops->download(be, host[j], dev[j], bytes, err);
-  for (int j = 0; j < n_layers; j++)
+  for (int j = 0; dev && j < n_layers; j++)
     if (dev[j]) be->ops->free(be, dev[j]);
+  free(dev);
   return s;
 }
 
@@ -129,4 +131,76 @@ dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok
   free(mask);
   free(hs);
   DIT_HAND_OVER(s, out, embeds, free);
+}
+
+/* Tokens of text (its whole encoding; *n may be 0). */
+static dit_status tokens_of(const dit_tokenizer *tok, const char *text, int32_t **ids, size_t *n, dit_error *err) {
+  dit_status s = dit_tok_encode(tok, text, strlen(text), ids, n, err);
+  if (s != DIT_OK) dit_error_prefix(err, "prompt");
+  return s;
+}
+
+dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                   const int *taps, int n_taps, float **embeds, uint8_t **mask_out, dit_error *err) {
+  *embeds = NULL;
+  *mask_out = NULL;
+  if (!te || !tok || !taps || n_taps < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL text encoder, tokenizer or taps");
+  if (max_len < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: max_sequence_length %d must be >= 1", max_len);
+  const char *head = NULL, *tail = NULL;
+  DIT_TRY(dit_chat_parts(DIT_CHAT_KREA2, &head, &tail, err));
+  char *text = malloc(strlen(head) + (prompt ? strlen(prompt) : 0) + 1);
+  if (!text) return dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
+  strcpy(text, head);
+  if (prompt) strcat(text, prompt);
+  int32_t *front = NULL, *back = NULL, *ids = NULL;
+  size_t nf = 0, nb = 0;
+  float *hs = NULL, *out = NULL;
+  uint8_t *mask = NULL;
+  const size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size, L = (size_t)max_len;
+  dit_status s = tokens_of(tok, text, &front, &nf, err);
+  if (s == DIT_OK) s = tokens_of(tok, tail, &back, &nb, err);
+  const size_t block = L + KREA2_PREFIX_TOKENS - KREA2_SUFFIX_TOKENS; /* head + prompt, padded to it */
+  if (s == DIT_OK && (nb != KREA2_SUFFIX_TOKENS || nf < KREA2_PREFIX_TOKENS))
+    s = dit_errorf(err, DIT_ERR_FORMAT, "prompt: the tokenizer gives Krea 2's template %zu + %zu tokens, expected %d + %d",
+                   nf, nb, KREA2_PREFIX_TOKENS, KREA2_SUFFIX_TOKENS);
+  /* Only the real tokens run, at positions 0..S-1: the padding between prompt and tail is
+   * masked out of every key, so it changes none of them, and the pipeline's position_ids
+   * (cumsum(mask) - 1) give the tail the positions that follow the prompt's. The padded
+   * rows' features are left 0: nothing reads them (the transformer masks them too). */
+  const size_t n = nf < block ? nf : block, S = n + nb;
+  if (s == DIT_OK) {
+    ids = malloc(S * sizeof *ids);
+    hs = malloc((size_t)n_taps * S * H * sizeof *hs), out = calloc(L * (size_t)n_taps * H, sizeof *out);
+    mask = calloc(L, 1);
+    if (!ids || !hs || !out || !mask) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
+  }
+  if (s == DIT_OK) {
+    for (size_t i = 0; i < S; i++) {
+      ids[i] = i < n ? front[i] : back[i - n];
+    }
+    float **host = malloc((size_t)n_taps * sizeof *host);
+    if (!host) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
+    for (int j = 0; host && j < n_taps; j++) host[j] = hs + (size_t)j * S * H;
+    if (s == DIT_OK) s = encode_to_host(te, (int)S, ids, NULL, n_taps, taps, host, err);
+    free(host);
+    if (s != DIT_OK) dit_error_prefix(err, "Krea 2 prompt encoding");
+  }
+  if (s == DIT_OK) s = check_finite(hs, (size_t)n_taps * S, H, "Krea 2 prompt", err);
+  if (s == DIT_OK) { /* [taps, S, H] -> [L, taps, H] after the prefix, the tail at the block's end */
+    for (size_t i = KREA2_PREFIX_TOKENS; i < S; i++) {
+      const size_t row = i < n ? i - KREA2_PREFIX_TOKENS : L - (S - i);
+      mask[row] = 1;
+      for (int j = 0; j < n_taps; j++)
+        memcpy(out + (row * (size_t)n_taps + (size_t)j) * H, hs + ((size_t)j * S + i) * H, H * sizeof *out);
+    }
+  }
+  free(text), free(front), free(back), free(ids), free(hs);
+  if (s != DIT_OK) {
+    free(out), free(mask);
+    return s;
+  }
+  *embeds = out;
+  *mask_out = mask;
+  return DIT_OK;
 }

@@ -29,4 +29,13 @@ dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, con
 dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                          float **embeds, dit_error *err);
 
+/* Krea2Pipeline.get_text_hidden_states for one prompt (NULL = ""): its template (text/chat.h,
+ * DIT_CHAT_KREA2) as a block of max_len + 29 tokens (system turn + prompt, truncated or padded)
+ * then the 5 tail tokens; the hidden states taps[0..n_taps) of the text encoder (Qwen3-VL's
+ * language model) after the 34 system tokens. *embeds: malloc'd host F32 [max_len, n_taps,
+ * hidden], *mask: malloc'd [max_len] (1 = prompt or tail token); rows of padding hold 0 (the
+ * pipeline's hold the encoder's output there, which no later step reads). Free both. */
+dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                   const int *taps, int n_taps, float **embeds, uint8_t **mask, dit_error *err);
+
 #endif

@@ -1,0 +1,79 @@
+/* Krea 2's transformer (diffusers Krea2Transformer2DModel): config from config.json, weights
+ * bound by checkpoint name, and the forward as two calls, because its text path does not
+ * depend on the timestep:
+ *   dit_krea2_encode_text: Krea2TextFusion (layerwise blocks attending across the tapped
+ *     text-encoder layers of each token, a linear projector over that axis, refiner blocks
+ *     over the tokens) and txt_in (RMSNorm, linear, tanh-GELU, linear), once per prompt;
+ *   dit_krea2_forward: the single-stream blocks over [text, image] with the shared time
+ *     modulation plus each block's table, and the final layer, once per step.
+ * Diffusers runs both every step; the results are the same. Attention is grouped-query
+ * without repeating K/V heads, the text padding is a key mask (no [L, L] tensor), norms are
+ * Krea2RMSNorm (scale 1 + weight), the attention output is gated by sigmoid(to_gate(x)), RoPE
+ * is FluxPosEmbed over (t, h, w) position ids. */
+#ifndef DIT_MODELS_KREA2_H
+#define DIT_MODELS_KREA2_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+#define DIT_KREA2_N_AXES 3 /* RoPE axes (t, h, w) */
+
+typedef struct dit_krea2_config {
+  /* read from config.json (diffusers' names in the comments) */
+  int in_channels;      /* in_channels: packed latent channels (16 x 2 x 2) */
+  int n_layers;         /* num_layers */
+  int head_dim;         /* attention_head_dim */
+  int n_heads;          /* num_attention_heads */
+  int n_kv_heads;       /* num_key_value_heads (divides n_heads) */
+  int ffn_dim;          /* intermediate_size */
+  int t_embed_dim;      /* timestep_embed_dim (even) */
+  int text_dim;         /* text_hidden_dim */
+  int n_taps;           /* num_text_layers: tapped text-encoder states per token */
+  int text_heads;       /* text_num_attention_heads (divides text_dim) */
+  int text_kv_heads;    /* text_num_key_value_heads */
+  int text_ffn_dim;     /* text_intermediate_size */
+  int n_layerwise;      /* num_layerwise_text_blocks */
+  int n_refiner;        /* num_refiner_text_blocks */
+  int axes_dims[DIT_KREA2_N_AXES]; /* axes_dims_rope: each even, sum = head_dim */
+  double rope_theta;
+  float eps;            /* norm_eps */
+  /* derived */
+  int dim;              /* n_heads * head_dim */
+  int text_head_dim;    /* text_dim / text_heads */
+} dit_krea2_config;
+
+typedef struct dit_krea2 dit_krea2;
+
+/* Loads component_dir/config.json and its weights (stored dtype, mapped on the CPU). Errors
+ * name the field or tensor; heads not divisible by KV heads and a missing text-fusion layer
+ * are among them. On failure *out is NULL. */
+dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 **out, dit_error *err);
+/* The same from a weights path (folder or one file: diffusers' names, or with ComfyUI's
+ * "model.diffusion_model." before them) and a config.json path. */
+dit_status dit_krea2_load_from(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
+                               dit_error *err);
+void dit_krea2_free(dit_krea2 *m);
+const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m);
+/* Bytes of the weights held in backend memory (0 when they stay in mapped files). */
+size_t dit_krea2_weight_bytes(const dit_krea2 *m);
+
+/* Text conditioning of B prompts of L tokens: enc [B, L, n_taps, text_dim] F32 (the tapped
+ * hidden states, backend memory), mask host [B * L] (1 = real token) or NULL for all real.
+ * fused [B, L, text_dim] F32 (Krea2TextFusion's output) may be NULL; txt [B, L, dim] F32 is
+ * what dit_krea2_forward takes. */
+dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint8_t *mask, dit_tensor *fused,
+                                 dit_tensor *txt, dit_error *err);
+
+/* One step: x [B, Si, in_channels] F32 packed latents, txt [B, L, dim] F32 from
+ * dit_krea2_encode_text with the same mask (host [B * L] or NULL), t host [B] (the
+ * pipeline's timestep / 1000), pos host [(L + Si) * 3] (t, h, w) ids of [text, image], shared
+ * by the batch; out [B, Si, in_channels] F32. Tensors live in the backend's memory; the
+ * activations in one buffer the model keeps and grows (one call at a time per model).
+ * DIT_ERR_INVALID_ARG (nothing computed) for bad shapes or non-finite t / ids. */
+dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor *txt, const uint8_t *mask,
+                             const float *t, const float *pos, dit_tensor *out, dit_error *err);
+
+#endif

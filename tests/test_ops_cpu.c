@@ -29,6 +29,7 @@ static double act_ref(double v, dit_act a) {
     case DIT_ACT_SILU: return v / (1 + exp(-v));
     case DIT_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case DIT_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case DIT_ACT_SIGMOID: return 1 / (1 + exp(-v));
     default: return v;
   }
 }
@@ -43,7 +44,7 @@ static void test_linear(dit_backend *be) {
     int64_t L = shapes[s][0], M = shapes[s][1], K = shapes[s][2], N = shapes[s][3];
     for (int ti = 0; ti < 3; ti++) {
       dit_dtype wt = wtypes[ti];
-      dit_act act = (dit_act)((s + ti) % 4);
+      dit_act act = (dit_act)((s + ti) % 5);
       bool with_b = (s + ti) % 2 == 0;
       float *x = rnd((size_t)(L * M * K), 11 + s), *w = rnd((size_t)(N * K), 12 + s), *b = rnd((size_t)N, 13 + s);
       void *wq = as_dtype(w, (size_t)(N * K), wt), *bq = as_dtype(b, (size_t)N, wt);
@@ -148,6 +149,27 @@ static void test_norms(dit_backend *be) {
   }
   dit_error err = {0};
   CHECK(dit_op_group_norm(be, &ty, &tx, 4, &tw, &tb, 1e-5f, false, &err) == DIT_ERR_INVALID_ARG);
+  /* channel RMS norm: per pixel over C, F.normalize * sqrt(C) * w, with and without SiLU; one
+   * all-zero pixel (F.normalize's floor: it stays 0) */
+  for (int64_t c = 0; c < C; c++) x[(1 * C + c) * HW + 7] = 0;
+  for (int silu = 0; silu < 2; silu++) {
+    for (int64_t bi = 0; bi < B; bi++)
+      for (int64_t p = 0; p < HW; p++) {
+        double ss = 0;
+        for (int64_t c = 0; c < C; c++) ss += (double)x[(bi * C + c) * HW + p] * x[(bi * C + c) * HW + p];
+        const double nrm = fmax(sqrt(ss), 1e-12);
+        for (int64_t c = 0; c < C; c++) {
+          double o = x[(bi * C + c) * HW + p] / nrm * sqrt((double)C) * w[c];
+          ref[(bi * C + c) * HW + p] = (float)(silu ? act_ref(o, DIT_ACT_SILU) : o);
+        }
+      }
+    dit_status st = dit_op_channel_rms_norm(be, &ty, &tx, &tw, silu, &err);
+    CHECK_MSG(st == DIT_OK && dt_rel_err(y, ref, (size_t)n) < TOL, "channel_rms_norm silu=%d: %g", silu,
+              dt_rel_err(y, ref, (size_t)n));
+    CHECK(y[(1 * C + 2) * HW + 7] == 0.0f);
+  }
+  dit_tensor wbad = dit_tensor_1d(DIT_BF16, wq, C - 1);
+  CHECK(dit_op_channel_rms_norm(be, &ty, &tx, &wbad, false, &err) == DIT_ERR_INVALID_ARG);
   free(x), free(w), free(b), free(wq), free(bq), free(y), free(ref);
 }
 
@@ -274,7 +296,7 @@ static void test_elementwise(dit_backend *be) {
   dit_tensor ty = dit_tensor_3d(DIT_F32, y, B, S, D);
   dit_tensor tp = dit_tensor_2d(DIT_F32, p, B, D), tq = dit_tensor_2d(DIT_F32, q, B, D);
   dit_error err = {0};
-  for (int act = 0; act < 4; act++) {
+  for (int act = 0; act <= DIT_ACT_SIGMOID; act++) {
     for (int64_t i = 0; i < n; i++) ref[i] = (float)act_ref(a[i], (dit_act)act);
     CHECK_MSG(dit_op_activation(be, &ty, &ta, (dit_act)act, &err) == DIT_OK && dt_rel_err(y, ref, (size_t)n) < TOL,
               "activation %d: %g", act, dt_rel_err(y, ref, (size_t)n));

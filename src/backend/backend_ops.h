@@ -34,6 +34,10 @@
   X(group_norm, (dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w, const dit_tensor *b,         \
     float eps, bool silu, dit_error *err),                                                                         \
     (y, x, groups, w, b, eps, silu, err))                                                                          \
+  /* x [B,C,H,W]: per pixel over the C channels, y = x / max(||x||_2, 1e-12) * sqrt(C) * w[c] (w [C] or NULL),     \
+   * then SiLU if silu: torch's F.normalize over dim 1, the Wan / Qwen-Image VAE's RMS_norm. y may alias x. */     \
+  X(channel_rms_norm, (dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu, dit_error *err),        \
+    (y, x, w, silu, err))                                                                                          \
   /* Scaled dot-product attention. q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (Hq % Hkv == 0, GQA),                       \
    * out [B,Sq,Hq,D]; each of q, k, v, out may be strided [B,S,H,D] (e.g. column slices of a                       \
    * fused QKV projection). key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks                       \

@@ -674,6 +674,18 @@ static void t_group_norm(env *e, int64_t B, int64_t C, int64_t H, int64_t W, int
   drop(e, &x), drop(e, &w), drop(e, &b);
 }
 
+static void t_channel_rms_norm(env *e, int64_t B, int64_t C, int64_t H, int64_t W, dit_dtype dt, bool silu) {
+  int64_t xs[4] = {B, C, H, W}, cs[1] = {C};
+  pair x = act(e, dt, 4, xs, true), w = wgt(e, DIT_F32, 1, cs, 1.0f), y = act(e, dt, 4, xs, false);
+  char name[160];
+  snprintf(name, sizeof name, "channel_rms_norm [%lld,%lld,%lld,%lld] %s%s", (long long)B, (long long)C,
+           (long long)H, (long long)W, dn(dt), silu ? " silu" : "");
+  OK(dit_op_channel_rms_norm(e->gpu, &y.g, &x.g, &w.g, silu, E));
+  OK(dit_op_channel_rms_norm(e->cpu, &y.c, &x.c, &w.c, silu, E));
+  compare(e, name, &y, dt != DIT_F32);
+  drop(e, &y), drop(e, &x), drop(e, &w);
+}
+
 /* ---------------- elementwise ---------------- */
 
 static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt) {
@@ -682,8 +694,8 @@ static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt)
   pair a = act(e, dt, 3, xs, true), b = act(e, dt, 3, xs, true), y = act(e, dt, 3, xs, false);
   pair sc = act(e, dt, 2, vs, true), sh = act(e, dt, 2, vs, true); /* modulation vectors: activations */
   char name[160];
-  const char *an[4] = {"none", "silu", "gelu", "gelu_tanh"};
-  for (int k = 1; k < 4; k++) {
+  const char *an[5] = {"none", "silu", "gelu", "gelu_tanh", "sigmoid"};
+  for (int k = 1; k <= DIT_ACT_SIGMOID; k++) {
     poison(e, &y);
     OK(dit_op_activation(e->cpu, &y.c, &a.c, (dit_act)k, E));
     OK(dit_op_activation(e->gpu, &y.g, &a.g, (dit_act)k, E));
@@ -1282,6 +1294,8 @@ static void small_tests(env *e) {
   t_group_norm(e, 2, 64, 100, 37, 32, DIT_BF16, false, true, 0.0f, false); /* HW % 8 = 4: element path */
   t_group_norm(e, 1, 96, 45, 45, 32, DIT_F32, true, false, 0.0f, false);   /* odd sizes, F32 */
   t_group_norm(e, 2, 64, 96, 96, 32, DIT_F32, false, false, 50.0f, false); /* offset 50 */
+  t_channel_rms_norm(e, 1, 96, 33, 47, DIT_F32, true);
+  t_channel_rms_norm(e, 2, 384, 16, 16, DIT_BF16, false);
   fused_tests(e);
   t_embedding(e, 1000, 64, 37, DIT_BF16, DIT_I32);
   t_embedding(e, 500, 72, 20, DIT_F32, DIT_I64);

@@ -126,3 +126,43 @@ dit_status cpu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, i
   }
   return DIT_OK;
 }
+
+/* Per pixel over the channels (F.normalize(x, dim=1) * sqrt(C) * w): the sums of squares of a
+ * chunk of pixels accumulate channel by channel (unit stride), in double. */
+dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu,
+                                dit_error *err) {
+  enum { CHUNK = 256 };
+  DIT_TRY(cpu_check_act("channel_rms_norm", "x", x, err));
+  DIT_TRY(cpu_check_act("channel_rms_norm", "y", y, err));
+  DIT_TRY(cpu_check_same_shape("channel_rms_norm", "y", y, "x", x, err));
+  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "channel_rms_norm: x must be [B, C, ...]");
+  const int64_t B = x->shape[0], C = x->shape[1];
+  if (w) DIT_TRY(cpu_check_w("channel_rms_norm", "w", w, C, err));
+  const int64_t HW = (B * C) > 0 ? dit_tensor_numel(x) / (B * C) : 0, nchunk = (HW + CHUNK - 1) / CHUNK;
+  const float scale = sqrtf((float)C);
+  const float *xs = x->data;
+  float *ys = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t bc = 0; bc < B * nchunk; bc++) {
+    const int64_t b = bc / nchunk, p0 = (bc % nchunk) * CHUNK, np = HW - p0 < CHUNK ? HW - p0 : CHUNK;
+    const float *xb = xs + b * C * HW + p0;
+    float *yb = ys + b * C * HW + p0;
+    double ss[CHUNK];
+    float inv[CHUNK];
+    for (int64_t p = 0; p < np; p++) ss[p] = 0;
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < np; p++) ss[p] += (double)xb[c * HW + p] * xb[c * HW + p];
+    for (int64_t p = 0; p < np; p++) {
+      const float n = (float)sqrt(ss[p]);
+      inv[p] = n > 1e-12f ? n : 1e-12f;
+    }
+    for (int64_t c = 0; c < C; c++) {
+      const float g = w ? cpu_ld(w->data, w->dtype, c) : 1.0f;
+      for (int64_t p = 0; p < np; p++) {
+        const float v = xb[c * HW + p] / inv[p] * scale * g;
+        yb[c * HW + p] = silu ? v / (1.0f + expf(-v)) : v;
+      }
+    }
+  }
+  return DIT_OK;
+}

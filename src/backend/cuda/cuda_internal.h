@@ -213,6 +213,9 @@ cudaError_t cuk_rms_norm(void *y, const void *x, int dt, int64_t rows, int64_t D
                          float eps, cudaStream_t s);
 cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t rows, int64_t D, const void *w, int wdt,
                            const void *b, int bdt, float eps, cudaStream_t s);
+/* Per-pixel RMS over the channels of x [B, C, HW] (+SiLU): the channel_rms_norm op (k_norm.cu). */
+cudaError_t cuk_channel_rms_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, const void *w,
+                                 int wdt, bool silu, cudaStream_t s);
 /* GroupNorm(+SiLU) of x [B, C, HW] (y may alias x); ws: cuk_group_norm_ws_bytes of device scratch
  * for the per-chunk partial sums and per-group statistics (k_group_norm.cu). */
 size_t cuk_group_norm_ws_bytes(int64_t B, int64_t C, int64_t HW, int G);

@@ -87,6 +87,18 @@ dit_status cu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, in
   return DIT_OK;
 }
 
+dit_status cu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu,
+                               dit_error *err) {
+  const char *op = "cuda channel_rms_norm";
+  DIT_TRY(cu_check_xy(op, x, y, err));
+  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, C, ...]", op);
+  int64_t B = x->shape[0], C = x->shape[1], HW = (B > 0 && C > 0) ? dit_tensor_numel(x) / (B * C) : 0;
+  DIT_TRY(opt_w(op, "w", w, C, err));
+  LAUNCH(op, "kernel", cuk_channel_rms_norm(y->data, x->data, x->dtype, B, C, HW, w ? w->data : NULL,
+                                            w ? w->dtype : 0, silu, st(be)));
+  return DIT_OK;
+}
+
 dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, const dit_tensor *k,
                         const dit_tensor *v, const dit_tensor *key_mask, float scale, bool causal,
                         dit_error *err) {

@@ -75,6 +75,37 @@ extern "C" cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t ro
   return cudaGetLastError();
 }
 
+/* One thread per pixel: the sum of squares over the C channels (coalesced across the
+ * pixels of a warp), then the scaled, gated output. */
+template <typename T>
+__global__ void k_channel_rms_norm(T *y, const T *x, int64_t C, int64_t HW, const void *w, int wdt, float scale,
+                                   bool silu) {
+  const int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (p >= HW) return;
+  const T *xb = x + blockIdx.y * C * HW + p;
+  T *yb = y + blockIdx.y * C * HW + p;
+  float ss = 0.0f;
+  for (int64_t c = 0; c < C; c++) {
+    const float v = cu_ld(xb, c * HW);
+    ss += v * v;
+  }
+  const float n = fmaxf(sqrtf(ss), 1e-12f);
+  for (int64_t c = 0; c < C; c++) {
+    float v = cu_ld(xb, c * HW) / n * scale;
+    if (w) v *= cu_ldw(w, wdt, c);
+    cu_st(yb, c * HW, silu ? v / (1.0f + __expf(-v)) : v);
+  }
+}
+
+extern "C" cudaError_t cuk_channel_rms_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW,
+                                            const void *w, int wdt, bool silu, cudaStream_t s) {
+  if (B <= 0 || C <= 0 || HW <= 0) return cudaSuccess;
+  const dim3 grid((unsigned)((HW + 255) / 256), (unsigned)B);
+  CU_DISPATCH(dt, T, k_channel_rms_norm<T><<<grid, 256, 0, s>>>((T *)y, (const T *)x, C, HW, w, wdt,
+                                                                sqrtf((float)C), silu));
+  return cudaGetLastError();
+}
+
 template <typename T>
 __global__ void k_softmax(T *y, const T *x, int64_t D) {
   __shared__ float sh[32];

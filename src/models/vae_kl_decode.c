@@ -14,65 +14,6 @@
 
 #define MAX_IMAGE_SIDE 65536
 
-/* Upsample2D: nearest 2x, then a 3x3 conv, in bands of input rows so the 4x-sized
- * nearest copy is never alive whole (at 1024x1024 it would be a second 1 GiB buffer).
- * A band of n input rows is taken with one halo row on each side (where the image has
- * one), upsampled, convolved with zero padding, and the 2n rows whose 3x3 window lies
- * inside the band (or on the image border, where zero padding is right) are copied into
- * the output: the result is exactly the whole-image conv. Bands cost (n+2)/n in conv
- * work; n = max(32, h/8) keeps that <= 6%, and a latent of <= 32 rows is one band.
- * On a GPU an upsampled map of up to VAE_GPU_WHOLE_UPSAMPLE bytes is made whole: there the
- * band copies cost more than the memory saved (at 1024x1024, 5.2 of 49 ms with bands, H100). */
-#define VAE_GPU_WHOLE_UPSAMPLE ((size_t)1 << 30)
-static dit_status upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_error *err) {
-  int a = vae_other(x->buf, 0), b = vae_other(x->buf, 1);
-  int64_t c = x->c, h = x->h, w = x->w;
-  int64_t n = h / 8 > 32 ? h / 8 : 32;
-  if (r->dev != DIT_DEV_CPU && (size_t)(c * 4 * h * w) * r->es <= VAE_GPU_WHOLE_UPSAMPLE) n = h;
-  if (n > h) n = h;
-  dit_tensor tx, ty, xin, up, cv;
-  DIT_TRY(vae_view(r, &tx, x->buf, c, h, w, err));
-  DIT_TRY(vae_view(r, &ty, b, ub->cout, 2 * h, 2 * w, err));
-  if (n == h) {
-    DIT_TRY(vae_view(r, &up, a, c, 2 * h, 2 * w, err));
-    if (!r->plan) VAE_STAGE(dit_op_upsample2x(r->be, &up, &tx, err), "upsample2x");
-    VAE_STAGE(vae_conv(r, &ty, &up, &ub->up_w, &ub->up_b, 1, 1, err), "conv");
-  }
-  int64_t nb = n + 2; /* most input rows in one band */
-  size_t o_up = (size_t)(c * nb * w), o_cv = o_up + (size_t)(c * 4 * nb * w);
-  if (n < h) {
-    DIT_TRY(vae_view_at(r, &xin, a, 0, c, nb, w, err));
-    DIT_TRY(vae_view_at(r, &up, a, o_up, c, 2 * nb, 2 * w, err));
-    DIT_TRY(vae_view_at(r, &cv, a, o_cv, ub->cout, 2 * nb, 2 * w, err));
-  }
-  for (int64_t i0 = 0; n < h && i0 < h; i0 += n) {
-    int64_t i1 = i0 + n < h ? i0 + n : h;
-    int64_t lo = i0 > 0 ? i0 - 1 : 0, hi = i1 < h ? i1 + 1 : h, rows = hi - lo;
-    dit_tensor src = vae_act4(r, vae_elp(r, tx.data, lo * w), 1, c, rows, w);
-    src.stride[0] = c * h * w;
-    src.stride[1] = h * w;
-    dit_tensor bin = vae_act4(r, xin.data, 1, c, rows, w);
-    dit_tensor bup = vae_act4(r, up.data, 1, c, 2 * rows, 2 * w);
-    dit_tensor bcv = vae_act4(r, cv.data, 1, ub->cout, 2 * rows, 2 * w);
-    VAE_STAGE(vae_copy(r, &bin, &src, err), "band rows %lld..%lld", (long long)lo, (long long)hi);
-    if (!r->plan) VAE_STAGE(dit_op_upsample2x(r->be, &bup, &bin, err), "upsample2x");
-    VAE_STAGE(vae_conv(r, &bcv, &bup, &ub->up_w, &ub->up_b, 1, 1, err), "conv");
-    /* keep output rows [2 i0, 2 i1): band rows from 2 (i0 - lo) */
-    dit_tensor keep = vae_act4(r, vae_elp(r, bcv.data, 2 * (i0 - lo) * 2 * w), 1, ub->cout, 2 * (i1 - i0), 2 * w);
-    keep.stride[0] = ub->cout * 2 * rows * 2 * w;
-    keep.stride[1] = 2 * rows * 2 * w;
-    dit_tensor dst = vae_act4(r, vae_elp(r, ty.data, 2 * i0 * 2 * w), 1, ub->cout, 2 * (i1 - i0), 2 * w);
-    dst.stride[0] = ub->cout * 4 * h * w;
-    dst.stride[1] = 4 * h * w;
-    VAE_STAGE(vae_copy(r, &dst, &keep, err), "band output");
-  }
-  x->buf = b;
-  x->c = ub->cout;
-  x->h *= 2;
-  x->w *= 2;
-  return DIT_OK;
-}
-
 /* The whole decoder on one latent z [L, h, w] (host, contiguous) into out
  * [out_channels, f*h, f*w] (host, contiguous). Both are NULL while planning. */
 static dit_status decoder_fwd(vae_run *r, const void *model, const float *z, float *out, int h, int w,
@@ -100,7 +41,7 @@ static dit_status decoder_fwd(vae_run *r, const void *model, const float *z, flo
     const vae_up_block *ub = &m->up[i];
     for (int k = 0; k < ub->n_resnets; k++)
       VAE_STAGE(vae_resnet_fwd(r, &ub->resnets[k], groups, &x, err), "decoder.up_blocks.%d.resnets.%d", i, k);
-    if (ub->upsample) VAE_STAGE(upsample_fwd(r, ub, &x, err), "decoder.up_blocks.%d.upsamplers.0", i);
+    if (ub->upsample) VAE_STAGE(vae_upsample_fwd(r, ub, &x, err), "decoder.up_blocks.%d.upsamplers.0", i);
   }
   DIT_TRY(vae_view(r, &tx, x.buf, x.c, x.h, x.w, err));
   VAE_STAGE(vae_gnorm(r, &tx, &tx, groups, &m->norm_out_w, &m->norm_out_b, true, err), "decoder.conv_norm_out");

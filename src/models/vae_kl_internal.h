@@ -197,6 +197,10 @@ dit_status vae_zeros(vae_run *r, dit_tensor *t, int64_t c, int64_t rows, int64_t
 /* The ops (skipped while planning; conv and linear count FLOPs). */
 dit_status vae_conv(vae_run *r, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, const dit_tensor *b,
                     int stride, int pad, dit_error *err);
+/* The blocks' norm: GroupNorm of `groups` (eps DIT_VAE_KL_EPS, affine w, b), or with groups =
+ * VAE_CHANNEL_RMS the Qwen-Image VAE's RMS_norm over the channels of each pixel (scale w; b
+ * unused); SiLU after it when silu. */
+#define VAE_CHANNEL_RMS 0
 dit_status vae_gnorm(vae_run *r, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
                      const dit_tensor *b, bool silu, dit_error *err);
 dit_status vae_add(vae_run *r, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err);
@@ -205,6 +209,9 @@ dit_status vae_copy(vae_run *r, dit_tensor *dst, const dit_tensor *src, dit_erro
 /* ResnetBlock2D (the output replaces *x) and the mid block's attention. */
 dit_status vae_resnet_fwd(vae_run *r, const vae_resnet *rn, int groups, vact *x, dit_error *err);
 dit_status vae_attn_fwd(vae_run *r, const vae_attn *at, int groups, vact *x, dit_error *err);
+/* Upsample2D (and the Qwen-Image VAE's spatial resample): nearest 2x then the 3x3 conv up_w
+ * (its output channels up_w.shape[0]); the output replaces *x. */
+dit_status vae_upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_error *err);
 /* mid_block: resnet, attention (when at is not NULL), resnet. */
 dit_status vae_mid_fwd(vae_run *r, const vae_resnet res[2], const vae_attn *at, int groups, vact *x,
                        const char *half, dit_error *err);

@@ -104,7 +104,9 @@ dit_status vae_conv(vae_run *r, dit_tensor *y, const dit_tensor *x, const dit_te
 
 dit_status vae_gnorm(vae_run *r, dit_tensor *y, const dit_tensor *x, int groups, const dit_tensor *w,
                      const dit_tensor *b, bool silu, dit_error *err) {
-  return r->plan ? DIT_OK : dit_op_group_norm(r->be, y, x, groups, w, b, DIT_VAE_KL_EPS, silu, err);
+  if (r->plan) return DIT_OK;
+  if (groups == VAE_CHANNEL_RMS) return dit_op_channel_rms_norm(r->be, y, x, w, silu, err);
+  return dit_op_group_norm(r->be, y, x, groups, w, b, DIT_VAE_KL_EPS, silu, err);
 }
 
 dit_status vae_add(vae_run *r, dit_tensor *y, const dit_tensor *a, const dit_tensor *b, dit_error *err) {
@@ -198,6 +200,65 @@ dit_status vae_attn_fwd(vae_run *r, const vae_attn *at, int groups, vact *x, dit
   VAE_STAGE(vae_copy(r, &dst, &back, err), "from tokens");
   VAE_STAGE(vae_add(r, &tn, &tn, &tx, err), "residual");
   x->buf = a;
+  return DIT_OK;
+}
+
+/* Upsample2D: nearest 2x, then a 3x3 conv, in bands of input rows so the 4x-sized
+ * nearest copy is never alive whole (at 1024x1024 it would be a second 1 GiB buffer).
+ * A band of n input rows is taken with one halo row on each side (where the image has
+ * one), upsampled, convolved with zero padding, and the 2n rows whose 3x3 window lies
+ * inside the band (or on the image border, where zero padding is right) are copied into
+ * the output: the result is exactly the whole-image conv. Bands cost (n+2)/n in conv
+ * work; n = max(32, h/8) keeps that <= 6%, and a latent of <= 32 rows is one band.
+ * On a GPU an upsampled map of up to VAE_GPU_WHOLE_UPSAMPLE bytes is made whole: there the
+ * band copies cost more than the memory saved (at 1024x1024, 5.2 of 49 ms with bands, H100). */
+#define VAE_GPU_WHOLE_UPSAMPLE ((size_t)1 << 30)
+dit_status vae_upsample_fwd(vae_run *r, const vae_up_block *ub, vact *x, dit_error *err) {
+  int a = vae_other(x->buf, 0), b = vae_other(x->buf, 1);
+  const int64_t c = x->c, h = x->h, w = x->w, co = ub->up_w.shape[0];
+  int64_t n = h / 8 > 32 ? h / 8 : 32;
+  if (r->dev != DIT_DEV_CPU && (size_t)(c * 4 * h * w) * r->es <= VAE_GPU_WHOLE_UPSAMPLE) n = h;
+  if (n > h) n = h;
+  dit_tensor tx, ty, xin, up, cv;
+  DIT_TRY(vae_view(r, &tx, x->buf, c, h, w, err));
+  DIT_TRY(vae_view(r, &ty, b, co, 2 * h, 2 * w, err));
+  if (n == h) {
+    DIT_TRY(vae_view(r, &up, a, c, 2 * h, 2 * w, err));
+    if (!r->plan) VAE_STAGE(dit_op_upsample2x(r->be, &up, &tx, err), "upsample2x");
+    VAE_STAGE(vae_conv(r, &ty, &up, &ub->up_w, &ub->up_b, 1, 1, err), "conv");
+  }
+  int64_t nb = n + 2; /* most input rows in one band */
+  size_t o_up = (size_t)(c * nb * w), o_cv = o_up + (size_t)(c * 4 * nb * w);
+  if (n < h) {
+    DIT_TRY(vae_view_at(r, &xin, a, 0, c, nb, w, err));
+    DIT_TRY(vae_view_at(r, &up, a, o_up, c, 2 * nb, 2 * w, err));
+    DIT_TRY(vae_view_at(r, &cv, a, o_cv, co, 2 * nb, 2 * w, err));
+  }
+  for (int64_t i0 = 0; n < h && i0 < h; i0 += n) {
+    int64_t i1 = i0 + n < h ? i0 + n : h;
+    int64_t lo = i0 > 0 ? i0 - 1 : 0, hi = i1 < h ? i1 + 1 : h, rows = hi - lo;
+    dit_tensor src = vae_act4(r, vae_elp(r, tx.data, lo * w), 1, c, rows, w);
+    src.stride[0] = c * h * w;
+    src.stride[1] = h * w;
+    dit_tensor bin = vae_act4(r, xin.data, 1, c, rows, w);
+    dit_tensor bup = vae_act4(r, up.data, 1, c, 2 * rows, 2 * w);
+    dit_tensor bcv = vae_act4(r, cv.data, 1, co, 2 * rows, 2 * w);
+    VAE_STAGE(vae_copy(r, &bin, &src, err), "band rows %lld..%lld", (long long)lo, (long long)hi);
+    if (!r->plan) VAE_STAGE(dit_op_upsample2x(r->be, &bup, &bin, err), "upsample2x");
+    VAE_STAGE(vae_conv(r, &bcv, &bup, &ub->up_w, &ub->up_b, 1, 1, err), "conv");
+    /* keep output rows [2 i0, 2 i1): band rows from 2 (i0 - lo) */
+    dit_tensor keep = vae_act4(r, vae_elp(r, bcv.data, 2 * (i0 - lo) * 2 * w), 1, co, 2 * (i1 - i0), 2 * w);
+    keep.stride[0] = co * 2 * rows * 2 * w;
+    keep.stride[1] = 2 * rows * 2 * w;
+    dit_tensor dst = vae_act4(r, vae_elp(r, ty.data, 2 * i0 * 2 * w), 1, co, 2 * (i1 - i0), 2 * w);
+    dst.stride[0] = co * 4 * h * w;
+    dst.stride[1] = 4 * h * w;
+    VAE_STAGE(vae_copy(r, &dst, &keep, err), "band output");
+  }
+  x->buf = b;
+  x->c = (int)co;
+  x->h *= 2;
+  x->w *= 2;
   return DIT_OK;
 }
 

@@ -15,6 +15,7 @@
 #include "fixture.h"
 #include "models/krea2.h"
 #include "models/qwen3.h"
+#include "models/vae_qwen.h"
 #include "pipeline/prompt.h"
 #include "testing.h"
 #include "text/tokenizer.h"
@@ -318,6 +319,31 @@ static void test_text_encoder(const dt_args *a) {
   json_decref(rj);
 }
 
+/* The VAE decoder on the components' latent [1, 16, 1, 4, 6] (one frame) against diffusers'
+ * decode (clamped to [-1, 1]). */
+static void test_vae(const dt_args *a) {
+  char dir[1024], comp[1200];
+  dt_path(dir, sizeof dir, a->data, "models/krea2-raw-tiny/vae");
+  dit_vae_qwen *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_vae_qwen_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
+  dt_path(comp, sizeof comp, a->data, "models/krea2-raw-tiny/components.safetensors");
+  float *z = ref_f32(comp, "vae_z", 16 * 4 * 6), *want = ref_f32(comp, "vae_image", 3 * 32 * 48);
+  float *img = calloc(3 * 32 * 48, sizeof *img);
+  if (m && z && want) {
+    const dit_vae_qwen_config *c = dit_vae_qwen_get_config(m);
+    CHECK(c->z_dim == 16 && c->n_levels == 4 && c->base_dim == 8);
+    dit_tensor tz = dit_tensor_make(DIT_F32, z, 4, (int64_t[]){1, 16, 4, 6});
+    dit_tensor ti = dit_tensor_make(DIT_F32, img, 4, (int64_t[]){1, 3, 32, 48});
+    CHECK_MSG(dit_vae_qwen_decode(m, &tz, &ti, 0, &e) == DIT_OK, "%s", e.msg);
+    check_close("VAE decode 4x6 -> 32x48", img, want, 3 * 32 * 48);
+    dit_tensor bad = dit_tensor_make(DIT_F32, z, 4, (int64_t[]){1, 8, 4, 12});
+    CHECK(dit_vae_qwen_decode(m, &bad, &ti, 0, &e) == DIT_ERR_INVALID_ARG);
+  }
+  free(z), free(want), free(img);
+  dit_vae_qwen_free(m);
+}
+
 /* Config errors the family must name: heads not divisible by KV heads; a missing text-fusion
  * block's weights. */
 static void test_bad_inputs(const dt_args *a) {
@@ -347,7 +373,7 @@ static void test_bad_inputs(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_raw,       test_turbo,       test_transformer, test_steps_raw,
-                                                   test_steps_turbo, test_text_encoder, test_bad_inputs};
+                                                   test_steps_turbo, test_text_encoder, test_vae, test_bad_inputs};
   dit_error err = {0};
   if (dit_backend_cpu_create(2, &g_be, &err) != DIT_OK) {
     fprintf(stderr, "cpu backend: %s\n", err.msg);

@@ -177,7 +177,7 @@ typedef struct f1_state {
 /* prepare_latents: randn(1, 16, 2 lh, 2 lw) on the torch CPU generator, _pack_latents to
  * [lh*lw, 64] (channel-major within each 2x2 patch), ids (0, y, x); text ids all 0. */
 static dit_status init_latents(f1_state *L, uint64_t seed, dit_error *err) {
-  const int h = 2 * L->lh, w = 2 * L->lw, Cl = L->C / 4;
+  const int Cl = L->C / 4;
   float *noise = malloc(L->n * sizeof(float));
   L->latents = malloc(L->n * sizeof(float));
   L->pred = malloc(L->n * sizeof(float));
@@ -190,31 +190,15 @@ static dit_status init_latents(f1_state *L, uint64_t seed, dit_error *err) {
   dit_torch_rng g;
   dit_torch_rng_seed(&g, seed);
   dit_torch_randn(&g, noise, L->n);
+  dit_pack_latents_2x2(noise, Cl, L->lh, L->lw, L->latents);
   for (int y = 0; y < L->lh; y++)
     for (int x = 0; x < L->lw; x++) {
       const size_t r = (size_t)y * (size_t)L->lw + (size_t)x;
-      for (int c = 0; c < Cl; c++)
-        for (int dy = 0; dy < 2; dy++)
-          for (int dx = 0; dx < 2; dx++)
-            L->latents[r * (size_t)L->C + (size_t)(c * 4 + dy * 2 + dx)] =
-                noise[((size_t)c * h + (size_t)(2 * y + dy)) * (size_t)w + (size_t)(2 * x + dx)];
       L->img_ids[3 * r + 1] = (float)y;
       L->img_ids[3 * r + 2] = (float)x;
     }
   free(noise);
   return DIT_OK;
-}
-
-/* _unpack_latents: tokens [lh*lw, 64] back to [16, 2 lh, 2 lw]. */
-static void unpack_latents(const f1_state *L, float *out) {
-  const int h = 2 * L->lh, w = 2 * L->lw, Cl = L->C / 4;
-  for (int y = 0; y < L->lh; y++)
-    for (int x = 0; x < L->lw; x++)
-      for (int c = 0; c < Cl; c++)
-        for (int dy = 0; dy < 2; dy++)
-          for (int dx = 0; dx < 2; dx++)
-            out[((size_t)c * h + (size_t)(2 * y + dy)) * (size_t)w + (size_t)(2 * x + dx)] =
-                L->latents[((size_t)y * (size_t)L->lw + (size_t)x) * (size_t)L->C + (size_t)(c * 4 + dy * 2 + dx)];
 }
 
 static dit_status denoise_step(void *state, int i, dit_error *err) {
@@ -322,7 +306,7 @@ static dit_status flux1_generate(const dit_model_rt *rt, void *state, const dit_
   t[3] = dit_time_now();
   if (s == DIT_OK && !(z = malloc(L.n * sizeof(float)))) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
   if (s == DIT_OK) {
-    unpack_latents(&L, z);
+    dit_unpack_latents_2x2(L.latents, L.C / 4, L.lh, L.lw, z);
     s = dit_kl_decode_stage(rt, c, z, L.C / 4, 2 * L.lh, 2 * L.lw, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }

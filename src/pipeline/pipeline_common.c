@@ -50,3 +50,23 @@ void dit_fill_stats(dit_gen_stats *st, const double t[5], int steps) {
   st->steps = steps;
   st->peak_rss_bytes = dit_peak_rss_bytes();
 }
+
+void dit_pack_latents_2x2(const float *chw, int C, int lh, int lw, float *tokens) {
+  const size_t h = 2 * (size_t)lh, w = 2 * (size_t)lw, Ct = 4 * (size_t)C;
+  for (size_t y = 0; y < (size_t)lh; y++)
+    for (size_t x = 0; x < (size_t)lw; x++)
+      for (size_t c = 0; c < (size_t)C; c++)
+        for (size_t dy = 0; dy < 2; dy++)
+          for (size_t dx = 0; dx < 2; dx++)
+            tokens[(y * (size_t)lw + x) * Ct + c * 4 + dy * 2 + dx] = chw[(c * h + 2 * y + dy) * w + 2 * x + dx];
+}
+
+void dit_unpack_latents_2x2(const float *tokens, int C, int lh, int lw, float *chw) {
+  const size_t h = 2 * (size_t)lh, w = 2 * (size_t)lw, Ct = 4 * (size_t)C;
+  for (size_t y = 0; y < (size_t)lh; y++)
+    for (size_t x = 0; x < (size_t)lw; x++)
+      for (size_t c = 0; c < (size_t)C; c++)
+        for (size_t dy = 0; dy < 2; dy++)
+          for (size_t dx = 0; dx < 2; dx++)
+            chw[(c * h + 2 * y + dy) * w + 2 * x + dx] = tokens[(y * (size_t)lw + x) * Ct + c * 4 + dy * 2 + dx];
+}

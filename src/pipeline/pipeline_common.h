@@ -20,5 +20,9 @@ dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out
 /* The stage times of one generate from the clock at its start, after the text encoder,
  * after the transformer's load, after the loop and at its end. */
 void dit_fill_stats(dit_gen_stats *st, const double t[5], int steps);
+/* diffusers' _pack_latents with 2 x 2 patches (FluxPipeline, Krea2Pipeline): a latent [C, 2 lh,
+ * 2 lw] as lh * lw tokens of 4 C channels ordered (c, dy, dx); and back. */
+void dit_pack_latents_2x2(const float *chw, int C, int lh, int lw, float *tokens);
+void dit_unpack_latents_2x2(const float *tokens, int C, int lh, int lw, float *chw);
 
 #endif

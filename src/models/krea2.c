@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/dtype.h"
 #include "io/json.h"
@@ -259,21 +260,43 @@ static dit_status rename_comfy(dit_weights *w, dit_error *err) {
   return dit_weights_remap(w, &r, err);
 }
 
-dit_status dit_krea2_load_from(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
-                               dit_error *err) {
+/* config_json NULL: the defaults (the released model's geometry). */
+static dit_status load_with(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
+                            dit_error *err) {
   *out = NULL;
-  if (!be || !weights || !config_json)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no backend, weights or config given");
+  if (!be || !weights) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no backend or weights given");
   dit_krea2 *m = calloc(1, sizeof *m);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
   m->be = be;
   m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16;
   m->mw.rename = rename_comfy;
   dit_act_space_init(&m->as, be);
-  dit_status s = parse_config(config_json, &m->cfg, err);
+  dit_status s = DIT_OK;
+  if (config_json) {
+    s = parse_config(config_json, &m->cfg, err);
+  } else {
+    json_t *empty = json_object();
+    s = empty ? read_fields(empty, &m->cfg, "krea2 defaults", err) : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+    if (s == DIT_OK) s = check_config(&m->cfg, "krea2 defaults", err);
+    json_decref(empty);
+  }
   if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "krea2", weights, build_table, m, true, err);
   if (s == DIT_OK) s = make_norms(m, err);
   DIT_HAND_OVER(s, m, out, dit_krea2_free);
+}
+
+dit_status dit_krea2_load_from(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
+                               dit_error *err) {
+  *out = NULL;
+  if (!config_json) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no config given");
+  return load_with(be, weights, config_json, out, err);
+}
+
+dit_status dit_krea2_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_krea2 **out,
+                               dit_error *err) {
+  struct stat st;
+  if (path && !cfg_json && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dit_krea2_load(be, path, out, err);
+  return load_with(be, path, cfg_json, out, err);
 }
 
 dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 **out, dit_error *err) {

@@ -55,10 +55,19 @@ dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 
  * "model.diffusion_model." before them) and a config.json path. */
 dit_status dit_krea2_load_from(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
                                dit_error *err);
+/* A folder (as dit_krea2_load) or one weights file with cfg_json, or, when cfg_json is NULL,
+ * the released Krea 2 geometry (diffusers' defaults: 28 blocks of 48 heads / 12 KV heads of 128,
+ * 12 taps of a 2560-wide text encoder). */
+dit_status dit_krea2_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_krea2 **out,
+                               dit_error *err);
 void dit_krea2_free(dit_krea2 *m);
 const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m);
 /* Bytes of the weights held in backend memory (0 when they stay in mapped files). */
 size_t dit_krea2_weight_bytes(const dit_krea2 *m);
+
+/* Activation dtype: F32 (the default; the CPU's) or BF16 (GPU backends; the F32 inputs and
+ * outputs of the calls below are converted on the device). */
+dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err);
 
 /* Text conditioning of B prompts of L tokens: enc [B, L, n_taps, text_dim] F32 (the tapped
  * hidden states, backend memory), mask host [B * L] (1 = real token) or NULL for all real.

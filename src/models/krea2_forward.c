@@ -1,6 +1,7 @@
 /* Krea 2 transformer forward (see krea2.h), as a sequence of backend ops that reads like
  * diffusers' Krea2Transformer2DModel: the text path (Krea2TextFusion + txt_in) in
- * dit_krea2_encode_text, the rest per step in dit_krea2_forward. Activations are F32. */
+ * dit_krea2_encode_text, the rest per step in dit_krea2_forward. Activations are F32, or BF16
+ * on a GPU (dit_krea2_set_act_dtype): the F32 inputs and outputs then go through copies. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,7 @@ typedef struct krea2_text_acts {
   void *fused;  /* [B * L, td] when the caller wants none */
   void *tn;     /* [B * L, td] txt_in's norm */
   void *t1;     /* [B * L, D] */
+  void *t2;     /* [B * L, D] txt_in's output before its F32 copy (activations not F32) */
   krea2_scratch s;
 } krea2_text_acts;
 
@@ -134,6 +136,7 @@ static dit_status plan_text(dit_arena *ar, const dit_krea2_config *c, int64_t B,
   DIT_ACT_TAKE(ar, real, o->fused, R * td * es);
   DIT_ACT_TAKE(ar, real, o->tn, R * td * es);
   DIT_ACT_TAKE(ar, real, o->t1, R * (size_t)c->dim * es);
+  if (es != sizeof(float)) DIT_ACT_TAKE(ar, real, o->t2, R * (size_t)c->dim * es);
   const krea2_shape sh = {c->text_heads, c->text_kv_heads, c->text_head_dim, c->text_dim, c->text_ffn_dim};
   return take_scratch(ar, real, es, R * T, &sh, &o->s, err);
 }
@@ -144,7 +147,8 @@ static dit_status check_f32(const dit_krea2 *m, const dit_tensor *t, int nd, con
   for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == shape[i];
   if (!ok) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: %s must be a contiguous F32 tensor of the shape the "
                              "model expects", what);
-  (void)m;
+  if (t->device != m->as.dev)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: %s must be in the model's backend memory", what);
   return DIT_OK;
 }
 
@@ -178,10 +182,11 @@ static dit_status text_ops(dit_krea2 *m, const dit_tensor *enc, const uint8_t *m
   }
   /* txt_in: linear_2(gelu_tanh(linear_1(norm(fused)))) */
   dit_tensor tn = dit_act_2d(as, a->tn, R, td), t1 = dit_act_2d(as, a->t1, R, c->dim);
-  dit_tensor to = as_2d(txt, R, c->dim);
+  dit_tensor to = as_2d(txt, R, c->dim), t2 = a->t2 ? dit_act_2d(as, a->t2, R, c->dim) : to;
   DIT_TRY(dit_op_rms_norm(be, &tn, &fz, &w->txt_norm, c->eps, err));
   DIT_TRY(dit_op_linear(be, &t1, &tn, &w->txt_1_w, &w->txt_1_b, DIT_ACT_GELU_TANH, err));
-  return dit_op_linear(be, &to, &t1, &w->txt_2_w, &w->txt_2_b, DIT_ACT_NONE, err);
+  DIT_TRY(dit_op_linear(be, &t2, &t1, &w->txt_2_w, &w->txt_2_b, DIT_ACT_NONE, err));
+  return a->t2 ? dit_op_copy(be, &to, &t2, err) : DIT_OK;
 }
 
 dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint8_t *mask, dit_tensor *fused,
@@ -220,6 +225,8 @@ typedef struct krea2_acts {
   void *bmod;    /* [6, B, D] one block's modulation (chunks + the block's table) */
   void *x;       /* [B, S, D] residual stream */
   void *fin;     /* [B, Si, D] */
+  void *x_in;    /* [B, Si, C] x in the activation dtype (activations not F32) */
+  void *o_act;   /* [B, Si, C] the output before its F32 copy (likewise) */
   krea2_scratch s;
 } krea2_acts;
 
@@ -248,6 +255,10 @@ static dit_status plan(dit_arena *ar, const dit_krea2_config *c, const krea2_geo
   DIT_ACT_TAKE(ar, real, o->bmod, 6 * B * D * es);
   DIT_ACT_TAKE(ar, real, o->x, R * D * es);
   DIT_ACT_TAKE(ar, real, o->fin, B * (size_t)g->Si * D * es);
+  if (es != sizeof(float)) {
+    DIT_ACT_TAKE(ar, real, o->x_in, B * (size_t)g->Si * (size_t)c->in_channels * es);
+    DIT_ACT_TAKE(ar, real, o->o_act, B * (size_t)g->Si * (size_t)c->in_channels * es);
+  }
   const krea2_shape sh = {c->n_heads, c->n_kv_heads, c->head_dim, c->dim, c->ffn_dim};
   return take_scratch(ar, real, es, R, &sh, &o->s, err);
 }
@@ -330,8 +341,12 @@ static dit_status forward_ops(dit_krea2 *m, const krea2_geom *g, const dit_tenso
   /* [text, image] stream: txt as given, img_in(x) after it */
   dit_tensor xt = view(m, as->adt, a->x, 3, (int64_t[]){B, L, D}, (int64_t[]){S * D, D, 1});
   DIT_TRY(dit_op_copy(be, &xt, txt, err));
-  dit_tensor ie = dit_act_3d(as, a->fin, B, Si, D);
-  DIT_TRY(dit_op_linear(be, &ie, xin, &w->img_in_w, &w->img_in_b, DIT_ACT_NONE, err));
+  dit_tensor ie = dit_act_3d(as, a->fin, B, Si, D), xs = *xin;
+  if (a->x_in) {
+    xs = dit_act_3d(as, a->x_in, B, Si, c->in_channels);
+    DIT_TRY(dit_op_copy(be, &xs, xin, err));
+  }
+  DIT_TRY(dit_op_linear(be, &ie, &xs, &w->img_in_w, &w->img_in_b, DIT_ACT_NONE, err));
   dit_tensor xi = view(m, as->adt, dit_act_el(as, a->x, L * D), 3, (int64_t[]){B, Si, D}, (int64_t[]){S * D, D, 1});
   DIT_TRY(dit_op_copy(be, &xi, &ie, err));
   for (int i = 0; i < c->n_layers; i++) {
@@ -348,7 +363,10 @@ static dit_status forward_ops(dit_krea2 *m, const krea2_geom *g, const dit_tenso
   dit_tensor ie2 = dit_act_2d(as, a->fin, B * Si, D);
   DIT_TRY(dit_op_rms_norm(be, &ie2, &ie2, &w->final_norm, c->eps, err));
   DIT_TRY(dit_op_modulate(be, &ie, &ie, &sc, &sf, err));
-  return dit_op_linear(be, out, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err);
+  if (!a->o_act) return dit_op_linear(be, out, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err);
+  dit_tensor oa = dit_act_3d(as, a->o_act, B, Si, c->in_channels);
+  DIT_TRY(dit_op_linear(be, &oa, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err));
+  return dit_op_copy(be, out, &oa, err);
 }
 
 dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor *txt, const uint8_t *mask,
@@ -394,4 +412,10 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
   DIT_TRY(m->be->ops->upload(m->be, a.tab, h, host_bytes, err));
   DIT_TRY(forward_ops(m, &g, x, txt, masked, out, &a, err));
   return m->be->ops->sync(m->be, err);
+}
+
+dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no model");
+  bool changed = false;
+  return dit_act_space_set_dtype(&m->as, m->be, dt, "krea2", &changed, err);
 }

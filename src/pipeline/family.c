@@ -11,7 +11,8 @@
 #define DIT_FAMILIES(X) \
   X(zimage)             \
   X(flux2_klein)        \
-  X(flux1)
+  X(flux1)              \
+  X(krea2)
 
 #define DIT_FAMILY_DECLARE(n) extern const dit_family dit_family_##n;
 #define DIT_FAMILY_REF(n) &dit_family_##n,

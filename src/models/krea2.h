@@ -7,7 +7,10 @@
  *   dit_krea2_forward: the single-stream blocks over [text, image] with the shared time
  *     modulation plus each block's table, and the final layer, once per step.
  * Diffusers runs both every step; the results are the same. Attention is grouped-query
- * without repeating K/V heads, the text padding is a key mask (no [L, L] tensor), norms are
+ * without repeating K/V heads; the text padding is a key mask (no [L, L] tensor), and the
+ * tokens run in the order [image, real text, padded text] (attention does not depend on the
+ * order of its keys; RoPE rows travel with their tokens), so that every key mask is a prefix of
+ * valid keys, which fused attention kernels take (cuDNN's padding mask). Norms are
  * Krea2RMSNorm (scale 1 + weight), the attention output is gated by sigmoid(to_gate(x)), RoPE
  * is FluxPosEmbed over (t, h, w) position ids. */
 #ifndef DIT_MODELS_KREA2_H
@@ -62,8 +65,16 @@ dit_status dit_krea2_load_file(dit_backend *be, const char *path, const char *cf
                                dit_error *err);
 void dit_krea2_free(dit_krea2 *m);
 const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m);
-/* Bytes of the weights held in backend memory (0 when they stay in mapped files). */
+/* Bytes of the weights held in backend memory (0 when they stay in mapped files), and their
+ * parameters. */
 size_t dit_krea2_weight_bytes(const dit_krea2 *m);
+uint64_t dit_krea2_weight_params(const dit_krea2 *m);
+/* The released model's config (diffusers' defaults), derived fields filled. */
+void dit_krea2_config_default(dit_krea2_config *c);
+/* A model of config c with deterministic random weights of dtype wdt in one backend block
+ * (benchmarks at the real geometry without checkpoint files). */
+dit_status dit_krea2_create_random(dit_backend *be, const dit_krea2_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_krea2 **out, dit_error *err);
 
 /* Activation dtype: F32 (the default; the CPU's) or BF16 (GPU backends; the F32 inputs and
  * outputs of the calls below are converted on the device). */

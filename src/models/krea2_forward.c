@@ -121,7 +121,7 @@ typedef struct krea2_text_acts {
   void *fused;  /* [B * L, td] when the caller wants none */
   void *tn;     /* [B * L, td] txt_in's norm */
   void *t1;     /* [B * L, D] */
-  void *t2;     /* [B * L, D] txt_in's output before its F32 copy (activations not F32) */
+  void *t2;     /* [B * L, D] txt_in's output in the model's order */
   krea2_scratch s;
 } krea2_text_acts;
 
@@ -136,7 +136,7 @@ static dit_status plan_text(dit_arena *ar, const dit_krea2_config *c, int64_t B,
   DIT_ACT_TAKE(ar, real, o->fused, R * td * es);
   DIT_ACT_TAKE(ar, real, o->tn, R * td * es);
   DIT_ACT_TAKE(ar, real, o->t1, R * (size_t)c->dim * es);
-  if (es != sizeof(float)) DIT_ACT_TAKE(ar, real, o->t2, R * (size_t)c->dim * es);
+  DIT_ACT_TAKE(ar, real, o->t2, R * (size_t)c->dim * es);
   const krea2_shape sh = {c->text_heads, c->text_kv_heads, c->text_head_dim, c->text_dim, c->text_ffn_dim};
   return take_scratch(ar, real, es, R * T, &sh, &o->s, err);
 }
@@ -152,7 +152,71 @@ static dit_status check_f32(const dit_krea2 *m, const dit_tensor *t, int nd, con
   return DIT_OK;
 }
 
-static dit_status text_ops(dit_krea2 *m, const dit_tensor *enc, const uint8_t *mask, dit_tensor *fused,
+/* The order the model runs a text in: each item's real tokens first (in the caller's order),
+ * then its padding. Attention is the same under any order of the keys (the text carries no
+ * position of its own in the fusion, and its RoPE rows travel with it in the blocks), and with
+ * the padding last every key mask is a prefix of valid keys, which fused attention kernels
+ * (cuDNN's padding mask) take. order[b * L + j] is the caller's index of item b's place j;
+ * n_real[b] its real tokens. mask NULL: all real, the identity. */
+typedef struct krea2_order {
+  int64_t *order, *n_real;
+  bool padded; /* some item has padding */
+} krea2_order;
+
+static dit_status order_make(const uint8_t *mask, int64_t B, int64_t L, krea2_order *o, dit_error *err) {
+  o->order = malloc((size_t)(B * L) * sizeof *o->order);
+  o->n_real = malloc((size_t)B * sizeof *o->n_real);
+  o->padded = false;
+  if (!o->order || !o->n_real) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  for (int64_t b = 0; b < B; b++) {
+    int64_t j = 0;
+    for (int pass = 1; pass >= 0; pass--)
+      for (int64_t i = 0; i < L; i++)
+        if ((!mask || mask[b * L + i] != 0) == (pass == 1)) o->order[b * L + j++] = i;
+    o->n_real[b] = 0;
+    for (int64_t i = 0; i < L; i++) o->n_real[b] += !mask || mask[b * L + i] != 0;
+    o->padded |= o->n_real[b] < L;
+  }
+  return DIT_OK;
+}
+
+static void order_free(krea2_order *o) { free(o->order), free(o->n_real); }
+
+/* Moves item rows between the caller's order and the model's: dst row (place j) = src row
+ * order[j] (or, to_caller, dst row order[j] = src row j), for each item b, as one copy per run
+ * of consecutive indices. Rows are `width` elements, items `dst_item` / `src_item` elements
+ * apart (row stride = width). */
+static dit_status order_rows(dit_krea2 *m, const krea2_order *o, int64_t B, int64_t L, int64_t width,
+                             dit_tensor dst, int64_t dst_item, dit_tensor src, int64_t src_item, bool to_caller,
+                             dit_error *err) {
+  const size_t des = dit_dtype_size(dst.dtype), ses = dit_dtype_size(src.dtype);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t *ord = o->order + b * L;
+    for (int64_t j = 0; j < L;) {
+      int64_t n = 1;
+      while (j + n < L && ord[j + n] == ord[j] + n) n++;
+      const int64_t dr = to_caller ? ord[j] : j, sr = to_caller ? j : ord[j];
+      dit_tensor d = dst, s = src;
+      d.data = (char *)dst.data + (size_t)(b * dst_item + dr * width) * des;
+      s.data = (char *)src.data + (size_t)(b * src_item + sr * width) * ses;
+      d.ndim = s.ndim = 2;
+      d.shape[0] = s.shape[0] = n, d.shape[1] = s.shape[1] = width;
+      d.stride[0] = s.stride[0] = width, d.stride[1] = s.stride[1] = 1;
+      DIT_TRY(dit_op_copy(m->be, &d, &s, err));
+      j += n;
+    }
+  }
+  return DIT_OK;
+}
+
+/* A host key mask [B, lead + L]: lead valid keys, then each item's real text tokens, then its
+ * padding (the model's order). */
+static void prefix_mask(const krea2_order *o, int64_t B, int64_t lead, int64_t L, uint8_t *km) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < lead + L; i++) km[b * (lead + L) + i] = i < lead + o->n_real[b];
+}
+
+static dit_status text_ops(dit_krea2 *m, const dit_tensor *enc, const krea2_order *o, dit_tensor *fused,
                            dit_tensor *txt, const krea2_text_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const dit_krea2_config *c = &m->cfg;
@@ -161,10 +225,17 @@ static dit_status text_ops(dit_krea2 *m, const dit_tensor *enc, const uint8_t *m
   const int64_t B = enc->shape[0], L = enc->shape[1], T = c->n_taps, td = c->text_dim, R = B * L;
   const krea2_shape sh = {c->text_heads, c->text_kv_heads, c->text_head_dim, td, c->text_ffn_dim};
   dit_tensor km = dit_act_mk(as, DIT_U8, a->mask, 2, (int64_t[]){B, L});
-  if (mask) DIT_TRY(be->ops->upload(be, a->mask, mask, (size_t)R, err));
+  if (o->padded) {
+    uint8_t *hm = malloc((size_t)R);
+    if (!hm) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+    prefix_mask(o, B, 0, L, hm);
+    dit_status s = be->ops->upload(be, a->mask, hm, (size_t)R, err);
+    free(hm);
+    DIT_TRY(s);
+  }
   /* layerwise blocks: every token's T tapped states attend to each other */
-  dit_tensor h = dit_act_2d(as, a->h, R * T, td), src = as_2d(enc, R * T, td);
-  DIT_TRY(dit_op_copy(be, &h, &src, err));
+  dit_tensor h = dit_act_2d(as, a->h, R, T * td), src = as_2d(enc, R, T * td);
+  DIT_TRY(order_rows(m, o, B, L, T * td, h, L * T * td, src, L * T * td, false, err));
   for (int i = 0; i < c->n_layerwise; i++) DIT_TRY(fusion_block(m, &w->layerwise[i], &sh, R, T, a->h, NULL, &a->s, err));
   /* projector: Linear(T -> 1) over the tap axis */
   dit_tensor hv = view(m, as->adt, a->h, 3, (int64_t[]){R, td, T}, (int64_t[]){T * td, 1, td});
@@ -174,19 +245,16 @@ static dit_status text_ops(dit_krea2 *m, const dit_tensor *enc, const uint8_t *m
   DIT_TRY(dit_op_linear(be, &f1, &pm2, &w->projector, NULL, DIT_ACT_NONE, err));
   /* refiner blocks over the tokens, padding masked out of the keys */
   for (int i = 0; i < c->n_refiner; i++)
-    DIT_TRY(fusion_block(m, &w->refiner[i], &sh, B, L, a->h, mask ? &km : NULL, &a->s, err));
+    DIT_TRY(fusion_block(m, &w->refiner[i], &sh, B, L, a->h, o->padded ? &km : NULL, &a->s, err));
   dit_tensor fz = dit_act_2d(as, a->h, R, td);
-  if (fused) {
-    dit_tensor fo = as_2d(fused, R, td);
-    DIT_TRY(dit_op_copy(be, &fo, &fz, err));
-  }
-  /* txt_in: linear_2(gelu_tanh(linear_1(norm(fused)))) */
+  if (fused) DIT_TRY(order_rows(m, o, B, L, td, as_2d(fused, R, td), L * td, fz, L * td, true, err));
+  /* txt_in: linear_2(gelu_tanh(linear_1(norm(fused)))), back in the caller's order */
   dit_tensor tn = dit_act_2d(as, a->tn, R, td), t1 = dit_act_2d(as, a->t1, R, c->dim);
-  dit_tensor to = as_2d(txt, R, c->dim), t2 = a->t2 ? dit_act_2d(as, a->t2, R, c->dim) : to;
+  dit_tensor t2 = dit_act_2d(as, a->t2, R, c->dim);
   DIT_TRY(dit_op_rms_norm(be, &tn, &fz, &w->txt_norm, c->eps, err));
   DIT_TRY(dit_op_linear(be, &t1, &tn, &w->txt_1_w, &w->txt_1_b, DIT_ACT_GELU_TANH, err));
   DIT_TRY(dit_op_linear(be, &t2, &t1, &w->txt_2_w, &w->txt_2_b, DIT_ACT_NONE, err));
-  return a->t2 ? dit_op_copy(be, &to, &t2, err) : DIT_OK;
+  return order_rows(m, o, B, L, c->dim, as_2d(txt, R, c->dim), L * c->dim, t2, L * c->dim, true, err);
 }
 
 dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint8_t *mask, dit_tensor *fused,
@@ -208,8 +276,12 @@ dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint
   bool grew = false;
   DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, 0, &grew, err));
   DIT_TRY(plan_text(&ar, c, B, L, m->as.es, &a, err));
-  DIT_TRY(text_ops(m, enc, mask, fused, txt, &a, err));
-  return m->be->ops->sync(m->be, err);
+  krea2_order o;
+  dit_status s = order_make(mask, B, L, &o, err);
+  if (s == DIT_OK) s = text_ops(m, enc, &o, fused, txt, &a, err);
+  if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
+  order_free(&o);
+  return s;
 }
 
 /* ---- the blocks ------------------------------------------------------------------- */
@@ -235,8 +307,9 @@ typedef struct krea2_geom {
 } krea2_geom;
 
 /* Host table layout: cos, sin, t, mask (bytes). */
+/* Per item (the text's order differs between items): cos, sin [B, S, hd/2]; t [B]; the mask. */
 static size_t host_bytes_of(const dit_krea2_config *c, const krea2_geom *g) {
-  const size_t tab = (size_t)g->S * (size_t)(c->head_dim / 2);
+  const size_t tab = (size_t)(g->B * g->S) * (size_t)(c->head_dim / 2);
   return (2 * tab + (size_t)g->B) * sizeof(float) + (size_t)(g->B * g->S);
 }
 
@@ -326,31 +399,31 @@ static dit_status block(dit_krea2 *m, const krea2_block_w *b, const krea2_geom *
 }
 
 static dit_status forward_ops(dit_krea2 *m, const krea2_geom *g, const dit_tensor *xin, const dit_tensor *txt,
-                              bool masked, dit_tensor *out, const krea2_acts *a, dit_error *err) {
+                              const krea2_order *o, dit_tensor *out, const krea2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
   const dit_krea2_config *c = &m->cfg;
   const krea2_weights *w = &m->w;
   const dit_act_space *as = &m->as;
   const int64_t B = g->B, L = g->L, Si = g->Si, S = g->S, D = c->dim, half = c->head_dim / 2;
   float *tab = a->tab;
-  dit_tensor cos = dit_act_mk(as, DIT_F32, tab, 2, (int64_t[]){S, half});
-  dit_tensor sin = dit_act_mk(as, DIT_F32, tab + S * half, 2, (int64_t[]){S, half});
-  dit_tensor t_dev = dit_act_mk(as, DIT_F32, tab + 2 * S * half, 1, (int64_t[]){B});
-  dit_tensor km = dit_act_mk(as, DIT_U8, tab + 2 * S * half + B, 2, (int64_t[]){B, S});
+  dit_tensor cos = dit_act_mk(as, DIT_F32, tab, 3, (int64_t[]){B, S, half});
+  dit_tensor sin = dit_act_mk(as, DIT_F32, tab + B * S * half, 3, (int64_t[]){B, S, half});
+  dit_tensor t_dev = dit_act_mk(as, DIT_F32, tab + 2 * B * S * half, 1, (int64_t[]){B});
+  dit_tensor km = dit_act_mk(as, DIT_U8, tab + 2 * B * S * half + B, 2, (int64_t[]){B, S});
   DIT_TRY(time_embed(m, g, &t_dev, a, err));
-  /* [text, image] stream: txt as given, img_in(x) after it */
-  dit_tensor xt = view(m, as->adt, a->x, 3, (int64_t[]){B, L, D}, (int64_t[]){S * D, D, 1});
-  DIT_TRY(dit_op_copy(be, &xt, txt, err));
+  /* the stream, in the model's order [image, text (real tokens, then padding)]: img_in(x), then txt */
+  dit_tensor xt = dit_act_2d(as, dit_act_el(as, a->x, Si * D), B * S, D);
+  DIT_TRY(order_rows(m, o, B, L, D, xt, S * D, as_2d(txt, B * L, D), L * D, false, err));
   dit_tensor ie = dit_act_3d(as, a->fin, B, Si, D), xs = *xin;
   if (a->x_in) {
     xs = dit_act_3d(as, a->x_in, B, Si, c->in_channels);
     DIT_TRY(dit_op_copy(be, &xs, xin, err));
   }
   DIT_TRY(dit_op_linear(be, &ie, &xs, &w->img_in_w, &w->img_in_b, DIT_ACT_NONE, err));
-  dit_tensor xi = view(m, as->adt, dit_act_el(as, a->x, L * D), 3, (int64_t[]){B, Si, D}, (int64_t[]){S * D, D, 1});
+  dit_tensor xi = view(m, as->adt, a->x, 3, (int64_t[]){B, Si, D}, (int64_t[]){S * D, D, 1});
   DIT_TRY(dit_op_copy(be, &xi, &ie, err));
   for (int i = 0; i < c->n_layers; i++) {
-    dit_status s = block(m, &w->blocks[i], g, &cos, &sin, masked ? &km : NULL, a, err);
+    dit_status s = block(m, &w->blocks[i], g, &cos, &sin, o->padded ? &km : NULL, a, err);
     if (s != DIT_OK) {
       dit_error_prefix(err, "krea2 block %d", i);
       return s;
@@ -367,6 +440,26 @@ static dit_status forward_ops(dit_krea2 *m, const krea2_geom *g, const dit_tenso
   dit_tensor oa = dit_act_3d(as, a->o_act, B, Si, c->in_channels);
   DIT_TRY(dit_op_linear(be, &oa, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err));
   return dit_op_copy(be, out, &oa, err);
+}
+
+/* The host tables in the model's order, per item: RoPE of each row's ids (the image's, then
+ * the text's as ordered), t, and the key mask (the image and the real text a prefix). */
+static dit_status fill_tables(dit_krea2 *m, const krea2_geom *g, const krea2_order *o, const float *t, const float *pos,
+                              dit_error *err) {
+  const dit_krea2_config *c = &m->cfg;
+  const int64_t B = g->B, L = g->L, Si = g->Si, S = g->S, half = c->head_dim / 2;
+  float *h = m->as.host, *ids = malloc((size_t)(S * 3) * sizeof *ids);
+  if (!ids) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  for (int64_t b = 0; b < B; b++) {
+    memcpy(ids, pos + 3 * L, (size_t)(Si * 3) * sizeof *ids);
+    for (int64_t j = 0; j < L; j++) memcpy(ids + 3 * (Si + j), pos + 3 * o->order[b * L + j], 3 * sizeof *ids);
+    dit_rope_axes_fill(DIT_KREA2_N_AXES, c->axes_dims, c->rope_theta, ids, S, h + b * S * half,
+                       h + (B + b) * S * half);
+  }
+  free(ids);
+  memcpy(h + 2 * B * S * half, t, (size_t)B * sizeof(float));
+  prefix_mask(o, B, Si, L, (uint8_t *)(h + 2 * B * S * half + B));
+  return DIT_OK;
 }
 
 dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor *txt, const uint8_t *mask,
@@ -397,21 +490,14 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
   bool grew = false;
   DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, host_bytes, &grew, err));
   DIT_TRY(plan(&ar, c, &g, host_bytes, m->as.es, &a, err));
-  /* host tables: RoPE of the ids, t, the key mask of [text, image] */
-  const int64_t half = c->head_dim / 2;
-  float *h = m->as.host;
-  dit_rope_axes_fill(DIT_KREA2_N_AXES, c->axes_dims, c->rope_theta, pos, g.S, h, h + g.S * half);
-  memcpy(h + 2 * g.S * half, t, (size_t)g.B * sizeof(float));
-  uint8_t *hm = (uint8_t *)(h + 2 * g.S * half + g.B);
-  bool masked = false;
-  for (int64_t b = 0; b < g.B; b++)
-    for (int64_t i = 0; i < g.S; i++) {
-      hm[b * g.S + i] = i < g.L && mask ? (mask[b * g.L + i] != 0) : 1;
-      masked |= !hm[b * g.S + i];
-    }
-  DIT_TRY(m->be->ops->upload(m->be, a.tab, h, host_bytes, err));
-  DIT_TRY(forward_ops(m, &g, x, txt, masked, out, &a, err));
-  return m->be->ops->sync(m->be, err);
+  krea2_order o;
+  DIT_TRY(order_make(mask, g.B, g.L, &o, err));
+  dit_status s = fill_tables(m, &g, &o, t, pos, err);
+  if (s == DIT_OK) s = m->be->ops->upload(m->be, a.tab, m->as.host, host_bytes, err);
+  if (s == DIT_OK) s = forward_ops(m, &g, x, txt, &o, out, &a, err);
+  if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
+  order_free(&o);
+  return s;
 }
 
 dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err) {

@@ -1,5 +1,6 @@
 """PyTorch reference timings for `ditrun bench`: diffusers' ZImageTransformer2DModel
-(--arch zimage, Z-Image-Turbo config), Flux2Transformer2DModel (--arch flux2-klein-4b /
+(--arch zimage, Z-Image-Turbo config), Krea2Transformer2DModel (--arch krea2, the released config),
+Flux2Transformer2DModel (--arch flux2-klein-4b /
 flux2-klein-9b, FLUX.2 [klein]'s published config) or FluxTransformer2DModel (--arch flux1-dev /
 flux1-schnell, FLUX.1's published config: 19 double + 38 single blocks, 24 heads of 128) at the
 same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN text tokens),
@@ -71,6 +72,17 @@ def flux1_flops(n_img, n_txt, d=3072, blocks=57):
     return blocks * (2 * 12 * d * d * s + 4 * d * s * s)
 
 
+def krea2_flops(n_img, n_txt, d=6144, dkv=1536, f=16384, blocks=28, td=2560, tf=6912, taps=12, lw=2, rf=2):
+    """ditrun's count (src/pipeline/krea2_bench.c): per block q, gate, out (3 D^2), k, v (2 D Dkv) and SwiGLU
+    (3 D F) MACs per token plus QK^T and PV over S = text + image; the text fusion's layerwise blocks over each
+    token's taps and refiner blocks over the text (q, k, v, gate, out at the text width: 5 td^2), txt_in."""
+    s = n_img + n_txt
+    blk = 2 * (3 * d * d + 2 * d * dkv + 3 * d * f) * s + 4 * d * s * s
+    tblk = 2 * (5 * td * td + 3 * td * tf)
+    return (blocks * blk + lw * (tblk * n_txt * taps + 4 * td * taps * taps * n_txt)
+            + rf * (tblk * n_txt + 4 * td * n_txt * n_txt) + 2 * (td * d + d * d) * n_txt)
+
+
 # FLUX.1 transformer: guidance embedding for dev, none for schnell
 FLUX1 = {"flux1-dev": True, "flux1-schnell": False}
 
@@ -105,6 +117,12 @@ def build_model(arch, dev):
         from diffusers import ZImageTransformer2DModel
         with torch.device(dev):
             m = ZImageTransformer2DModel(axes_lens=[1536, 512, 512])  # Z-Image-Turbo's config; others are defaults
+    elif arch == "krea2":
+        from diffusers import Krea2Transformer2DModel
+        torch.set_default_dtype(torch.bfloat16)  # 12 B parameters: created in bf16 (fp32 first would not fit)
+        with torch.device(dev):
+            m = Krea2Transformer2DModel()  # the defaults are the released Krea 2 config
+        torch.set_default_dtype(torch.float32)
     elif arch in FLUX1:
         from diffusers import FluxTransformer2DModel
         with torch.device(dev):
@@ -362,9 +380,9 @@ def run_vae(args, modes, dev, env):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", default="zimage", choices=["zimage"] + sorted(KLEIN) + sorted(FLUX1))
+    ap.add_argument("--arch", default="zimage", choices=["zimage", "krea2"] + sorted(KLEIN) + sorted(FLUX1))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
-    ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*)")
+    ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*, krea2)")
     ap.add_argument("--ref-res", type=int, default=0, help="flux2-klein-*: a reference image of this side in the "
                     "sequence, as an edit runs (ditrun bench --ref-res)")
     ap.add_argument("--iters", type=int, default=None, help="default 10 (3 with --e2e)")
@@ -432,6 +450,16 @@ def main():
             cap = [torch.randn(args.text_len, 2560, device=dev, dtype=torch.bfloat16, generator=g)]
             n_img, n_cap = pad32((lat // 2) ** 2), pad32(args.text_len)
             return (x, torch.tensor([0.5], device=dev), cap), n_img, n_cap, zimage_flops(n_img, n_cap)
+        if args.arch == "krea2":  # every text token real, the mask passed as the pipeline always does
+            gs, n_txt = res // 16, args.text_len
+            hs = torch.randn(1, gs * gs, 64, device=dev, dtype=torch.bfloat16, generator=g)
+            enc = torch.randn(1, n_txt, 12, 2560, device=dev, dtype=torch.bfloat16, generator=g)
+            pos = torch.zeros(n_txt + gs * gs, 3, device=dev)
+            pos[n_txt:, 1] = torch.arange(gs, device=dev).repeat_interleave(gs).float()
+            pos[n_txt:, 2] = torch.arange(gs, device=dev).repeat(gs).float()
+            mask = torch.ones(1, n_txt, dtype=torch.bool, device=dev)
+            t = torch.tensor([0.5], device=dev, dtype=torch.bfloat16)
+            return (hs, enc, t, pos, mask), gs * gs, n_txt, krea2_flops(gs * gs, n_txt)
         if args.arch in FLUX1:
             gs, n_txt = res // 16, args.text_len
             hs = torch.randn(1, gs * gs, 64, device=dev, dtype=torch.bfloat16, generator=g)

@@ -138,6 +138,38 @@ static void test_flux_api(const dt_args *args) {
   check_flux_arch("flux1-dev", 256, 2, 3);
 }
 
+/* Krea 2 at a tiny geometry: inner dim 128 (4 heads of 32, 1 KV head), 2 blocks, text width 32
+ * (one head, MLP 86) with the released 12 taps and 2 + 2 fusion blocks, 20 text tokens: tokens,
+ * the FLOP formula, one attention per block and per fusion block, a bad head split refused. */
+static void test_krea2_api(const dt_args *args) {
+  (void)args;
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  p.arch = "krea2";
+  p.dim = 128, p.n_heads = 4, p.n_layers = 2, p.cap_feat_dim = 32;
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "krea2: %s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK(r.img_tokens == 16 && r.cap_tokens == 20 && !strcmp(r.arch, "krea2"));
+    const double D = 128, Dkv = 32, F = 341, S = 36, L = 20, T = 12, td = 32, tf = 86;
+    const double tblk = 2 * (5 * td * td + 3 * td * tf);
+    const double want = 2 * (2 * (3 * D * D + 2 * D * Dkv + 3 * D * F) * S + 4 * D * S * S) +
+                        2 * (tblk * L * T + 4 * td * T * T * L) + 2 * (tblk * L + 4 * td * L * L) + 2 * (td * D + D * D) * L;
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "krea2: flops %g, want %g", r.flops, want);
+    CHECK(r.output_finite && r.ms_median > 0 && r.profiled);
+    long att = 0;
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
+    CHECK_MSG(att == 2 + 4, "krea2: attention calls %ld (2 blocks + 4 fusion blocks)", att);
+  }
+  p.n_heads = 3; /* 128 / 3 is no whole head */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  dit_ctx_free(ctx);
+}
+
 /* `ditrun bench ARGS --iters 1 --warmup 0 --json` parsed (NULL, and a failed check, when it
  * did not exit 0 with one JSON object). */
 static json_t *bench_json(const dt_args *a, const char *args) {
@@ -303,7 +335,7 @@ static void test_vae(const dt_args *args) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux_api, test_e2e,
-                                                   test_vae, test_cli};
+  static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux_api, test_krea2_api,
+                                                   test_e2e, test_vae, test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

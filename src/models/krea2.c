@@ -260,6 +260,35 @@ static dit_status rename_comfy(dit_weights *w, dit_error *err) {
   return dit_weights_remap(w, &r, err);
 }
 
+void dit_krea2_config_default(dit_krea2_config *c) {
+  json_t *empty = json_object();
+  dit_error e = {0};
+  memset(c, 0, sizeof *c);
+  if (empty && read_fields(empty, c, "krea2 defaults", &e) == DIT_OK) check_config(c, "krea2 defaults", &e);
+  json_decref(empty);
+}
+
+dit_status dit_krea2_create_random(dit_backend *be, const dit_krea2_config *c, dit_dtype wdt, uint64_t seed,
+                                   dit_krea2 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no backend or config given");
+  dit_krea2 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  m->be = be;
+  m->cfg = *c;
+  dit_act_space_init(&m->as, be);
+  dit_status s = DIT_OK;
+  if (c->in_channels < 1 || c->n_layers < 1 || c->n_layers > MAX_LAYERS || c->head_dim < 2 ||
+      c->head_dim > MAX_HEAD_DIM || c->n_heads < 1 || c->n_kv_heads < 1 || c->ffn_dim < 1 || c->t_embed_dim < 2 ||
+      c->text_dim < 1 || c->n_taps < 1 || c->text_heads < 1 || c->text_kv_heads < 1 || c->text_ffn_dim < 1 ||
+      c->n_layerwise < 0 || c->n_refiner < 0)
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2 random config: a size is out of range");
+  if (s == DIT_OK) s = check_config(&m->cfg, "krea2 random config", err);
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "krea2", build_table, m, wdt, seed, err);
+  if (s == DIT_OK) s = make_norms(m, err);
+  DIT_HAND_OVER(s, m, out, dit_krea2_free);
+}
+
 /* config_json NULL: the defaults (the released model's geometry). */
 static dit_status load_with(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
                             dit_error *err) {
@@ -320,3 +349,4 @@ void dit_krea2_free(dit_krea2 *m) {
 
 const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m) { return m ? &m->cfg : NULL; }
 size_t dit_krea2_weight_bytes(const dit_krea2 *m) { return m ? m->mw.wbytes : 0; }
+uint64_t dit_krea2_weight_params(const dit_krea2 *m) { return m ? m->mw.wparams : 0; }

@@ -18,6 +18,7 @@
 #include "models/krea2.h"
 #include "models/vae_qwen.h"
 #include "pipeline/family.h"
+#include "pipeline/krea2_pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -323,4 +324,5 @@ const dit_family dit_family_krea2 = {
     .generate = krea2_generate,
     .close = dit_components_state_close,
     .latent = {16, 2, 1},
+    .bench = dit_krea2_bench,
 };

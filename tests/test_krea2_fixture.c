@@ -182,6 +182,24 @@ static void test_transformer(const dt_args *a) {
     check_close("txt_in (9 real tokens)", txt, want_t, (size_t)(9 * D));
     CHECK_MSG(dit_krea2_forward(m, &tx, &tt, mask, t, pos, &to, &e) == DIT_OK, "forward: %s", e.msg);
     check_close("transformer output", out, want, (size_t)(Si * C));
+    /* the same weights as one file with the folder's config, and with the released geometry
+     * (no config: the tiny file's shapes do not fit it, named) */
+    char st[1200], cfg[1200];
+    dt_path(st, sizeof st, dir, "transformer/diffusion_pytorch_model.safetensors");
+    dt_path(cfg, sizeof cfg, dir, "transformer/config.json");
+    dit_krea2 *f = NULL;
+    float *out2 = calloc((size_t)(Si * C), sizeof *out2);
+    dit_tensor to2 = dit_tensor_make(DIT_F32, out2, 3, (int64_t[]){1, Si, C});
+    CHECK_MSG(dit_krea2_load_file(g_be, st, cfg, &f, &e) == DIT_OK, "%s", e.msg);
+    if (f && out2) {
+      CHECK(dit_krea2_forward(f, &tx, &tt, mask, t, pos, &to2, &e) == DIT_OK);
+      CHECK_MSG(!memcmp(out, out2, (size_t)(Si * C) * sizeof *out), "a single file gives another result");
+    }
+    dit_krea2_free(f);
+    free(out2);
+    f = NULL;
+    CHECK(dit_krea2_load_file(g_be, st, NULL, &f, &e) == DIT_ERR_FORMAT && !f);
+    CHECK_MSG(strstr(e.msg, "img_in.weight") != NULL, "%s", e.msg);
     /* bad inputs: a wrong latent width, a non-finite t */
     dit_tensor bad = dit_tensor_make(DIT_F32, x, 3, (int64_t[]){1, Si, C / 2});
     CHECK(dit_krea2_forward(m, &bad, &tt, mask, t, pos, &to, &e) == DIT_ERR_INVALID_ARG);
@@ -337,6 +355,17 @@ static void test_vae(const dt_args *a) {
     dit_tensor ti = dit_tensor_make(DIT_F32, img, 4, (int64_t[]){1, 3, 32, 48});
     CHECK_MSG(dit_vae_qwen_decode(m, &tz, &ti, 0, &e) == DIT_OK, "%s", e.msg);
     check_close("VAE decode 4x6 -> 32x48", img, want, 3 * 32 * 48);
+    /* tiled: a tile covering the latent is the whole decode; 4 x 4 tiles (two across, blended
+     * over their overlap) decode too, within [-1, 1] */
+    float *tiled = calloc(3 * 32 * 48, sizeof *tiled);
+    dit_tensor tt = dit_tensor_make(DIT_F32, tiled, 4, (int64_t[]){1, 3, 32, 48});
+    CHECK(tiled && dit_vae_qwen_decode(m, &tz, &tt, 8, &e) == DIT_OK && !memcmp(tiled, img, 3 * 32 * 48 * sizeof *img));
+    CHECK_MSG(tiled && dit_vae_qwen_decode(m, &tz, &tt, 4, &e) == DIT_OK, "%s", e.msg);
+    bool in_range = tiled != NULL;
+    for (int i = 0; in_range && i < 3 * 32 * 48; i++) in_range = tiled[i] >= -1.0f && tiled[i] <= 1.0f;
+    CHECK(in_range);
+    if (tiled) printf("VAE decode in 4 x 4 tiles: relative difference %.3g from the whole\n", dt_rel_err(tiled, img, 3 * 32 * 48));
+    free(tiled);
     dit_tensor bad = dit_tensor_make(DIT_F32, z, 4, (int64_t[]){1, 8, 4, 12});
     CHECK(dit_vae_qwen_decode(m, &bad, &ti, 0, &e) == DIT_ERR_INVALID_ARG);
   }

@@ -253,13 +253,6 @@ static dit_status make_norms(dit_krea2 *m, dit_error *err) {
   return s;
 }
 
-/* ComfyUI's single files put "model.diffusion_model." before diffusers' names. */
-static dit_status rename_comfy(dit_weights *w, dit_error *err) {
-  if (!dit_weights_find(w, "model.diffusion_model.img_in.weight")) return DIT_OK;
-  dit_wremap r = {"model.diffusion_model.", NULL, 0, NULL, 0, NULL, NULL};
-  return dit_weights_remap(w, &r, err);
-}
-
 void dit_krea2_config_default(dit_krea2_config *c) {
   json_t *empty = json_object();
   dit_error e = {0};
@@ -298,7 +291,6 @@ static dit_status load_with(dit_backend *be, const char *weights, const char *co
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
   m->be = be;
   m->mw.upload = DIT_UPLOAD_F32_MATRICES_AS_BF16;
-  m->mw.rename = rename_comfy;
   dit_act_space_init(&m->as, be);
   dit_status s = DIT_OK;
   if (config_json) {

@@ -54,8 +54,9 @@ typedef struct dit_krea2 dit_krea2;
  * name the field or tensor; heads not divisible by KV heads and a missing text-fusion layer
  * are among them. On failure *out is NULL. */
 dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 **out, dit_error *err);
-/* The same from a weights path (folder or one file: diffusers' names, or with ComfyUI's
- * "model.diffusion_model." before them) and a config.json path. */
+/* The same from a weights path (a folder or one file, under diffusers' names) and a config.json
+ * path. (The original krea-ai checkpoint names, which ComfyUI loads, are not mapped: only the
+ * linears' names are known from diffusers' LoRA converter, not the norms' and tables'.) */
 dit_status dit_krea2_load_from(dit_backend *be, const char *weights, const char *config_json, dit_krea2 **out,
                                dit_error *err);
 /* A folder (as dit_krea2_load) or one weights file with cfg_json, or, when cfg_json is NULL,

@@ -19,28 +19,7 @@ static void test_generate(dit_ctx *ctx, const char *fixture) {
     CHECK_MSG(0, "%s: no reference", fixture);
     return;
   }
-  dit_gen_params p;
-  dt_gen_params_from_reference(&p, fixture, rj, rj);
-  p.max_sequence_length = (int)json_integer_value(json_object_get(rj, "max_sequence_length"));
-  dt_step_check cap = {1e-4, ref_file, NULL, 0, 0};
-  p.on_step = dt_step_check_cb;
-  p.user = &cap;
-  dit_image img;
-  dit_gen_stats st;
-  dit_status s = dit_generate(ctx, &p, &img, &st);
-  CHECK_MSG(s == DIT_OK, "%s: generate failed: %s", fixture, dit_ctx_last_error(ctx));
-  CHECK_MSG(cap.steps_seen == p.steps, "%d steps reported, %d expected", cap.steps_seen, p.steps);
-  if (s == DIT_OK) {
-    CHECK(img.width == p.width && img.height == p.height);
-    printf("%s: worst step latents rel err %.3g\n", fixture, cap.worst);
-    dt_check_image(ref_file, "image", &img, fixture);
-    dit_image_free(&img);
-  }
-  p.width = 100;
-  p.on_step = NULL;
-  s = dit_generate(ctx, &p, &img, NULL);
-  CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "multiples of 16"), "%s",
-            dit_ctx_last_error(ctx));
+  dt_check_reference_run(ctx, fixture, ref_file, rj, 0, 1e-4);
   json_decref(rj);
 }
 

@@ -70,28 +70,7 @@ static void test_schedule(const char *fixture, const char *ref_file, int steps, 
  * its RoPE frequencies (see qwen3.h); with them rounded the run follows the reference
  * closely (1e-5), with transformers' fp32 default it stays within the 1e-4 tolerance. */
 static void test_generate(dit_ctx *ctx, const char *fixture, const char *ref_file, json_t *rj, int rope_bf16) {
-  dit_gen_params p;
-  dt_gen_params_from_reference(&p, fixture, rj, rj);
-  dt_step_check cap = {rope_bf16 ? 1e-5 : 1e-4, ref_file, NULL, 0, 0};
-  p.text_rope_bf16 = rope_bf16;
-  p.on_step = dt_step_check_cb;
-  p.user = &cap;
-  dit_image img;
-  dit_gen_stats st;
-  dit_status s = dit_generate(ctx, &p, &img, &st);
-  CHECK_MSG(s == DIT_OK, "generate failed: %s", dit_ctx_last_error(ctx));
-  CHECK_MSG(cap.steps_seen == p.steps, "%d steps reported, %d expected", cap.steps_seen, p.steps);
-  if (s != DIT_OK) return;
-  CHECK(img.width == p.width && img.height == p.height);
-  printf("worst step latents rel err %.3g\n", cap.worst);
-  dt_check_image(ref_file, "image", &img, "flux2 klein");
-  dit_image_free(&img);
-  /* a size that is not a multiple of 16 is refused before any work */
-  p.width = 100;
-  p.on_step = NULL;
-  s = dit_generate(ctx, &p, &img, NULL);
-  CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "multiples of 16"), "%s",
-            dit_ctx_last_error(ctx));
+  dt_check_reference_run(ctx, fixture, ref_file, rj, rope_bf16, rope_bf16 ? 1e-5 : 1e-4);
 }
 
 /* ---- the base (non-distilled) variant: CFG -------------------------------------- */

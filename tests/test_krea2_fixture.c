@@ -114,22 +114,6 @@ static dit_krea2 *load_transformer(const dt_args *a, const char *name) {
   return m;
 }
 
-/* A reference tensor; NULL (and a failure) when absent or not of n elements. */
-static float *ref_f32(const char *file, const char *key, size_t n) {
-  float *d = NULL;
-  int64_t sh[8];
-  int nd = 0;
-  if (dt_load_f32(file, key, &d, sh, &nd)) {
-    CHECK_MSG(0, "%s: no tensor %s", file, key);
-    return NULL;
-  }
-  size_t got = 1;
-  for (int i = 0; i < nd; i++) got *= (size_t)sh[i];
-  CHECK_MSG(got == n, "%s: %s has %zu elements, expected %zu", key, file, got, n);
-  if (got != n) free(d), d = NULL;
-  return d;
-}
-
 static uint8_t *ref_mask(const char *file, const char *key, size_t n) {
   int32_t *d = NULL;
   int64_t sh[8];
@@ -162,10 +146,10 @@ static void test_transformer(const dt_args *a) {
   const dit_krea2_config *c = dit_krea2_get_config(m);
   CHECK(c->dim == 128 && c->n_kv_heads == 2 && c->n_taps == 3 && c->text_dim == 8);
   const int64_t L = 12, Si = 24, C = c->in_channels, T = c->n_taps, td = c->text_dim, D = c->dim;
-  float *enc = ref_f32(file, "dit_encoder", (size_t)(L * T * td)), *x = ref_f32(file, "dit_hidden", (size_t)(Si * C));
-  float *t = ref_f32(file, "dit_t", 1), *pos = ref_f32(file, "dit_position_ids", (size_t)(3 * (L + Si)));
-  float *want_f = ref_f32(file, "dit_text_fusion", (size_t)(L * td)), *want_t = ref_f32(file, "dit_txt_in", (size_t)(L * D));
-  float *want = ref_f32(file, "dit_out", (size_t)(Si * C));
+  float *enc = dt_load_f32_n(file, "dit_encoder", (size_t)(L * T * td)), *x = dt_load_f32_n(file, "dit_hidden", (size_t)(Si * C));
+  float *t = dt_load_f32_n(file, "dit_t", 1), *pos = dt_load_f32_n(file, "dit_position_ids", (size_t)(3 * (L + Si)));
+  float *want_f = dt_load_f32_n(file, "dit_text_fusion", (size_t)(L * td)), *want_t = dt_load_f32_n(file, "dit_txt_in", (size_t)(L * D));
+  float *want = dt_load_f32_n(file, "dit_out", (size_t)(Si * C));
   uint8_t *mask = ref_mask(file, "dit_mask", (size_t)L);
   float *fused = calloc((size_t)(L * td), sizeof *fused), *txt = calloc((size_t)(L * D), sizeof *txt);
   float *out = calloc((size_t)(Si * C), sizeof *out);
@@ -234,13 +218,13 @@ static void check_steps(const dt_args *a, const char *name) {
   const int64_t Si = (int64_t)gh * gw, C = c->in_channels, T = c->n_taps, td = c->text_dim, D = c->dim;
   float *pos = calloc((size_t)(3 * (L + Si)), sizeof *pos);
   for (int64_t i = 0; i < Si; i++) pos[3 * (L + i) + 1] = (float)(i / gw), pos[3 * (L + i) + 2] = (float)(i % gw);
-  float *ts = ref_f32(ref, "timesteps", (size_t)steps);
+  float *ts = dt_load_f32_n(ref, "timesteps", (size_t)steps);
   float *txt[2] = {calloc((size_t)(L * D), sizeof(float)), calloc((size_t)(L * D), sizeof(float))};
   uint8_t *masks[2] = {NULL, NULL};
   float *out = calloc((size_t)(Si * C), sizeof *out);
   dit_error e = {0};
   for (int k = 0; k < (cfg ? 2 : 1); k++) {
-    float *h = ref_f32(ref, k ? "negative_hidden" : "prompt_hidden", (size_t)(L * T * td));
+    float *h = dt_load_f32_n(ref, k ? "negative_hidden" : "prompt_hidden", (size_t)(L * T * td));
     masks[k] = ref_mask(ref, k ? "negative_mask" : "prompt_mask", (size_t)L);
     /* the padded rows zeroed, as dit_krea2_encode_prompt leaves them: the outputs must not move */
     for (int64_t i = 0; h && masks[k] && i < L; i++)
@@ -253,11 +237,11 @@ static void check_steps(const dt_args *a, const char *name) {
   for (int i = 0; ts && i < steps; i++) {
     char key[64], what[128];
     snprintf(key, sizeof key, i ? "latents_step%d" : "latents_init", i - 1);
-    float *lat = ref_f32(ref, key, (size_t)(Si * C));
+    float *lat = dt_load_f32_n(ref, key, (size_t)(Si * C));
     const float t = ts[i] / 1000.0f;
     for (int k = 0; lat && k < (cfg ? 2 : 1); k++) {
       snprintf(key, sizeof key, "dit_step%d_%s", i, k ? "uncond" : "cond");
-      float *want = ref_f32(ref, key, (size_t)(Si * C));
+      float *want = dt_load_f32_n(ref, key, (size_t)(Si * C));
       dit_tensor tx = dit_tensor_make(DIT_F32, lat, 3, (int64_t[]){1, Si, C});
       dit_tensor tt = dit_tensor_make(DIT_F32, txt[k], 3, (int64_t[]){1, L, D});
       dit_tensor to = dit_tensor_make(DIT_F32, out, 3, (int64_t[]){1, Si, C});
@@ -282,7 +266,7 @@ static void check_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *pr
                          int n_taps, const char *ref, const char *hkey, const char *mkey) {
   const int H = dit_qwen3_get_config(te)->hidden_size;
   const size_t row = (size_t)n_taps * (size_t)H;
-  float *want = ref_f32(ref, hkey, (size_t)msl * row), *got = NULL;
+  float *want = dt_load_f32_n(ref, hkey, (size_t)msl * row), *got = NULL;
   uint8_t *wmask = ref_mask(ref, mkey, (size_t)msl), *mask = NULL;
   dit_error e = {0};
   CHECK_MSG(dit_krea2_encode_prompt(te, tok, prompt, msl, taps, n_taps, &got, &mask, &e) == DIT_OK, "%s", e.msg);
@@ -346,7 +330,7 @@ static void test_vae(const dt_args *a) {
   dit_error e = {0};
   CHECK_MSG(dit_vae_qwen_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
   dt_path(comp, sizeof comp, a->data, "models/krea2-raw-tiny/components.safetensors");
-  float *z = ref_f32(comp, "vae_z", 16 * 4 * 6), *want = ref_f32(comp, "vae_image", 3 * 32 * 48);
+  float *z = dt_load_f32_n(comp, "vae_z", 16 * 4 * 6), *want = dt_load_f32_n(comp, "vae_image", 3 * 32 * 48);
   float *img = calloc(3 * 32 * 48, sizeof *img);
   if (m && z && want) {
     const dit_vae_qwen_config *c = dit_vae_qwen_get_config(m);

@@ -20,29 +20,7 @@ static void test_generate(dit_ctx *ctx, const char *fixture) {
     CHECK_MSG(0, "%s: no reference", fixture);
     return;
   }
-  dit_gen_params p;
-  dt_gen_params_from_reference(&p, fixture, rj, rj);
-  p.max_sequence_length = (int)json_integer_value(json_object_get(rj, "max_sequence_length"));
-  p.text_rope_bf16 = 1; /* the generator's pipeline went to bf16 and back: RoPE inv_freq in bf16 */
-  dt_step_check cap = {1e-4, ref_file, NULL, 0, 0};
-  p.on_step = dt_step_check_cb;
-  p.user = &cap;
-  dit_image img;
-  dit_gen_stats st;
-  dit_status s = dit_generate(ctx, &p, &img, &st);
-  CHECK_MSG(s == DIT_OK, "%s: generate failed: %s", fixture, dit_ctx_last_error(ctx));
-  CHECK_MSG(cap.steps_seen == p.steps, "%d steps reported, %d expected", cap.steps_seen, p.steps);
-  if (s == DIT_OK) {
-    CHECK(img.width == p.width && img.height == p.height);
-    printf("%s: worst step latents rel err %.3g\n", fixture, cap.worst);
-    dt_check_image(ref_file, "image", &img, fixture);
-    dit_image_free(&img);
-  }
-  p.width = 100;
-  p.on_step = NULL;
-  s = dit_generate(ctx, &p, &img, NULL);
-  CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "multiples of 16"), "%s",
-            dit_ctx_last_error(ctx));
+  dt_check_reference_run(ctx, fixture, ref_file, rj, 1, 1e-4); /* the generator's bf16 round trip: RoPE in bf16 */
   json_decref(rj);
 }
 

@@ -174,3 +174,15 @@ dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, i
   *n = len;
   return DIT_OK;
 }
+
+dit_status dit_json_ints_exact(const json_t *obj, const char *key, int64_t min, int64_t max, int *out, size_t n,
+                               const char *what, dit_error *err) {
+  int64_t v[16];
+  size_t got = 0;
+  if (n > 16) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: field \"%s\": at most 16 values", what, key);
+  DIT_TRY(dit_json_int_array(obj, key, min, max, v, 16, &got, what, err));
+  if (got != n)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries, expected %zu", what, key, got, n);
+  for (size_t i = 0; i < n; i++) out[i] = (int)v[i];
+  return DIT_OK;
+}

@@ -37,5 +37,9 @@ dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **
 /* Array of integers: writes up to cap values into out, *n = count. Fails if longer. */
 dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
                               size_t cap, size_t *n, const char *what, dit_error *err);
+/* Exactly n (<= 16) integers in [min, max] into out; DIT_ERR_FORMAT naming the field and the
+ * count otherwise. */
+dit_status dit_json_ints_exact(const json_t *obj, const char *key, int64_t min, int64_t max, int *out, size_t n,
+                               const char *what, dit_error *err);
 
 #endif

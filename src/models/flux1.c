@@ -70,15 +70,9 @@ static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *
   DIT_TRY(opt_int(j, "joint_attention_dim", 1, MAX_DIM, &c->joint_attention_dim, what, err));
   DIT_TRY(opt_int(j, "pooled_projection_dim", 1, MAX_DIM, &c->pooled_dim, what, err));
   DIT_TRY(dit_json_bool_opt(j, "guidance_embeds", &c->guidance_embeds, what, err));
-  if (json_object_get(j, "axes_dims_rope") && !json_is_null(json_object_get(j, "axes_dims_rope"))) {
-    int64_t v[8];
-    size_t got = 0;
-    DIT_TRY(dit_json_int_array(j, "axes_dims_rope", 0, DIT_FLUX2_MAX_HEAD_DIM, v, 8, &got, what, err));
-    if (got != DIT_FLUX1_N_AXES)
-      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\" has %zu entries, expected %d", what, got,
-                        DIT_FLUX1_N_AXES);
-    for (int i = 0; i < DIT_FLUX1_N_AXES; i++) c->axes_dims[i] = (int)v[i];
-  }
+  if (json_object_get(j, "axes_dims_rope") && !json_is_null(json_object_get(j, "axes_dims_rope")))
+    DIT_TRY(dit_json_ints_exact(j, "axes_dims_rope", 0, DIT_FLUX2_MAX_HEAD_DIM, c->axes_dims, DIT_FLUX1_N_AXES, what,
+                                err));
   return DIT_OK;
 }
 

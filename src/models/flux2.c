@@ -31,14 +31,7 @@ static dit_status read_axes(const json_t *j, dit_flux2_config *c, const char *wh
   for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = 32;
   const json_t *a = json_object_get(j, "axes_dims_rope");
   if (!a || json_is_null(a)) return DIT_OK;
-  int64_t v[8];
-  size_t got = 0;
-  DIT_TRY(dit_json_int_array(j, "axes_dims_rope", 0, MAX_HEAD_DIM, v, 8, &got, what, err));
-  if (got != DIT_FLUX2_N_AXES)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\" has %zu entries, expected %d", what, got,
-                      DIT_FLUX2_N_AXES);
-  for (int i = 0; i < DIT_FLUX2_N_AXES; i++) c->axes_dims[i] = (int)v[i];
-  return DIT_OK;
+  return dit_json_ints_exact(j, "axes_dims_rope", 0, MAX_HEAD_DIM, c->axes_dims, DIT_FLUX2_N_AXES, what, err);
 }
 
 static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {

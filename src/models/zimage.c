@@ -29,18 +29,6 @@ static dit_status get_int(const json_t *j, const char *key, int64_t min, int64_t
   return DIT_OK;
 }
 
-/* Reads an array of exactly `n` integers in [min, max]. */
-static dit_status get_ints(const json_t *j, const char *key, int64_t min, int64_t max, int *out, size_t n,
-                           const char *what, dit_error *err) {
-  int64_t v[8];
-  size_t got = 0;
-  DIT_TRY(dit_json_int_array(j, key, min, max, v, 8, &got, what, err));
-  if (got != n)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"%s\" has %zu entries, expected %zu", what, key, got, n);
-  for (size_t i = 0; i < n; i++) out[i] = (int)v[i];
-  return DIT_OK;
-}
-
 static dit_status read_fields(const json_t *j, dit_zimage_config *c, const char *what, dit_error *err) {
   const char *cls = NULL;
   DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
@@ -54,11 +42,11 @@ static dit_status read_fields(const json_t *j, dit_zimage_config *c, const char 
   DIT_TRY(get_int(j, "n_kv_heads", 1, MAX_HEADS, &c->n_kv_heads, what, err));
   DIT_TRY(get_int(j, "cap_feat_dim", 1, MAX_DIM, &c->cap_feat_dim, what, err));
   DIT_TRY(get_int(j, "in_channels", 1, MAX_CHANNELS, &c->in_channels, what, err));
-  DIT_TRY(get_ints(j, "axes_dims", 1, MAX_HEAD_DIM, c->axes_dims, DIT_ZIMAGE_N_AXES, what, err));
-  DIT_TRY(get_ints(j, "axes_lens", 1, MAX_AXIS_LEN, c->axes_lens, DIT_ZIMAGE_N_AXES, what, err));
+  DIT_TRY(dit_json_ints_exact(j, "axes_dims", 1, MAX_HEAD_DIM, c->axes_dims, DIT_ZIMAGE_N_AXES, what, err));
+  DIT_TRY(dit_json_ints_exact(j, "axes_lens", 1, MAX_AXIS_LEN, c->axes_lens, DIT_ZIMAGE_N_AXES, what, err));
   int ps[1], fps[1];
-  DIT_TRY(get_ints(j, "all_patch_size", 1, 64, ps, 1, what, err));
-  DIT_TRY(get_ints(j, "all_f_patch_size", 1, 64, fps, 1, what, err));
+  DIT_TRY(dit_json_ints_exact(j, "all_patch_size", 1, 64, ps, 1, what, err));
+  DIT_TRY(dit_json_ints_exact(j, "all_f_patch_size", 1, 64, fps, 1, what, err));
   c->patch_size = ps[0];
   c->f_patch_size = fps[0];
   double eps = 0;

@@ -192,6 +192,49 @@ void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const js
   p->guidance_set = 1;
 }
 
+void dt_check_reference_run(dit_ctx *ctx, const char *fixture, const char *ref_file, const json_t *rj, int rope_bf16,
+                            double tol) {
+  dit_gen_params p;
+  dt_gen_params_from_reference(&p, fixture, rj, rj);
+  const json_t *msl = json_object_get(rj, "max_sequence_length");
+  if (json_is_integer(msl)) p.max_sequence_length = (int)json_integer_value(msl);
+  p.text_rope_bf16 = rope_bf16;
+  dt_step_check cap = {tol, ref_file, NULL, 0, 0};
+  p.on_step = dt_step_check_cb;
+  p.user = &cap;
+  dit_image img;
+  dit_gen_stats st;
+  dit_status s = dit_generate(ctx, &p, &img, &st);
+  CHECK_MSG(s == DIT_OK, "%s: generate failed: %s", fixture, dit_ctx_last_error(ctx));
+  CHECK_MSG(cap.steps_seen == p.steps, "%d steps reported, %d expected", cap.steps_seen, p.steps);
+  if (s != DIT_OK) return;
+  CHECK(img.width == p.width && img.height == p.height);
+  printf("%s: worst step latents rel err %.3g\n", fixture, cap.worst);
+  dt_check_image(ref_file, "image", &img, fixture);
+  dit_image_free(&img);
+  /* a size that is not a multiple of 16 is refused before any work */
+  p.width = 100;
+  p.on_step = NULL;
+  s = dit_generate(ctx, &p, &img, NULL);
+  CHECK_MSG(s == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "multiples of 16"), "%s",
+            dit_ctx_last_error(ctx));
+}
+
+float *dt_load_f32_n(const char *file, const char *name, size_t n) {
+  float *d = NULL;
+  int64_t sh[8];
+  int nd = 0;
+  if (dt_load_f32(file, name, &d, sh, &nd)) {
+    CHECK_MSG(0, "%s: no tensor %s", file, name);
+    return NULL;
+  }
+  size_t got = 1;
+  for (int i = 0; i < nd; i++) got *= (size_t)sh[i];
+  CHECK_MSG(got == n, "%s: %s has %zu elements, expected %zu", file, name, got, n);
+  if (got != n) free(d), d = NULL;
+  return d;
+}
+
 void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int want_w, int want_h) {
   int w = 0, h = 0;
   unsigned char *px = dt_read_png_rgb(png, &w, &h);

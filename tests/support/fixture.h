@@ -40,6 +40,14 @@ int dt_step_check_cb(void *user, int step, int total, const float *lat, size_t n
  * width, height and seed from reference.json rj, steps and guidance_scale (set) from run
  * (rj itself or one of its cases). */
 void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const json_t *rj, const json_t *run);
+/* The reference run of a pipeline fixture through dit_generate (dt_gen_params_from_reference,
+ * and max_sequence_length when reference.json has it; rope_bf16 as the generator's bf16 round
+ * trip left the text encoder's RoPE frequencies): every step's latents within tol, the image
+ * within one 8-bit level; then a width that is no multiple of 16 refused. */
+void dt_check_reference_run(dit_ctx *ctx, const char *fixture, const char *ref_file, const json_t *rj, int rope_bf16,
+                            double tol);
+/* Tensor name of file as F32 when it has n elements; otherwise a failed check and NULL. */
+float *dt_load_f32_n(const char *file, const char *name, size_t n);
 /* Checks a PNG written by the CLI against image ref_name of ref_file (values in [0, 1]):
  * readable, w x h, within one 8-bit level everywhere; prints the largest difference. */
 void dt_check_png(const char *png, const char *ref_file, const char *ref_name, int w, int h);

@@ -24,20 +24,6 @@
 #define NMSE_BF16_ACT 1e-3
 
 #ifdef DIT_HAVE_CUDA
-static float *load(const char *file, const char *key, size_t n) {
-  float *d = NULL;
-  int64_t sh[8];
-  int nd = 0;
-  if (dt_load_f32(file, key, &d, sh, &nd)) {
-    CHECK_MSG(0, "%s: no %s", file, key);
-    return NULL;
-  }
-  size_t got = 1;
-  for (int i = 0; i < nd; i++) got *= (size_t)sh[i];
-  CHECK_MSG(got == n, "%s: %zu elements, expected %zu", key, got, n);
-  return d;
-}
-
 static void check_nmse(const char *what, const float *got, const float *want, size_t n, double tol) {
   long bad = 0;
   const double v = dt_nmse(got, want, n, &bad);
@@ -50,8 +36,9 @@ static void gpu_case(dit_backend *be, dit_krea2 *m, const char *comp, int B, dou
   const dit_krea2_config *c = dit_krea2_get_config(m);
   const int64_t L = 12, Si = 24, C = c->in_channels, T = c->n_taps, td = c->text_dim, D = c->dim;
   const size_t ne = (size_t)(L * T * td), nx = (size_t)(Si * C), nt = (size_t)(L * D);
-  float *enc = load(comp, "dit_encoder", ne), *x = load(comp, "dit_hidden", nx), *pos = load(comp, "dit_position_ids", (size_t)(3 * (L + Si)));
-  float *t1 = load(comp, "dit_t", 1), *want = load(comp, "dit_out", nx), *want_t = load(comp, "dit_txt_in", nt);
+  float *enc = dt_load_f32_n(comp, "dit_encoder", ne), *x = dt_load_f32_n(comp, "dit_hidden", nx);
+  float *pos = dt_load_f32_n(comp, "dit_position_ids", (size_t)(3 * (L + Si))), *t1 = dt_load_f32_n(comp, "dit_t", 1);
+  float *want = dt_load_f32_n(comp, "dit_out", nx), *want_t = dt_load_f32_n(comp, "dit_txt_in", nt);
   float *he = malloc(B * ne * sizeof(float)), *hx = malloc(B * nx * sizeof(float)), *ho = calloc(B * nx, sizeof(float));
   float *ht = calloc(B * nt, sizeof(float));
   uint8_t mask[2 * 12];
@@ -103,7 +90,7 @@ static void test_fixture(dit_backend *be, const char *fixture) {
   snprintf(dir, sizeof dir, "%s/vae", fixture);
   dit_vae_qwen *v = NULL;
   CHECK_MSG(dit_vae_qwen_load(be, dir, &v, &err) == DIT_OK, "load %s on the GPU: %s", dir, err.msg);
-  float *z = load(comp, "vae_z", 16 * 4 * 6), *want = load(comp, "vae_image", 3 * 32 * 48);
+  float *z = dt_load_f32_n(comp, "vae_z", 16 * 4 * 6), *want = dt_load_f32_n(comp, "vae_image", 3 * 32 * 48);
   float *img = calloc(3 * 32 * 48, sizeof *img);
   if (v && z && want && img && dit_vae_qwen_set_act_dtype(v, DIT_BF16, &err) == DIT_OK) {
     dit_tensor tz = dit_tensor_4d(DIT_F32, z, 1, 16, 4, 6), ti = dit_tensor_4d(DIT_F32, img, 1, 3, 32, 48);
@@ -153,6 +140,20 @@ static void test_real_width(dit_backend *gpu) {
     if (s2 == DIT_OK) s2 = gpu->ops->download(gpu, og, dout, nx * sizeof(float), &err);
     CHECK_MSG(s2 == DIT_OK, "gpu krea2 width forward: %s", err.msg);
     if (s == DIT_OK && s2 == DIT_OK) check_nmse("released width (1 block, 1 + 1 fusion blocks) bf16-act vs cpu", og, oc, nx, NMSE_BF16_ACT);
+    /* the same call twice more: the second is recorded as a graph, the third replays it; the
+     * output stays bit for bit the op-by-op one */
+    float *again = malloc(nx * sizeof(float));
+    for (int r = 0; s2 == DIT_OK && again && r < 2; r++) {
+      s2 = dit_krea2_forward(mg, &gx, &gt, mask, &t, pos, &go, &err);
+      if (s2 == DIT_OK) s2 = gpu->ops->download(gpu, again, dout, nx * sizeof(float), &err);
+      CHECK_MSG(s2 == DIT_OK && !memcmp(again, og, nx * sizeof(float)), "call %d differs from the first: %s", r + 2,
+                err.msg);
+    }
+    long cap = 0, launch = 0;
+    dit_krea2_graph_counts(mg, &cap, &launch);
+    printf("gpu krea2 graph replay: %ld captured, %ld launched, outputs identical\n", cap, launch);
+    CHECK(cap == 1 && launch >= 1);
+    free(again);
     void *bufs[4] = {de, dx, dt, dout};
     for (int i = 0; i < 4; i++)
       if (bufs[i]) gpu->ops->free(gpu, bufs[i]);
@@ -181,7 +182,7 @@ static void test_pipeline(const char *fixture) {
   dit_status s = dit_generate(ctx, &p, &img, NULL);
   CHECK_MSG(s == DIT_OK, "%s on the GPU: %s", fixture, dit_ctx_last_error(ctx));
   const size_t n = (size_t)p.width * (size_t)p.height * 3;
-  float *want = s == DIT_OK ? load(ref_file, "image", n) : NULL;
+  float *want = s == DIT_OK ? dt_load_f32_n(ref_file, "image", n) : NULL;
   if (want) {
     double se = 0;
     int worst = 0;

@@ -71,6 +71,18 @@ dit_status dit_unfused_residual_layer_norm(dit_backend *be, dit_tensor *x, const
   return scale ? be->ops->modulate(be, h, h, scale, shift, err) : DIT_OK;
 }
 
+dit_status dit_unfused_residual_rms_mod(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                        dit_tensor *h, const dit_tensor *w, const dit_tensor *scale,
+                                        const dit_tensor *shift, float eps, dit_error *err) {
+  if (h && x && r && (h->data == x->data || h->data == r->data))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "residual_rms_mod: h aliases %s", h->data == x->data ? "x" : "r");
+  if (h && shift && !scale) return dit_errorf(err, DIT_ERR_INVALID_ARG, "residual_rms_mod: a shift needs a scale");
+  if (r) DIT_TRY(be->ops->gated_add(be, x, r, gate, false, err));
+  if (!h) return DIT_OK;
+  DIT_TRY(be->ops->rms_norm(be, h, x, w, eps, err));
+  return scale ? be->ops->modulate(be, h, h, scale, shift, err) : DIT_OK;
+}
+
 /* dit_op_<op> for every fused op: the backend's op, else its unfused sequence. */
 #define FUSED_DISPATCH(name, params, args)                            \
   dit_status dit_op_##name(dit_backend *be, DIT_EXPAND params) {      \

@@ -122,7 +122,14 @@
    * only when r is NULL; it must not alias r. */                                                                  \
   X(residual_layer_norm, (dit_tensor *x, const dit_tensor *r, const dit_tensor *gate, dit_tensor *h,               \
     const dit_tensor *scale, const dit_tensor *shift, float eps, dit_error *err),                                  \
-    (x, r, gate, h, scale, shift, eps, err))
+    (x, r, gate, h, scale, shift, eps, err))                                                                  \
+  /* Gated residual, then RMSNorm + modulation (the Krea 2 block pattern), x [B,S,D]: when r is not NULL,        \
+   * x += g * r (g = gate[B,D], or 1 when gate is NULL; r is only read); then, when h is not NULL,                \
+   * h = rms_norm(x) * w * (1 + scale[B,D]) + shift[B,D] (w [D], scale, shift NULL: none; a shift needs a         \
+   * scale). h may alias x only when r is NULL; it must not alias r. */                                           \
+  X(residual_rms_mod, (dit_tensor *x, const dit_tensor *r, const dit_tensor *gate, dit_tensor *h,                  \
+    const dit_tensor *w, const dit_tensor *scale, const dit_tensor *shift, float eps, dit_error *err),             \
+    (x, r, gate, h, w, scale, shift, eps, err))
 
 
 /* The ops after linear (the profiler forwards these generically; linear, whose calls it

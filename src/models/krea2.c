@@ -53,15 +53,8 @@ static dit_status read_fields(const json_t *j, dit_krea2_config *c, const char *
   const int def_axes[DIT_KREA2_N_AXES] = {32, 48, 48};
   memcpy(c->axes_dims, def_axes, sizeof def_axes);
   const json_t *a = json_object_get(j, "axes_dims_rope");
-  if (a && !json_is_null(a)) {
-    int64_t v[8];
-    size_t got = 0;
-    DIT_TRY(dit_json_int_array(j, "axes_dims_rope", 0, MAX_HEAD_DIM, v, 8, &got, what, err));
-    if (got != DIT_KREA2_N_AXES)
-      return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"axes_dims_rope\" has %zu entries, expected %d", what, got,
-                        DIT_KREA2_N_AXES);
-    for (int i = 0; i < DIT_KREA2_N_AXES; i++) c->axes_dims[i] = (int)v[i];
-  }
+  if (a && !json_is_null(a))
+    DIT_TRY(dit_json_ints_exact(j, "axes_dims_rope", 0, MAX_HEAD_DIM, c->axes_dims, DIT_KREA2_N_AXES, what, err));
   c->rope_theta = 1000.0;
   DIT_TRY(dit_json_double_opt(j, "rope_theta", &c->rope_theta, what, err));
   double eps = 1e-5;
@@ -330,6 +323,7 @@ dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 
 
 void dit_krea2_free(dit_krea2 *m) {
   if (!m) return;
+  dit_replay_clear(&m->replay, m->be);
   dit_act_space_release(&m->as, m->be);
   if (m->norms) m->be->ops->free(m->be, m->norms);
   dit_model_weights_release(m->be, &m->mw);
@@ -342,3 +336,8 @@ void dit_krea2_free(dit_krea2 *m) {
 const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m) { return m ? &m->cfg : NULL; }
 size_t dit_krea2_weight_bytes(const dit_krea2 *m) { return m ? m->mw.wbytes : 0; }
 uint64_t dit_krea2_weight_params(const dit_krea2 *m) { return m ? m->mw.wparams : 0; }
+
+void dit_krea2_graph_counts(const dit_krea2 *m, long *captures, long *launches) {
+  *captures = m ? m->replay.captures : 0;
+  *launches = m ? m->replay.launches : 0;
+}

@@ -70,6 +70,8 @@ const dit_krea2_config *dit_krea2_get_config(const dit_krea2 *m);
  * parameters. */
 size_t dit_krea2_weight_bytes(const dit_krea2 *m);
 uint64_t dit_krea2_weight_params(const dit_krea2 *m);
+/* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
+void dit_krea2_graph_counts(const dit_krea2 *m, long *captures, long *launches);
 /* The released model's config (diffusers' defaults), derived fields filled. */
 void dit_krea2_config_default(dit_krea2_config *c);
 /* A model of config c with deterministic random weights of dtype wdt in one backend block

@@ -86,16 +86,16 @@ static dit_status attention(dit_krea2 *m, const krea2_attn_w *w, const krea2_sha
   return dit_op_linear(be, &hn, &o, &w->to_out, NULL, DIT_ACT_NONE, err);
 }
 
-/* Krea2SwiGLU on s->hn, the result left in s->hn. */
-static dit_status swiglu(dit_krea2 *m, const krea2_block_w *b, const krea2_shape *sh, int64_t R,
+/* Krea2SwiGLU of in [R, W] into out (may be in). */
+static dit_status swiglu(dit_krea2 *m, const krea2_block_w *b, const krea2_shape *sh, int64_t R, void *in, void *out,
                          const krea2_scratch *s, dit_error *err) {
   dit_backend *be = m->be;
-  dit_tensor hn = dit_act_2d(&m->as, s->hn, R, sh->W), fa = dit_act_2d(&m->as, s->ffa, R, sh->F);
-  dit_tensor fb = dit_act_2d(&m->as, s->ffb, R, sh->F);
-  DIT_TRY(dit_op_linear(be, &fa, &hn, &b->ff_gate, NULL, DIT_ACT_NONE, err));
-  DIT_TRY(dit_op_linear(be, &fb, &hn, &b->ff_up, NULL, DIT_ACT_NONE, err));
+  dit_tensor x = dit_act_2d(&m->as, in, R, sh->W), y = dit_act_2d(&m->as, out, R, sh->W);
+  dit_tensor fa = dit_act_2d(&m->as, s->ffa, R, sh->F), fb = dit_act_2d(&m->as, s->ffb, R, sh->F);
+  DIT_TRY(dit_op_linear(be, &fa, &x, &b->ff_gate, NULL, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_linear(be, &fb, &x, &b->ff_up, NULL, DIT_ACT_NONE, err));
   DIT_TRY(dit_op_swiglu(be, &fa, &fa, &fb, err));
-  return dit_op_linear(be, &hn, &fa, &b->ff_down, NULL, DIT_ACT_NONE, err);
+  return dit_op_linear(be, &y, &fa, &b->ff_down, NULL, DIT_ACT_NONE, err);
 }
 
 /* Krea2TextFusionBlock on h [B, S, W] in place: h += attn(norm1(h)); h += ff(norm2(h)). */
@@ -108,7 +108,7 @@ static dit_status fusion_block(dit_krea2 *m, const krea2_block_w *b, const krea2
   DIT_TRY(attention(m, &b->attn, sh, B, S, NULL, NULL, kmask, s, err));
   DIT_TRY(dit_op_add(be, &x, &x, &hn, err));
   DIT_TRY(dit_op_rms_norm(be, &hn, &x, &b->norm2, m->cfg.eps, err));
-  DIT_TRY(swiglu(m, b, sh, R, s, err));
+  DIT_TRY(swiglu(m, b, sh, R, s->hn, s->hn, s, err));
   return dit_op_add(be, &x, &x, &hn, err);
 }
 
@@ -375,7 +375,9 @@ static dit_status time_embed(dit_krea2 *m, const krea2_geom *g, const dit_tensor
   return dit_op_copy(be, &mc, &mv, err);
 }
 
-/* Krea2TransformerBlock on a->x [B, S, D] in place. */
+/* Krea2TransformerBlock on a->x [B, S, D] in place. Each norm with its modulation, and the
+ * attention's gated residual with the second, go through residual_rms_mod (one pass where the
+ * backend fuses it; on the CPU the sequence rms_norm, modulate, gated_add). */
 static dit_status block(dit_krea2 *m, const krea2_block_w *b, const krea2_geom *g, const dit_tensor *cos,
                         const dit_tensor *sin, const dit_tensor *kmask, const krea2_acts *a, dit_error *err) {
   dit_backend *be = m->be;
@@ -387,14 +389,13 @@ static dit_status block(dit_krea2 *m, const krea2_block_w *b, const krea2_geom *
   dit_tensor ch[6]; /* prescale, preshift, pregate, postscale, postshift, postgate */
   for (int k = 0; k < 6; k++) ch[k] = dit_act_2d(as, dit_act_el(as, a->bmod, k * B * D), B, D);
   dit_tensor x = dit_act_3d(as, a->x, B, S, D), hn = dit_act_3d(as, a->s.hn, B, S, D);
-  dit_tensor x2 = dit_act_2d(as, a->x, B * S, D), hn2 = dit_act_2d(as, a->s.hn, B * S, D);
-  DIT_TRY(dit_op_rms_norm(be, &hn2, &x2, &b->norm1, c->eps, err));
-  DIT_TRY(dit_op_modulate(be, &hn, &hn, &ch[0], &ch[1], err));
+  dit_tensor h2 = dit_act_3d(as, a->s.o, B, S, D); /* the MLP's input: o is free after the attention */
+  /* hn = (1 + prescale) * norm1(x) + preshift */
+  DIT_TRY(dit_op_residual_rms_mod(be, &x, NULL, NULL, &hn, &b->norm1, &ch[0], &ch[1], c->eps, err));
   DIT_TRY(attention(m, &b->attn, &sh, B, S, cos, sin, kmask, &a->s, err));
-  DIT_TRY(dit_op_gated_add(be, &x, &hn, &ch[2], false, err));
-  DIT_TRY(dit_op_rms_norm(be, &hn2, &x2, &b->norm2, c->eps, err));
-  DIT_TRY(dit_op_modulate(be, &hn, &hn, &ch[3], &ch[4], err));
-  DIT_TRY(swiglu(m, b, &sh, B * S, &a->s, err));
+  /* x += pregate * attn; h2 = (1 + postscale) * norm2(x) + postshift */
+  DIT_TRY(dit_op_residual_rms_mod(be, &x, &hn, &ch[2], &h2, &b->norm2, &ch[3], &ch[4], c->eps, err));
+  DIT_TRY(swiglu(m, b, &sh, B * S, a->s.o, a->s.hn, &a->s, err));
   return dit_op_gated_add(be, &x, &hn, &ch[5], false, err);
 }
 
@@ -433,14 +434,36 @@ static dit_status forward_ops(dit_krea2 *m, const krea2_geom *g, const dit_tenso
   DIT_TRY(dit_op_copy(be, &ie, &xi, err));
   DIT_TRY(table_plus(m, a->bmod, &w->final_table, 2, B, a->temb, true, err));
   dit_tensor sc = dit_act_2d(as, a->bmod, B, D), sf = dit_act_2d(as, dit_act_el(as, a->bmod, B * D), B, D);
-  dit_tensor ie2 = dit_act_2d(as, a->fin, B * Si, D);
-  DIT_TRY(dit_op_rms_norm(be, &ie2, &ie2, &w->final_norm, c->eps, err));
-  DIT_TRY(dit_op_modulate(be, &ie, &ie, &sc, &sf, err));
+  DIT_TRY(dit_op_residual_rms_mod(be, &ie, NULL, NULL, &ie, &w->final_norm, &sc, &sf, c->eps, err));
   if (!a->o_act) return dit_op_linear(be, out, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err);
   dit_tensor oa = dit_act_3d(as, a->o_act, B, Si, c->in_channels);
   DIT_TRY(dit_op_linear(be, &oa, &ie, &w->final_w, &w->final_b, DIT_ACT_NONE, err));
   return dit_op_copy(be, out, &oa, err);
 }
+
+/* One forward's ops after its tables are uploaded (replayable: they touch only the model's
+ * buffers, the weights and the call's tensors). */
+typedef struct krea2_call {
+  dit_krea2 *m;
+  const krea2_geom *g;
+  const dit_tensor *x, *txt;
+  const krea2_order *o;
+  dit_tensor *out;
+  const krea2_acts *a;
+} krea2_call;
+
+static dit_status call_ops(void *ctx, dit_error *err) {
+  krea2_call *k = ctx;
+  return forward_ops(k->m, k->g, k->x, k->txt, k->o, k->out, k->a, err);
+}
+
+/* What the recorded ops depend on besides memory contents, then the mask [B * L] (0 / 1). */
+typedef struct krea2_key {
+  int64_t B, L, Si;
+  dit_dtype adt;
+  void *act, *tab, *x, *txt, *out;
+  uint8_t mask[];
+} krea2_key;
 
 /* The host tables in the model's order, per item: RoPE of each row's ids (the image's, then
  * the text's as ordered), t, and the key mask (the image and the real text a prefix). */
@@ -494,7 +517,18 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
   DIT_TRY(order_make(mask, g.B, g.L, &o, err));
   dit_status s = fill_tables(m, &g, &o, t, pos, err);
   if (s == DIT_OK) s = m->be->ops->upload(m->be, a.tab, m->as.host, host_bytes, err);
-  if (s == DIT_OK) s = forward_ops(m, &g, x, txt, &o, out, &a, err);
+  /* the ops depend on the geometry, the buffers and the text's order (the mask): the key */
+  const size_t nm = (size_t)(g.B * g.L);
+  krea2_call k = {m, &g, x, txt, &o, out, &a};
+  krea2_key *key = s == DIT_OK ? calloc(1, sizeof *key + nm) : NULL;
+  if (s == DIT_OK && !key) s = dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  if (s == DIT_OK) {
+    *key = (krea2_key){g.B, g.L, g.Si, m->as.adt, m->as.act, a.tab, x->data, txt->data, out->data};
+    for (size_t i = 0; mask && i < nm; i++) key->mask[i] = mask[i] != 0;
+    if (!mask) memset(key->mask, 1, nm);
+    s = dit_replay_run(&m->replay, m->be, key, sizeof *key + nm, call_ops, &k, err);
+  }
+  free(key);
   if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
   order_free(&o);
   return s;
@@ -503,5 +537,7 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
 dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no model");
   bool changed = false;
-  return dit_act_space_set_dtype(&m->as, m->be, dt, "krea2", &changed, err);
+  DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "krea2", &changed, err));
+  if (changed) dit_replay_clear(&m->replay, m->be); /* graphs of the dropped buffer */
+  return DIT_OK;
 }

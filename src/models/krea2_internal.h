@@ -3,6 +3,7 @@
 #ifndef DIT_MODELS_KREA2_INTERNAL_H
 #define DIT_MODELS_KREA2_INTERNAL_H
 
+#include "backend/replay.h"
 #include "models/act_space.h"
 #include "models/krea2.h"
 #include "models/model_weights.h"
@@ -37,6 +38,7 @@ struct dit_krea2 {
   krea2_weights w;
   void *norms; /* backend block: every Krea2RMSNorm's 1 + weight in F32 (the norm tensors point here) */
   dit_act_space as;
+  dit_replay replay; /* the blocks' forward recorded as a graph (GPU backends) */
 };
 
 #endif

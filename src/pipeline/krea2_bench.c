@@ -116,8 +116,7 @@ static dit_status bench_forward(void *model, dit_bench_io *io, dit_error *err) {
 static size_t bench_weight_bytes(const void *m) { return dit_krea2_weight_bytes(((const krea2_bench *)m)->m); }
 static uint64_t bench_weight_params(const void *m) { return dit_krea2_weight_params(((const krea2_bench *)m)->m); }
 static void bench_graph_counts(const void *m, long *captures, long *launches) {
-  (void)m;
-  *captures = *launches = 0;
+  dit_krea2_graph_counts(((const krea2_bench *)m)->m, captures, launches);
 }
 
 static const dit_bench_ops krea2_bench_ops = {

@@ -981,14 +981,15 @@ static void t_fused_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit
   }
 }
 
-/* residual_layer_norm on [B,S,D] (the CPU runs the unfused gated_add, layer_norm, modulate):
- * with and without the residual, gate, output, shift; in place (h = x, no residual).
- * bcast: [D] vectors (batch stride 0). */
-static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt, bool bcast) {
+/* residual_layer_norm (rms: residual_rms_mod, with a norm weight) on [B,S,D] (the CPU runs the
+ * unfused gated_add, layer_norm / rms_norm, modulate): with and without the residual, gate,
+ * output, shift; in place (h = x, no residual). bcast: [D] vectors (batch stride 0). */
+static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt, bool bcast, bool rms) {
   bool bt = dt != DIT_F32;
   int64_t xs[3] = {B, S, D}, vs[2] = {B, D}, ds[1] = {D};
   pair h = act(e, dt, 3, xs, false);
   pair sc = act(e, dt, 2, vs, true), sf = act(e, dt, 2, vs, true), g = act(e, dt, 2, vs, true);
+  pair w = wgt(e, DIT_F32, 1, ds, 1.0f);
   if (bcast) /* the GPU gets row 0 as [D]; the CPU row 0 repeated as [B, D] */
     for (pair *v = &sc; v; v = v == &sc ? &sf : v == &sf ? &g : NULL) {
       for (int64_t b = 1; b < B; b++) memcpy((float *)v->c.data + b * D, v->c.data, (size_t)D * sizeof(float));
@@ -1004,23 +1005,33 @@ static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt,
     pair x = act(e, dt, 3, xs, true), r = act(e, dt, 3, xs, true);
     poison(e, &h);
     pair *y = k == 5 ? &x : &h;
-    OK(dit_op_residual_layer_norm(e->cpu, &x.c, res ? &r.c : NULL, gate ? &g.c : NULL, out ? &y->c : NULL,
-                                  scale ? &sc.c : NULL, shift ? &sf.c : NULL, 1e-6f, E));
-    OK(dit_op_residual_layer_norm(e->gpu, &x.g, res ? &r.g : NULL, gate ? &g.g : NULL, out ? &y->g : NULL,
-                                  scale ? &sc.g : NULL, shift ? &sf.g : NULL, 1e-6f, E));
+    for (int side = 0; side < 2; side++) {
+      pair *pp[5] = {&x, &r, &g, y, &sc};
+      dit_tensor *t[6];
+      for (int i = 0; i < 5; i++) t[i] = side ? &pp[i]->g : &pp[i]->c;
+      t[5] = side ? &sf.g : &sf.c;
+      dit_backend *be = side ? e->gpu : e->cpu;
+      if (rms)
+        OK(dit_op_residual_rms_mod(be, t[0], res ? t[1] : NULL, gate ? t[2] : NULL, out ? t[3] : NULL,
+                                   side ? &w.g : &w.c, scale ? t[4] : NULL, shift ? t[5] : NULL, 1e-6f, E));
+      else
+        OK(dit_op_residual_layer_norm(be, t[0], res ? t[1] : NULL, gate ? t[2] : NULL, out ? t[3] : NULL,
+                                      scale ? t[4] : NULL, shift ? t[5] : NULL, 1e-6f, E));
+    }
     const char *what[6] = {"residual gate scale shift", "residual scale", "residual only", "scale shift",
                            "plain", "in place scale shift"};
-    snprintf(name, sizeof name, "residual_layer_norm [%lld,%lld,%lld] %s %s%s: %s", (long long)B, (long long)S,
+    const char *on = rms ? "residual_rms_mod" : "residual_layer_norm";
+    snprintf(name, sizeof name, "%s [%lld,%lld,%lld] %s %s%s: %s", on, (long long)B, (long long)S,
              (long long)D, dn(dt), what[k], bcast ? " [D]" : "", out ? "h" : "x");
     compare(e, name, out ? y : &x, bt);
     if (res && out) {
-      snprintf(name, sizeof name, "residual_layer_norm [%lld,%lld,%lld] %s %s%s: x", (long long)B, (long long)S,
+      snprintf(name, sizeof name, "%s [%lld,%lld,%lld] %s %s%s: x", on, (long long)B, (long long)S,
                (long long)D, dn(dt), what[k], bcast ? " [D]" : "");
       compare(e, name, &x, bt);
     }
     drop(e, &x), drop(e, &r);
   }
-  drop(e, &h), drop(e, &sc), drop(e, &sf), drop(e, &g);
+  drop(e, &h), drop(e, &sc), drop(e, &sf), drop(e, &g), drop(e, &w);
 }
 
 static void fused_tests(env *e) {
@@ -1043,12 +1054,15 @@ static void fused_tests(env *e) {
     t_fused_rope(e, 1, 9, 2, 256, DIT_BF16, DIT_BF16, false); /* 32 lanes per row */
     t_fused_rope(e, 2, 7, 3, 24, DIT_F32, DIT_F32, true);     /* 3 chunks: 4-lane teams, one lane idle */
     t_fused_rope(e, 1, 5, 2, 10, DIT_F32, DIT_F32, false);    /* D % 8 != 0: fallback */
-    t_fused_lnorm(e, 2, 37, 3072, DIT_BF16, false); /* klein width: 2 chunks per thread */
-    t_fused_lnorm(e, 1, 21, 3072, DIT_F32, false);
-    t_fused_lnorm(e, 3, 9, 1000, DIT_F32, true);    /* 125 chunks, [D] vectors */
-    t_fused_lnorm(e, 2, 5, 64, DIT_BF16, false);    /* short rows: one warp, mostly idle */
-    t_fused_lnorm(e, 1, 4, 12000, DIT_F32, false);  /* 4 chunks per thread */
-    t_fused_lnorm(e, 2, 3, 36, DIT_F32, false);     /* D % 8 != 0: fallback */
+    for (int rms = 0; rms < 2; rms++) { /* residual_layer_norm, then residual_rms_mod */
+      t_fused_lnorm(e, 2, 37, 3072, DIT_BF16, false, rms); /* klein width: 2 chunks per thread */
+      t_fused_lnorm(e, 1, 21, 3072, DIT_F32, false, rms);
+      t_fused_lnorm(e, 3, 9, 1000, DIT_F32, true, rms);    /* 125 chunks, [D] vectors */
+      t_fused_lnorm(e, 2, 5, 64, DIT_BF16, false, rms);    /* short rows: one warp (rms: team kernel) */
+      t_fused_lnorm(e, 1, 4, 12000, DIT_F32, false, rms);  /* 4 chunks per thread */
+      t_fused_lnorm(e, 2, 3, 36, DIT_F32, false, rms);     /* D % 8 != 0: fallback */
+    }
+    t_fused_lnorm(e, 1, 9, 6144, DIT_BF16, false, true);  /* Krea 2's width */
   }
   cu_im(e->gpu)->fused = f0;
 }

@@ -1,9 +1,10 @@
 /* Host side of the CUDA fused ops (rms_norm_rope, rms_norm_mod, residual_norm,
- * residual_layer_norm): argument
+ * residual_layer_norm, residual_rms_mod): argument
  * checks, then the row kernels of k_fused.cu where shapes and alignment allow (D % 8 == 0,
  * 16-byte aligned operands) and the backend's `fused` switch is on (env DIT_CUDA_FUSED=0
  * turns it off); otherwise the unfused sequence of plain ops (backend_fused.c). */
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 
@@ -85,10 +86,13 @@ dit_status cu_residual_norm(dit_backend *be, dit_tensor *x, dit_tensor *r, const
   return DIT_OK;
 }
 
-dit_status cu_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
-                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
-                                      dit_error *err) {
-  const char *op = "cuda residual_layer_norm";
+/* The checks residual_layer_norm and residual_rms_mod share (x, r, gate, h, scale, shift) and
+ * their row arguments; *fast when the row kernels take them (one batch stride for the vectors,
+ * D % 8 == 0, 16-byte aligned, the fused switch on). */
+static dit_status res_mod_args(dit_backend *be, const char *op, const dit_tensor *x, const dit_tensor *r,
+                               const dit_tensor *gate, const dit_tensor *h, const dit_tensor *scale,
+                               const dit_tensor *shift, cu_rowargs *a, int64_t *B, int64_t *S, int64_t *D, bool *fast,
+                               dit_error *err) {
   DIT_TRY(cu_check_act(op, "x", x, err));
   if (r) {
     DIT_TRY(cu_check_act(op, "r", r, err));
@@ -102,23 +106,53 @@ dit_status cu_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tens
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: h aliases %s", op, h->data == x->data ? "x" : "r");
     if (shift && !scale) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a shift needs a scale", op);
   }
-  int64_t B, S, D, gbs = 0, sbs = 0, fbs = 0;
-  DIT_TRY(cu_check_bsd(op, x, "gate", r ? gate : NULL, &B, &S, &D, &gbs, err));
-  DIT_TRY(cu_check_bsd(op, x, "scale", h ? scale : NULL, &B, &S, &D, &sbs, err));
-  DIT_TRY(cu_check_bsd(op, x, "shift", h ? shift : NULL, &B, &S, &D, &fbs, err));
+  int64_t gbs = 0, sbs = 0, fbs = 0;
+  DIT_TRY(cu_check_bsd(op, x, "gate", r ? gate : NULL, B, S, D, &gbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "scale", h ? scale : NULL, B, S, D, &sbs, err));
+  DIT_TRY(cu_check_bsd(op, x, "shift", h ? shift : NULL, B, S, D, &fbs, err));
   const bool g_on = r && gate, s_on = h && scale, f_on = h && shift;
-  /* the kernel takes one batch stride for the vectors it reads */
-  const int64_t vbs = g_on ? gbs : s_on ? sbs : fbs;
+  const int64_t vbs = g_on ? gbs : s_on ? sbs : fbs; /* the kernels take one batch stride */
   const bool one_vbs = (!g_on || gbs == vbs) && (!s_on || sbs == vbs) && (!f_on || fbs == vbs);
-  const bool fast = cu_im(be)->fused && one_vbs && D % 8 == 0 && D <= MAX_ROW_D && al16(x) && al16(r) && al16(h) &&
-                    (!g_on || al16(gate)) && (!s_on || al16(scale)) && (!f_on || al16(shift));
+  *fast = cu_im(be)->fused && one_vbs && *D % 8 == 0 && *D <= MAX_ROW_D && al16(x) && al16(r) && al16(h) &&
+          (!g_on || al16(gate)) && (!s_on || al16(scale)) && (!f_on || al16(shift));
+  memset(a, 0, sizeof *a);
+  if (g_on) a->gate = gate->data, a->gdt = (int)gate->dtype;
+  if (s_on) a->scale = scale->data, a->sdt = (int)scale->dtype;
+  if (f_on) a->shift = shift->data, a->shdt = (int)shift->dtype;
+  a->vbs = vbs;
+  return DIT_OK;
+}
+
+dit_status cu_residual_layer_norm(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                                      dit_tensor *h, const dit_tensor *scale, const dit_tensor *shift, float eps,
+                                      dit_error *err) {
+  const char *op = "cuda residual_layer_norm";
+  int64_t B, S, D;
+  bool fast = false;
+  cu_rowargs a;
+  DIT_TRY(res_mod_args(be, op, x, r, gate, h, scale, shift, &a, &B, &S, &D, &fast, err));
   if (!fast) return dit_unfused_residual_layer_norm(be, x, r, gate, h, scale, shift, eps, err);
-  cu_rowargs a = {0};
-  if (g_on) a.gate = gate->data, a.gdt = (int)gate->dtype;
-  if (s_on) a.scale = scale->data, a.sdt = (int)scale->dtype;
-  if (f_on) a.shift = shift->data, a.shdt = (int)shift->dtype;
-  a.vbs = vbs, a.eps = eps;
+  a.eps = eps;
   LAUNCH(op, "kernel", cuk_f_lnorm(h ? h->data : NULL, x->data, r ? r->data : NULL, x->dtype, B, S, D, &a,
                                    cu_im(be)->stream));
+  return DIT_OK;
+}
+
+dit_status cu_residual_rms_mod(dit_backend *be, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate,
+                               dit_tensor *h, const dit_tensor *w, const dit_tensor *scale, const dit_tensor *shift,
+                               float eps, dit_error *err) {
+  const char *op = "cuda residual_rms_mod";
+  int64_t B, S, D;
+  bool fast = false;
+  cu_rowargs a;
+  DIT_TRY(res_mod_args(be, op, x, r, gate, h, scale, shift, &a, &B, &S, &D, &fast, err));
+  if (!r && !h) return DIT_OK;
+  if (h && w) DIT_TRY(cu_check_w(op, "w", w, D, err));
+  if (!fast || (h && !al16(w))) return dit_unfused_residual_rms_mod(be, x, r, gate, h, w, scale, shift, eps, err);
+  a.r_raw = 1;
+  if (h && w) a.wh = w->data, a.whdt = (int)w->dtype;
+  a.eps = eps;
+  LAUNCH(op, "kernel", cuk_f_norm(h ? h->data : NULL, x->data, r ? r->data : NULL, x->dtype, B, S, D, &a,
+                                  cu_im(be)->stream));
   return DIT_OK;
 }

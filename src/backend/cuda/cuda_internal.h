@@ -145,7 +145,8 @@ typedef struct cu_rowargs {
   int tanh_gate;
   const void *wh; int whdt;    /* weight of the output norm */
   const void *scale; int sdt;  /* output modulation: * (1 + scale) */
-  const void *shift; int shdt; /* residual_layer_norm: + shift after the scale (NULL: 0) */
+  const void *shift; int shdt; /* + shift after the scale (NULL: 0) */
+  int r_raw;                   /* residual_rms_mod: r is added as it is (no norm of r) */
   int64_t vbs;
   float eps;
 } cu_rowargs;

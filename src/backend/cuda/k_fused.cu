@@ -1,6 +1,6 @@
 /* Row-parallel normalization kernels with 16-byte accesses, and the fused ops built on
- * them: RMSNorm (+ modulate), gated residual + RMSNorm, RMSNorm + interleaved RoPE, gated
- * residual + LayerNorm + modulate (shift and scale). Long
+ * them: RMSNorm (+ modulate), gated residual (of a normed or a raw r) + RMSNorm (+ modulate with
+ * shift), RMSNorm + interleaved RoPE, gated residual + LayerNorm + modulate (shift and scale). Long
  * rows (D/8 > 32 chunks of 8) take one block per row and keep the row in registers (each
  * input read once); short rows (attention heads) take a team of L <= 32 lanes of a warp,
  * 32/L rows per warp. Math in fp32; the residual stream is rounded to its storage type
@@ -8,17 +8,20 @@
 #include "backend/cuda/cu_vec.cuh"
 #include "backend/cuda/cuda_internal.h"
 
-/* u = u * rr * wh * (1 + scale[b]) for the 8 elements from column c8. */
+/* u = u * rr * wh * (1 + scale[b]) + shift[b] for the 8 elements from column c8. */
 __device__ __forceinline__ void out_mod(float *u, float rr, const cu_rowargs &a, int64_t b, int64_t c8) {
-  float w[8], sc[8];
+  float w[8], sc[8], sf[8];
   if (a.wh) ld8w(a.wh, a.whdt, c8, w);
   else
     for (int k = 0; k < 8; k++) w[k] = 1.0f;
   if (a.scale) ld8w(a.scale, a.sdt, b * a.vbs + c8, sc);
   else
     for (int k = 0; k < 8; k++) sc[k] = 0.0f;
+  if (a.shift) ld8w(a.shift, a.shdt, b * a.vbs + c8, sf);
+  else
+    for (int k = 0; k < 8; k++) sf[k] = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 8; k++) u[k] = u[k] * rr * w[k] * (1.0f + sc[k]);
+  for (int k = 0; k < 8; k++) u[k] = u[k] * rr * w[k] * (1.0f + sc[k]) + sf[k];
 }
 
 /* One block per row; thread t owns chunks t + j * blockDim.x (j < NC) of 8 elements. */
@@ -44,14 +47,14 @@ __global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 
         for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
       }
     }
-    const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps);
+    const float rr = a.r_raw ? 1.0f : rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps); /* r_raw: uniform */
     ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < NC; j++) {
       int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
       if (c < D8) {
         float w[8], g[8];
-        if (a.wr) ld8w(a.wr, a.wrdt, c * 8, w);
+        if (a.wr && !a.r_raw) ld8w(a.wr, a.wrdt, c * 8, w);
         else
           for (int k = 0; k < 8; k++) w[k] = 1.0f;
         if (a.gate) {

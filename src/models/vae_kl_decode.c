@@ -12,7 +12,6 @@
 
 #include "models/vae_kl_internal.h"
 
-#define MAX_IMAGE_SIDE 65536
 
 /* The whole decoder on one latent z [L, h, w] (host, contiguous) into out
  * [out_channels, f*h, f*w] (host, contiguous). Both are NULL while planning. */
@@ -66,26 +65,7 @@ static dit_status check_args(const dit_vae_kl *m, const dit_tensor *z, const dit
                              dit_error *err) {
   if (!m || !z || !img) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: NULL argument");
   const dit_vae_kl_config *c = &m->cfg;
-  char a[128], b[128];
-  if (z->dtype != DIT_F32 || z->ndim != 4 || z->shape[0] < 1 || z->shape[1] != c->latent_channels ||
-      z->shape[2] < 1 || z->shape[3] < 1 || !dit_tensor_is_contiguous(z) || !z->data || z->device != DIT_DEV_CPU)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG,
-                      "vae decode: z must be a contiguous host F32 [B, %d, h, w] tensor, got %s %s",
-                      c->latent_channels, dit_dtype_name(z->dtype), dit_shape_str(z->shape, z->ndim, a, sizeof a));
-  int64_t f = (int64_t)1 << (c->n_levels - 1);
-  if (z->shape[2] * f > MAX_IMAGE_SIDE || z->shape[3] * f > MAX_IMAGE_SIDE || z->shape[0] > 4096)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: z %s decodes to more than %d pixels per side",
-                      dit_shape_str(z->shape, z->ndim, a, sizeof a), MAX_IMAGE_SIDE);
-  int64_t want[4] = {z->shape[0], c->out_channels, z->shape[2] * f, z->shape[3] * f};
-  if (img->dtype != DIT_F32 || !dit_tensor_has_shape(img, 4, want) || !dit_tensor_is_contiguous(img) ||
-      !img->data || img->device != DIT_DEV_CPU)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: img must be a contiguous host F32 %s tensor, got %s %s",
-                      dit_shape_str(want, 4, a, sizeof a), dit_dtype_name(img->dtype),
-                      dit_shape_str(img->shape, img->ndim, b, sizeof b));
-  if (tile < 0 || (tile > 0 && tile < 4))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: tile = %d must be 0 (untiled) or at least 4 latent pixels",
-                      tile);
-  return DIT_OK;
+  return vae_check_decode_io(z, img, c->latent_channels, c->out_channels, (int64_t)1 << (c->n_levels - 1), tile, err);
 }
 
 dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err) {

@@ -12,7 +12,6 @@
 #include "models/model_weights.h"
 #include "models/vae_kl_internal.h"
 
-#define MAX_IMAGE_SIDE 65536
 
 /* ---- structure and weights ---- */
 
@@ -224,9 +223,9 @@ static dit_status check_args(const dit_vae_kl_enc *m, const dit_tensor *img, con
                       "%lld, got %s %s",
                       c->in_channels, (long long)f, dit_dtype_name(img->dtype),
                       dit_shape_str(img->shape, img->ndim, a, sizeof a));
-  if (img->shape[2] > MAX_IMAGE_SIDE || img->shape[3] > MAX_IMAGE_SIDE || img->shape[0] > 4096)
+  if (img->shape[2] > VAE_MAX_IMAGE_SIDE || img->shape[3] > VAE_MAX_IMAGE_SIDE || img->shape[0] > 4096)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae encode: img %s is larger than %d pixels per side",
-                      dit_shape_str(img->shape, img->ndim, a, sizeof a), MAX_IMAGE_SIDE);
+                      dit_shape_str(img->shape, img->ndim, a, sizeof a), VAE_MAX_IMAGE_SIDE);
   const int64_t want[4] = {img->shape[0], 2 * c->latent_channels, img->shape[2] / f, img->shape[3] / f};
   if (mo->dtype != DIT_F32 || !dit_tensor_has_shape(mo, 4, want) || !dit_tensor_is_contiguous(mo) || !mo->data ||
       mo->device != DIT_DEV_CPU)

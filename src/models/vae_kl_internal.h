@@ -258,6 +258,13 @@ typedef struct vae_call {
 void vae_run_drop(vae_run *r);
 dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err);
 
+/* A decoder call's z [B, zc, h, w] and img [B, oc, f h, f w]: contiguous host F32, at most
+ * VAE_MAX_IMAGE_SIDE pixels a side and 4096 items; tile 0 or >= 4. DIT_ERR_INVALID_ARG naming
+ * what is wrong. */
+#define VAE_MAX_IMAGE_SIDE 65536
+dit_status vae_check_decode_io(const dit_tensor *z, const dit_tensor *img, int zc, int oc, int64_t f, int tile,
+                               dit_error *err);
+
 /* Index of the first non-finite value of x[0..n), or n. */
 size_t vae_first_nonfinite(const float *x, size_t n);
 

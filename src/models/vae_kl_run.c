@@ -490,3 +490,26 @@ size_t vae_first_nonfinite(const float *x, size_t n) {
     if (!isfinite(x[i])) return i;
   return n;
 }
+
+dit_status vae_check_decode_io(const dit_tensor *z, const dit_tensor *img, int zc, int oc, int64_t f, int tile,
+                               dit_error *err) {
+  char a[128], b[128];
+  if (z->dtype != DIT_F32 || z->ndim != 4 || z->shape[0] < 1 || z->shape[1] != zc || z->shape[2] < 1 ||
+      z->shape[3] < 1 || !dit_tensor_is_contiguous(z) || !z->data || z->device != DIT_DEV_CPU)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG,
+                      "vae decode: z must be a contiguous host F32 [B, %d, h, w] tensor, got %s %s", zc,
+                      dit_dtype_name(z->dtype), dit_shape_str(z->shape, z->ndim, a, sizeof a));
+  if (z->shape[2] * f > VAE_MAX_IMAGE_SIDE || z->shape[3] * f > VAE_MAX_IMAGE_SIDE || z->shape[0] > 4096)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: z %s decodes to more than %d pixels per side",
+                      dit_shape_str(z->shape, z->ndim, a, sizeof a), VAE_MAX_IMAGE_SIDE);
+  const int64_t want[4] = {z->shape[0], oc, z->shape[2] * f, z->shape[3] * f};
+  if (img->dtype != DIT_F32 || !dit_tensor_has_shape(img, 4, want) || !dit_tensor_is_contiguous(img) ||
+      !img->data || img->device != DIT_DEV_CPU)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: img must be a contiguous host F32 %s tensor, got %s %s",
+                      dit_shape_str(want, 4, a, sizeof a), dit_dtype_name(img->dtype),
+                      dit_shape_str(img->shape, img->ndim, b, sizeof b));
+  if (tile < 0 || (tile > 0 && tile < 4))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: tile = %d must be 0 (untiled) or at least 4 latent pixels",
+                      tile);
+  return DIT_OK;
+}

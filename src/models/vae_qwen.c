@@ -15,7 +15,6 @@
 
 #define MAX_LEVELS DIT_VAE_KL_MAX_LEVELS
 #define MAX_CHANNELS 65536
-#define MAX_IMAGE_SIDE 65536
 
 struct dit_vae_qwen {
   dit_backend *be;
@@ -295,18 +294,7 @@ dit_status dit_vae_qwen_decode(dit_vae_qwen *m, const dit_tensor *z, dit_tensor 
   if (!m || !z || !img) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: NULL argument");
   const dit_vae_qwen_config *c = &m->cfg;
   const int64_t f = (int64_t)1 << (c->n_levels - 1);
-  if (z->dtype != DIT_F32 || z->ndim != 4 || z->shape[0] < 1 || z->shape[0] > 4096 || z->shape[1] != c->z_dim ||
-      z->shape[2] < 1 || z->shape[3] < 1 || z->shape[2] * f > MAX_IMAGE_SIDE || z->shape[3] * f > MAX_IMAGE_SIDE ||
-      !dit_tensor_is_contiguous(z) || !z->data || z->device != DIT_DEV_CPU)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: z must be a contiguous host F32 [B, %d, h, w] tensor",
-                      c->z_dim);
-  const int64_t want[4] = {z->shape[0], c->out_channels, z->shape[2] * f, z->shape[3] * f};
-  if (img->dtype != DIT_F32 || !dit_tensor_has_shape(img, 4, want) || !dit_tensor_is_contiguous(img) || !img->data ||
-      img->device != DIT_DEV_CPU)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: img must be a contiguous host F32 [%lld, %d, %lld, %lld]",
-                      (long long)want[0], c->out_channels, (long long)want[2], (long long)want[3]);
-  if (tile < 0 || (tile > 0 && tile < 4))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: tile = %d must be 0 (untiled) or at least 4", tile);
+  DIT_TRY(vae_check_decode_io(z, img, c->z_dim, c->out_channels, f, tile, err));
   const size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
   size_t bad = vae_first_nonfinite(z->data, zn);
   if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);

@@ -324,6 +324,7 @@ dit_status dit_krea2_load(dit_backend *be, const char *component_dir, dit_krea2 
 void dit_krea2_free(dit_krea2 *m) {
   if (!m) return;
   dit_replay_clear(&m->replay, m->be);
+  free(m->rope_key);
   dit_act_space_release(&m->as, m->be);
   if (m->norms) m->be->ops->free(m->be, m->norms);
   dit_model_weights_release(m->be, &m->mw);

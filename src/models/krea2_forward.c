@@ -3,6 +3,7 @@
  * dit_krea2_encode_text, the rest per step in dit_krea2_forward. Activations are F32, or BF16
  * on a GPU (dit_krea2_set_act_dtype): the F32 inputs and outputs then go through copies. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -275,6 +276,7 @@ dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint
   DIT_TRY(plan_text(&ar, c, B, L, m->as.es, &a, err));
   bool grew = false;
   DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, 0, &grew, err));
+  free(m->rope_key), m->rope_key = NULL; /* the text's buffers overlap where the forward keeps its tables */
   DIT_TRY(plan_text(&ar, c, B, L, m->as.es, &a, err));
   krea2_order o;
   dit_status s = order_make(mask, B, L, &o, err);
@@ -466,13 +468,37 @@ typedef struct krea2_key {
 } krea2_key;
 
 /* The host tables in the model's order, per item: RoPE of each row's ids (the image's, then
- * the text's as ordered), t, and the key mask (the image and the real text a prefix). */
-static dit_status fill_tables(dit_krea2 *m, const krea2_geom *g, const krea2_order *o, const float *t, const float *pos,
-                              dit_error *err) {
+ * the text's as ordered), t, and the key mask (the image and the real text a prefix); then
+ * their upload to tab. The RoPE tables depend only on the geometry, the ids and the text's
+ * order: when those are what the tables already in tab were made from (the steps of one
+ * image), only t and the mask are made and uploaded. */
+static dit_status upload_tables(dit_krea2 *m, const krea2_geom *g, const krea2_order *o, const float *t,
+                                const float *pos, void *tab, size_t host_bytes, dit_error *err) {
   const dit_krea2_config *c = &m->cfg;
   const int64_t B = g->B, L = g->L, Si = g->Si, S = g->S, half = c->head_dim / 2;
-  float *h = m->as.host, *ids = malloc((size_t)(S * 3) * sizeof *ids);
-  if (!ids) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  float *h = m->as.host;
+  const size_t rope_bytes = (size_t)(2 * B * S * half) * sizeof(float);
+  memcpy(h + 2 * B * S * half, t, (size_t)B * sizeof(float));
+  prefix_mask(o, B, Si, L, (uint8_t *)(h + 2 * B * S * half + B));
+  const size_t np = (size_t)(3 * S) * sizeof(float), no = (size_t)(B * L) * sizeof(int64_t);
+  const size_t kb = 4 * sizeof(int64_t) + np + no;
+  char *key = malloc(kb);
+  if (!key) return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  const int64_t head[4] = {B, L, Si, (int64_t)(intptr_t)tab};
+  memcpy(key, head, sizeof head);
+  memcpy(key + sizeof head, pos, np);
+  memcpy(key + sizeof head + np, o->order, no);
+  if (m->rope_key && m->rope_key_bytes == kb && !memcmp(m->rope_key, key, kb)) {
+    free(key);
+    return m->be->ops->upload(m->be, (char *)tab + rope_bytes, (char *)h + rope_bytes, host_bytes - rope_bytes, err);
+  }
+  free(m->rope_key);
+  m->rope_key = NULL;
+  float *ids = malloc((size_t)(S * 3) * sizeof *ids);
+  if (!ids) {
+    free(key);
+    return dit_errorf(err, DIT_ERR_NOMEM, "krea2: out of memory");
+  }
   for (int64_t b = 0; b < B; b++) {
     memcpy(ids, pos + 3 * L, (size_t)(Si * 3) * sizeof *ids);
     for (int64_t j = 0; j < L; j++) memcpy(ids + 3 * (Si + j), pos + 3 * o->order[b * L + j], 3 * sizeof *ids);
@@ -480,9 +506,10 @@ static dit_status fill_tables(dit_krea2 *m, const krea2_geom *g, const krea2_ord
                        h + (B + b) * S * half);
   }
   free(ids);
-  memcpy(h + 2 * B * S * half, t, (size_t)B * sizeof(float));
-  prefix_mask(o, B, Si, L, (uint8_t *)(h + 2 * B * S * half + B));
-  return DIT_OK;
+  dit_status s = m->be->ops->upload(m->be, tab, h, host_bytes, err);
+  if (s == DIT_OK) m->rope_key = key, m->rope_key_bytes = kb;
+  else free(key);
+  return s;
 }
 
 dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor *txt, const uint8_t *mask,
@@ -512,11 +539,11 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
   DIT_TRY(plan(&ar, c, &g, host_bytes, m->as.es, &a, err));
   bool grew = false;
   DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, host_bytes, &grew, err));
+  if (grew) free(m->rope_key), m->rope_key = NULL; /* a new buffer: its tables are gone */
   DIT_TRY(plan(&ar, c, &g, host_bytes, m->as.es, &a, err));
   krea2_order o;
   DIT_TRY(order_make(mask, g.B, g.L, &o, err));
-  dit_status s = fill_tables(m, &g, &o, t, pos, err);
-  if (s == DIT_OK) s = m->be->ops->upload(m->be, a.tab, m->as.host, host_bytes, err);
+  dit_status s = upload_tables(m, &g, &o, t, pos, a.tab, host_bytes, err);
   /* the ops depend on the geometry, the buffers and the text's order (the mask): the key */
   const size_t nm = (size_t)(g.B * g.L);
   krea2_call k = {m, &g, x, txt, &o, out, &a};
@@ -538,6 +565,9 @@ dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no model");
   bool changed = false;
   DIT_TRY(dit_act_space_set_dtype(&m->as, m->be, dt, "krea2", &changed, err));
-  if (changed) dit_replay_clear(&m->replay, m->be); /* graphs of the dropped buffer */
+  if (changed) { /* graphs and tables of the dropped buffer */
+    dit_replay_clear(&m->replay, m->be);
+    free(m->rope_key), m->rope_key = NULL;
+  }
   return DIT_OK;
 }

@@ -39,6 +39,9 @@ struct dit_krea2 {
   void *norms; /* backend block: every Krea2RMSNorm's 1 + weight in F32 (the norm tensors point here) */
   dit_act_space as;
   dit_replay replay; /* the blocks' forward recorded as a graph (GPU backends) */
+  void *rope_key;    /* what the RoPE tables in the activation buffer were made from (NULL: none;
+                        krea2_forward.c), so that the steps of one image compute them once */
+  size_t rope_key_bytes;
 };
 
 #endif

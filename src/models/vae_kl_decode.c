@@ -70,28 +70,15 @@ static dit_status check_args(const dit_vae_kl *m, const dit_tensor *z, const dit
 
 dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "vae", err));
-  if (dt != m->adt) {
-    vae_run_drop(m->keep);
-    m->keep = NULL;
-  }
-  m->adt = dt;
-  return DIT_OK;
+  return vae_set_act_dtype(m->be, &m->adt, &m->keep, dt, err);
 }
 
 dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err) {
   DIT_TRY(check_args(m, z, img, tile, err));
   const dit_vae_kl_config *c = &m->cfg;
   int nb = (int)z->shape[0], h = (int)z->shape[2], w = (int)z->shape[3];
-  size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
-  size_t bad = vae_first_nonfinite(z->data, zn);
-  if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);
   /* on a GPU the activation buffers stay for the next decode of the same size */
   const vae_call call = {m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->latent_channels, 1, c->out_channels,
                          1 << (c->n_levels - 1), "vae decode", dit_backend_is_host(m->be) ? NULL : &m->keep};
-  DIT_TRY(vae_run_call(&call, z->data, img->data, err));
-  bad = vae_first_nonfinite(img->data, in);
-  if (bad < in)
-    return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the decoded image holds NaN/Inf (element %zu)", bad);
-  return DIT_OK;
+  return vae_decode_checked(&call, z, img, err);
 }

@@ -265,6 +265,13 @@ dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_erro
 dit_status vae_check_decode_io(const dit_tensor *z, const dit_tensor *img, int zc, int oc, int64_t f, int tile,
                                dit_error *err);
 
+/* A decoder's activation dtype *adt set to dt (checked against be); a change drops the kept
+ * buffers (*keep). */
+dit_status vae_set_act_dtype(dit_backend *be, dit_dtype *adt, vae_run **keep, dit_dtype dt, dit_error *err);
+/* A decode's call (as vae_run_call) between the NaN/Inf checks of z and of the image
+ * (DIT_ERR_NUMERIC naming the first such element). */
+dit_status vae_decode_checked(const vae_call *call, const dit_tensor *z, dit_tensor *img, dit_error *err);
+
 /* Index of the first non-finite value of x[0..n), or n. */
 size_t vae_first_nonfinite(const float *x, size_t n);
 

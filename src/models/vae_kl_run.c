@@ -513,3 +513,24 @@ dit_status vae_check_decode_io(const dit_tensor *z, const dit_tensor *img, int z
                       tile);
   return DIT_OK;
 }
+
+dit_status vae_set_act_dtype(dit_backend *be, dit_dtype *adt, vae_run **keep, dit_dtype dt, dit_error *err) {
+  DIT_TRY(dit_backend_check_act_dtype(be, dt, "vae", err));
+  if (dt != *adt) {
+    vae_run_drop(*keep);
+    *keep = NULL;
+  }
+  *adt = dt;
+  return DIT_OK;
+}
+
+dit_status vae_decode_checked(const vae_call *call, const dit_tensor *z, dit_tensor *img, dit_error *err) {
+  const size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
+  size_t bad = vae_first_nonfinite(z->data, zn);
+  if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);
+  DIT_TRY(vae_run_call(call, z->data, img->data, err));
+  bad = vae_first_nonfinite(img->data, in);
+  if (bad < in)
+    return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the decoded image holds NaN/Inf (element %zu)", bad);
+  return DIT_OK;
+}

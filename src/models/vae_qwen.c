@@ -252,13 +252,7 @@ const dit_vae_qwen_config *dit_vae_qwen_get_config(const dit_vae_qwen *m) { retu
 
 dit_status dit_vae_qwen_set_act_dtype(dit_vae_qwen *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae: no model");
-  DIT_TRY(dit_backend_check_act_dtype(m->be, dt, "vae", err));
-  if (dt != m->adt) {
-    vae_run_drop(m->keep);
-    m->keep = NULL;
-  }
-  m->adt = dt;
-  return DIT_OK;
+  return vae_set_act_dtype(m->be, &m->adt, &m->keep, dt, err);
 }
 
 /* ---- forward ---- */
@@ -295,17 +289,12 @@ dit_status dit_vae_qwen_decode(dit_vae_qwen *m, const dit_tensor *z, dit_tensor 
   const dit_vae_qwen_config *c = &m->cfg;
   const int64_t f = (int64_t)1 << (c->n_levels - 1);
   DIT_TRY(vae_check_decode_io(z, img, c->z_dim, c->out_channels, f, tile, err));
-  const size_t zn = (size_t)dit_tensor_numel(z), in = (size_t)dit_tensor_numel(img);
-  size_t bad = vae_first_nonfinite(z->data, zn);
-  if (bad < zn) return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the latent z holds NaN/Inf (element %zu)", bad);
   const vae_call call = {m->be, m->adt, decoder_fwd, m, (int)z->shape[0], (int)z->shape[2], (int)z->shape[3], tile,
                          c->z_dim, 1, c->out_channels, (int)f, "vae decode",
                          dit_backend_is_host(m->be) ? NULL : &m->keep};
-  DIT_TRY(vae_run_call(&call, z->data, img->data, err));
+  DIT_TRY(vae_decode_checked(&call, z, img, err));
   float *px = img->data;
-  bad = vae_first_nonfinite(px, in);
-  if (bad < in)
-    return dit_errorf(err, DIT_ERR_NUMERIC, "vae decode: the decoded image holds NaN/Inf (element %zu)", bad);
+  const size_t in = (size_t)dit_tensor_numel(img);
   for (size_t i = 0; i < in; i++) px[i] = px[i] < -1.0f ? -1.0f : px[i] > 1.0f ? 1.0f : px[i];
   return DIT_OK;
 }

@@ -23,14 +23,6 @@ static void test_generate(dit_ctx *ctx, const char *fixture) {
   json_decref(rj);
 }
 
-static void test_defaults(dit_ctx *ctx, const char *fixture, int steps, double guidance) {
-  dit_gen_defaults d;
-  dit_status s = dit_gen_defaults_for(ctx, fixture, &d);
-  CHECK_MSG(s == DIT_OK, "defaults: %s", dit_ctx_last_error(ctx));
-  if (s != DIT_OK) return;
-  CHECK(!strcmp(d.family, "flux1") && d.width == 1024 && d.height == 1024 && d.size_multiple == 16);
-  CHECK_MSG(d.steps == steps && d.guidance == guidance, "%s: %d steps, guidance %g", fixture, d.steps, d.guidance);
-}
 
 int main(int argc, char **argv) {
   dt_args a;
@@ -45,8 +37,8 @@ int main(int argc, char **argv) {
   char dev[4096], schnell[4096];
   dt_model_dir(&a, a.data, "flux1-dev-tiny", dev, sizeof dev);
   snprintf(schnell, sizeof schnell, "%s/models/flux1-schnell-tiny", a.data);
-  test_defaults(ctx, dev, 28, 3.5);
-  test_defaults(ctx, schnell, 4, 0.0);
+  dt_check_family_defaults(ctx, dev, "flux1", 28, 3.5);
+  dt_check_family_defaults(ctx, schnell, "flux1", 4, 0.0);
   test_generate(ctx, dev);
   test_generate(ctx, schnell);
   dit_ctx_free(ctx);

@@ -24,14 +24,6 @@ static void test_generate(dit_ctx *ctx, const char *fixture) {
   json_decref(rj);
 }
 
-static void test_defaults(dit_ctx *ctx, const char *fixture, int steps, double guidance) {
-  dit_gen_defaults d;
-  dit_status s = dit_gen_defaults_for(ctx, fixture, &d);
-  CHECK_MSG(s == DIT_OK, "defaults: %s", dit_ctx_last_error(ctx));
-  if (s != DIT_OK) return;
-  CHECK(!strcmp(d.family, "krea2") && d.width == 1024 && d.height == 1024 && d.size_multiple == 16);
-  CHECK_MSG(d.steps == steps && d.guidance == guidance, "%s: %d steps, guidance %g", fixture, d.steps, d.guidance);
-}
 
 /* `ditrun generate` on a copy of the Turbo folder made wrong: exit 2 and the message names the
  * problem (heads not divisible by KV heads; a text-fusion block's tensor missing). */
@@ -71,8 +63,8 @@ int main(int argc, char **argv) {
   char raw[4096], turbo[4096];
   dt_model_dir(&a, a.data, "krea2-raw-tiny", raw, sizeof raw);
   dt_model_dir(&a, a.data, "krea2-turbo-tiny", turbo, sizeof turbo);
-  test_defaults(ctx, raw, 28, 4.5);
-  test_defaults(ctx, turbo, 8, 0.0);
+  dt_check_family_defaults(ctx, raw, "krea2", 28, 4.5);
+  dt_check_family_defaults(ctx, turbo, "krea2", 8, 0.0);
   test_generate(ctx, raw);
   test_generate(ctx, turbo);
   test_cli_bad(&a, turbo);

@@ -220,6 +220,15 @@ void dt_check_reference_run(dit_ctx *ctx, const char *fixture, const char *ref_f
             dit_ctx_last_error(ctx));
 }
 
+void dt_check_family_defaults(dit_ctx *ctx, const char *fixture, const char *family, int steps, double guidance) {
+  dit_gen_defaults d;
+  dit_status s = dit_gen_defaults_for(ctx, fixture, &d);
+  CHECK_MSG(s == DIT_OK, "defaults: %s", dit_ctx_last_error(ctx));
+  if (s != DIT_OK) return;
+  CHECK(!strcmp(d.family, family) && d.width == 1024 && d.height == 1024 && d.size_multiple == 16);
+  CHECK_MSG(d.steps == steps && d.guidance == guidance, "%s: %d steps, guidance %g", fixture, d.steps, d.guidance);
+}
+
 float *dt_load_f32_n(const char *file, const char *name, size_t n) {
   float *d = NULL;
   int64_t sh[8];

@@ -46,6 +46,8 @@ void dt_gen_params_from_reference(dit_gen_params *p, const char *model, const js
  * within one 8-bit level; then a width that is no multiple of 16 refused. */
 void dt_check_reference_run(dit_ctx *ctx, const char *fixture, const char *ref_file, const json_t *rj, int rope_bf16,
                             double tol);
+/* The family's defaults for fixture: family, 1024 x 1024 in multiples of 16, steps, guidance. */
+void dt_check_family_defaults(dit_ctx *ctx, const char *fixture, const char *family, int steps, double guidance);
 /* Tensor name of file as F32 when it has n elements; otherwise a failed check and NULL. */
 float *dt_load_f32_n(const char *file, const char *name, size_t n);
 /* Checks a PNG written by the CLI against image ref_name of ref_file (values in [0, 1]):

@@ -165,7 +165,7 @@ static void test_configs(void) {
       {"transformer", "config.json", "axes_dims", "[32, 48, 40]", "axes_dims"},
       {"transformer", "config.json", "all_patch_size", "[3]", "patch"},
       {"transformer", "config.json", "norm_eps", "-1", "norm_eps"},
-      {"transformer", "config.json", "dim", "128", "dim"},
+      {"transformer", "config.json", "dim", "256", "dim"},
       /* heads that the config allows but the weights contradict: named by tensor and shape */
       {"text_encoder", "config.json", "num_attention_heads", "3", "q_proj.weight expected [24, 16] found [16, 16]"},
       {"text_encoder", "config.json", "num_key_value_heads", "3", "num_key_value_heads"},

@@ -197,7 +197,7 @@ static void test_zimage(dit_ctx *ctx) {
   snprintf(kohya, sizeof kohya, "%s/z_kohya.safetensors", g_tmp);
   snprintf(orig, sizeof orig, "%s/z_orig.safetensors", g_tmp);
   snprintf(ref, sizeof ref, "%s/z_ref.safetensors", g_tmp);
-  const int64_t D = 256, F = 682, r = 4;
+  const int64_t D = 128, F = 341, r = 4;
   float *a1 = rnd(r * D, 1, 0.3f), *b1 = rnd(D * r, 2, 0.3f), *a2 = rnd(r * D, 3, 0.3f), *b2 = rnd(F * r, 4, 0.3f);
   float *a3 = rnd(r * D, 5, 0.3f), *b3 = rnd(D * r, 6, 0.3f), *a4 = rnd(r * F, 7, 0.3f), *b4 = rnd(D * r, 8, 0.3f);
   float *a5 = rnd(r * D, 9, 0.3f), *b5 = rnd(3 * D * r, 10, 0.3f), *a6 = rnd(r * D, 11, 0.3f), *b6 = rnd(D * r, 12, 0.3f);
@@ -418,8 +418,8 @@ static void refuse(dit_ctx *ctx, const char *what, const lt *t, size_t n, double
 }
 
 static void test_refusals(dit_ctx *ctx) {
-  const int64_t D = 256, r = 4;
-  float *a = rnd(r * D, 31, 0.3f), *b = rnd(D * r, 32, 0.3f), *a_bad = rnd(r * 128, 33, 0.3f);
+  const int64_t D = 128, r = 4;
+  float *a = rnd(r * D, 31, 0.3f), *b = rnd(D * r, 32, 0.3f), *a_bad = rnd(r * 64, 33, 0.3f);
   float *b3 = rnd(D * 3, 34, 0.3f), *a_nan = rnd(r * D, 35, 0.3f);
   a_nan[17] = NAN;
   lt nomatch[] = {{"transformer.layers.9.attention.to_q.lora_A.weight", 2, {r, D}, a},
@@ -428,9 +428,9 @@ static void test_refusals(dit_ctx *ctx) {
   refuse(ctx, "keys that match nothing", nomatch, 3, 1.0, DIT_ERR_FORMAT, "layers.9.attention.to_q", NULL);
   lt rank[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, 3}, b3}};
   refuse(ctx, "rank mismatch", rank, 2, 1.0, DIT_ERR_FORMAT, "rank", NULL);
-  lt shape[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, 128}, a_bad},
+  lt shape[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, 64}, a_bad},
                 {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
-  refuse(ctx, "LoRA for another model", shape, 2, 1.0, DIT_ERR_FORMAT, "updates [256, 128]", NULL);
+  refuse(ctx, "LoRA for another model", shape, 2, 1.0, DIT_ERR_FORMAT, "updates [128, 64]", NULL);
   lt nan[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a_nan}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};
   refuse(ctx, "NaN in A", nan, 2, 1.0, DIT_ERR_FORMAT, "non-finite", NULL);
   lt ok[] = {{"layers.0.attention.to_q.lora_A.weight", 2, {r, D}, a}, {"layers.0.attention.to_q.lora_B.weight", 2, {D, r}, b}};

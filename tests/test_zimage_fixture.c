@@ -99,7 +99,7 @@ static void test_bad_configs(dit_backend *be, const char *src_dir, const char *t
   static const struct {
     const char *key, *value, *needle;
   } cases[] = {
-      {"n_heads", "3", "\"dim\""},               /* 256 % 3 != 0 */
+      {"n_heads", "3", "\"dim\""},               /* 128 % 3 != 0 */
       {"axes_dims", "[32, 48, 40]", "axes_dims"}, /* sums to 120, head dim 128 */
       {"all_patch_size", "[4]", "all_patch_size"},
       {"dim", "-256", "\"dim\""},
@@ -177,7 +177,7 @@ static void test_bad_weights(dit_backend *be, const char *src_dir, const char *t
   CHECK(write_weights(src_dir, dir, "layers.1.attention.to_q.weight", "[128, 512]", NULL) == 0);
   expect_load_error(be, dir, "layers.1.attention.to_q.weight", "to_q of shape [128, 512]");
   CHECK(write_weights(src_dir, dir, "cap_pad_token", NULL, "cap_pad_tokens") == 0);
-  expect_load_error(be, dir, "cap_pad_token [1, 256]", "missing cap_pad_token");
+  expect_load_error(be, dir, "cap_pad_token [1, 128]", "missing cap_pad_token");
   expect_load_error(be, dir, "cap_pad_tokens", "extra cap_pad_tokens");
 }
 
@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
   CHECK_MSG(loaded, "cannot load the dit_* tensors of %s", comp);
   if (s == DIT_OK && loaded) {
     const dit_zimage_config *c = dit_zimage_get_config(m);
-    CHECK(c->dim == 256 && c->head_dim == 128 && c->ffn_dim == 682 && c->n_layers == 2);
+    CHECK(c->dim == 128 && c->head_dim == 128 && c->ffn_dim == 341 && c->n_layers == 2);
     check_forward(m, &d, 0, 2); /* batched: ragged image and caption lengths */
     check_forward(m, &d, 0, 1); /* each alone: no masks */
     check_forward(m, &d, 1, 1);

@@ -15,6 +15,9 @@ libpcre2-dev:the tokenizer's pre-tokenizer regex
 libjpeg62-turbo-dev:JPEG input images (libjpeg-turbo)
 libmicrohttpd-dev:the HTTP server of ditrun serve
 libcurl4-openssl-dev:the HTTP client of the server's tests
+libavformat-dev:MP4 output (FFmpeg's muxers)
+libavcodec-dev:MP4 output (H.264 and AAC encoders)
+libswscale-dev:MP4 output (RGB to YUV)
 libopenblas-dev:the CPU GEMM comparison in bench/, not linked into ditrun"
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=""

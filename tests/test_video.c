@@ -1,0 +1,267 @@
+/* MP4 output (io/video.h): frames and sound written, then read back with FFmpeg's own demuxer
+ * and decoders: one H.264 and one AAC stream, the frame count, rate and duration asked for,
+ * every frame within 30 dB PSNR of its RGB input and the sound within 20 dB SNR of its
+ * input; refusals (odd sizes, no frames, bad sound, an existing file, a missing folder) leave
+ * nothing behind. A build without FFmpeg's libraries must say so and write nothing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/video.h"
+#include "testing.h"
+
+#define W 64
+#define H 48
+#define NF 12
+#define RATE 48000
+#define NS (RATE / 2)
+
+static bool exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+/* Smooth gradients and a square moving across them. */
+static uint8_t *make_frames(void) {
+  uint8_t *rgb = malloc((size_t)NF * H * W * 3);
+  if (!rgb) return NULL;
+  for (int f = 0; f < NF; f++)
+    for (int y = 0; y < H; y++)
+      for (int x = 0; x < W; x++) {
+        uint8_t *p = rgb + (((size_t)f * H + y) * W + x) * 3;
+        bool sq = x >= 4 + 3 * f && x < 20 + 3 * f && y >= 12 && y < 28;
+        p[0] = sq ? 230 : (uint8_t)(40 + 3 * x);
+        p[1] = sq ? 40 : (uint8_t)(30 + 4 * y);
+        p[2] = (uint8_t)(120 + 50 * sin(0.1 * (x + y) + f));
+      }
+  return rgb;
+}
+
+static float *make_sound(void) {
+  float *a = malloc(sizeof(float) * NS * 2);
+  if (!a) return NULL;
+  for (int s = 0; s < NS; s++) {
+    a[2 * s] = 0.5f * (float)sin(2 * M_PI * 440.0 * s / RATE);
+    a[2 * s + 1] = 0.3f * (float)sin(2 * M_PI * 660.0 * s / RATE);
+  }
+  return a;
+}
+
+#ifdef DIT_HAVE_FFMPEG
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+
+typedef struct readback {
+  int n_streams, n_frames, width, height, fps_num, fps_den;
+  double duration_s, min_psnr, min_psnr_420;
+  int64_t n_samples;
+  float *left; /* decoded first channel */
+  bool h264, aac;
+} readback;
+
+/* frame f of rgb through the writer's own conversion (BT.709 limited-range 4:2:0) and back:
+ * what the encoder was given, in RGB */
+static void yuv420_round_trip(const uint8_t *in, uint8_t *out) {
+  const int *m = sws_getCoefficients(SWS_CS_ITU709);
+  const int flags = SWS_BICUBIC | SWS_ACCURATE_RND;
+  struct SwsContext *to = sws_getContext(W, H, AV_PIX_FMT_RGB24, W, H, AV_PIX_FMT_YUV420P, flags, NULL, NULL, NULL);
+  struct SwsContext *back = sws_getContext(W, H, AV_PIX_FMT_YUV420P, W, H, AV_PIX_FMT_RGB24, flags, NULL, NULL, NULL);
+  sws_setColorspaceDetails(to, m, 1, m, 0, 0, 1 << 16, 1 << 16);
+  sws_setColorspaceDetails(back, m, 0, m, 1, 0, 1 << 16, 1 << 16);
+  static uint8_t y[W * H], u[W * H / 4], v[W * H / 4];
+  uint8_t *planes[3] = {y, u, v};
+  int ls[3] = {W, W / 2, W / 2}, rl[1] = {W * 3};
+  sws_scale(to, &in, rl, 0, H, planes, ls);
+  sws_scale(back, (const uint8_t *const *)planes, ls, 0, H, &out, rl);
+  sws_freeContext(to);
+  sws_freeContext(back);
+}
+
+static double psnr8(const uint8_t *a, const uint8_t *b, size_t n) {
+  double se = 0;
+  for (size_t i = 0; i < n; i++) se += (double)(a[i] - b[i]) * (a[i] - b[i]);
+  return se > 0 ? 10 * log10(255.0 * 255.0 * (double)n / se) : 99;
+}
+
+static void take_video(readback *r, AVFrame *fr, const uint8_t *rgb, struct SwsContext **sws) {
+  if (!*sws) {
+    *sws = sws_getContext(fr->width, fr->height, fr->format, W, H, AV_PIX_FMT_RGB24, SWS_BICUBIC | SWS_ACCURATE_RND,
+                          NULL, NULL, NULL);
+    const int *m = sws_getCoefficients(SWS_CS_ITU709);
+    sws_setColorspaceDetails(*sws, m, 0, m, 1, 0, 1 << 16, 1 << 16);
+  }
+  uint8_t out[W * H * 3];
+  uint8_t *dst[1] = {out};
+  int ls[1] = {W * 3};
+  sws_scale(*sws, (const uint8_t *const *)fr->data, fr->linesize, 0, fr->height, dst, ls);
+  if (r->n_frames < NF) {
+    const uint8_t *ref = rgb + (size_t)r->n_frames * W * H * 3;
+    uint8_t rt[W * H * 3];
+    yuv420_round_trip(ref, rt);
+    double p = psnr8(out, rt, sizeof rt), p420 = psnr8(rt, ref, sizeof rt);
+    if (p < r->min_psnr) r->min_psnr = p;
+    if (p420 < r->min_psnr_420) r->min_psnr_420 = p420;
+  }
+  r->n_frames++;
+}
+
+static void take_audio(readback *r, AVFrame *fr) {
+  float *l = realloc(r->left, sizeof(float) * (size_t)(r->n_samples + fr->nb_samples));
+  if (!l) return;
+  r->left = l;
+  memcpy(l + r->n_samples, fr->data[0], sizeof(float) * (size_t)fr->nb_samples); /* fltp: plane 0 */
+  r->n_samples += fr->nb_samples;
+}
+
+static int read_back(const char *path, const uint8_t *rgb, readback *r) {
+  memset(r, 0, sizeof *r);
+  r->min_psnr = r->min_psnr_420 = 1e9;
+  AVFormatContext *ic = NULL;
+  if (avformat_open_input(&ic, path, NULL, NULL) < 0 || avformat_find_stream_info(ic, NULL) < 0) return -1;
+  r->n_streams = (int)ic->nb_streams;
+  r->duration_s = ic->duration / (double)AV_TIME_BASE;
+  AVCodecContext *dec[2] = {NULL, NULL};
+  for (unsigned i = 0; i < ic->nb_streams && i < 2; i++) {
+    AVCodecParameters *par = ic->streams[i]->codecpar;
+    if (par->codec_type == AVMEDIA_TYPE_VIDEO) {
+      r->h264 = par->codec_id == AV_CODEC_ID_H264, r->width = par->width, r->height = par->height;
+      r->fps_num = ic->streams[i]->avg_frame_rate.num, r->fps_den = ic->streams[i]->avg_frame_rate.den;
+    } else if (par->codec_type == AVMEDIA_TYPE_AUDIO) {
+      r->aac = par->codec_id == AV_CODEC_ID_AAC;
+    }
+    const AVCodec *c = avcodec_find_decoder(par->codec_id);
+    dec[i] = c ? avcodec_alloc_context3(c) : NULL;
+    if (!dec[i] || avcodec_parameters_to_context(dec[i], par) < 0 || avcodec_open2(dec[i], c, NULL) < 0) return -1;
+  }
+  AVPacket *pkt = av_packet_alloc();
+  AVFrame *fr = av_frame_alloc();
+  struct SwsContext *sws = NULL;
+  for (bool eof = false; !eof;) {
+    int rc = av_read_frame(ic, pkt);
+    eof = rc < 0;
+    for (unsigned i = 0; i < ic->nb_streams && i < 2; i++) {
+      if (!eof && pkt->stream_index != (int)i) continue;
+      avcodec_send_packet(dec[i], eof ? NULL : pkt);
+      while (avcodec_receive_frame(dec[i], fr) == 0) {
+        if (dec[i]->codec_type == AVMEDIA_TYPE_VIDEO) take_video(r, fr, rgb, &sws);
+        else take_audio(r, fr);
+      }
+    }
+    if (!eof) av_packet_unref(pkt);
+  }
+  sws_freeContext(sws);
+  av_frame_free(&fr);
+  av_packet_free(&pkt);
+  avcodec_free_context(&dec[0]);
+  avcodec_free_context(&dec[1]);
+  avformat_close_input(&ic);
+  return 0;
+}
+
+/* SNR of the decoded left channel against the input's, over the middle half, at the lag
+ * (AAC's encoder delay, if the demuxer left any) that fits best. */
+static double left_snr(const readback *r, const float *in) {
+  double best = -99;
+  for (int lag = 0; lag <= 2048; lag++) {
+    double sig = 0, noise = 0;
+    for (int s = NS / 4; s < 3 * NS / 4; s++) {
+      if (s + lag >= r->n_samples) return best;
+      double a = in[2 * s], d = r->left[s + lag] - a;
+      sig += a * a, noise += d * d;
+    }
+    double snr = noise > 0 ? 10 * log10(sig / noise) : 99;
+    if (snr > best) best = snr;
+  }
+  return best;
+}
+
+static void check_written(const dt_args *a, const dit_video *v, const uint8_t *rgb, const float *snd) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/av.mp4", a->tmp);
+  unlink(path);
+  dit_error e = {0};
+  CHECK_MSG(dit_video_write_mp4(path, v, false, &e) == DIT_OK, "%s", e.msg);
+  readback r;
+  CHECK_MSG(read_back(path, rgb, &r) == 0, "cannot read %s back", path);
+  CHECK_MSG(r.n_streams == 2 && r.h264 && r.aac, "%d streams (h264 %d, aac %d)", r.n_streams, r.h264, r.aac);
+  CHECK_MSG(r.width == W && r.height == H && r.n_frames == NF, "%dx%d, %d frames", r.width, r.height, r.n_frames);
+  CHECK_MSG(r.fps_num * 1 == 24 * r.fps_den, "frame rate %d/%d", r.fps_num, r.fps_den);
+  CHECK_MSG(fabs(r.duration_s - 0.5) < 0.05, "duration %.3f s", r.duration_s);
+  /* the encoder against what it was given; the colour conversion alone against the RGB input
+   * (a wrong matrix or range would cost far more than 4:2:0's chroma at the square's edges) */
+  CHECK_MSG(r.min_psnr >= 35.0 && r.min_psnr < 1e9, "worst frame %.1f dB from the encoder's input", r.min_psnr);
+  CHECK_MSG(r.min_psnr_420 >= 25.0, "the 4:2:0 conversion alone: worst frame %.1f dB", r.min_psnr_420);
+  CHECK_MSG(r.n_samples >= NS && r.n_samples <= NS + 2048, "%lld samples decoded", (long long)r.n_samples);
+  double snr = left_snr(&r, snd);
+  CHECK_MSG(snr >= 20.0, "sound SNR %.1f dB", snr);
+  printf("mp4: %d frames %dx%d at %d/%d fps, %.3f s, worst frame %.1f dB from the encoder's input (4:2:0 conversion "
+         "alone %.1f dB); %lld samples, SNR %.1f dB\n", r.n_frames, r.width, r.height, r.fps_num, r.fps_den,
+         r.duration_s, r.min_psnr, r.min_psnr_420, (long long)r.n_samples, snr);
+  free(r.left);
+  /* without sound: one stream */
+  dit_video vs = *v;
+  vs.audio = NULL, vs.n_samples = 0;
+  CHECK_MSG(dit_video_write_mp4(path, &vs, true, &e) == DIT_OK, "%s", e.msg);
+  CHECK(read_back(path, rgb, &r) == 0 && r.n_streams == 1 && r.n_frames == NF);
+  free(r.left);
+  /* an existing file is refused and left as it was */
+  struct stat before, after;
+  stat(path, &before);
+  CHECK(dit_video_write_mp4(path, v, false, &e) == DIT_ERR_IO && strstr(e.msg, "exists"));
+  CHECK(stat(path, &after) == 0 && after.st_size == before.st_size && after.st_mtime == before.st_mtime);
+}
+#endif
+
+static void test_video(const dt_args *a) {
+  uint8_t *rgb = make_frames();
+  float *snd = make_sound();
+  if (!rgb || !snd) {
+    CHECK(0);
+    free(rgb), free(snd);
+    return;
+  }
+  dit_video v = {W, H, NF, rgb, 24, 1, snd, NS, 2, RATE};
+  char path[4200];
+  dit_error e = {0};
+#ifdef DIT_HAVE_FFMPEG
+  check_written(a, &v, rgb, snd);
+#else
+  snprintf(path, sizeof path, "%s/none.mp4", a->tmp);
+  CHECK(dit_video_write_mp4(path, &v, false, &e) == DIT_ERR_UNSUPPORTED && strstr(e.msg, "FFmpeg") && !exists(path));
+#endif
+  /* refusals, before anything is written */
+  snprintf(path, sizeof path, "%s/bad.mp4", a->tmp);
+  unlink(path);
+  static const struct {
+    int w, h, nf, fn, fd, ch, rate;
+    const char *needle;
+  } bad[] = {{63, 48, NF, 24, 1, 2, RATE, "even"}, {64, 0, NF, 24, 1, 2, RATE, "even"},
+             {64, 48, 0, 24, 1, 2, RATE, "no frames"}, {64, 48, NF, 0, 1, 2, RATE, "frame rate"},
+             {64, 48, NF, 24, 1, 3, RATE, "channels"}, {64, 48, NF, 24, 1, 2, 1000, "Hz"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dit_video b = v;
+    b.width = bad[i].w, b.height = bad[i].h, b.n_frames = bad[i].nf, b.fps_num = bad[i].fn, b.fps_den = bad[i].fd;
+    b.channels = bad[i].ch, b.sample_rate = bad[i].rate;
+    dit_status st = dit_video_write_mp4(path, &b, false, &e);
+    CHECK_MSG(st == DIT_ERR_INVALID_ARG && strstr(e.msg, bad[i].needle) && !exists(path), "case %zu: %d %s", i,
+              (int)st, e.msg);
+  }
+  snprintf(path, sizeof path, "%s/no/such/folder/x.mp4", a->tmp);
+#ifdef DIT_HAVE_FFMPEG
+  CHECK(dit_video_write_mp4(path, &v, false, &e) == DIT_ERR_IO && strstr(e.msg, "does not exist"));
+#endif
+  free(rgb);
+  free(snd);
+}
+
+int main(int argc, char **argv) {
+#ifdef DIT_HAVE_FFMPEG
+  av_log_set_level(AV_LOG_ERROR); /* the test's own choice: FFmpeg's log level is process-wide */
+#endif
+  static void (*const cases[])(const dt_args *) = {test_video};
+  return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+}

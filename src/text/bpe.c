@@ -113,6 +113,14 @@ static int32_t tok_suffixed_find(const dit_tokenizer *t, const char *s, size_t n
   return tok_vocab_find(t, buf, n + t->eow_len);
 }
 
+/* Whether byte fallback covers every byte of the character s[0..n). */
+static bool fallback_all(const dit_tokenizer *t, const char *s, size_t n) {
+  if (!t->byte_fallback) return false;
+  for (size_t b = 0; b < n; b++)
+    if (t->fallback_id[(uint8_t)s[b]] < 0) return false;
+  return true;
+}
+
 /* Fills w->sym with the word's initial symbols; returns their count in *n. */
 static dit_status initial_symbols(const dit_tokenizer *t, const char *s, size_t len, tok_bpe_work *w, size_t *n,
                                   dit_error *err) {
@@ -122,15 +130,27 @@ static dit_status initial_symbols(const dit_tokenizer *t, const char *s, size_t 
     for (size_t i = 0; i < len; i++) w->sym[k++] = t->byte_id[(uint8_t)s[i]];
     if (t->eow) w->sym[k - 1] = t->byte_eow_id[(uint8_t)s[len - 1]]; /* the word's end carries the suffix */
   } else {
+    /* as tokenizers' BPE::merge_word: a known character flushes a pending unk; an unknown one
+     * becomes its bytes' fallback tokens (when every byte has one), else an unk (fused with
+     * the pending one under fuse_unk), else nothing (no unk token: the character is dropped) */
+    bool unk_pending = false;
     for (size_t i = 0; i < len;) {
       uint8_t c = (uint8_t)s[i];
       size_t cl = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
       if (cl > len - i) cl = len - i;
       int32_t id = t->eow && i + cl == len ? tok_suffixed_find(t, s + i, cl) : tok_vocab_find(t, s + i, cl);
-      if (id < 0) id = t->unk_id; /* no unk token: the character is dropped, as tokenizers does */
-      if (id >= 0) w->sym[k++] = id;
+      if (id >= 0) {
+        if (unk_pending) w->sym[k++] = t->unk_id, unk_pending = false;
+        w->sym[k++] = id;
+      } else if (fallback_all(t, s + i, cl)) { /* tokenizers adds these without flushing the pending unk */
+        for (size_t b = 0; b < cl; b++) w->sym[k++] = t->fallback_id[(uint8_t)s[i + b]];
+      } else if (t->unk_id >= 0) {
+        if (unk_pending && !t->fuse_unk) w->sym[k++] = t->unk_id;
+        unk_pending = true;
+      }
       i += cl;
     }
+    if (unk_pending) w->sym[k++] = t->unk_id;
   }
   *n = k;
   return DIT_OK;

@@ -84,6 +84,11 @@ struct dit_tokenizer {
   size_t n_merges;
   bool ignore_merges;
   int32_t unk_id;             /* -1 = none */
+  bool fuse_unk;              /* consecutive unknown characters become one unk */
+  /* byte_fallback (SentencePiece-style BPE: Gemma): a character not in the vocabulary becomes
+   * the tokens "<0xXX>" of its bytes; fallback_id[b] is that of byte b, -1 when absent */
+  bool byte_fallback;
+  int32_t fallback_id[256];
   /* byte-level: id of the token for each byte's GPT-2 character; -1 when not byte-level */
   bool byte_level;
   int32_t byte_id[256];

@@ -318,9 +318,7 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
     if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.%s must be empty or null", empty_keys[k]);
   }
-  bool flag;
-  DIT_TRY(get_bool(model, "byte_fallback", false, &flag, "model", err));
-  if (flag) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.byte_fallback=true is not supported");
+  DIT_TRY(get_bool(model, "byte_fallback", false, &t->byte_fallback, "model", err));
   DIT_TRY(get_bool(model, "ignore_merges", false, &t->ignore_merges, "model", err));
   if (t->ignore_merges && t->eow)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.ignore_merges with an end_of_word_suffix is not supported");
@@ -334,8 +332,12 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
     if (t->unk_id < 0)
       return dit_errorf(err, DIT_ERR_FORMAT, "model.unk_token \"%.64s\" is not in the vocabulary",
                         json_string_value(unk));
-    DIT_TRY(get_bool(model, "fuse_unk", false, &flag, "model", err));
-    if (flag) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.fuse_unk=true is not supported");
+    DIT_TRY(get_bool(model, "fuse_unk", false, &t->fuse_unk, "model", err));
+  }
+  for (int b = 0; b < 256; b++) { /* "<0x0A>": tokenizers' format!("<{:#04X}>", b) */
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    t->fallback_id[b] = t->byte_fallback ? tok_vocab_find(t, name, 6) : -1;
   }
   DIT_TRY(load_merges(t, merges, err));
   if (added && json_is_array(added)) DIT_TRY(tok_load_added(t, added, err));

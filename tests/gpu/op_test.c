@@ -1329,6 +1329,8 @@ static void small_tests(env *e) {
   t_linear_quant(e, 33, 256, 200, 5, DIT_Q4_K, DIT_F32);
   t_linear_quant(e, 129, 256, 64, 16, DIT_F8_E4M3, DIT_BF16);
   t_linear_quant(e, 64, 512, 128, 3, DIT_F8_E5M2, DIT_F32);
+  t_linear_quant(e, 9, 341, 128, 0, DIT_F8_E4M3, DIT_BF16); /* odd rows (an FFN of 341) */
+  t_linear_quant(e, 5, 341, 33, 4, DIT_F8_E5M2, DIT_F32);    /* odd rows and an odd count */
   t_conv(e, 2, 8, 17, 17, 12, 3, 1, 1, DIT_F32, true);
   t_conv(e, 2, 8, 17, 17, 12, 3, 2, 1, DIT_BF16, true);
   t_conv(e, 1, 16, 9, 11, 8, 1, 1, 0, DIT_F32, true);

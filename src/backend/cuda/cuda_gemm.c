@@ -373,9 +373,6 @@ dit_status cu_linear(dit_backend *be, dit_tensor *y, const dit_tensor *x, const 
   const bool wblocks = dit_dtype_is_quant(wq->dtype) && !fp8;
   dit_tensor wbf = *wq;
   if (wblocks) {
-    if (wq->shape[1] % 2)
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: %s w with an odd row length %lld", op, dit_dtype_name(wq->dtype),
-                        (long long)wq->shape[1]);
     wbf = dit_tensor_2d(DIT_BF16, NULL, wq->shape[0], wq->shape[1]), wbf.device = DIT_DEV_CUDA, wbf.scale = wq->scale;
   }
   const dit_tensor *w = &wbf;

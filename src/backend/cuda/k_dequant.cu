@@ -127,34 +127,39 @@ __device__ __forceinline__ float dq_q6_k(const uint8_t *b, int i) {
   return mul(mul(h2f(b + 208), (float)sc[(l >> 4) + 2 * quarter]), (float)v);
 }
 
-/* Two consecutive elements per thread: y[r][e], y[r][e + 1] of rows of K elements; each row
- * is K / QK blocks of BB bytes. With add (bf16 [rows, K], or NULL), add_scale * add is added
- * before the one rounding to bf16. */
+/* Two consecutive elements per thread, y[j], y[j + 1] of the rows * K elements (a pair crosses
+ * into the next row when K is odd: an fp8 FFN 341 wide); each row is K / QK blocks of BB
+ * bytes. With add (bf16 [rows, K], or NULL), add_scale * add is added before the one rounding
+ * to bf16. */
 template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
 __global__ void k_dequant(__nv_bfloat16 *y, const uint8_t *w, int64_t rows, int64_t K, const __nv_bfloat16 *add,
                           float add_scale) {
-  const int64_t half = K / 2, n = rows * half, row_bytes = K / QK * BB;
+  const int64_t total = rows * K, n = (total + 1) / 2, row_bytes = K / QK * BB;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = t / half, e = (t - r * half) * 2;
-    const uint8_t *blk = w + r * row_bytes + e / QK * BB;
-    const int i = (int)(e % QK);
-    float v0 = DQ(blk, i), v1 = DQ(blk, i + 1);
-    if (add) {
-      const __nv_bfloat162 a = reinterpret_cast<const __nv_bfloat162 *>(add)[t];
-      v0 = fmaf(add_scale, __bfloat162float(a.x), v0);
-      v1 = fmaf(add_scale, __bfloat162float(a.y), v1);
+    const int64_t j = 2 * t;
+    int64_t r = j / K, e = j - r * K;
+    float v[2] = {0.0f, 0.0f};
+    const int cnt = j + 1 < total ? 2 : 1;
+    for (int u = 0; u < cnt; u++) {
+      v[u] = DQ(w + r * row_bytes + e / QK * BB, (int)(e % QK));
+      if (add) v[u] = fmaf(add_scale, __bfloat162float(add[j + u]), v[u]);
+      if (++e == K) e = 0, r++;
     }
-    __nv_bfloat162 v;
-    v.x = __float2bfloat16_rn(v0);
-    v.y = __float2bfloat16_rn(v1);
-    reinterpret_cast<__nv_bfloat162 *>(y)[t] = v;
+    if (cnt == 2) {
+      __nv_bfloat162 p;
+      p.x = __float2bfloat16_rn(v[0]);
+      p.y = __float2bfloat16_rn(v[1]);
+      reinterpret_cast<__nv_bfloat162 *>(y)[t] = p; /* y is the 256-aligned scratch */
+    } else {
+      y[j] = __float2bfloat16_rn(v[0]);
+    }
   }
 }
 
 template <int QK, int BB, float (*DQ)(const uint8_t *, int)>
 static cudaError_t launch(void *y, const void *w, int64_t rows, int64_t K, const void *add, float add_scale,
                           cudaStream_t s) {
-  const int64_t n = rows * (K / 2);
+  const int64_t n = (rows * K + 1) / 2;
   if (n <= 0) return cudaSuccess;
   k_dequant<QK, BB, DQ><<<cu_blocks(n, 256), 256, 0, s>>>((__nv_bfloat16 *)y, (const uint8_t *)w, rows, K,
                                                            (const __nv_bfloat16 *)add, add_scale);

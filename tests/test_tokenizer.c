@@ -536,6 +536,9 @@ static void test_small_bad_files(const dt_args *a) {
              "lacks the token");
   expect_bad(a, "dropout", replace(make_json(NULL, NULL, NULL, NULL, NULL, NULL), "\"dropout\": null",
                                    "\"dropout\": 0.5"), "dropout");
+  expect_bad(a, "fallback_eow", replace(make_json(NULL, NULL, NULL, NULL, NULL, NULL), "\"dropout\": null",
+                                        "\"byte_fallback\": true, \"end_of_word_suffix\": \"</w>\""),
+             "end_of_word_suffix");
   /* byte_fallback is read (test_tokenizer_gemma3), as a boolean */
   expect_bad(a, "byte_fallback", replace(make_json(NULL, NULL, NULL, NULL, NULL, NULL), "\"dropout\": null",
                                          "\"byte_fallback\": \"yes\""), "byte_fallback");

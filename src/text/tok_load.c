@@ -319,6 +319,8 @@ static dit_status load_model(dit_tokenizer *t, const json_t *model, const json_t
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.%s must be empty or null", empty_keys[k]);
   }
   DIT_TRY(get_bool(model, "byte_fallback", false, &t->byte_fallback, "model", err));
+  if (t->byte_fallback && t->eow) /* tokenizers would fall back on the suffix's bytes too */
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.byte_fallback with an end_of_word_suffix is not supported");
   DIT_TRY(get_bool(model, "ignore_merges", false, &t->ignore_merges, "model", err));
   if (t->ignore_merges && t->eow)
     return dit_errorf(err, DIT_ERR_UNSUPPORTED, "model.ignore_merges with an end_of_word_suffix is not supported");

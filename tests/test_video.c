@@ -1,4 +1,4 @@
-/* MP4 output (io/video.h): frames and sound written, then read back with FFmpeg's own demuxer
+/* WAV output (io/sound.h), then MP4 output (io/video.h): frames and sound written, then read back with FFmpeg's own demuxer
  * and decoders: one H.264 and one AAC stream, the frame count, rate and duration asked for,
  * every frame within 30 dB PSNR of its RGB input and the sound within 20 dB SNR of its
  * input; refusals (odd sizes, no frames, bad sound, an existing file, a missing folder) leave
@@ -204,7 +204,7 @@ static void check_written(const dt_args *a, const dit_video *v, const uint8_t *r
   free(r.left);
   /* without sound: one stream */
   dit_video vs = *v;
-  vs.audio = NULL, vs.n_samples = 0;
+  vs.sound.samples = NULL;
   CHECK_MSG(dit_video_write_mp4(path, &vs, true, &e) == DIT_OK, "%s", e.msg);
   CHECK(read_back(path, rgb, &r) == 0 && r.n_streams == 1 && r.n_frames == NF);
   free(r.left);
@@ -224,7 +224,7 @@ static void test_video(const dt_args *a) {
     free(rgb), free(snd);
     return;
   }
-  dit_video v = {W, H, NF, rgb, 24, 1, snd, NS, 2, RATE};
+  dit_video v = {W, H, NF, rgb, 24, 1, {snd, NS, 2, RATE}};
   char path[4200];
   dit_error e = {0};
 #ifdef DIT_HAVE_FFMPEG
@@ -238,14 +238,16 @@ static void test_video(const dt_args *a) {
   unlink(path);
   static const struct {
     int w, h, nf, fn, fd, ch, rate;
+    int64_t ns;
     const char *needle;
-  } bad[] = {{63, 48, NF, 24, 1, 2, RATE, "even"}, {64, 0, NF, 24, 1, 2, RATE, "even"},
-             {64, 48, 0, 24, 1, 2, RATE, "no frames"}, {64, 48, NF, 0, 1, 2, RATE, "frame rate"},
-             {64, 48, NF, 24, 1, 3, RATE, "channels"}, {64, 48, NF, 24, 1, 2, 1000, "Hz"}};
+  } bad[] = {{63, 48, NF, 24, 1, 2, RATE, NS, "even"},      {64, 0, NF, 24, 1, 2, RATE, NS, "even"},
+             {64, 48, 0, 24, 1, 2, RATE, NS, "no frames"},  {64, 48, NF, 0, 1, 2, RATE, NS, "frame rate"},
+             {64, 48, NF, 24, 1, 3, RATE, NS, "channels"},  {64, 48, NF, 24, 1, 2, 1000, NS, "Hz"},
+             {64, 48, NF, 24, 1, 2, RATE, 0, "no sound"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dit_video b = v;
     b.width = bad[i].w, b.height = bad[i].h, b.n_frames = bad[i].nf, b.fps_num = bad[i].fn, b.fps_den = bad[i].fd;
-    b.channels = bad[i].ch, b.sample_rate = bad[i].rate;
+    b.sound.channels = bad[i].ch, b.sound.sample_rate = bad[i].rate, b.sound.n_samples = bad[i].ns;
     dit_status st = dit_video_write_mp4(path, &b, false, &e);
     CHECK_MSG(st == DIT_ERR_INVALID_ARG && strstr(e.msg, bad[i].needle) && !exists(path), "case %zu: %d %s", i,
               (int)st, e.msg);
@@ -258,10 +260,51 @@ static void test_video(const dt_args *a) {
   free(snd);
 }
 
+static uint32_t rd32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* WAV: the header a reader needs, every sample within half a level of its input (clamped,
+ * NaN as 0), an existing file refused, bad sound refused without a file. */
+static void test_wav(const dt_args *a) {
+  float *snd = make_sound();
+  if (!snd) return;
+  snd[10] = 1.7f, snd[11] = -3.0f, snd[12] = NAN;
+  const dit_sound s = {snd, NS, 2, RATE};
+  char path[4200];
+  snprintf(path, sizeof path, "%s/s.wav", a->tmp);
+  unlink(path);
+  dit_error e = {0};
+  CHECK_MSG(dit_wav_write(path, &s, false, &e) == DIT_OK, "%s", e.msg);
+  FILE *f = fopen(path, "rb");
+  uint8_t *b = malloc(44 + (size_t)NS * 4);
+  size_t got = f && b ? fread(b, 1, 44 + (size_t)NS * 4 + 1, f) : 0;
+  if (f) fclose(f);
+  CHECK_MSG(got == 44 + (size_t)NS * 4, "%zu bytes", got);
+  if (got == 44 + (size_t)NS * 4) {
+    CHECK(!memcmp(b, "RIFF", 4) && rd32(b + 4) == 36 + NS * 4 && !memcmp(b + 8, "WAVEfmt ", 8) && rd32(b + 16) == 16);
+    CHECK(b[20] == 1 && b[22] == 2 && rd32(b + 24) == RATE && rd32(b + 28) == RATE * 4 && b[32] == 4 && b[34] == 16);
+    CHECK(!memcmp(b + 36, "data", 4) && rd32(b + 40) == NS * 4);
+    double worst = 0;
+    for (int i = 0; i < NS * 2; i++) {
+      int16_t v = (int16_t)(b[44 + 2 * i] | b[45 + 2 * i] << 8);
+      float x = snd[i] != snd[i] ? 0.0f : snd[i] > 1 ? 1.0f : snd[i] < -1 ? -1.0f : snd[i];
+      double d = fabs(v / 32767.0 - x);
+      if (d > worst) worst = d;
+    }
+    CHECK_MSG(worst <= 0.5 / 32767 + 1e-7, "a sample %.3g from its input", worst);
+  }
+  free(b);
+  CHECK(dit_wav_write(path, &s, false, &e) == DIT_ERR_IO && strstr(e.msg, "exists"));
+  const dit_sound mono7k = {snd, NS, 1, 7000}, none = {snd, 0, 2, RATE};
+  snprintf(path, sizeof path, "%s/bad.wav", a->tmp);
+  CHECK(dit_wav_write(path, &mono7k, false, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "Hz") && !exists(path));
+  CHECK(dit_wav_write(path, &none, false, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "no sound") && !exists(path));
+  free(snd);
+}
+
 int main(int argc, char **argv) {
 #ifdef DIT_HAVE_FFMPEG
   av_log_set_level(AV_LOG_ERROR); /* the test's own choice: FFmpeg's log level is process-wide */
 #endif
-  static void (*const cases[])(const dt_args *) = {test_video};
+  static void (*const cases[])(const dt_args *) = {test_video, test_wav};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

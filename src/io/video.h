@@ -9,17 +9,14 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "io/sound.h"
 
 typedef struct dit_video {
   int width, height;      /* even (4:2:0 chroma), at most 8192 */
   int n_frames;           /* >= 1 */
   const uint8_t *rgb;     /* n_frames x height x width x 3, 8-bit RGB, frame after frame */
   int fps_num, fps_den;   /* frame rate fps_num / fps_den (24/1, 24000/1001, ...) */
-  /* sound, optional (n_samples 0 or audio NULL: a video stream only) */
-  const float *audio;     /* n_samples x channels, interleaved, in [-1, 1] */
-  int64_t n_samples;      /* per channel */
-  int channels;           /* 1 or 2 */
-  int sample_rate;        /* Hz, 8000..192000 */
+  dit_sound sound;        /* optional (samples NULL: a video stream only) */
 } dit_video;
 
 /* Writes v to path as MP4 (H.264 yuv420p BT.709 limited range, quality-based rate; AAC). An

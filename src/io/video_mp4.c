@@ -71,11 +71,7 @@ static dit_status check_video(const char *path, const dit_video *v, dit_error *e
   if (v->fps_num < 1 || v->fps_den < 1 || v->fps_num / v->fps_den > 1000)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4 %s: frame rate %d/%d: must be positive, at most 1000", path,
                       v->fps_num, v->fps_den);
-  if (v->audio && v->n_samples > 0 &&
-      (v->channels < 1 || v->channels > 2 || v->sample_rate < 8000 || v->sample_rate > 192000))
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4 %s: sound of %d channels at %d Hz: 1 or 2 channels, "
-                      "8000..192000 Hz", path, v->channels, v->sample_rate);
-  return DIT_OK;
+  return v->sound.samples ? dit_sound_check("MP4", path, &v->sound, err) : DIT_OK;
 }
 
 static dit_status open_video(mp4_enc *e, dit_error *err) {
@@ -116,7 +112,7 @@ static dit_status open_video(mp4_enc *e, dit_error *err) {
 }
 
 static dit_status open_audio(mp4_enc *e, dit_error *err) {
-  const dit_video *v = e->v;
+  const dit_sound *v = &e->v->sound;
   const AVCodec *c = avcodec_find_encoder(AV_CODEC_ID_AAC);
   if (!c) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "MP4 %s: this FFmpeg has no AAC encoder", e->of->path);
   if (!(e->ast = avformat_new_stream(e->oc, NULL)) || !(e->aenc = avcodec_alloc_context3(c)))
@@ -167,7 +163,7 @@ static dit_status put_video_frame(mp4_enc *e, int i, dit_error *err) {
 /* Audio frame k: samples [k * frame_size, ...), de-interleaved, clamped to [-1, 1]; the last
  * one may be shorter (allowed for the last frame of an encoder with a fixed frame size). */
 static dit_status put_audio_frame(mp4_enc *e, int64_t k, dit_error *err) {
-  const dit_video *v = e->v;
+  const dit_sound *v = &e->v->sound;
   const int64_t fs = e->aenc->frame_size, s0 = k * fs;
   const int n = (int)(v->n_samples - s0 < fs ? v->n_samples - s0 : fs);
   int rc = av_frame_make_writable(e->aframe);
@@ -175,10 +171,7 @@ static dit_status put_audio_frame(mp4_enc *e, int64_t k, dit_error *err) {
   e->aframe->nb_samples = n;
   for (int c = 0; c < v->channels; c++) {
     float *dst = (float *)e->aframe->data[c];
-    for (int s = 0; s < n; s++) {
-      float x = v->audio[(s0 + s) * v->channels + c];
-      dst[s] = x != x ? 0.0f : x < -1.0f ? -1.0f : x > 1.0f ? 1.0f : x;
-    }
+    for (int s = 0; s < n; s++) dst[s] = dit_sound_sample(v->samples[(s0 + s) * v->channels + c]);
   }
   e->aframe->pts = s0;
   return encode(e, e->aenc, e->ast, e->aframe, err);
@@ -188,12 +181,12 @@ static dit_status put_audio_frame(mp4_enc *e, int64_t k, dit_error *err) {
 static dit_status write_streams(mp4_enc *e, dit_error *err) {
   const dit_video *v = e->v;
   const int64_t fs = e->aenc ? e->aenc->frame_size : 1;
-  const int64_t n_aframes = e->aenc ? (v->n_samples + fs - 1) / fs : 0;
+  const int64_t n_aframes = e->aenc ? (v->sound.n_samples + fs - 1) / fs : 0;
   int vi = 0;
   int64_t ai = 0;
   while (vi < v->n_frames || ai < n_aframes) {
     /* video frame vi starts at vi * den / num s; audio frame ai at ai * fs / rate s */
-    bool video_first = ai >= n_aframes || (vi < v->n_frames && (int64_t)vi * v->fps_den * v->sample_rate <=
+    bool video_first = ai >= n_aframes || (vi < v->n_frames && (int64_t)vi * v->fps_den * v->sound.sample_rate <=
                                                                    ai * fs * (int64_t)v->fps_num);
     if (video_first) DIT_TRY(put_video_frame(e, vi++, err));
     else DIT_TRY(put_audio_frame(e, ai++, err));
@@ -216,7 +209,7 @@ static dit_status write_all(mp4_enc *e, dit_error *err) {
   e->oc->flags |= AVFMT_FLAG_CUSTOM_IO;
   if (!(e->pkt = av_packet_alloc())) return dit_errorf(err, DIT_ERR_NOMEM, "MP4 %s: out of memory", path);
   DIT_TRY(open_video(e, err));
-  if (e->v->audio && e->v->n_samples > 0) DIT_TRY(open_audio(e, err));
+  if (e->v->sound.samples) DIT_TRY(open_audio(e, err));
   if ((rc = avformat_write_header(e->oc, NULL)) < 0) return av_fail(e, "the header", rc, err);
   DIT_TRY(write_streams(e, err));
   if ((rc = av_write_trailer(e->oc)) < 0) return av_fail(e, "the trailer", rc, err);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/image_read.h"
 #include "io/video.h"
 #include "testing.h"
 
@@ -301,10 +302,51 @@ static void test_wav(const dt_args *a) {
   free(snd);
 }
 
+/* Frames as a folder: every PNG the frame it was given, the WAV beside them; an existing
+ * folder refused; a failing write (a frame size PNG refuses) leaves nothing. */
+static void test_frames(const dt_args *a) {
+  uint8_t *rgb = make_frames();
+  float *snd = make_sound();
+  dit_video v = {W, H, NF, rgb, 24, 1, {snd, NS, 2, RATE}};
+  char dir[4200], p[4300];
+  snprintf(dir, sizeof dir, "%s/frames", a->tmp);
+  snprintf(p, sizeof p, "rm -rf '%s'", dir);
+  CHECK(rgb && snd && system(p) == 0);
+  dit_error e = {0};
+  CHECK_MSG(dit_video_write_frames(dir, &v, &e) == DIT_OK, "%s", e.msg);
+  for (int f = 0; f < NF; f++) {
+    snprintf(p, sizeof p, "%s/frame_%05d.png", dir, f + 1);
+    dit_image im = {0};
+    CHECK_MSG(dit_image_read(p, 1 << 20, &im, &e) == DIT_OK, "%s", e.msg);
+    CHECK_MSG(im.width == W && im.height == H && im.rgb && !memcmp(im.rgb, rgb + (size_t)f * W * H * 3, W * H * 3),
+              "frame %d differs", f + 1);
+    dit_image_free(&im);
+  }
+  snprintf(p, sizeof p, "%s/frame_%05d.png", dir, NF + 1);
+  CHECK(!exists(p));
+  snprintf(p, sizeof p, "%s/audio.wav", dir);
+  struct stat st;
+  CHECK(stat(p, &st) == 0 && st.st_size == 44 + NS * 4);
+  CHECK(dit_video_write_frames(dir, &v, &e) == DIT_ERR_IO && strstr(e.msg, "exists"));
+  /* 9000 wide passes no check of the frames, so nothing is made: no folder, no temporary one */
+  snprintf(dir, sizeof dir, "%s/frames_bad", a->tmp);
+  v.width = 9000;
+  CHECK(dit_video_write_frames(dir, &v, &e) == DIT_ERR_INVALID_ARG && !exists(dir));
+  /* an odd size is fine for PNGs */
+  v.width = 63, v.n_frames = 1, v.sound.samples = NULL;
+  snprintf(dir, sizeof dir, "%s/frames_odd", a->tmp);
+  snprintf(p, sizeof p, "rm -rf '%s'", dir);
+  CHECK(system(p) == 0 && dit_video_write_frames(dir, &v, &e) == DIT_OK);
+  snprintf(p, sizeof p, "find '%s' -name '.ditrun-frames-*' | grep -q .", a->tmp);
+  CHECK_MSG(system(p) != 0, "a temporary folder was left in %s", a->tmp);
+  free(rgb);
+  free(snd);
+}
+
 int main(int argc, char **argv) {
 #ifdef DIT_HAVE_FFMPEG
   av_log_set_level(AV_LOG_ERROR); /* the test's own choice: FFmpeg's log level is process-wide */
 #endif
-  static void (*const cases[])(const dt_args *) = {test_video, test_wav};
+  static void (*const cases[])(const dt_args *) = {test_video, test_wav, test_frames};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

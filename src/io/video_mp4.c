@@ -62,18 +62,6 @@ static dit_status av_fail(const mp4_enc *e, const char *what, int rc, dit_error 
   return dit_errorf(err, DIT_ERR_IO, "cannot write MP4 %s: %s: %s", e->of->path, what, msg);
 }
 
-static dit_status check_video(const char *path, const dit_video *v, dit_error *err) {
-  if (!v || !v->rgb || v->n_frames < 1)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4 %s: no frames to write", path);
-  if (v->width < 2 || v->height < 2 || v->width > 8192 || v->height > 8192 || v->width % 2 || v->height % 2)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4 %s: frame size %dx%d: width and height must be even, 2..8192",
-                      path, v->width, v->height);
-  if (v->fps_num < 1 || v->fps_den < 1 || v->fps_num / v->fps_den > 1000)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4 %s: frame rate %d/%d: must be positive, at most 1000", path,
-                      v->fps_num, v->fps_den);
-  return v->sound.samples ? dit_sound_check("MP4", path, &v->sound, err) : DIT_OK;
-}
-
 static dit_status open_video(mp4_enc *e, dit_error *err) {
   const dit_video *v = e->v;
   const AVCodec *c = avcodec_find_encoder_by_name("libx264");
@@ -232,7 +220,7 @@ static void mp4_free(mp4_enc *e) {
 
 dit_status dit_video_write_mp4(const char *path, const dit_video *v, bool overwrite, dit_error *err) {
   if (!path || !*path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "MP4: no output path");
-  DIT_TRY(check_video(path, v, err));
+  DIT_TRY(dit_video_check("MP4", path, v, true, err));
   dit_outfile of;
   DIT_TRY(dit_outfile_begin(&of, path, "MP4", overwrite, err));
   mp4_enc e = {.v = v, .of = &of};

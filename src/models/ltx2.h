@@ -1,0 +1,73 @@
+/* LTX2VideoTransformer3DModel (diffusers' LTX-2.0 / 2.3 audio-video DiT): a video stream and an
+ * audio stream, each block running self-attention (3-D RoPE for video, 1-D for audio), text
+ * cross-attention, audio-to-video and video-to-audio cross-attention (1-D RoPE on time) and a
+ * GELU-tanh MLP, modulated by AdaLN-single tables from the timestep. LTX-2.3 adds per-head
+ * gated attention, modulation of the text cross-attention (query and key/value sides, from
+ * sigma) and spatio-temporal guidance that replaces a block's self-attention by its values. */
+#ifndef DIT_MODELS_LTX2_H
+#define DIT_MODELS_LTX2_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+typedef struct dit_ltx2_stream_config {
+  int in_channels, out_channels;
+  int heads, head_dim;         /* inner width = heads * head_dim */
+  int cross_attention_dim;     /* the text features' width its text cross-attention takes */
+  bool gated_attn;             /* per-head output gates (2.3) */
+  bool cross_attn_mod;         /* modulated text cross-attention (2.3) */
+  int pos_embed_max_pos;       /* RoPE: the frames' base */
+} dit_ltx2_stream_config;
+
+typedef struct dit_ltx2_config {
+  dit_ltx2_stream_config video, audio;
+  int num_layers;
+  int caption_channels;        /* the connectors' output width (use_prompt_embeddings) */
+  int vae_scale_factors[3];    /* (temporal, spatial, spatial) */
+  int base_height, base_width;
+  int audio_scale_factor, audio_sampling_rate, audio_hop_length;
+  int causal_offset;
+  float norm_eps;
+  double rope_theta;
+  bool rope_double_precision;
+  double timestep_scale_multiplier, cross_attn_timestep_scale_multiplier;
+  bool use_prompt_embeddings;  /* caption projections (2.0) */
+  bool perturbed_attn;         /* STG replaces self-attention by its values (2.3) */
+  bool use_prompt_adaln_single;
+} dit_ltx2_config;
+
+typedef struct dit_ltx2 dit_ltx2;
+
+dit_status dit_ltx2_load(dit_backend *be, const char *component_dir, dit_ltx2 **out, dit_error *err);
+void dit_ltx2_free(dit_ltx2 *m);
+const dit_ltx2_config *dit_ltx2_get_config(const dit_ltx2 *m);
+
+/* One transformer call, as LTX2Pipeline makes it. Tensors are F32 in the backend's memory. */
+typedef struct dit_ltx2_call {
+  int B;                       /* batch */
+  int frames, height, width;   /* the video latents' grid: N = frames * height * width tokens */
+  float fps;
+  int audio_frames;            /* NA audio tokens */
+  int text_len;                /* T */
+  const float *video;          /* [B, N, in_channels] */
+  const float *audio;          /* [B, NA, audio in_channels] */
+  const float *text;           /* [B, T, video text width] (the video connector's output) */
+  const float *audio_text;     /* [B, T, audio text width] */
+  const uint8_t *text_mask;    /* host [B*T] (1 = attend), or NULL */
+  const float *timestep;       /* host [B]: the video timestep (sigma * 1000) */
+  const float *audio_timestep; /* host [B], or NULL: timestep */
+  const float *sigma;          /* host [B], or NULL: timestep (the pipeline passes sigma = timestep) */
+  const float *audio_sigma;    /* host [B], or NULL: sigma */
+  bool use_cross_timestep;     /* a2v/v2a modulation from the other stream's sigma (the pipeline's default) */
+  bool isolate_modalities;     /* no a2v / v2a cross-attention (modality guidance) */
+  const int *stg_blocks;       /* blocks whose self-attention spatio-temporal guidance perturbs (all items) */
+  int n_stg_blocks;
+} dit_ltx2_call;
+
+/* video_out [B, N, out_channels], audio_out [B, NA, audio out_channels], F32 in the backend's memory. */
+dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_out, float *audio_out, dit_error *err);
+
+#endif

@@ -1,0 +1,422 @@
+/* LTX2VideoTransformer3DModel's forward pass (see ltx2.h), in the order of diffusers'
+ * LTX2VideoTransformer3DModel.forward and LTX2VideoTransformerBlock.forward. Stream index 0 is
+ * the video, 1 the audio. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+#include "models/ltx2_internal.h"
+#include "models/ltx2_rope.h"
+
+/* One AdaLN-single's outputs: modT [n, B, dim] (its n vectors per item, each contiguous) and the
+ * embedded timestep emb [B, dim]. */
+typedef struct ada_out {
+  void *modT, *emb;
+} ada_out;
+
+typedef struct stream_bufs {
+  int64_t S, D;           /* tokens, width */
+  void *x, *h, *y, *nrm, *mq, *ff, *ctx, *ctxm, *ctmp;
+  void *pb, *pp, *pc;     /* a block's parameters: [9, B, D], [2, B, D] (prompt), [5, B, D] (cross-modal) */
+  ada_out time, cass, cag, prompt;
+  void *cos, *sin, *ccos, *csin; /* self and cross-modal RoPE tables */
+} stream_bufs;
+
+typedef struct lx_bufs {
+  stream_bufs s[2];
+  void *tt, *sinus, *e1, *semb, *mod; /* AdaLN scratch: [B], [B, 256], [B, Dmax] x2, [B, 9 Dmax] */
+  void *kmask;                        /* [B, T] */
+  dit_ltx2_attn_scratch at;
+} lx_bufs;
+
+static const dit_ltx2_stream_config *scfg(const dit_ltx2 *m, int i) { return i ? &m->cfg.audio : &m->cfg.video; }
+static ltx2_stream *stream(dit_ltx2 *m, int i) { return i ? &m->a : &m->v; }
+
+/* ---- planning ---------------------------------------------------------------------- */
+
+static dit_status take_ada(dit_arena *ar, bool real, const ltx2_adaln *a, int64_t B, size_t es, ada_out *o,
+                           dit_error *err) {
+  DIT_ACT_TAKE(ar, real, o->modT, (size_t)(a->n * B * a->dim) * es);
+  DIT_ACT_TAKE(ar, real, o->emb, (size_t)(B * a->dim) * es);
+  return DIT_OK;
+}
+
+static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, dit_error *err) {
+  const size_t es = m->as.es;
+  const int64_t B = c->B, T = c->text_len;
+  const int64_t S[2] = {(int64_t)c->frames * c->height * c->width, c->audio_frames};
+  size_t at[6] = {0};
+  int64_t Dmax = 0;
+  for (int i = 0; i < 2; i++) {
+    stream_bufs *s = &b->s[i];
+    const dit_ltx2_stream_config *sc = scfg(m, i);
+    const int64_t D = s->D = stream(m, i)->D, R = B * S[i];
+    s->S = S[i];
+    Dmax = D > Dmax ? D : Dmax;
+    void **act[] = {&s->x, &s->h, &s->y, &s->nrm, &s->mq};
+    for (size_t k = 0; k < sizeof act / sizeof *act; k++) DIT_ACT_TAKE(ar, real, *act[k], (size_t)(R * D) * es);
+    DIT_ACT_TAKE(ar, real, s->ff, (size_t)(R * 4 * D) * es);
+    const int64_t C = m->cfg.use_prompt_embeddings ? D : sc->cross_attention_dim;
+    DIT_ACT_TAKE(ar, real, s->ctx, (size_t)(B * T * C) * es);
+    DIT_ACT_TAKE(ar, real, s->ctxm, (size_t)(B * T * C) * es);
+    DIT_ACT_TAKE(ar, real, s->ctmp, (size_t)(B * T * D) * es);
+    DIT_ACT_TAKE(ar, real, s->pb, (size_t)(9 * B * D) * es);
+    DIT_ACT_TAKE(ar, real, s->pp, (size_t)(2 * B * D) * es);
+    DIT_ACT_TAKE(ar, real, s->pc, (size_t)(5 * B * D) * es);
+    ltx2_stream *st = stream(m, i);
+    DIT_TRY(take_ada(ar, real, &st->time, B, es, &s->time, err));
+    DIT_TRY(take_ada(ar, real, &st->ca_scale_shift, B, es, &s->cass, err));
+    DIT_TRY(take_ada(ar, real, &st->ca_gate, B, es, &s->cag, err));
+    if (st->prompt.n) DIT_TRY(take_ada(ar, real, &st->prompt, B, es, &s->prompt, err));
+    const int64_t Dca = m->cfg.audio.cross_attention_dim;
+    DIT_ACT_TAKE(ar, real, s->cos, (size_t)(S[i] * D / 2) * sizeof(float));
+    DIT_ACT_TAKE(ar, real, s->sin, (size_t)(S[i] * D / 2) * sizeof(float));
+    DIT_ACT_TAKE(ar, real, s->ccos, (size_t)(S[i] * Dca / 2) * sizeof(float));
+    DIT_ACT_TAKE(ar, real, s->csin, (size_t)(S[i] * Dca / 2) * sizeof(float));
+    /* the attentions whose queries are this stream's: self, text, cross-modal */
+    const ltx2_half *h = &m->blocks[0].v;
+    if (i) h = &m->blocks[0].a;
+    const dit_ltx2_attn *as3[3] = {&h->attn1, &h->attn2, &h->cross};
+    const int64_t keys[3] = {S[i], T, S[1 - i]};
+    for (int k = 0; k < 3; k++) {
+      size_t sz[6];
+      dit_ltx2_attn_scratch_sizes(as3[k], R, B * keys[k], es, sz);
+      for (int q = 0; q < 6; q++) at[q] = sz[q] > at[q] ? sz[q] : at[q];
+    }
+  }
+  DIT_ACT_TAKE(ar, real, b->tt, (size_t)B * sizeof(float));
+  DIT_ACT_TAKE(ar, real, b->sinus, (size_t)(B * 256) * es);
+  DIT_ACT_TAKE(ar, real, b->e1, (size_t)(B * Dmax) * es);
+  DIT_ACT_TAKE(ar, real, b->semb, (size_t)(B * Dmax) * es);
+  DIT_ACT_TAKE(ar, real, b->mod, (size_t)(9 * B * Dmax) * es);
+  DIT_ACT_TAKE(ar, real, b->kmask, (size_t)(B * T));
+  void **ap[6] = {&b->at.q, &b->at.k, &b->at.v, &b->at.o, &b->at.g, &b->at.gx};
+  for (int q = 0; q < 6; q++) {
+    *ap[q] = NULL;
+    if (at[q]) DIT_ACT_TAKE(ar, real, *ap[q], at[q]);
+  }
+  return DIT_OK;
+}
+
+/* ---- pieces ------------------------------------------------------------------------ */
+
+/* LTX2AdaLayerNormSingle of the host timesteps t[B] (times mult) into o. */
+static dit_status adaln(dit_ltx2 *m, const ltx2_adaln *a, const float *t, float mult, int64_t B, lx_bufs *b,
+                        ada_out *o, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_act_space *as = &m->as;
+  float tv[64];
+  if (B > 64) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: batch %lld is larger than 64", (long long)B);
+  for (int64_t i = 0; i < B; i++) tv[i] = t[i] * mult;
+  DIT_TRY(be->ops->upload(be, b->tt, tv, (size_t)B * sizeof(float), err));
+  dit_tensor tt = dit_act_mk(as, DIT_F32, b->tt, 1, (int64_t[]){B});
+  dit_tensor sn = dit_act_2d(as, b->sinus, B, 256), e1 = dit_act_2d(as, b->e1, B, a->dim);
+  dit_tensor emb = dit_act_2d(as, o->emb, B, a->dim), se = dit_act_2d(as, b->semb, B, a->dim);
+  dit_tensor mod = dit_act_2d(as, b->mod, B, (int64_t)a->n * a->dim);
+  DIT_TRY(dit_op_timestep_embedding(be, &sn, &tt, 256, 10000.0f, 0.0f, 1.0f, true, err));
+  DIT_TRY(dit_op_linear(be, &e1, &sn, &a->l1, &a->l1_b, DIT_ACT_SILU, err));
+  DIT_TRY(dit_op_linear(be, &emb, &e1, &a->l2, &a->l2_b, DIT_ACT_NONE, err));
+  DIT_TRY(dit_op_activation(be, &se, &emb, DIT_ACT_SILU, err));
+  DIT_TRY(dit_op_linear(be, &mod, &se, &a->lin, &a->lin_b, DIT_ACT_NONE, err));
+  /* [B, n, dim] -> [n, B, dim] */
+  dit_tensor src = dit_act_3d(as, b->mod, a->n, B, a->dim), dst = dit_act_3d(as, o->modT, a->n, B, a->dim);
+  src.stride[0] = a->dim, src.stride[1] = (int64_t)a->n * a->dim, src.stride[2] = 1;
+  return dit_op_copy(be, &dst, &src, err);
+}
+
+/* out [n, B, D] = table [n, D] (each item) + modT [n, B, D]. */
+static dit_status block_params(dit_ltx2 *m, const dit_tensor *table, const void *modT, int64_t n, int64_t B, int64_t D,
+                               void *out, dit_error *err) {
+  const dit_act_space *as = &m->as;
+  dit_tensor tb = *table, o = dit_act_3d(as, out, n, B, D), md = dit_act_3d(as, (void *)modT, n, B, D);
+  tb.ndim = 3;
+  tb.shape[0] = n, tb.shape[1] = B, tb.shape[2] = D;
+  tb.stride[0] = D, tb.stride[1] = 0, tb.stride[2] = 1;
+  DIT_TRY(dit_op_copy(m->be, &o, &tb, err));
+  return dit_op_add(m->be, &o, &o, &md, err);
+}
+
+/* Vector k of a parameter block p [n, B, D]. */
+static dit_tensor pvec(const dit_ltx2 *m, void *p, int k, int64_t B, int64_t D) {
+  return dit_act_2d(&m->as, dit_act_el(&m->as, p, (int64_t)k * B * D), B, D);
+}
+
+/* y = rms_norm(x) (no weight) * (1 + scale) + shift (scale NULL: the norm only). */
+static dit_status norm_mod(dit_ltx2 *m, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
+                           const dit_tensor *shift, dit_error *err) {
+  DIT_TRY(dit_op_rms_norm(m->be, y, x, NULL, m->cfg.norm_eps, err));
+  return scale ? dit_op_modulate(m->be, y, y, scale, shift, err) : DIT_OK;
+}
+
+static dit_status ff(dit_ltx2 *m, const ltx2_ff *f, dit_tensor *h, void *mid, dit_tensor *y, dit_error *err) {
+  dit_tensor u = dit_act_3d(&m->as, mid, h->shape[0], h->shape[1], 4 * h->shape[2]);
+  DIT_TRY(dit_op_linear(m->be, &u, h, &f->w1, &f->b1, DIT_ACT_GELU_TANH, err));
+  return dit_op_linear(m->be, y, &u, &f->w2, &f->b2, DIT_ACT_NONE, err);
+}
+
+/* ---- a block ---------------------------------------------------------------------- */
+
+typedef struct call_state {
+  const dit_ltx2_call *c;
+  int64_t B, T;
+  bool masked;
+  dit_tensor rope[2][2], crope[2][2]; /* [stream][cos, sin] */
+} call_state;
+
+static dit_tensor act3(const dit_ltx2 *m, void *p, int64_t B, int64_t S, int64_t D) { return dit_act_3d(&m->as, p, B, S, D); }
+
+/* Self-attention and text cross-attention of stream i. */
+static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg, const call_state *cs, lx_bufs *b,
+                                dit_error *err) {
+  const dit_ltx2_stream_config *sc = scfg(m, i);
+  stream_bufs *s = &b->s[i];
+  const int64_t B = cs->B, S = s->S, D = s->D, T = cs->T;
+  dit_tensor x = act3(m, s->x, B, S, D), hn = act3(m, s->h, B, S, D), y = act3(m, s->y, B, S, D);
+  dit_tensor shift = pvec(m, s->pb, 0, B, D), scale = pvec(m, s->pb, 1, B, D), gate = pvec(m, s->pb, 2, B, D);
+  DIT_TRY(norm_mod(m, &hn, &x, &scale, &shift, err));
+  DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn1, m->cfg.norm_eps, B, S, S, &hn, NULL, &cs->rope[i][0],
+                                &cs->rope[i][1], NULL, NULL, NULL, stg, &b->at, &y, err));
+  DIT_TRY(dit_op_gated_add(m->be, &x, &y, &gate, false, err));
+  /* text cross-attention */
+  const int64_t C = m->cfg.use_prompt_embeddings ? D : sc->cross_attention_dim;
+  dit_tensor ctx = act3(m, s->ctx, B, T, C);
+  if (sc->cross_attn_mod) {
+    dit_tensor q_shift = pvec(m, s->pb, 6, B, D), q_scale = pvec(m, s->pb, 7, B, D);
+    DIT_TRY(norm_mod(m, &hn, &x, &q_scale, &q_shift, err));
+  } else {
+    DIT_TRY(norm_mod(m, &hn, &x, NULL, NULL, err));
+  }
+  if (m->cfg.video.cross_attn_mod || m->cfg.audio.cross_attn_mod) { /* the prompt side, from sigma */
+    dit_tensor kv_shift = pvec(m, s->pp, 0, B, C), kv_scale = pvec(m, s->pp, 1, B, C);
+    dit_tensor cm = act3(m, s->ctxm, B, T, C);
+    DIT_TRY(dit_op_modulate(m->be, &cm, &ctx, &kv_scale, &kv_shift, err));
+    ctx = cm;
+  }
+  dit_tensor km = dit_act_mk(&m->as, DIT_U8, b->kmask, 2, (int64_t[]){B, T});
+  DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn2, m->cfg.norm_eps, B, S, T, &hn, &ctx, NULL, NULL, NULL, NULL,
+                                cs->masked ? &km : NULL, false, &b->at, &y, err));
+  const dit_tensor gq = pvec(m, s->pb, 8, B, D);
+  return dit_op_gated_add(m->be, &x, &y, sc->cross_attn_mod ? &gq : NULL, false, err);
+}
+
+/* Audio-to-video and video-to-audio cross-attention: both read the norms of the streams as
+ * they are before either update. */
+static dit_status cross_modal(dit_ltx2 *m, const ltx2_block *blk, const call_state *cs, lx_bufs *b, dit_error *err) {
+  const int64_t B = cs->B;
+  for (int i = 0; i < 2; i++) {
+    stream_bufs *s = &b->s[i];
+    dit_tensor x = act3(m, s->x, B, s->S, s->D), n = act3(m, s->nrm, B, s->S, s->D);
+    DIT_TRY(norm_mod(m, &n, &x, NULL, NULL, err));
+  }
+  for (int i = 0; i < 2; i++) { /* i = the queries' stream: 0 a2v (video queries), 1 v2a */
+    stream_bufs *q = &b->s[i], *k = &b->s[1 - i];
+    const ltx2_half *h = i ? &blk->a : &blk->v;
+    /* ca params [5, B, D]: (a2v scale, a2v shift, v2a scale, v2a shift, gate) */
+    const int sq = i ? 2 : 0;
+    dit_tensor nq = act3(m, q->nrm, B, q->S, q->D), mq = act3(m, q->mq, B, q->S, q->D);
+    dit_tensor nk = act3(m, k->nrm, B, k->S, k->D), mk = act3(m, k->h, B, k->S, k->D);
+    dit_tensor qs = pvec(m, q->pc, sq, B, q->D), qt = pvec(m, q->pc, sq + 1, B, q->D);
+    dit_tensor ks = pvec(m, k->pc, sq, B, k->D), kt = pvec(m, k->pc, sq + 1, B, k->D);
+    DIT_TRY(dit_op_modulate(m->be, &mq, &nq, &qs, &qt, err));
+    DIT_TRY(dit_op_modulate(m->be, &mk, &nk, &ks, &kt, err));
+    dit_tensor y = act3(m, q->y, B, q->S, q->D), x = act3(m, q->x, B, q->S, q->D);
+    DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->cross, m->cfg.norm_eps, B, q->S, k->S, &mq, &mk, &cs->crope[i][0],
+                                  &cs->crope[i][1], &cs->crope[1 - i][0], &cs->crope[1 - i][1], NULL, false, &b->at, &y,
+                                  err));
+    dit_tensor g = pvec(m, q->pc, 4, B, q->D);
+    DIT_TRY(dit_op_gated_add(m->be, &x, &y, &g, false, err));
+  }
+  return DIT_OK;
+}
+
+static dit_status block_forward(dit_ltx2 *m, int bi, const call_state *cs, lx_bufs *b, dit_error *err) {
+  const ltx2_block *blk = &m->blocks[bi];
+  const int64_t B = cs->B;
+  bool stg = false;
+  for (int k = 0; k < cs->c->n_stg_blocks; k++) stg = stg || cs->c->stg_blocks[k] == bi;
+  stg = stg && m->cfg.perturbed_attn; /* LTX-2.0's processor ignores the perturbation */
+  for (int i = 0; i < 2; i++) {
+    const ltx2_half *h = i ? &blk->a : &blk->v;
+    stream_bufs *s = &b->s[i];
+    ltx2_stream *st = stream(m, i);
+    DIT_TRY(block_params(m, &h->table, s->time.modT, st->time.n, B, s->D, s->pb, err));
+    if (st->prompt.n) DIT_TRY(block_params(m, &h->prompt_table, s->prompt.modT, 2, B, s->D, s->pp, err));
+    /* ca_table [5, D]: rows 0..3 with the scale/shift AdaLN, row 4 with the gate's */
+    DIT_TRY(block_params(m, &h->ca_table, s->cass.modT, 4, B, s->D, s->pc, err));
+    dit_tensor gt = h->ca_table;
+    gt.data = (char *)gt.data + (size_t)4 * (size_t)s->D * dit_dtype_size(gt.dtype);
+    gt.shape[0] = 1;
+    DIT_TRY(block_params(m, &gt, s->cag.modT, 1, B, s->D, dit_act_el(&m->as, s->pc, 4 * B * s->D), err));
+  }
+  for (int i = 0; i < 2; i++) DIT_TRY(self_and_text(m, i ? &blk->a : &blk->v, i, stg, cs, b, err));
+  if (!cs->c->isolate_modalities) DIT_TRY(cross_modal(m, blk, cs, b, err));
+  for (int i = 0; i < 2; i++) {
+    const ltx2_half *h = i ? &blk->a : &blk->v;
+    stream_bufs *s = &b->s[i];
+    dit_tensor x = act3(m, s->x, B, s->S, s->D), hn = act3(m, s->h, B, s->S, s->D), y = act3(m, s->y, B, s->S, s->D);
+    dit_tensor shift = pvec(m, s->pb, 3, B, s->D), scale = pvec(m, s->pb, 4, B, s->D), gate = pvec(m, s->pb, 5, B, s->D);
+    DIT_TRY(norm_mod(m, &hn, &x, &scale, &shift, err));
+    DIT_TRY(ff(m, &h->ff, &hn, s->ff, &y, err));
+    DIT_TRY(dit_op_gated_add(m->be, &x, &y, &gate, false, err));
+  }
+  return DIT_OK;
+}
+
+/* ---- the call ---------------------------------------------------------------------- */
+
+/* Uploads cos/sin of angles [n] as a [rows, r] table pair at cos_dst / sin_dst. */
+static dit_status upload_rope(dit_ltx2 *m, const float *angles, int64_t n, int64_t rows, void *cos_dst, void *sin_dst,
+                              dit_tensor *tab, dit_error *err) {
+  float *cs = malloc((size_t)(2 * n) * sizeof *cs);
+  if (!cs) return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for RoPE tables");
+  dit_ltx2_rope_cos_sin(angles, n, cs, cs + n);
+  dit_status s = m->be->ops->upload(m->be, cos_dst, cs, (size_t)n * sizeof *cs, err);
+  if (s == DIT_OK) s = m->be->ops->upload(m->be, sin_dst, cs + n, (size_t)n * sizeof *cs, err);
+  free(cs);
+  tab[0] = dit_act_mk(&m->as, DIT_F32, cos_dst, 2, (int64_t[]){rows, n / rows});
+  tab[1] = dit_act_mk(&m->as, DIT_F32, sin_dst, 2, (int64_t[]){rows, n / rows});
+  return s;
+}
+
+/* The four RoPE tables of a call: video (3 axes) and audio (time) self-attention, and both
+ * streams' time for the cross-modal attention (width audio_cross_attention_dim, split over
+ * the video heads for the video side and the audio heads for the audio side). */
+static dit_status ropes(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, call_state *cs, dit_error *err) {
+  const dit_ltx2_config *g = &m->cfg;
+  const int64_t N = b->s[0].S, NA = b->s[1].S, Dv = b->s[0].D, Da = b->s[1].D, Dca = g->audio.cross_attention_dim;
+  const int64_t big = N > NA ? N : NA, wide = Dv > Dca ? (Dv > Da ? Dv : Da) : (Dca > Da ? Dca : Da);
+  float *coords = malloc((size_t)(6 * big + 3 * big + big * wide / 2) * sizeof *coords);
+  if (!coords) return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for RoPE positions");
+  float *pos = coords + 6 * big, *ang = pos + 3 * big;
+  const int cmax = g->video.pos_embed_max_pos > g->audio.pos_embed_max_pos ? g->video.pos_embed_max_pos
+                                                                           : g->audio.pos_embed_max_pos;
+  /* video: midpoints of the patch boundaries over (frames, height, width) bases */
+  dit_ltx2_video_coords(c->frames, c->height, c->width, g->vae_scale_factors, g->causal_offset, c->fps, coords);
+  const float vbase[3] = {(float)g->video.pos_embed_max_pos, (float)g->base_height, (float)g->base_width};
+  for (int64_t n = 0; n < N; n++)
+    for (int d = 0; d < 3; d++)
+      pos[n * 3 + d] = (coords[(d * N + n) * 2] + coords[(d * N + n) * 2 + 1]) / 2.0f / vbase[d];
+  dit_ltx2_rope_angles(pos, N, 3, (int)Dv, g->rope_theta, g->rope_double_precision, ang);
+  dit_status s = upload_rope(m, ang, N * Dv / 2, N * g->video.heads, b->s[0].cos, b->s[0].sin, cs->rope[0], err);
+  for (int64_t n = 0; s == DIT_OK && n < N; n++) pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)cmax;
+  if (s == DIT_OK) {
+    dit_ltx2_rope_angles(pos, N, 1, (int)Dca, g->rope_theta, g->rope_double_precision, ang);
+    s = upload_rope(m, ang, N * Dca / 2, N * g->video.heads, b->s[0].ccos, b->s[0].csin, cs->crope[0], err);
+  }
+  /* audio: the time axis */
+  if (s == DIT_OK) {
+    dit_ltx2_audio_coords((int)NA, g->audio_scale_factor, g->causal_offset, g->audio_hop_length,
+                          g->audio_sampling_rate, coords);
+    for (int64_t n = 0; n < NA; n++)
+      pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)g->audio.pos_embed_max_pos;
+    dit_ltx2_rope_angles(pos, NA, 1, (int)Da, g->rope_theta, g->rope_double_precision, ang);
+    s = upload_rope(m, ang, NA * Da / 2, NA * g->audio.heads, b->s[1].cos, b->s[1].sin, cs->rope[1], err);
+  }
+  if (s == DIT_OK) {
+    for (int64_t n = 0; n < NA; n++) pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)cmax;
+    dit_ltx2_rope_angles(pos, NA, 1, (int)Dca, g->rope_theta, g->rope_double_precision, ang);
+    s = upload_rope(m, ang, NA * Dca / 2, NA * g->audio.heads, b->s[1].ccos, b->s[1].csin, cs->crope[1], err);
+  }
+  free(coords);
+  return s;
+}
+
+/* Inputs: proj_in, the text features (caption projections in 2.0), and the call's AdaLNs. */
+static dit_status prologue(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, dit_error *err) {
+  const int64_t B = c->B, T = c->text_len;
+  const float *tv = c->timestep, *ta = c->audio_timestep ? c->audio_timestep : tv;
+  const float *sv = c->sigma ? c->sigma : tv, *sa = c->audio_sigma ? c->audio_sigma : sv;
+  const float gate_mult = (float)(m->cfg.cross_attn_timestep_scale_multiplier / m->cfg.timestep_scale_multiplier);
+  for (int i = 0; i < 2; i++) {
+    stream_bufs *s = &b->s[i];
+    ltx2_stream *st = stream(m, i);
+    const dit_ltx2_stream_config *sc = scfg(m, i);
+    dit_tensor in = dit_act_mk(&m->as, DIT_F32, (void *)(i ? c->audio : c->video), 3, (int64_t[]){B, s->S, sc->in_channels});
+    dit_tensor x = act3(m, s->x, B, s->S, s->D);
+    DIT_TRY(dit_op_linear(m->be, &x, &in, &st->proj_in, &st->proj_in_b, DIT_ACT_NONE, err));
+    const int64_t tw = m->cfg.use_prompt_embeddings ? m->cfg.caption_channels : sc->cross_attention_dim;
+    dit_tensor txt = dit_act_mk(&m->as, DIT_F32, (void *)(i ? c->audio_text : c->text), 3, (int64_t[]){B, T, tw});
+    if (m->cfg.use_prompt_embeddings) {
+      dit_tensor t1 = act3(m, s->ctmp, B, T, s->D), ctx = act3(m, s->ctx, B, T, s->D);
+      DIT_TRY(dit_op_linear(m->be, &t1, &txt, &st->cap1, &st->cap1_b, DIT_ACT_GELU_TANH, err));
+      DIT_TRY(dit_op_linear(m->be, &ctx, &t1, &st->cap2, &st->cap2_b, DIT_ACT_NONE, err));
+    } else {
+      dit_tensor ctx = act3(m, s->ctx, B, T, tw);
+      DIT_TRY(dit_op_copy(m->be, &ctx, &txt, err));
+    }
+    /* the stream's own timestep; the cross-modal ones from the other stream's sigma with use_cross_timestep */
+    const float *own = i ? ta : tv, *cross = c->use_cross_timestep ? (i ? sv : sa) : own;
+    DIT_TRY(adaln(m, &st->time, own, 1.0f, B, b, &s->time, err));
+    DIT_TRY(adaln(m, &st->ca_scale_shift, cross, 1.0f, B, b, &s->cass, err));
+    DIT_TRY(adaln(m, &st->ca_gate, cross, gate_mult, B, b, &s->cag, err));
+    if (st->prompt.n) DIT_TRY(adaln(m, &st->prompt, i ? sa : sv, 1.0f, B, b, &s->prompt, err));
+  }
+  return DIT_OK;
+}
+
+/* norm_out (LayerNorm without weights), then shift / scale = table + the embedded timestep, proj_out. */
+static dit_status epilogue(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, float *vout, float *aout, dit_error *err) {
+  const int64_t B = c->B;
+  for (int i = 0; i < 2; i++) {
+    stream_bufs *s = &b->s[i];
+    ltx2_stream *st = stream(m, i);
+    void *emb2 = s->pp; /* [2, B, D]: the embedded timestep twice, plus the table */
+    for (int k = 0; k < 2; k++) {
+      dit_tensor src = dit_act_2d(&m->as, s->time.emb, B, s->D), dst = pvec(m, emb2, k, B, s->D);
+      DIT_TRY(dit_op_copy(m->be, &dst, &src, err));
+    }
+    DIT_TRY(block_params(m, &st->table, emb2, 2, B, s->D, s->pb, err));
+    dit_tensor shift = pvec(m, s->pb, 0, B, s->D), scale = pvec(m, s->pb, 1, B, s->D);
+    dit_tensor x = act3(m, s->x, B, s->S, s->D), hn = act3(m, s->h, B, s->S, s->D);
+    DIT_TRY(dit_op_layer_norm(m->be, &hn, &x, NULL, NULL, 1e-6f, err));
+    DIT_TRY(dit_op_modulate(m->be, &hn, &hn, &scale, &shift, err));
+    const int64_t oc = scfg(m, i)->out_channels;
+    dit_tensor out = dit_act_mk(&m->as, DIT_F32, i ? aout : vout, 3, (int64_t[]){B, s->S, oc});
+    DIT_TRY(dit_op_linear(m->be, &out, &hn, &st->proj_out, &st->proj_out_b, DIT_ACT_NONE, err));
+  }
+  return DIT_OK;
+}
+
+static dit_status check_call(const dit_ltx2 *m, const dit_ltx2_call *c, dit_error *err) {
+  if (!c || !c->video || !c->audio || !c->text || !c->audio_text || !c->timestep)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: a NULL input");
+  if (c->B < 1 || c->B > 64 || c->frames < 1 || c->height < 1 || c->width < 1 || c->audio_frames < 1 ||
+      c->text_len < 1 || !(c->fps > 0.0f) || (int64_t)c->frames * c->height * c->width > (1 << 24))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: batch %d, %dx%dx%d latents, %d audio frames, %d text "
+                      "tokens or %g fps out of range", c->B, c->frames, c->height, c->width, c->audio_frames,
+                      c->text_len, c->fps);
+  for (int k = 0; k < c->n_stg_blocks; k++)
+    if (!c->stg_blocks || c->stg_blocks[k] < 0 || c->stg_blocks[k] >= m->cfg.num_layers)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: STG block %d is not one of the %d blocks",
+                        c->stg_blocks ? c->stg_blocks[k] : -1, m->cfg.num_layers);
+  return DIT_OK;
+}
+
+dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_out, float *audio_out, dit_error *err) {
+  if (!m || !video_out || !audio_out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: NULL argument");
+  DIT_TRY(check_call(m, c, err));
+  lx_bufs b;
+  memset(&b, 0, sizeof b);
+  dit_arena ar;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, false, m, c, &b, err));
+  DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, 0, &(bool){false}, err));
+  DIT_TRY(plan(&ar, true, m, c, &b, err));
+  call_state cs = {.c = c, .B = c->B, .T = c->text_len, .masked = false};
+  if (c->text_mask) {
+    for (int64_t i = 0; i < (int64_t)c->B * c->text_len; i++) cs.masked = cs.masked || !c->text_mask[i];
+    if (cs.masked) DIT_TRY(m->be->ops->upload(m->be, b.kmask, c->text_mask, (size_t)c->B * c->text_len, err));
+  }
+  DIT_TRY(ropes(m, c, &b, &cs, err));
+  DIT_TRY(prologue(m, c, &b, err));
+  for (int i = 0; i < m->cfg.num_layers; i++) {
+    dit_status s = block_forward(m, i, &cs, &b, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "ltx2 block %d", i);
+      return s;
+    }
+  }
+  DIT_TRY(epilogue(m, c, &b, video_out, audio_out, err));
+  return m->be->ops->sync(m->be, err);
+}

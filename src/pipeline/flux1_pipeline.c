@@ -228,11 +228,6 @@ DIT_COMPONENT_KIND_SRC(flux1_dit, "transformer", DIT_KEEP_TRANSFORMER, "transfor
 
 /* FluxPipeline's schedule: linspace sigmas, mu = calculate_shift(image tokens) from the
  * scheduler's own bounds (used only when it shifts dynamically). */
-static double flux1_mu(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
-  (void)steps;
-  return dit_flow_calculate_shift(image_seq_len, sc);
-}
-
 static void state_free(f1_state *L) {
   free(L->latents);
   free(L->pred);
@@ -297,7 +292,8 @@ static dit_status flux1_generate(const dit_model_rt *rt, void *state, const dit_
     s = init_latents(&L, p->seed, err);
   }
   if (s == DIT_OK)
-    s = dit_flow_schedule_for(rt->dir, steps, (int)L.Si, dit_flux2_default_sigmas, flux1_mu, sigmas, timesteps, err);
+    s = dit_flow_schedule_for(rt->dir, steps, (int)L.Si, dit_flux2_default_sigmas, dit_flow_mu_calculate_shift, sigmas,
+                              timesteps, err);
   t[2] = dit_time_now();
   L.sigmas = sigmas;
   L.timesteps = timesteps;

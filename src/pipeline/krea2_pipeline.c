@@ -212,11 +212,6 @@ static dit_status prepare(const dit_model_rt *rt, dit_components *c, krea2_text 
   return DIT_OK;
 }
 
-static double krea2_mu_raw(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
-  (void)steps;
-  return dit_flow_calculate_shift(image_seq_len, sc);
-}
-
 static double krea2_mu_turbo(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
   (void)sc, (void)image_seq_len, (void)steps;
   return TURBO_MU;
@@ -273,7 +268,8 @@ static dit_status krea2_generate(const dit_model_rt *rt, void *state, const dit_
   if (s == DIT_OK) s = prepare(rt, c, &T, p->seed, &L, err);
   if (s == DIT_OK)
     s = dit_flow_schedule_for(rt->dir, steps, (int)L.Si, dit_flux2_default_sigmas,
-                              is_distilled(rt->dir) ? krea2_mu_turbo : krea2_mu_raw, sigmas, timesteps, err);
+                              is_distilled(rt->dir) ? krea2_mu_turbo : dit_flow_mu_calculate_shift, sigmas, timesteps,
+                              err);
   t[2] = dit_time_now();
   L.sigmas = sigmas, L.timesteps = timesteps;
   if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, L.latents, L.n, err);

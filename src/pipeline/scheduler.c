@@ -108,6 +108,11 @@ double dit_flow_calculate_shift(int image_seq_len, const dit_flow_sched_config *
   return p + b;
 }
 
+double dit_flow_mu_calculate_shift(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
+  (void)steps;
+  return dit_flow_calculate_shift(image_seq_len, sc);
+}
+
 double dit_flux2_empirical_mu(int image_seq_len, int steps) {
   const double a1 = 8.73809524e-05, b1 = 1.89833333;
   const double a2 = 0.00016927, b2 = 0.45666666;

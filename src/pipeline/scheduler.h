@@ -72,6 +72,10 @@ void dit_flux2_default_sigmas(int steps, float *out);
 /* A pipeline's mu for image_seq_len latent tokens and steps (sc: the folder's scheduler). */
 typedef double (*dit_flow_mu_fn)(const dit_flow_sched_config *sc, int image_seq_len, int steps);
 
+/* The dit_flow_mu_fn of the pipelines whose mu is calculate_shift over the scheduler's base/max
+ * sequence lengths (Z-Image, FLUX.1, Krea 2 Raw, LTX-2); steps is unused. */
+double dit_flow_mu_calculate_shift(const dit_flow_sched_config *sc, int image_seq_len, int steps);
+
 /* The schedule a pipeline computes from its folder's scheduler config (the "scheduler"
  * component): its default sigmas (default_sigmas(steps, out)), shifted with
  * mu(sc, image_seq_len, steps); as dit_flow_sched_set_timesteps otherwise. */

@@ -124,16 +124,10 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
   return dit_check_finite(L->latents, L->n, stage, err);
 }
 
-/* calculate_shift over the scheduler's base/max sequence lengths. */
-static double zimage_mu(const dit_flow_sched_config *sc, int image_seq_len, int steps) {
-  (void)steps;
-  return dit_flow_calculate_shift(image_seq_len, sc);
-}
-
 dit_status dit_zimage_schedule(const dit_model_dir *dir, int steps, int h, int w, float *sigmas, float *timesteps,
                                 dit_error *err) {
-  return dit_flow_schedule_for(dir, steps, (h / 2) * (w / 2), dit_zimage_default_sigmas, zimage_mu, sigmas, timesteps,
-                               err);
+  return dit_flow_schedule_for(dir, steps, (h / 2) * (w / 2), dit_zimage_default_sigmas, dit_flow_mu_calculate_shift,
+                               sigmas, timesteps, err);
 }
 
 /* The image token grid must fit the transformer's RoPE tables (axes_lens[1], [2]): checked

@@ -7,7 +7,6 @@
 
 #include "io/json.h"
 #include "models/ltx2_internal.h"
-#include "models/model_weights.h"
 
 /* ---- config ---------------------------------------------------------------------- */
 
@@ -193,21 +192,24 @@ static void add_stream(dit_wtable *t, const dit_ltx2_config *c, ltx2_stream *st,
   dit_wtable_add(t, &st->table, false, 2, (int64_t[]){2, D}, "%sscale_shift_table", pre);
 }
 
-static void build_table(dit_ltx2 *m, dit_wtable *t) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  (void)err;
+  dit_ltx2 *m = model;
+  dit_wtable_init(t);
   add_stream(t, &m->cfg, &m->v, true);
   add_stream(t, &m->cfg, &m->a, false);
   for (int i = 0; i < m->cfg.num_layers; i++) {
     add_half(t, &m->cfg, &m->blocks[i].v, true, i);
     add_half(t, &m->cfg, &m->blocks[i].a, false, i);
   }
+  return DIT_OK;
 }
 
 dit_status dit_ltx2_load(dit_backend *be, const char *dir, dit_ltx2 **out, dit_error *err) {
   *out = NULL;
   if (!be || !dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: NULL backend or folder");
   char path[4096];
-  if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: folder path too long");
+  DIT_TRY(dit_model_config_path("ltx2", dir, path, sizeof path, err));
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, 1u << 20, &j, err));
   dit_ltx2 *m = calloc(1, sizeof *m);
@@ -223,31 +225,14 @@ dit_status dit_ltx2_load(dit_backend *be, const char *dir, dit_ltx2 **out, dit_e
     m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
     if (!m->blocks) s = dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for %d blocks", m->cfg.num_layers);
   }
-  if (s == DIT_OK) s = dit_weights_open(dir, NULL, &m->weights, err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    dit_wtable_init(&t);
-    build_table(m, &t);
-    s = dit_wtable_bind(&t, m->weights, "", NULL, err);
-    if (s == DIT_OK) s = dit_wtable_check_weights(&t, false, true, err);
-    if (s != DIT_OK) dit_error_prefix(err, "%s (LTX-2 transformer)", dir);
-    if (s == DIT_OK && !dit_backend_is_host(be)) {
-      s = dit_backend_upload_wtable(be, &t, &m->wblock, err);
-      if (s == DIT_OK) {
-        dit_weights_close(m->weights);
-        m->weights = NULL;
-      }
-    }
-    dit_wtable_free(&t);
-  }
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->w, "LTX-2 transformer", dir, build_table, m, true, err);
   DIT_HAND_OVER(s, m, out, dit_ltx2_free);
 }
 
 void dit_ltx2_free(dit_ltx2 *m) {
   if (!m) return;
   dit_act_space_release(&m->as, m->be);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  if (m->weights) dit_weights_close(m->weights);
+  dit_model_weights_release(m->be, &m->w);
   free(m->blocks);
   free(m);
 }

@@ -8,7 +8,6 @@
 
 #include "core/arena.h"
 #include "io/json.h"
-#include "io/safetensors.h"
 #include "models/act_space.h"
 #include "models/ltx2_attn.h"
 #include "models/ltx2_rope.h"
@@ -31,8 +30,7 @@ typedef struct connector {
 struct dit_ltx2_connectors {
   dit_backend *be;
   dit_ltx2_connectors_config cfg;
-  dit_weights *weights;
-  void *wblock;
+  dit_model_weights w;
   dit_act_space as;
   dit_tensor proj, proj_b;   /* 2.0: text_proj_in [C, C*F] */
   dit_tensor vproj, vproj_b; /* 2.3: video_text_proj_in [Wv, C*F] */
@@ -122,8 +120,11 @@ static void side_table(dit_wtable *t, connector *s, const char *name) {
   }
 }
 
-static void build_table(dit_ltx2_connectors *m, dit_wtable *t) {
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  (void)err;
+  dit_ltx2_connectors *m = model;
   const dit_ltx2_connectors_config *c = &m->cfg;
+  dit_wtable_init(t);
   int64_t K = (int64_t)c->caption_channels * c->proj_in_factor;
   if (c->per_modality) {
     dit_wtable_add(t, &m->vproj, false, 2, (int64_t[]){m->video.W, K}, "video_text_proj_in.weight");
@@ -138,6 +139,7 @@ static void build_table(dit_ltx2_connectors *m, dit_wtable *t) {
   }
   side_table(t, &m->video, "video_connector");
   side_table(t, &m->audio, "audio_connector");
+  return DIT_OK;
 }
 
 static dit_status init_side(connector *s, const dit_ltx2_connector_config *c, dit_error *err) {
@@ -151,8 +153,7 @@ dit_status dit_ltx2_connectors_load(dit_backend *be, const char *dir, dit_ltx2_c
   *out = NULL;
   if (!be || !dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 connectors: NULL backend or folder");
   char path[4096];
-  if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 connectors: folder path too long");
+  DIT_TRY(dit_model_config_path("ltx2 connectors", dir, path, sizeof path, err));
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, 1u << 20, &j, err));
   dit_ltx2_connectors *m = calloc(1, sizeof *m);
@@ -166,31 +167,14 @@ dit_status dit_ltx2_connectors_load(dit_backend *be, const char *dir, dit_ltx2_c
   json_decref(j);
   if (s == DIT_OK) s = init_side(&m->video, &m->cfg.video, err);
   if (s == DIT_OK) s = init_side(&m->audio, &m->cfg.audio, err);
-  if (s == DIT_OK) s = dit_weights_open(dir, NULL, &m->weights, err);
-  if (s == DIT_OK) {
-    dit_wtable t;
-    dit_wtable_init(&t);
-    build_table(m, &t);
-    s = dit_wtable_bind(&t, m->weights, "", NULL, err);
-    if (s == DIT_OK) s = dit_wtable_check_weights(&t, false, true, err);
-    if (s != DIT_OK) dit_error_prefix(err, "%s (LTX-2 text connectors)", dir);
-    if (s == DIT_OK && !dit_backend_is_host(be)) {
-      s = dit_backend_upload_wtable(be, &t, &m->wblock, err);
-      if (s == DIT_OK) {
-        dit_weights_close(m->weights);
-        m->weights = NULL;
-      }
-    }
-    dit_wtable_free(&t);
-  }
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->w, "LTX-2 text connectors", dir, build_table, m, true, err);
   DIT_HAND_OVER(s, m, out, dit_ltx2_connectors_free);
 }
 
 void dit_ltx2_connectors_free(dit_ltx2_connectors *m) {
   if (!m) return;
   dit_act_space_release(&m->as, m->be);
-  if (m->wblock) m->be->ops->free(m->be, m->wblock);
-  if (m->weights) dit_weights_close(m->weights);
+  dit_model_weights_release(m->be, &m->w);
   free(m->video.blocks);
   free(m->audio.blocks);
   free(m);

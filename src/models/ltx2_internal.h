@@ -7,6 +7,7 @@
 #include "models/act_space.h"
 #include "models/ltx2.h"
 #include "models/ltx2_attn.h"
+#include "models/model_weights.h"
 
 /* LTX2AdaLayerNormSingle: timestep -> sinusoid(256) -> linear_1, SiLU, linear_2 (the embedded
  * timestep) -> SiLU, linear -> n * dim modulation values. */
@@ -44,8 +45,7 @@ typedef struct ltx2_stream {
 struct dit_ltx2 {
   dit_backend *be;
   dit_ltx2_config cfg;
-  dit_weights *weights;
-  void *wblock;
+  dit_model_weights w;
   dit_act_space as;
   ltx2_stream v, a;
   ltx2_block *blocks;

@@ -12,8 +12,6 @@
 #include "models/ltx2_rope.h"
 #include "testing.h"
 
-static int geti(const json_t *o, const char *k) { return (int)json_integer_value(json_object_get(o, k)); }
-
 static void check_fixture(const dt_args *a, const char *name) {
   char dir[1024], ref[1200], cfgp[1200], sub[128];
   snprintf(sub, sizeof sub, "models/%s", name);
@@ -38,20 +36,20 @@ static void check_fixture(const dt_args *a, const char *name) {
   int vn = 0, an = 0;
   if (cfg && !dt_load_f32(ref, "transformer.0.video_coords", &vc, vs, &vn) &&
       !dt_load_f32(ref, "transformer.0.audio_coords", &ac, as, &an)) {
-    const int F = geti(call, "num_frames"), H = geti(call, "height"), W = geti(call, "width");
-    const int NA = geti(call, "audio_num_frames");
+    const int F = dt_json_int(call, "num_frames"), H = dt_json_int(call, "height"), W = dt_json_int(call, "width");
+    const int NA = dt_json_int(call, "audio_num_frames");
     const float fps = (float)json_number_value(json_object_get(call, "fps"));
     const json_t *sf = json_object_get(cfg, "vae_scale_factors");
     const int scale[3] = {(int)json_integer_value(json_array_get(sf, 0)), (int)json_integer_value(json_array_get(sf, 1)),
                           (int)json_integer_value(json_array_get(sf, 2))};
-    const int co = geti(cfg, "causal_offset");
+    const int co = dt_json_int(cfg, "causal_offset");
     const int64_t N = (int64_t)F * H * W;
     CHECK(vn == 4 && vs[1] == 3 && vs[2] == N && vs[3] == 2 && an == 4 && as[1] == 1 && as[2] == NA);
     float *v = malloc((size_t)(6 * N) * sizeof *v), *au = malloc((size_t)(2 * NA) * sizeof *au);
     if (v && au && vs[2] == N && as[2] == NA) {
       dit_ltx2_video_coords(F, H, W, scale, co, fps, v);
-      dit_ltx2_audio_coords(NA, geti(cfg, "audio_scale_factor"), co, geti(cfg, "audio_hop_length"),
-                            geti(cfg, "audio_sampling_rate"), au);
+      dit_ltx2_audio_coords(NA, dt_json_int(cfg, "audio_scale_factor"), co, dt_json_int(cfg, "audio_hop_length"),
+                            dt_json_int(cfg, "audio_sampling_rate"), au);
       bool same = true;
       for (int b = 0; b < (int)vs[0]; b++) { /* every batch item (CFG repeats them) */
         same = same && !memcmp(v, vc + (size_t)b * 6 * N, (size_t)(6 * N) * sizeof *v);

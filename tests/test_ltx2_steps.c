@@ -20,8 +20,6 @@
 
 #define TOL 1e-5
 
-static int geti(const json_t *o, const char *k) { return (int)json_integer_value(json_object_get(o, k)); }
-
 /* The reference's tensor `name` of n floats (a failed check and NULL otherwise). */
 static float *ref_n(const char *ref, const char *name, size_t n) { return dt_load_f32_n(ref, name, n); }
 
@@ -66,8 +64,8 @@ static void check_fixture(const dt_args *a, const char *name) {
   json_array_foreach(json_object_get(rj, "calls"), k, c) {
     if (!t0 && !strcmp(json_string_value(json_object_get(c, "stage")), "transformer")) t0 = c;
   }
-  const int steps = geti(call, "num_inference_steps"), F = geti(t0, "num_frames"), H = geti(t0, "height");
-  const int W = geti(t0, "width"), L = geti(t0, "audio_num_frames");
+  const int steps = dt_json_int(call, "num_inference_steps"), F = dt_json_int(t0, "num_frames"), H = dt_json_int(t0, "height");
+  const int W = dt_json_int(t0, "width"), L = dt_json_int(t0, "audio_num_frames");
   const int N = F * H * W;
   /* channel counts from the shapes of the first call's inputs */
   const json_t *shapes = json_object_get(rj, "tensors");
@@ -78,7 +76,7 @@ static void check_fixture(const dt_args *a, const char *name) {
   json_t *av = NULL;
   dit_error je = {0};
   CHECK_MSG(dit_json_load_file(avp, 1 << 20, &av, &je) == DIT_OK, "%s", je.msg);
-  const int Ca = av ? geti(av, "latent_channels") : 1, M = CA / (Ca > 0 ? Ca : 1); /* latent channels, mel bins */
+  const int Ca = av ? dt_json_int(av, "latent_channels") : 1, M = CA / (Ca > 0 ? Ca : 1); /* latent channels, mel bins */
   json_decref(av);
   check_latents(ref, C, F, H, W, Ca, L, M, (int)json_integer_value(json_object_get(rj, "seed")));
 

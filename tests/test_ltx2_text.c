@@ -239,14 +239,7 @@ static void test_connectors_23(const dt_args *a) { check_connectors(a, "ltx23-ti
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_gemma3, test_connectors_20, test_connectors_23};
   dit_error err = {0};
-  const char *dev = getenv("DIT_TEST_DEVICE");
-  g_gpu = dev && !strcmp(dev, "cuda");
-#ifdef DIT_HAVE_CUDA
-  dit_status s = g_gpu ? dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &g_be, &err)
-                       : dit_backend_cpu_create(2, &g_be, &err);
-#else
-  dit_status s = g_gpu ? dit_errorf(&err, DIT_ERR_UNSUPPORTED, "built without CUDA") : dit_backend_cpu_create(2, &g_be, &err);
-#endif
+  dit_status s = dt_backend_from_env(&g_be, &g_gpu, &err);
   if (s != DIT_OK) {
     fprintf(stderr, "%s backend: %s\n", g_gpu ? "cuda" : "cpu", err.msg);
     return 1;

@@ -18,8 +18,6 @@
 static dit_backend *g_be;
 static bool g_gpu;
 
-static int geti(const json_t *o, const char *k) { return (int)json_integer_value(json_object_get(o, k)); }
-
 /* Tensor name of call k, as F32 in the backend's memory (n elements written to *n). */
 static float *dev_tensor(const char *ref, int k, const char *name, size_t *n, float **host) {
   char key[96];
@@ -49,7 +47,7 @@ static void run_call(dit_ltx2 *m, const char *ref, const json_t *meta, int k, do
   snprintf(key, sizeof key, "transformer.%d.out1", k);
   ra = dt_load_f32_n(ref, key, na);
   const dit_ltx2_config *c = dit_ltx2_get_config(m);
-  const int B = (int)ntv, N = geti(meta, "num_frames") * geti(meta, "height") * geti(meta, "width");
+  const int B = (int)ntv, N = dt_json_int(meta, "num_frames") * dt_json_int(meta, "height") * dt_json_int(meta, "width");
   const int T = (int)(nm / (size_t)B);
   int stg[8], n_stg = 0;
   const json_t *sb = json_object_get(meta, "spatio_temporal_guidance_blocks");
@@ -57,9 +55,9 @@ static void run_call(dit_ltx2 *m, const char *ref, const json_t *meta, int k, do
     stg[n_stg++] = (int)json_integer_value(json_array_get(sb, i));
   uint8_t *m8 = malloc((size_t)B * T);
   for (int i = 0; m8 && mask && i < B * T; i++) m8[i] = mask[i] != 0.0f;
-  dit_ltx2_call call = {.B = B, .frames = geti(meta, "num_frames"), .height = geti(meta, "height"),
-                        .width = geti(meta, "width"), .fps = (float)json_number_value(json_object_get(meta, "fps")),
-                        .audio_frames = geti(meta, "audio_num_frames"), .text_len = T, .video = v, .audio = a,
+  dit_ltx2_call call = {.B = B, .frames = dt_json_int(meta, "num_frames"), .height = dt_json_int(meta, "height"),
+                        .width = dt_json_int(meta, "width"), .fps = (float)json_number_value(json_object_get(meta, "fps")),
+                        .audio_frames = dt_json_int(meta, "audio_num_frames"), .text_len = T, .video = v, .audio = a,
                         .text = t, .audio_text = at, .text_mask = m8, .timestep = tv, .sigma = sg,
                         .use_cross_timestep = json_is_true(json_object_get(meta, "use_cross_timestep")),
                         .isolate_modalities = json_is_true(json_object_get(meta, "isolate_modalities")),
@@ -122,7 +120,7 @@ static void check_fixture(const dt_args *a, const char *name) {
   printf("%s (%s):\n", name, g_gpu ? "cuda, nmse" : "cpu, rel err");
   json_array_foreach(json_object_get(rj, "calls"), i, c) {
     if (m && !strcmp(json_string_value(json_object_get(c, "stage")), "transformer"))
-      run_call(m, ref, c, geti(c, "index"), &wv, &wa), calls++;
+      run_call(m, ref, c, dt_json_int(c, "index"), &wv, &wa), calls++;
   }
   CHECK(calls == 9);
   printf("%s: %d transformer calls, worst video %.3g, audio %.3g\n", name, calls, wv, wa);
@@ -149,14 +147,7 @@ static void test_ltx23(const dt_args *a) { check_fixture(a, "ltx23-tiny"); }
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23};
   dit_error err = {0};
-  const char *dev = getenv("DIT_TEST_DEVICE");
-  g_gpu = dev && !strcmp(dev, "cuda");
-#ifdef DIT_HAVE_CUDA
-  dit_status s = g_gpu ? dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, &g_be, &err)
-                       : dit_backend_cpu_create(2, &g_be, &err);
-#else
-  dit_status s = g_gpu ? dit_errorf(&err, DIT_ERR_UNSUPPORTED, "built without CUDA") : dit_backend_cpu_create(2, &g_be, &err);
-#endif
+  dit_status s = dt_backend_from_env(&g_be, &g_gpu, &err);
   if (s != DIT_OK) {
     fprintf(stderr, "%s backend: %s\n", g_gpu ? "cuda" : "cpu", err.msg);
     return 1;

@@ -322,6 +322,19 @@ void *dt_to_device(dit_backend *be, const float *h, size_t n) {
   return p;
 }
 
+dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err) {
+  const char *dev = getenv("DIT_TEST_DEVICE");
+  *gpu = dev && !strcmp(dev, "cuda");
+#ifdef DIT_HAVE_CUDA
+  if (*gpu) return dit_backend_cuda_create(0, DIT_GPU_PRECISION_BF16, NULL, be, err);
+#else
+  if (*gpu) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "DIT_TEST_DEVICE=cuda in a build without CUDA");
+#endif
+  return dit_backend_cpu_create(2, be, err);
+}
+
+int dt_json_int(const json_t *obj, const char *key) { return (int)json_integer_value(json_object_get(obj, key)); }
+
 /* An output tensor of the fixture writers: name, dtype, shape, and the source tensors whose
  * data, back to back, make it. */
 typedef struct out_t {

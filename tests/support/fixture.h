@@ -131,5 +131,10 @@ int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear
 void dt_check_image(const char *ref_file, const char *name, const dit_image *img, const char *label);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
+/* The backend a component test runs on: the CUDA one when DIT_TEST_DEVICE=cuda (*gpu set),
+ * else the CPU one (2 threads). A CUDA request without CUDA support fails with a message. */
+dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err);
+/* obj[key] as an int (0 when absent or not an integer). */
+int dt_json_int(const json_t *obj, const char *key);
 
 #endif

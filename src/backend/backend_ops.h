@@ -38,6 +38,11 @@
    * then SiLU if silu: torch's F.normalize over dim 1, the Wan / Qwen-Image VAE's RMS_norm. y may alias x. */     \
   X(channel_rms_norm, (dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu, dit_error *err),        \
     (y, x, w, silu, err))                                                                                          \
+  /* x [B,C,...]: per position over the C channels, y = x / sqrt(mean_c(x^2) + eps), then SiLU if silu (the     \
+   * LTX-2 video VAE's PerChannelRMSNorm: eps inside the root, no weight; unlike channel_rms_norm). y may      \
+   * alias x. */                                                                                               \
+  X(pixel_norm, (dit_tensor *y, const dit_tensor *x, float eps, bool silu, dit_error *err),                        \
+    (y, x, eps, silu, err))                                                                                        \
   /* Scaled dot-product attention. q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (Hq % Hkv == 0, GQA),                       \
    * out [B,Sq,Hq,D]; each of q, k, v, out may be strided [B,S,H,D] (e.g. column slices of a                       \
    * fused QKV projection). key_mask [B,Sk] U8/BOOL (nonzero = attend) or NULL; causal masks                       \
@@ -81,6 +86,12 @@
   X(conv2d, (dit_tensor *y, const dit_tensor *x, const dit_tensor *w, const dit_tensor *b, int stride, int pad,    \
     dit_error *err),                                                                                               \
     (y, x, w, b, stride, pad, err))                                                                                \
+  /* y [B,Co,To,Ho,Wo] = conv(x [B,Ci,T,H,W], w [Co,Ci,kt,kh,kw]) + b [Co] (b may be NULL), stride 1, zero    \
+   * padding of pt frames, ph rows and pw columns on each side: To = T + 2 pt - kt + 1, likewise Ho, Wo.       \
+   * y must not alias x. */                                                                                    \
+  X(conv3d, (dit_tensor *y, const dit_tensor *x, const dit_tensor *w, const dit_tensor *b, int pt, int ph, int pw, \
+    dit_error *err),                                                                                               \
+    (y, x, w, b, pt, ph, pw, err))                                                                                 \
   /* y [B,C,2H,2W] = nearest-neighbour 2x upsample of x [B,C,H,W]. */                                              \
   X(upsample2x, (dit_tensor *y, const dit_tensor *x, dit_error *err),                                              \
     (y, x, err))                                                                                                   \

@@ -46,7 +46,7 @@ typedef struct prof_backend {
 const char *dit_prof_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
 
 dit_op_class dit_prof_op_class(int op) {
-  if (op == OP_linear || op == OP_conv2d) return DIT_OPC_GEMM;
+  if (op == OP_linear || op == OP_conv2d || op == OP_conv3d) return DIT_OPC_GEMM;
   if (op == OP_attention) return DIT_OPC_ATTENTION;
   return DIT_OPC_ELEMENTWISE;
 }

@@ -197,6 +197,29 @@ static dit_status op_conv2d(opc_io *o) {
   RUN(dit_op_conv2d(o->be, &y, &x, &w, c->flags & OPC_BIAS ? &b : NULL, c->a, c->b, &o->err));
 }
 
+/* conv3d: s = {B, Ci, T, H, W, Co}, a = kt * 10 + k (a kt x k x k kernel), b = pt * 10 + p (zero padding
+ * of pt frames, p rows and p columns); BIAS. */
+static dit_status op_conv3d(opc_io *o) {
+  const opc_case *c = o->c;
+  int64_t B = c->s[0], Ci = c->s[1], F = c->s[2], H = c->s[3], W = c->s[4], Co = c->s[5];
+  int64_t kt = c->a / 10, k = c->a % 10, pt = c->b / 10, p = c->b % 10;
+  int64_t To = F + 2 * pt - kt + 1, Ho = H + 2 * p - k + 1, Wo = W + 2 * p - k + 1;
+  int bx = in(o, K_ACT, B * Ci * F * H * W, 1), bw = in(o, K_WGT, Co * Ci * kt * k * k, 0.3f), bb = in(o, K_WGT, Co, 1);
+  int by = out(o, K_ACT, B * Co * To * Ho * Wo, true);
+  dit_tensor x = T(bx, B, Ci, F, H, W), w = T(bw, Co, Ci, kt, k, k), b = T(bb, Co), y = T(by, B, Co, To, Ho, Wo);
+  RUN(dit_op_conv3d(o->be, &y, &x, &w, c->flags & OPC_BIAS ? &b : NULL, (int)pt, (int)p, (int)p, &o->err));
+}
+
+/* pixel_norm: s = {B, C, H, W} (eps 1e-8); SILU; INPLACE. */
+static dit_status op_pixel_norm(opc_io *o) {
+  const opc_case *c = o->c;
+  int64_t B = c->s[0], C = c->s[1], H = c->s[2], W = c->s[3], n = B * C * H * W;
+  bool ip = c->flags & OPC_INPLACE;
+  int bx = buf(o, K_ACT, n, F_RAND, 2, ip), by = ip ? bx : out(o, K_ACT, n, true);
+  dit_tensor x = T(bx, B, C, H, W), y = T(by, B, C, H, W);
+  RUN(dit_op_pixel_norm(o->be, &y, &x, 1e-8f, c->flags & OPC_SILU, &o->err));
+}
+
 /* upsample2x: s = {B, C, H, W}. */
 static dit_status op_upsample2x(opc_io *o) {
   const opc_case *c = o->c;
@@ -283,6 +306,8 @@ static opc_fn op_fn(opc_op op) {
     case OPC_add: case OPC_mul: case OPC_swiglu: case OPC_modulate: case OPC_gated_add: return elementwise_op;
     case OPC_embedding: return op_embedding;
     case OPC_conv2d: return op_conv2d;
+    case OPC_conv3d: return op_conv3d;
+    case OPC_pixel_norm: return op_pixel_norm;
     case OPC_upsample2x: return op_upsample2x;
     case OPC_timestep_embedding: return op_timestep_embedding;
     case OPC_copy: return op_copy;
@@ -314,7 +339,7 @@ const char *opc_name(const opc_case *c, char *buf, size_t len) {
 
 /* Whether bf16 operands enter the device side (the policy in op_cases.h). */
 static bool bf16_operands(const opc_case *c) {
-  bool wop = c->op == OPC_linear || c->op == OPC_conv2d || c->op == OPC_copy;
+  bool wop = c->op == OPC_linear || c->op == OPC_conv2d || c->op == OPC_conv3d || c->op == OPC_copy;
   return c->adt != DIT_F32 || c->op == OPC_attention || (wop && c->wdt != DIT_F32);
 }
 
@@ -570,6 +595,15 @@ const opc_case opc_cases[] = {
     CASE(conv2d, F32, F16, 0, 1, 0, TOL, 1, 5, 6, 6, 7, 1), CASE(conv2d, F32, BF16, B_, 1, 1, TOL, 1, 40, 12, 13, 33, 3),
     CASE(conv2d, F32, BF16, B_, 1, 1, TOL, 1, 300, 3, 130, 4, 3), CASE(conv2d, F32, F16, B_, 2, 1, TOL, 2, 300, 5, 250, 3, 3),
     CASE(conv2d, F32, F32, B_, 1, 1, TOL, 2, 8, 17, 17, 12, 3), CASE(conv2d, F32, BF16, 0, 1, 0, TOL, 1, 16, 9, 11, 8, 1),
+    /* conv3d: s = {B, Ci, T, H, W, Co}, a = kt * 10 + k, b = pt * 10 + p: the LTX-2 VAE's 3x3x3 convs (frames
+     * padded by the caller: pt 0), a 1x1x1 shortcut, zero padding in every dim, a kernel over one frame */
+    CASE(conv3d, F32, F32, B_, 33, 1, TOL, 1, 4, 5, 6, 7, 5), CASE(conv3d, F32, BF16, B_, 33, 1, TOL, 2, 3, 4, 9, 5, 6),
+    CASE(conv3d, F32, BF16, 0, 11, 0, TOL, 1, 16, 3, 5, 6, 8), CASE(conv3d, F32, F32, B_, 33, 11, TOL, 1, 5, 2, 4, 3, 7),
+    CASE(conv3d, F32, BF16, B_, 13, 1, TOL, 1, 6, 3, 7, 5, 4), CASE(conv3d, F32, BF16, B_, 33, 1, TOL, 1, 64, 4, 12, 20, 48),
+    CASE(conv3d, BF16, BF16, B_, 33, 1, TOL, 1, 32, 3, 8, 9, 16),
+    /* pixel_norm: s = {B, C, H, W} */
+    CASE(pixel_norm, F32, F32, 0, 0, 0, TOL, 2, 6, 5, 3), CASE(pixel_norm, F32, F32, OPC_SILU, 0, 0, TOL, 1, 128, 9, 33),
+    CASE(pixel_norm, F32, F32, OPC_INPLACE | OPC_SILU, 0, 0, TOL, 1, 3, 1, 700), CASE(pixel_norm, BF16, F32, OPC_SILU, 0, 0, TOL, 1, 64, 4, 40),
     /* fused ops */
     CASE(rms_norm_rope, F32, BF16, B_, 0, 0, TOL, 2, 5, 3, 16), CASE(rms_norm_rope, F32, F32, SH_, 1, 0, TOL, 2, 5, 3, 16),
     CASE(rms_norm_rope, BF16, BF16, B_, 0, 0, TOL, 2, 13, 3, 128), CASE(rms_norm_rope, F32, BF16, B_ | SH_, 1, 0, TOL, 1, 29, 5, 128),

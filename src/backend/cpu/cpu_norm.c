@@ -166,3 +166,36 @@ dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor
   }
   return DIT_OK;
 }
+
+/* Per position over the channels, y = x / sqrt(mean_c(x^2) + eps) (+ SiLU): as
+ * channel_rms_norm, chunks of positions with their sums of squares in double. */
+dit_status cpu_pixel_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, float eps, bool silu, dit_error *err) {
+  enum { CHUNK = 256 };
+  DIT_TRY(cpu_check_act("pixel_norm", "x", x, err));
+  DIT_TRY(cpu_check_act("pixel_norm", "y", y, err));
+  DIT_TRY(cpu_check_same_shape("pixel_norm", "y", y, "x", x, err));
+  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "pixel_norm: x must be [B, C, ...]");
+  if (!(eps >= 0.0f)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "pixel_norm: eps %g is not >= 0", (double)eps);
+  const int64_t B = x->shape[0], C = x->shape[1];
+  const int64_t HW = (B * C) > 0 ? dit_tensor_numel(x) / (B * C) : 0, nchunk = (HW + CHUNK - 1) / CHUNK;
+  const float *xs = x->data;
+  float *ys = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t bc = 0; bc < B * nchunk; bc++) {
+    const int64_t b = bc / nchunk, p0 = (bc % nchunk) * CHUNK, np = HW - p0 < CHUNK ? HW - p0 : CHUNK;
+    const float *xb = xs + b * C * HW + p0;
+    float *yb = ys + b * C * HW + p0;
+    double ss[CHUNK];
+    float rms[CHUNK];
+    for (int64_t p = 0; p < np; p++) ss[p] = 0;
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < np; p++) ss[p] += (double)xb[c * HW + p] * xb[c * HW + p];
+    for (int64_t p = 0; p < np; p++) rms[p] = (float)sqrt(ss[p] / (double)C + (double)eps);
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < np; p++) {
+        const float v = xb[c * HW + p] / rms[p];
+        yb[c * HW + p] = silu ? v / (1.0f + expf(-v)) : v;
+      }
+  }
+  return DIT_OK;
+}

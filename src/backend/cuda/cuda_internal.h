@@ -124,8 +124,8 @@ dit_status cu_gemm_scaled(dit_backend *be, const char *op, int ta, int tb, int64
                           int64_t ldd, int dt, const void *bias, int epi, const float *sa, const float *sb,
                           dit_error *err);
 
-/* The ops: cu_<op> for every op of DIT_BACKEND_OPS (cuda_gemm.c: linear, conv2d; cuda_ops.c:
- * attention and the plain ops; cuda_fused.c: the fused ops). */
+/* The ops: cu_<op> for every op of DIT_BACKEND_OPS (cuda_gemm.c: linear, conv2d; cuda_video.c:
+ * conv3d, pixel_norm; cuda_ops.c: attention and the plain ops; cuda_fused.c: the fused ops). */
 #define CU_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(cu_##name, params)
 DIT_BACKEND_OPS(CU_OP_DECL)
 #undef CU_OP_DECL
@@ -241,6 +241,18 @@ cudaError_t cuk_copy(void *dst, int ddt, const void *src, int sdt, int ndim, con
 cudaError_t cuk_im2col(void *col, int cdt, const void *x, int xdt, int64_t Ci, int64_t H, int64_t W, int kh,
                        int kw, int stride, int pad, int64_t Ho, int64_t Wo, int64_t p0, int64_t np,
                        cudaStream_t s);
+/* conv3d's geometry (cuda_video.c, k_video.cu): x [Ci, T, H, W] per item, kernel kt x kh x kw,
+ * zero padding pt, ph, pw, stride 1, output To x Ho x Wo. */
+typedef struct cu_conv3d_geom {
+  int64_t Ci, T, H, W, To, Ho, Wo;
+  int kt, kh, kw, pt, ph, pw;
+} cu_conv3d_geom;
+/* col [Ci*kt*kh*kw, np] (dtype cdt) for output positions p0 .. p0+np (of To*Ho*Wo) of one item x. */
+cudaError_t cuk_im2col3d(void *col, int cdt, const void *x, int xdt, const cu_conv3d_geom *g, int64_t p0, int64_t np,
+                         cudaStream_t s);
+/* The pixel_norm op over x [B, C, HW] (y may alias x). */
+cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, float eps, bool silu,
+                           cudaStream_t s);
 /* Flash attention: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all dtype dt (F32/BF16);
  * element strides st (NULL: contiguous; rows 16-byte aligned); mask [B,Sk] bytes or NULL.
  * Returns cudaErrorInvalidValue for unsupported D. */

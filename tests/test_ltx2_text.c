@@ -238,13 +238,5 @@ static void test_connectors_23(const dt_args *a) { check_connectors(a, "ltx23-ti
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_gemma3, test_connectors_20, test_connectors_23};
-  dit_error err = {0};
-  dit_status s = dt_backend_from_env(&g_be, &g_gpu, &err);
-  if (s != DIT_OK) {
-    fprintf(stderr, "%s backend: %s\n", g_gpu ? "cuda" : "cpu", err.msg);
-    return 1;
-  }
-  int rc = dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
-  dit_backend_free(g_be);
-  return rc;
+  return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -146,13 +146,5 @@ static void test_ltx23(const dt_args *a) { check_fixture(a, "ltx23-tiny"); }
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23};
-  dit_error err = {0};
-  dit_status s = dt_backend_from_env(&g_be, &g_gpu, &err);
-  if (s != DIT_OK) {
-    fprintf(stderr, "%s backend: %s\n", g_gpu ? "cuda" : "cpu", err.msg);
-    return 1;
-  }
-  int rc = dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
-  dit_backend_free(g_be);
-  return rc;
+  return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -333,6 +333,19 @@ dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err) {
   return dit_backend_cpu_create(2, be, err);
 }
 
+int dt_main_on_env_backend(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n, dit_backend **be,
+                           bool *gpu) {
+  dit_error err = {0};
+  if (dt_backend_from_env(be, gpu, &err) != DIT_OK) {
+    fprintf(stderr, "%s backend: %s\n", *gpu ? "cuda" : "cpu", err.msg);
+    return 1;
+  }
+  int rc = dt_main(argc, argv, cases, n);
+  dit_backend_free(*be);
+  *be = NULL;
+  return rc;
+}
+
 int dt_json_int(const json_t *obj, const char *key) { return (int)json_integer_value(json_object_get(obj, key)); }
 
 /* An output tensor of the fixture writers: name, dtype, shape, and the source tensors whose

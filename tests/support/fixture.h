@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "ditrun.h"
+#include "testing.h"
 
 /* Loads tensor `name` of a .safetensors file as freshly malloc'd float32 (converting from
  * any dtype); shape/ndim out (shape must hold 8 values); returns 0 on success, prints the
@@ -134,6 +135,10 @@ void *dt_to_device(dit_backend *be, const float *h, size_t n);
 /* The backend a component test runs on: the CUDA one when DIT_TEST_DEVICE=cuda (*gpu set),
  * else the CPU one (2 threads). A CUDA request without CUDA support fails with a message. */
 dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err);
+/* dt_main over cases on the backend dt_backend_from_env gives (*be, *gpu set while they run;
+ * freed after); 1 when that backend cannot be made. */
+int dt_main_on_env_backend(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n, dit_backend **be,
+                           bool *gpu);
 /* obj[key] as an int (0 when absent or not an integer). */
 int dt_json_int(const json_t *obj, const char *key);
 

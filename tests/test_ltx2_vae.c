@@ -1,0 +1,312 @@
+/* The LTX-2 video VAE decoder against diffusers (fixtures models/ltx2-tiny: residual
+ * upsamplers, reflect padding; ltx23-tiny: plain upsamplers, zero padding; both
+ * non-causal): vae.decode of the reference latents (vae_decode.0.arg0) within relative error
+ * 1e-4 of vae_decode.0.out0 (float32 against float32), and the pipeline's denormalization of
+ * its final packed latents (step_video.2.out0, unpacked) giving those latents. First the two
+ * ops the decoder adds (conv3d, pixel_norm) against direct loops. Then inputs and configs the
+ * decoder cannot take are refused. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized
+ * MSE 1e-4: its convolutions round their inputs to bf16). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "fixture.h"
+#include "models/vae_ltx2.h"
+#include "testing.h"
+
+#define TOL 1e-4
+
+static dit_backend *g_be;
+static bool g_gpu;
+
+/* n floats of backend memory p, on the host (malloc'd), or NULL. */
+static float *to_host(const void *p, size_t n) {
+  float *h = malloc(n * sizeof *h);
+  dit_error e = {0};
+  if (h && (g_be->ops->download(g_be, h, p, n * sizeof *h, &e) != DIT_OK || g_be->ops->sync(g_be, &e) != DIT_OK)) {
+    free(h);
+    return NULL;
+  }
+  return h;
+}
+
+/* The error measure of this run: relative error on the CPU, normalized MSE on the GPU. */
+static double error_of(const float *got, const float *ref, size_t n) {
+  long bad = 0;
+  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
+}
+
+static dit_tensor dev5(void *p, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
+  dit_tensor t = dit_tensor_make(DIT_F32, p, 5, (int64_t[]){a, b, c, d, e});
+  t.device = dit_backend_device(g_be);
+  return t;
+}
+
+/* ---- the ops against direct loops ---- */
+
+static void test_conv3d_op(const dt_args *a) {
+  (void)a;
+  enum { B = 2, CI = 3, T = 4, H = 5, W = 6, CO = 4, KT = 3, K = 3, PT = 1, PH = 1, PW = 0 };
+  enum { TO = T + 2 * PT - KT + 1, HO = H + 2 * PH - K + 1, WO = W + 2 * PW - K + 1 };
+  const size_t nx = B * CI * T * H * W, nw = CO * CI * KT * K * K, ny = B * CO * TO * HO * WO;
+  float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), bias[CO], *ref = calloc(ny, sizeof *ref);
+  dt_fill_random(x, nx, 11);
+  dt_fill_random(w, nw, 12);
+  dt_fill_random(bias, CO, 13);
+  for (int b = 0; b < B; b++)
+    for (int co = 0; co < CO; co++)
+      for (int t = 0; t < TO; t++)
+        for (int y = 0; y < HO; y++)
+          for (int z = 0; z < WO; z++) {
+            double s = bias[co];
+            for (int ci = 0; ci < CI; ci++)
+              for (int kt = 0; kt < KT; kt++)
+                for (int ky = 0; ky < K; ky++)
+                  for (int kx = 0; kx < K; kx++) {
+                    int it = t - PT + kt, iy = y - PH + ky, ix = z - PW + kx;
+                    if (it < 0 || it >= T || iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                    s += (double)w[(((co * CI + ci) * KT + kt) * K + ky) * K + kx] *
+                         x[(((b * CI + ci) * T + it) * H + iy) * W + ix];
+                  }
+            ref[(((b * CO + co) * TO + t) * HO + y) * WO + z] = (float)s;
+          }
+  void *dx = dt_to_device(g_be, x, nx), *dw = dt_to_device(g_be, w, nw), *db = dt_to_device(g_be, bias, CO);
+  void *dy = dt_to_device(g_be, ref, ny); /* overwritten */
+  dit_tensor tx = dev5(dx, B, CI, T, H, W), tw = dev5(dw, CO, CI, KT, K, K), ty = dev5(dy, B, CO, TO, HO, WO);
+  dit_tensor tb = dit_tensor_1d(DIT_F32, db, CO);
+  tb.device = tx.device;
+  dit_error e = {0};
+  CHECK_MSG(dit_op_conv3d(g_be, &ty, &tx, &tw, &tb, PT, PH, PW, &e) == DIT_OK, "%s", e.msg);
+  float *got = to_host(dy, ny);
+  if (got) {
+    const double er = error_of(got, ref, ny);
+    CHECK_MSG(er <= (g_gpu ? TOL : 1e-6), "conv3d: %.3g", er);
+    printf("conv3d [%d,%d,%d,%d,%d] k %dx%dx%d pad (%d,%d,%d) against a direct loop: %.3g\n", B, CI, T, H, W, KT, K, K,
+           PT, PH, PW, er);
+  }
+  /* refused: a wrong y shape, y aliasing x */
+  dit_tensor bad = dev5(dy, B, CO, TO + 1, HO, WO);
+  CHECK(dit_op_conv3d(g_be, &bad, &tx, &tw, &tb, PT, PH, PW, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "conv3d"));
+  CHECK(dit_op_conv3d(g_be, &tx, &tx, &tw, &tb, PT, PH, PW, &e) == DIT_ERR_INVALID_ARG);
+  void *dev[] = {dx, dw, db, dy};
+  for (size_t i = 0; i < 4; i++)
+    if (dev[i]) g_be->ops->free(g_be, dev[i]);
+  free(x), free(w), free(ref), free(got);
+}
+
+static void test_pixel_norm_op(const dt_args *a) {
+  (void)a;
+  enum { B = 2, C = 7, N = 45 };
+  float x[B * C * N], ref[B * C * N];
+  dt_fill_random(x, B * C * N, 21);
+  for (int i = 0; i < N; i++) x[i] *= 1e-4f; /* small positions: eps matters */
+  for (int b = 0; b < B; b++)
+    for (int p = 0; p < N; p++) {
+      double ss = 0;
+      for (int c = 0; c < C; c++) ss += (double)x[(b * C + c) * N + p] * x[(b * C + c) * N + p];
+      const double rms = sqrt(ss / C + 1e-8);
+      for (int c = 0; c < C; c++) {
+        const double v = x[(b * C + c) * N + p] / rms;
+        ref[(b * C + c) * N + p] = (float)(v / (1.0 + exp(-v)));
+      }
+    }
+  void *dx = dt_to_device(g_be, x, B * C * N);
+  dit_tensor t = dit_tensor_3d(DIT_F32, dx, B, C, N);
+  t.device = dit_backend_device(g_be);
+  dit_error e = {0};
+  CHECK_MSG(dit_op_pixel_norm(g_be, &t, &t, 1e-8f, true, &e) == DIT_OK, "%s", e.msg);
+  float *got = dx ? to_host(dx, B * C * N) : NULL;
+  if (got) {
+    const double er = dt_rel_err(got, ref, B * C * N);
+    CHECK_MSG(er <= 1e-5, "pixel_norm: %.3g", er);
+    printf("pixel_norm + SiLU (eps 1e-8, in place) against a direct loop: %.3g\n", er);
+  }
+  if (dx) g_be->ops->free(g_be, dx);
+  free(got);
+}
+
+/* ---- the fixtures ---- */
+
+/* step_video.2.out0 [1, F*H*W, C] (tokens frame-major, channels last) unpacked to [C, F, H, W],
+ * denormalized on the backend, against the decoder's input. */
+static void check_denormalize(dit_vae_ltx2 *m, const char *ref, const float *z, const int64_t *zs) {
+  float *packed = NULL;
+  int64_t ps[8];
+  int pn = 0;
+  if (dt_load_f32(ref, "step_video.2.out0", &packed, ps, &pn)) return;
+  const int64_t C = zs[1], n = zs[2] * zs[3] * zs[4];
+  CHECK(pn == 3 && ps[0] == 1 && ps[1] == n && ps[2] == C);
+  float *u = malloc((size_t)(C * n) * sizeof *u);
+  for (int64_t c = 0; u && c < C && pn == 3 && ps[1] == n && ps[2] == C; c++)
+    for (int64_t i = 0; i < n; i++) u[c * n + i] = packed[i * C + c];
+  void *d = u ? dt_to_device(g_be, u, (size_t)(C * n)) : NULL;
+  dit_tensor t = dev5(d, 1, C, zs[2], zs[3], zs[4]);
+  dit_error e = {0};
+  CHECK_MSG(d && dit_vae_ltx2_denormalize(m, &t, &e) == DIT_OK, "denormalize: %s", e.msg);
+  float *got = d ? to_host(d, (size_t)(C * n)) : NULL;
+  if (got) {
+    const double er = dt_rel_err(got, z, (size_t)(C * n));
+    CHECK_MSG(er <= 1e-6, "denormalize: %.3g", er);
+    printf("  denormalize(unpack(step_video.2.out0)) against the decoder's input: %.3g\n", er);
+  }
+  if (d) g_be->ops->free(g_be, d);
+  free(packed), free(u), free(got);
+}
+
+/* Inputs the decoder refuses: a NULL, a wrong channel count, a wrong output shape. */
+static void check_refusals(dit_vae_ltx2 *m, void *dz, const int64_t *zs, void *dy, const int64_t *ys) {
+  dit_error e = {0};
+  dit_tensor z = dev5(dz, zs[0], zs[1], zs[2], zs[3], zs[4]), y = dev5(dy, ys[0], ys[1], ys[2], ys[3], ys[4]);
+  CHECK(dit_vae_ltx2_decode(m, NULL, &y, &e) == DIT_ERR_INVALID_ARG);
+  CHECK(dit_vae_ltx2_decode(m, &z, NULL, &e) == DIT_ERR_INVALID_ARG);
+  CHECK(dit_vae_ltx2_decode(NULL, &z, &y, &e) == DIT_ERR_INVALID_ARG);
+  CHECK(dit_vae_ltx2_denormalize(m, NULL, &e) == DIT_ERR_INVALID_ARG);
+  dit_tensor bad = dev5(dz, zs[0], zs[1] - 1, zs[2], zs[3], zs[4]);
+  CHECK(dit_vae_ltx2_decode(m, &bad, &y, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "channels"));
+  printf("  %lld latent channels: %s\n", (long long)bad.shape[1], e.msg);
+  CHECK(dit_vae_ltx2_denormalize(m, &bad, &e) == DIT_ERR_INVALID_ARG);
+  bad = dev5(dy, ys[0], ys[1], ys[2] + 1, ys[3], ys[4]); /* describes more than dy holds: refused before use */
+  CHECK(dit_vae_ltx2_decode(m, &z, &bad, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "expected"));
+  printf("  one frame too many: %s\n", e.msg);
+  bad = z;
+  bad.dtype = DIT_BF16;
+  CHECK(dit_vae_ltx2_decode(m, &bad, &y, &e) == DIT_ERR_INVALID_ARG);
+}
+
+/* What a fixture's config must give (the two tiny ones). */
+typedef struct expect {
+  bool reflect, residual;
+} expect;
+
+/* The decode of dir's reference (dir/reference.safetensors, dir/vae); ex: the config checks
+ * (NULL: none). */
+static void check_dir(const char *dir, const char *name, const expect *ex) {
+  char ref[1200], vdir[1200];
+  dt_path(ref, sizeof ref, dir, "reference.safetensors");
+  dt_path(vdir, sizeof vdir, dir, "vae");
+  dit_vae_ltx2 *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_vae_ltx2_load(g_be, vdir, &m, &e) == DIT_OK, "%s: %s", name, e.msg);
+  float *z = NULL, *y = NULL;
+  int64_t zs[8], ys[8];
+  int zn = 0, yn = 0;
+  if (!m || dt_load_f32(ref, "vae_decode.0.arg0", &z, zs, &zn) || dt_load_f32(ref, "vae_decode.0.out0", &y, ys, &yn)) {
+    dit_vae_ltx2_free(m);
+    free(z);
+    return;
+  }
+  const dit_vae_ltx2_config *c = dit_vae_ltx2_get_config(m);
+  int T, H, W;
+  dit_vae_ltx2_output_size(m, (int)zs[2], (int)zs[3], (int)zs[4], &T, &H, &W);
+  CHECK(zn == 5 && yn == 5 && ys[2] == T && ys[3] == H && ys[4] == W);
+  if (ex) {
+    CHECK(c->reflect == ex->reflect && c->up_residual[0] == ex->residual && !c->causal && c->has_latents_stats);
+    CHECK(c->latent_channels == 8 && c->spatial_ratio == 16 && c->temporal_ratio == 4 && c->n_up == 2);
+    CHECK(T == 1 + (int)(zs[2] - 1) * c->temporal_ratio && H == (int)zs[3] * c->spatial_ratio);
+  }
+  printf("%s (%s%s%s): latents [%lld,%lld,%lld,%lld,%lld] -> video [%lld,%lld,%d,%d,%d]\n", name,
+         g_gpu ? "cuda, nmse" : "cpu, rel err", c->causal ? ", causal" : "", c->reflect ? ", reflect" : ", zeros",
+         (long long)zs[0], (long long)zs[1], (long long)zs[2],
+         (long long)zs[3], (long long)zs[4], (long long)ys[0], (long long)ys[1], T, H, W);
+  const size_t nz = (size_t)(zs[0] * zs[1] * zs[2] * zs[3] * zs[4]), ny = (size_t)(ys[0] * ys[1] * ys[2] * ys[3] * ys[4]);
+  void *dz = dt_to_device(g_be, z, nz), *dy = NULL;
+  CHECK(dz && g_be->ops->alloc(g_be, ny * sizeof(float), &dy, &e) == DIT_OK);
+  if (dz && dy) {
+    dit_tensor tz = dev5(dz, zs[0], zs[1], zs[2], zs[3], zs[4]), ty = dev5(dy, ys[0], ys[1], ys[2], ys[3], ys[4]);
+    for (int rep = 0; rep < 2; rep++) { /* the second decode reuses the activation buffers */
+      CHECK_MSG(dit_vae_ltx2_decode(m, &tz, &ty, &e) == DIT_OK, "%s: %s", name, e.msg);
+      float *got = to_host(dy, ny);
+      if (got) {
+        const double er = error_of(got, y, ny);
+        CHECK_MSG(er <= TOL, "%s decode %d: %.3g", name, rep, er);
+        printf("  decode %d: %.3g\n", rep, er);
+      }
+      free(got);
+    }
+    if (ex) check_denormalize(m, ref, z, zs);
+    check_refusals(m, dz, zs, dy, ys);
+  }
+  if (dz) g_be->ops->free(g_be, dz);
+  if (dy) g_be->ops->free(g_be, dy);
+  dit_vae_ltx2_free(m);
+  free(z), free(y);
+}
+
+static void check_fixture(const dt_args *a, const char *name, const expect *ex) {
+  char dir[1024], sub[128];
+  snprintf(sub, sizeof sub, "models/%s", name);
+  dt_path(dir, sizeof dir, a->data, sub);
+  json_t *rj = dt_load_reference(dir, NULL, 0);
+  if (!rj) return;
+  json_decref(rj);
+  check_dir(dir, name, ex);
+}
+
+static void test_ltx20(const dt_args *a) { check_fixture(a, "ltx2-tiny", &(expect){true, true}); }
+static void test_ltx23(const dt_args *a) { check_fixture(a, "ltx23-tiny", &(expect){false, false}); }
+
+/* --fixture DIR: another reference of the same layout (DIR/vae, DIR/reference.safetensors with
+ * vae_decode.0.arg0 / out0), e.g. a causal config with channel-changing resnets. */
+static void test_extra(const dt_args *a) {
+  if (a->fixture) check_dir(a->fixture, a->fixture, NULL);
+  else printf("no --fixture: no extra reference\n");
+}
+
+/* ---- configs refused at load ---- */
+
+/* Writes dir/config.json: the ltx2-tiny VAE config with `field` set to the JSON `value`. */
+static void write_config(const dt_args *a, const char *dir, const char *field, const char *value) {
+  char src[1200], path[1300], sub[128];
+  snprintf(sub, sizeof sub, "models/ltx2-tiny/vae/config.json");
+  dt_path(src, sizeof src, a->data, sub);
+  json_error_t je;
+  json_t *j = json_load_file(src, 0, &je), *v = json_loads(value, JSON_DECODE_ANY, &je);
+  CHECK(j && v);
+  if (!j || !v) return;
+  json_object_set_new(j, field, v);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(json_dump_file(j, path, JSON_INDENT(1)) == 0);
+  json_decref(j);
+}
+
+static void test_refused_configs(const dt_args *a) {
+  static const struct {
+    const char *field, *value;
+    dit_status st;
+  } cases[] = {
+      {"timestep_conditioning", "true", DIT_ERR_UNSUPPORTED},
+      {"decoder_inject_noise", "[false, true, false]", DIT_ERR_UNSUPPORTED},
+      {"decoder_inject_noise", "true", DIT_ERR_UNSUPPORTED},
+      {"patch_size_t", "2", DIT_ERR_UNSUPPORTED},
+      {"decoder_spatial_padding_mode", "\"circular\"", DIT_ERR_UNSUPPORTED},
+      {"upsample_type", "[\"spatiotemporal\", \"diagonal\"]", DIT_ERR_UNSUPPORTED},
+      {"decoder_layers_per_block", "[1, 1]", DIT_ERR_FORMAT},
+      {"_class_name", "\"AutoencoderKL\"", DIT_ERR_FORMAT},
+  };
+  char dir[1200];
+  dt_path(dir, sizeof dir, a->tmp, "vae_config");
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  CHECK(dt_run(cmd, NULL) == 0);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    write_config(a, dir, cases[i].field, cases[i].value);
+    dit_vae_ltx2 *m = NULL;
+    dit_error e = {0};
+    const dit_status s = dit_vae_ltx2_load(g_be, dir, &m, &e);
+    CHECK_MSG(s == cases[i].st && !m && strstr(e.msg, cases[i].field), "%s = %s: status %d, %s", cases[i].field,
+              cases[i].value, (int)s, e.msg);
+    printf("%s = %s: %s\n", cases[i].field, cases[i].value, e.msg);
+  }
+  dit_vae_ltx2 *m = NULL;
+  dit_error e = {0};
+  CHECK(dit_vae_ltx2_load(g_be, NULL, &m, &e) == DIT_ERR_INVALID_ARG && !m);
+  CHECK(dit_vae_ltx2_load(NULL, dir, &m, &e) == DIT_ERR_INVALID_ARG && !m);
+}
+
+int main(int argc, char **argv) {
+  static void (*const cases[])(const dt_args *) = {test_conv3d_op, test_pixel_norm_op, test_ltx20, test_ltx23,
+                                                   test_extra, test_refused_configs};
+  return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
+}

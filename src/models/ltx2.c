@@ -233,6 +233,7 @@ void dit_ltx2_free(dit_ltx2 *m) {
   if (!m) return;
   dit_act_space_release(&m->as, m->be);
   dit_model_weights_release(m->be, &m->w);
+  if (m->rope.block) m->be->ops->free(m->be, m->rope.block);
   free(m->blocks);
   free(m);
 }

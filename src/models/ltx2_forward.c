@@ -20,7 +20,6 @@ typedef struct stream_bufs {
   void *x, *h, *y, *nrm, *mq, *ff, *ctx, *ctxm, *ctmp;
   void *pb, *pp, *pc;     /* a block's parameters: [9, B, D], [2, B, D] (prompt), [5, B, D] (cross-modal) */
   ada_out time, cass, cag, prompt;
-  void *cos, *sin, *ccos, *csin; /* self and cross-modal RoPE tables */
 } stream_bufs;
 
 typedef struct lx_bufs {
@@ -69,11 +68,6 @@ static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_cal
     DIT_TRY(take_ada(ar, real, &st->ca_scale_shift, B, es, &s->cass, err));
     DIT_TRY(take_ada(ar, real, &st->ca_gate, B, es, &s->cag, err));
     if (st->prompt.n) DIT_TRY(take_ada(ar, real, &st->prompt, B, es, &s->prompt, err));
-    const int64_t Dca = m->cfg.audio.cross_attention_dim;
-    DIT_ACT_TAKE(ar, real, s->cos, (size_t)(S[i] * D / 2) * sizeof(float));
-    DIT_ACT_TAKE(ar, real, s->sin, (size_t)(S[i] * D / 2) * sizeof(float));
-    DIT_ACT_TAKE(ar, real, s->ccos, (size_t)(S[i] * Dca / 2) * sizeof(float));
-    DIT_ACT_TAKE(ar, real, s->csin, (size_t)(S[i] * Dca / 2) * sizeof(float));
     /* the attentions whose queries are this stream's: self, text, cross-modal */
     const ltx2_half *h = &m->blocks[0].v;
     if (i) h = &m->blocks[0].a;
@@ -265,27 +259,33 @@ static dit_status block_forward(dit_ltx2 *m, int bi, const call_state *cs, lx_bu
 
 /* ---- the call ---------------------------------------------------------------------- */
 
-/* Uploads cos/sin of angles [n] as a [rows, r] table pair at cos_dst / sin_dst. */
-static dit_status upload_rope(dit_ltx2 *m, const float *angles, int64_t n, int64_t rows, void *cos_dst, void *sin_dst,
-                              dit_tensor *tab, dit_error *err) {
+/* Uploads cos/sin of angles [n] as a [rows, n / rows] table pair at *at (advanced past both). */
+static dit_status upload_rope(dit_ltx2 *m, const float *angles, int64_t n, int64_t rows, char **at, dit_tensor *tab,
+                              dit_error *err) {
   float *cs = malloc((size_t)(2 * n) * sizeof *cs);
   if (!cs) return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for RoPE tables");
   dit_ltx2_rope_cos_sin(angles, n, cs, cs + n);
-  dit_status s = m->be->ops->upload(m->be, cos_dst, cs, (size_t)n * sizeof *cs, err);
-  if (s == DIT_OK) s = m->be->ops->upload(m->be, sin_dst, cs + n, (size_t)n * sizeof *cs, err);
+  dit_status s = m->be->ops->upload(m->be, *at, cs, (size_t)(2 * n) * sizeof *cs, err);
   free(cs);
-  tab[0] = dit_act_mk(&m->as, DIT_F32, cos_dst, 2, (int64_t[]){rows, n / rows});
-  tab[1] = dit_act_mk(&m->as, DIT_F32, sin_dst, 2, (int64_t[]){rows, n / rows});
+  tab[0] = dit_act_mk(&m->as, DIT_F32, *at, 2, (int64_t[]){rows, n / rows});
+  tab[1] = dit_act_mk(&m->as, DIT_F32, *at + (size_t)n * sizeof(float), 2, (int64_t[]){rows, n / rows});
+  *at += (size_t)(2 * n) * sizeof(float);
   return s;
 }
 
-/* The four RoPE tables of a call: video (3 axes) and audio (time) self-attention, and both
- * streams' time for the cross-modal attention (width audio_cross_attention_dim, split over
- * the video heads for the video side and the audio heads for the audio side). */
-static dit_status ropes(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, call_state *cs, dit_error *err) {
+/* The four RoPE tables of a geometry, into the model's cache (a new block): video (3 axes) and
+ * audio (time) self-attention, and both streams' time for the cross-modal attention (width
+ * audio_cross_attention_dim, split over the video heads for the video side and the audio
+ * heads for the audio side). */
+static dit_status build_ropes(dit_ltx2 *m, const dit_ltx2_call *c, int64_t N, int64_t NA, dit_error *err) {
   const dit_ltx2_config *g = &m->cfg;
-  const int64_t N = b->s[0].S, NA = b->s[1].S, Dv = b->s[0].D, Da = b->s[1].D, Dca = g->audio.cross_attention_dim;
+  ltx2_rope_cache *rc = &m->rope;
+  const int64_t Dv = m->v.D, Da = m->a.D, Dca = g->audio.cross_attention_dim;
   const int64_t big = N > NA ? N : NA, wide = Dv > Dca ? (Dv > Da ? Dv : Da) : (Dca > Da ? Dca : Da);
+  if (rc->block) m->be->ops->free(m->be, rc->block);
+  rc->block = NULL, rc->valid = false;
+  DIT_TRY(m->be->ops->alloc(m->be, (size_t)(N * (Dv + Dca) + NA * (Da + Dca)) * sizeof(float), &rc->block, err));
+  char *at = rc->block;
   float *coords = malloc((size_t)(6 * big + 3 * big + big * wide / 2) * sizeof *coords);
   if (!coords) return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for RoPE positions");
   float *pos = coords + 6 * big, *ang = pos + 3 * big;
@@ -298,11 +298,11 @@ static dit_status ropes(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, call_st
     for (int d = 0; d < 3; d++)
       pos[n * 3 + d] = (coords[(d * N + n) * 2] + coords[(d * N + n) * 2 + 1]) / 2.0f / vbase[d];
   dit_ltx2_rope_angles(pos, N, 3, (int)Dv, g->rope_theta, g->rope_double_precision, ang);
-  dit_status s = upload_rope(m, ang, N * Dv / 2, N * g->video.heads, b->s[0].cos, b->s[0].sin, cs->rope[0], err);
+  dit_status s = upload_rope(m, ang, N * Dv / 2, N * g->video.heads, &at, rc->rope[0], err);
   for (int64_t n = 0; s == DIT_OK && n < N; n++) pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)cmax;
   if (s == DIT_OK) {
     dit_ltx2_rope_angles(pos, N, 1, (int)Dca, g->rope_theta, g->rope_double_precision, ang);
-    s = upload_rope(m, ang, N * Dca / 2, N * g->video.heads, b->s[0].ccos, b->s[0].csin, cs->crope[0], err);
+    s = upload_rope(m, ang, N * Dca / 2, N * g->video.heads, &at, rc->crope[0], err);
   }
   /* audio: the time axis */
   if (s == DIT_OK) {
@@ -311,15 +311,31 @@ static dit_status ropes(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, call_st
     for (int64_t n = 0; n < NA; n++)
       pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)g->audio.pos_embed_max_pos;
     dit_ltx2_rope_angles(pos, NA, 1, (int)Da, g->rope_theta, g->rope_double_precision, ang);
-    s = upload_rope(m, ang, NA * Da / 2, NA * g->audio.heads, b->s[1].cos, b->s[1].sin, cs->rope[1], err);
+    s = upload_rope(m, ang, NA * Da / 2, NA * g->audio.heads, &at, rc->rope[1], err);
   }
   if (s == DIT_OK) {
     for (int64_t n = 0; n < NA; n++) pos[n] = (coords[n * 2] + coords[n * 2 + 1]) / 2.0f / (float)cmax;
     dit_ltx2_rope_angles(pos, NA, 1, (int)Dca, g->rope_theta, g->rope_double_precision, ang);
-    s = upload_rope(m, ang, NA * Dca / 2, NA * g->audio.heads, b->s[1].ccos, b->s[1].csin, cs->crope[1], err);
+    s = upload_rope(m, ang, NA * Dca / 2, NA * g->audio.heads, &at, rc->crope[1], err);
   }
   free(coords);
+  if (s == DIT_OK) {
+    rc->valid = true;
+    rc->frames = c->frames, rc->height = c->height, rc->width = c->width, rc->audio_frames = c->audio_frames;
+    rc->fps = c->fps;
+  }
   return s;
+}
+
+/* The call's RoPE tables: the cached ones when its geometry is the last call's. */
+static dit_status ropes(dit_ltx2 *m, const dit_ltx2_call *c, const lx_bufs *b, call_state *cs, dit_error *err) {
+  const ltx2_rope_cache *rc = &m->rope;
+  if (!(rc->valid && rc->frames == c->frames && rc->height == c->height && rc->width == c->width &&
+        rc->audio_frames == c->audio_frames && rc->fps == c->fps))
+    DIT_TRY(build_ropes(m, c, b->s[0].S, b->s[1].S, err));
+  memcpy(cs->rope, rc->rope, sizeof cs->rope);
+  memcpy(cs->crope, rc->crope, sizeof cs->crope);
+  return DIT_OK;
 }
 
 /* Inputs: proj_in, the text features (caption projections in 2.0), and the call's AdaLNs. */

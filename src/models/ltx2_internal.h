@@ -42,6 +42,16 @@ typedef struct ltx2_stream {
   dit_tensor table;        /* scale_shift_table [2, D] (the output's shift, scale) */
 } ltx2_stream;
 
+/* The RoPE tables of the last call's geometry (one backend block): they depend on the latent
+ * grid, the frame rate and the audio length only, so the steps of a video share them. */
+typedef struct ltx2_rope_cache {
+  bool valid;
+  int frames, height, width, audio_frames;
+  float fps;
+  void *block;
+  dit_tensor rope[2][2], crope[2][2]; /* [stream][cos, sin]: self-attention, cross-modal */
+} ltx2_rope_cache;
+
 struct dit_ltx2 {
   dit_backend *be;
   dit_ltx2_config cfg;
@@ -49,6 +59,7 @@ struct dit_ltx2 {
   dit_act_space as;
   ltx2_stream v, a;
   ltx2_block *blocks;
+  ltx2_rope_cache rope;
 };
 
 #endif

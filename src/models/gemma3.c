@@ -323,8 +323,7 @@ dit_status dit_gemma3_load(dit_backend *be, const char *component_dir, dit_gemma
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gemma3: NULL backend or folder");
   char path[4096];
-  if (snprintf(path, sizeof path, "%s/config.json", component_dir) >= (int)sizeof path)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "gemma3: folder path too long");
+  DIT_TRY(dit_model_config_path("gemma3", component_dir, path, sizeof path, err));
   json_t *cfg = NULL;
   DIT_TRY(dit_json_load_file(path, GEMMA3_CONFIG_MAX_BYTES, &cfg, err));
   dit_gemma3 *m = calloc(1, sizeof *m);

@@ -127,19 +127,22 @@ dit_status cpu_group_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, i
   return DIT_OK;
 }
 
-/* Per pixel over the channels (F.normalize(x, dim=1) * sqrt(C) * w): the sums of squares of a
- * chunk of pixels accumulate channel by channel (unit stride), in double. */
-dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu,
-                                dit_error *err) {
+/* Per position over the C channels of x [B, C, ...], y = x / d * scale * w[c] (+ SiLU), where d
+ * is max(||x||, 1e-12) and scale sqrt(C) for channel_rms_norm (eps < 0: F.normalize(x, dim=1) *
+ * sqrt(C) * w), and d = sqrt(mean_c(x^2) + eps), scale 1, no w for pixel_norm. The sums of
+ * squares of a chunk of positions accumulate channel by channel (unit stride), in double. */
+static dit_status position_norm(dit_backend *be, const char *op, dit_tensor *y, const dit_tensor *x,
+                                const dit_tensor *w, float eps, bool silu, dit_error *err) {
   enum { CHUNK = 256 };
-  DIT_TRY(cpu_check_act("channel_rms_norm", "x", x, err));
-  DIT_TRY(cpu_check_act("channel_rms_norm", "y", y, err));
-  DIT_TRY(cpu_check_same_shape("channel_rms_norm", "y", y, "x", x, err));
-  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "channel_rms_norm: x must be [B, C, ...]");
+  DIT_TRY(cpu_check_act(op, "x", x, err));
+  DIT_TRY(cpu_check_act(op, "y", y, err));
+  DIT_TRY(cpu_check_same_shape(op, "y", y, "x", x, err));
+  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, C, ...]", op);
   const int64_t B = x->shape[0], C = x->shape[1];
-  if (w) DIT_TRY(cpu_check_w("channel_rms_norm", "w", w, C, err));
+  if (w) DIT_TRY(cpu_check_w(op, "w", w, C, err));
   const int64_t HW = (B * C) > 0 ? dit_tensor_numel(x) / (B * C) : 0, nchunk = (HW + CHUNK - 1) / CHUNK;
-  const float scale = sqrtf((float)C);
+  const bool pixel = eps >= 0.0f;
+  const float scale = pixel ? 1.0f : sqrtf((float)C);
   const float *xs = x->data;
   float *ys = y->data;
 #pragma omp parallel for num_threads(be->n_threads) schedule(static)
@@ -148,18 +151,18 @@ dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor
     const float *xb = xs + b * C * HW + p0;
     float *yb = ys + b * C * HW + p0;
     double ss[CHUNK];
-    float inv[CHUNK];
+    float d[CHUNK];
     for (int64_t p = 0; p < np; p++) ss[p] = 0;
     for (int64_t c = 0; c < C; c++)
       for (int64_t p = 0; p < np; p++) ss[p] += (double)xb[c * HW + p] * xb[c * HW + p];
     for (int64_t p = 0; p < np; p++) {
-      const float n = (float)sqrt(ss[p]);
-      inv[p] = n > 1e-12f ? n : 1e-12f;
+      const float n = pixel ? (float)sqrt(ss[p] / (double)C + (double)eps) : (float)sqrt(ss[p]);
+      d[p] = pixel || n > 1e-12f ? n : 1e-12f;
     }
     for (int64_t c = 0; c < C; c++) {
       const float g = w ? cpu_ld(w->data, w->dtype, c) : 1.0f;
       for (int64_t p = 0; p < np; p++) {
-        const float v = xb[c * HW + p] / inv[p] * scale * g;
+        const float v = xb[c * HW + p] / d[p] * scale * g;
         yb[c * HW + p] = silu ? v / (1.0f + expf(-v)) : v;
       }
     }
@@ -167,35 +170,12 @@ dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor
   return DIT_OK;
 }
 
-/* Per position over the channels, y = x / sqrt(mean_c(x^2) + eps) (+ SiLU): as
- * channel_rms_norm, chunks of positions with their sums of squares in double. */
+dit_status cpu_channel_rms_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *w, bool silu,
+                                dit_error *err) {
+  return position_norm(be, "channel_rms_norm", y, x, w, -1.0f, silu, err);
+}
+
 dit_status cpu_pixel_norm(dit_backend *be, dit_tensor *y, const dit_tensor *x, float eps, bool silu, dit_error *err) {
-  enum { CHUNK = 256 };
-  DIT_TRY(cpu_check_act("pixel_norm", "x", x, err));
-  DIT_TRY(cpu_check_act("pixel_norm", "y", y, err));
-  DIT_TRY(cpu_check_same_shape("pixel_norm", "y", y, "x", x, err));
-  if (x->ndim < 2) return dit_errorf(err, DIT_ERR_INVALID_ARG, "pixel_norm: x must be [B, C, ...]");
   if (!(eps >= 0.0f)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "pixel_norm: eps %g is not >= 0", (double)eps);
-  const int64_t B = x->shape[0], C = x->shape[1];
-  const int64_t HW = (B * C) > 0 ? dit_tensor_numel(x) / (B * C) : 0, nchunk = (HW + CHUNK - 1) / CHUNK;
-  const float *xs = x->data;
-  float *ys = y->data;
-#pragma omp parallel for num_threads(be->n_threads) schedule(static)
-  for (int64_t bc = 0; bc < B * nchunk; bc++) {
-    const int64_t b = bc / nchunk, p0 = (bc % nchunk) * CHUNK, np = HW - p0 < CHUNK ? HW - p0 : CHUNK;
-    const float *xb = xs + b * C * HW + p0;
-    float *yb = ys + b * C * HW + p0;
-    double ss[CHUNK];
-    float rms[CHUNK];
-    for (int64_t p = 0; p < np; p++) ss[p] = 0;
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < np; p++) ss[p] += (double)xb[c * HW + p] * xb[c * HW + p];
-    for (int64_t p = 0; p < np; p++) rms[p] = (float)sqrt(ss[p] / (double)C + (double)eps);
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < np; p++) {
-        const float v = xb[c * HW + p] / rms[p];
-        yb[c * HW + p] = silu ? v / (1.0f + expf(-v)) : v;
-      }
-  }
-  return DIT_OK;
+  return position_norm(be, "pixel_norm", y, x, NULL, eps, silu, err);
 }

@@ -250,7 +250,7 @@ typedef struct cu_conv3d_geom {
 /* col [Ci*kt*kh*kw, np] (dtype cdt) for output positions p0 .. p0+np (of To*Ho*Wo) of one item x. */
 cudaError_t cuk_im2col3d(void *col, int cdt, const void *x, int xdt, const cu_conv3d_geom *g, int64_t p0, int64_t np,
                          cudaStream_t s);
-/* The pixel_norm op over x [B, C, HW] (y may alias x). */
+/* The pixel_norm op over x [B, C, HW] (y may alias x; k_norm.cu, with channel_rms_norm's kernel). */
 cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, float eps, bool silu,
                            cudaStream_t s);
 /* Flash attention: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all dtype dt (F32/BF16);

@@ -75,11 +75,12 @@ extern "C" cudaError_t cuk_layer_norm(void *y, const void *x, int dt, int64_t ro
   return cudaGetLastError();
 }
 
-/* One thread per pixel: the sum of squares over the C channels (coalesced across the
- * pixels of a warp), then the scaled, gated output. */
+/* One thread per position: the sum of squares over the C channels (coalesced across the
+ * positions of a warp), then y = x / d * scale * w (+ SiLU): channel_rms_norm (eps < 0) divides by
+ * max(||x||, 1e-12) and scales by sqrt(C); pixel_norm by sqrt(mean + eps), scale 1, no w. */
 template <typename T>
-__global__ void k_channel_rms_norm(T *y, const T *x, int64_t C, int64_t HW, const void *w, int wdt, float scale,
-                                   bool silu) {
+__global__ void k_position_norm(T *y, const T *x, int64_t C, int64_t HW, const void *w, int wdt, float scale, float eps,
+                                bool silu) {
   const int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (p >= HW) return;
   const T *xb = x + blockIdx.y * C * HW + p;
@@ -89,21 +90,30 @@ __global__ void k_channel_rms_norm(T *y, const T *x, int64_t C, int64_t HW, cons
     const float v = cu_ld(xb, c * HW);
     ss += v * v;
   }
-  const float n = fmaxf(sqrtf(ss), 1e-12f);
+  const float d = eps >= 0.0f ? sqrtf(ss / (float)C + eps) : fmaxf(sqrtf(ss), 1e-12f);
   for (int64_t c = 0; c < C; c++) {
-    float v = cu_ld(xb, c * HW) / n * scale;
+    float v = cu_ld(xb, c * HW) / d * scale;
     if (w) v *= cu_ldw(w, wdt, c);
     cu_st(yb, c * HW, silu ? v / (1.0f + __expf(-v)) : v);
   }
 }
 
-extern "C" cudaError_t cuk_channel_rms_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW,
-                                            const void *w, int wdt, bool silu, cudaStream_t s) {
+static cudaError_t position_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, const void *w,
+                                 int wdt, float scale, float eps, bool silu, cudaStream_t s) {
   if (B <= 0 || C <= 0 || HW <= 0) return cudaSuccess;
   const dim3 grid((unsigned)((HW + 255) / 256), (unsigned)B);
-  CU_DISPATCH(dt, T, k_channel_rms_norm<T><<<grid, 256, 0, s>>>((T *)y, (const T *)x, C, HW, w, wdt,
-                                                                sqrtf((float)C), silu));
+  CU_DISPATCH(dt, T, k_position_norm<T><<<grid, 256, 0, s>>>((T *)y, (const T *)x, C, HW, w, wdt, scale, eps, silu));
   return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_channel_rms_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW,
+                                            const void *w, int wdt, bool silu, cudaStream_t s) {
+  return position_norm(y, x, dt, B, C, HW, w, wdt, sqrtf((float)C), -1.0f, silu, s);
+}
+
+extern "C" cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, float eps,
+                                      bool silu, cudaStream_t s) {
+  return position_norm(y, x, dt, B, C, HW, NULL, 0, 1.0f, eps, silu, s);
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
-/* CUDA kernels of the video ops: the im2col of conv3d (cuda_video.c runs the GEMM) and
- * pixel_norm (the RMS over the channels of each position, eps inside the root). */
+/* CUDA kernels of the video ops: the im2col of conv3d (cuda_video.c runs the GEMM; pixel_norm
+ * shares channel_rms_norm's kernel in k_norm.cu). */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cuda_internal.h"
 
@@ -29,33 +29,5 @@ extern "C" cudaError_t cuk_im2col3d(void *col, int cdt, const void *x, int xdt, 
   if (n <= 0) return cudaSuccess;
   CU_DISPATCH(cdt, TC, CU_DISPATCH(xdt, TX, k_im2col3d<TC, TX><<<cu_blocks(n, 256), 256, 0, s>>>(
                                                (TC *)col, (const TX *)x, *g, p0, np, n)));
-  return cudaGetLastError();
-}
-
-/* One thread per position: the mean square over the C channels (coalesced across the
- * positions of a warp), then x / sqrt(mean + eps), SiLU when silu. */
-template <typename T>
-__global__ void k_pixel_norm(T *y, const T *x, int64_t C, int64_t HW, float eps, bool silu) {
-  const int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (p >= HW) return;
-  const T *xb = x + blockIdx.y * C * HW + p;
-  T *yb = y + blockIdx.y * C * HW + p;
-  float ss = 0.0f;
-  for (int64_t c = 0; c < C; c++) {
-    const float v = cu_ld(xb, c * HW);
-    ss += v * v;
-  }
-  const float rms = sqrtf(ss / (float)C + eps);
-  for (int64_t c = 0; c < C; c++) {
-    const float v = cu_ld(xb, c * HW) / rms;
-    cu_st(yb, c * HW, silu ? v / (1.0f + __expf(-v)) : v);
-  }
-}
-
-extern "C" cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, float eps,
-                                      bool silu, cudaStream_t s) {
-  if (B <= 0 || C <= 0 || HW <= 0) return cudaSuccess;
-  const dim3 grid((unsigned)((HW + 255) / 256), (unsigned)B);
-  CU_DISPATCH(dt, T, k_pixel_norm<T><<<grid, 256, 0, s>>>((T *)y, (const T *)x, C, HW, eps, silu));
   return cudaGetLastError();
 }

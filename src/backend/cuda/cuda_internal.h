@@ -272,6 +272,12 @@ cudaError_t cuk_pixel_norm(void *y, const void *x, int dt, int64_t B, int64_t C,
 /* Flash attention: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D], out like q, all dtype dt (F32/BF16);
  * element strides st (NULL: contiguous; rows 16-byte aligned); mask [B,Sk] bytes or NULL.
  * Returns cudaErrorInvalidValue for unsupported D. */
+/* Head dims up to CU_ATTN_SMALL_MAX_D that the flash kernels cannot take (not a multiple of 8): a
+ * plain kernel, one thread per query row (k_attention.cu). */
+#define CU_ATTN_SMALL_MAX_D 32
+cudaError_t cuk_attention_small(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
+                                int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
+                                float scale, int causal, const cu_attn_strides *st, cudaStream_t s);
 cudaError_t cuk_attention(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, const uint8_t *mask,
                           float scale, int causal, int version, const cu_attn_strides *st, cudaStream_t s);

@@ -115,9 +115,9 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
                       "%s: q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] of q's dtype with Hq %% Hkv == 0 expected", op);
   int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3], Sk = k->shape[1],
           Hkv = k->shape[2];
-  if (D > CU_ATTN_GEMM_MAX_D || D % 8 != 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: head dim %lld unsupported (a multiple of 8, at most %d)", op,
-                      (long long)D, CU_ATTN_GEMM_MAX_D);
+  if (D > CU_ATTN_GEMM_MAX_D || (D % 8 != 0 && D > CU_ATTN_SMALL_MAX_D))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: head dim %lld unsupported (at most %d, a multiple of 8 above %d)",
+                      op, (long long)D, CU_ATTN_GEMM_MAX_D, CU_ATTN_SMALL_MAX_D);
   const uint8_t *mask = NULL;
   if (key_mask) {
     if (key_mask->device != DIT_DEV_CUDA || (key_mask->dtype != DIT_U8 && key_mask->dtype != DIT_BOOL) ||
@@ -125,13 +125,18 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: key_mask must be a contiguous CUDA U8/BOOL [B, Sk]", op);
     mask = (const uint8_t *)key_mask->data;
   }
-  if (((uintptr_t)q->data | (uintptr_t)k->data | (uintptr_t)v->data | (uintptr_t)out->data) % 16 != 0)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: q, k, v and out must be 16-byte aligned", op);
-  if (out->data == q->data || out->data == k->data || out->data == v->data)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
   cu_attn_strides as; /* operands may be strided views (fused projections, joint buffers) */
   for (int i = 0; i < 3; i++)
     as.q[i] = q->stride[i], as.k[i] = k->stride[i], as.v[i] = v->stride[i], as.o[i] = out->stride[i];
+  if (out->data == q->data || out->data == k->data || out->data == v->data)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out aliases an input", op);
+  if (D % 8 != 0) { /* small head dims of tiny models: the plain kernel */
+    LAUNCH(op, "small-head kernel", cuk_attention_small(out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq,
+                                                        Hkv, D, mask, scale, causal, &as, st(be)));
+    return DIT_OK;
+  }
+  if (((uintptr_t)q->data | (uintptr_t)k->data | (uintptr_t)v->data | (uintptr_t)out->data) % 16 != 0)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: q, k, v and out must be 16-byte aligned", op);
   if (D > 256) /* beyond the flash kernels and cuDNN: GEMM, softmax, GEMM (cuda_attn_gemm.c) */
     return cu_attention_gemm(be, out->data, q->data, k->data, v->data, q->dtype, B, Sq, Sk, Hq, Hkv, D, mask, scale,
                              causal, &as, err);

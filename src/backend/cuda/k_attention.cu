@@ -425,3 +425,52 @@ extern "C" cudaError_t cuk_attention(void *out, const void *q, const void *k, co
 #undef FA_ARGS
   return cudaErrorInvalidValue;
 }
+
+/* Head dims the flash kernels cannot take (not a multiple of 8, at most CU_ATTN_SMALL_MAX_D):
+ * one thread per (item, query, head) with an online softmax over the keys in fp32 (masked or
+ * causal keys skipped; a row without keys gets zeros, as the flash kernels give). Slow, and
+ * only for the small widths of tiny test models. */
+template <typename T>
+__global__ void k_attn_small(T *out, const T *q, const T *k, const T *v, int64_t B, int64_t Sq, int64_t Sk,
+                             int64_t Hq, int64_t Hkv, int D, const uint8_t *mask, float scale, int causal,
+                             cu_attn_strides st) {
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * Sq * Hq) return;
+  const int64_t h = idx % Hq, i = (idx / Hq) % Sq, b = idx / (Hq * Sq), hk = h / (Hq / Hkv);
+  const T *qp = q + b * st.q[0] + i * st.q[1] + h * st.q[2];
+  float qv[CU_ATTN_SMALL_MAX_D], acc[CU_ATTN_SMALL_MAX_D];
+  for (int d = 0; d < D; d++) qv[d] = cu_ld(qp, d) * scale, acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = 0; j < Sk; j++) {
+    if ((mask && !mask[b * Sk + j]) || (causal && j > i)) continue;
+    const T *kp = k + b * st.k[0] + j * st.k[1] + hk * st.k[2], *vp = v + b * st.v[0] + j * st.v[1] + hk * st.v[2];
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += qv[d] * cu_ld(kp, d);
+    const float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
+    l = l * c + p;
+    for (int d = 0; d < D; d++) acc[d] = acc[d] * c + p * cu_ld(vp, d);
+    m = mn;
+  }
+  T *op = out + b * st.o[0] + i * st.o[1] + h * st.o[2];
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = 0; d < D; d++) cu_st(op, d, acc[d] * inv);
+}
+
+extern "C" cudaError_t cuk_attention_small(void *out, const void *q, const void *k, const void *v, int dt, int64_t B,
+                                           int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                                           const uint8_t *mask, float scale, int causal, const cu_attn_strides *st,
+                                           cudaStream_t s) {
+  if (D <= 0 || D > CU_ATTN_SMALL_MAX_D || Hkv <= 0 || Hq % Hkv != 0) return cudaErrorInvalidValue;
+  const int64_t n = B * Sq * Hq;
+  if (n <= 0) return cudaSuccess;
+  const unsigned grid = (unsigned)((n + 127) / 128);
+  if (dt == CU_DT_BF16)
+    k_attn_small<<<grid, 128, 0, s>>>((__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
+                                      (const __nv_bfloat16 *)v, B, Sq, Sk, Hq, Hkv, (int)D, mask, scale, causal, *st);
+  else if (dt == CU_DT_F32)
+    k_attn_small<<<grid, 128, 0, s>>>((float *)out, (const float *)q, (const float *)k, (const float *)v, B, Sq, Sk,
+                                      Hq, Hkv, (int)D, mask, scale, causal, *st);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}

@@ -183,7 +183,7 @@ typedef struct dit_gen_params {
   int guidance_set;
   double cfg_truncation;        /* Z-Image: guidance off once (1000 - t)/1000 exceeds this; default 1.0 */
   double cfg_normalization;     /* Z-Image: 0 = off; > 0 caps |pred| at this times |cond| */
-  int max_sequence_length;      /* prompt tokens after the chat template; 0 = 512 */
+  int max_sequence_length;      /* prompt tokens after the chat template; 0 = the family's (512; LTX-2: 1024) */
   int text_rope_bf16;           /* text encoder RoPE frequencies rounded to bf16, as in a reference run whose
                                    encoder was cast with .to(torch.bfloat16) (the shared fixtures); 0 = fp32,
                                    as transformers' from_pretrained keeps them */
@@ -206,6 +206,8 @@ typedef struct dit_gen_params {
   const struct dit_image *ref_images; /* FLUX.2 [klein] reference editing: the images the result is conditioned
                                    on (Flux2KleinPipeline's image=); width/height 0: the first one's prepared size */
   int n_ref_images;             /* at most DIT_MAX_REF_IMAGES */
+  int frames;                   /* video families (dit_model_generate_clip): frames; 0 = the model's default */
+  double fps;                   /* video families: frames per second; 0 = the model's default */
 } dit_gen_params;
 #define DIT_MAX_REF_IMAGES 8
 
@@ -226,6 +228,9 @@ typedef struct dit_gen_defaults {
   int width, height, steps;
   double guidance;
   int size_multiple;            /* width and height must be multiples of this */
+  int frames;                   /* video families: frames of a clip (0: the family makes images) */
+  int frames_multiple;          /* video families: frames must be 1 + a multiple of this */
+  double fps;                   /* video families: frames per second */
   char prompt[1024];            /* a sample prompt from ditrun.json; "" when none */
   unsigned from_model_file;     /* DIT_DEFAULT_* bits set by ditrun.json */
 } dit_gen_defaults;
@@ -318,6 +323,27 @@ void dit_model_get_defaults(const dit_model *m, dit_gen_defaults *out);
  * read (the model's own apply); parameters left at 0 take the model's defaults. On failure
  * *out is empty; DIT_ERR_CANCELLED when p->on_step asked to stop. stats may be NULL. */
 dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats);
+
+/* A video clip: 8-bit RGB frames and, when the model makes it, sound. */
+typedef struct dit_clip {
+  int width, height, n_frames;  /* frames of width*height*3 bytes, one after another, in rgb */
+  double fps;
+  uint8_t *rgb;
+  int channels;                 /* sound: 1 or 2; 0 when the clip has none */
+  int sample_rate;              /* Hz */
+  int64_t n_samples;            /* per channel */
+  float *samples;               /* n_samples x channels, interleaved, in [-1, 1] */
+} dit_clip;
+
+/* One clip from a video model (dit_gen_defaults.frames > 0: LTX-2), as dit_model_generate
+ * makes an image; p->frames and p->fps left at 0 take the model's defaults. An image model
+ * refuses it (and a video model refuses dit_model_generate) with DIT_ERR_INVALID_ARG. */
+dit_status dit_model_generate_clip(dit_model *m, const dit_gen_params *p, dit_clip *out, dit_gen_stats *stats);
+void dit_clip_free(dit_clip *c);
+/* Writes c to path: an MP4 file (H.264 + AAC) when path ends in ".mp4" (a build without
+ * FFmpeg's libraries says so), else a new folder of frame_00001.png ... and audio.wav. An
+ * existing path is refused unless overwrite (a folder is never replaced). */
+dit_status dit_clip_save(dit_ctx *ctx, const dit_clip *c, const char *path, int overwrite);
 /* Replaces the model's LoRAs with these n (0: none), as if it had been loaded with them. A
  * resident transformer is changed in place: the tensors the old LoRAs changed are read again
  * from the checkpoint and the new ones merged (only those tensors are touched: on a GPU their

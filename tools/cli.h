@@ -21,6 +21,7 @@ int cli_serve(int argc, char **argv);
 typedef struct cli_gen_opts {
   dit_gen_params p;             /* p.prompt NULL: the model's sample prompt (ditrun.json) */
   const char *out;
+  bool out_set;                 /* -o given (a video model's default is output.mp4) */
   bool overwrite, quiet, force_progress;
   bool random_seed;             /* --seed -1: drawn from the OS when the run starts */
   int threads;

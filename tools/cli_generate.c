@@ -7,12 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cli_args.h"
 #include "cli_gen_out.h"
+#ifdef DIT_HAVE_FFMPEG
+#include <libavutil/log.h>
+#endif
 #include "ditrun.h"
 
 static void usage(FILE *f) {
@@ -34,10 +38,13 @@ static void usage(FILE *f) {
           "                         at random and prints it\n"
           "  -b, --batch-count N    N images with seeds S, S+1, ... written as PATH-1.png ... PATH-N.png\n"
           "      --rng torch-cpu    noise generator (torch's CPU generator, bit for bit)\n"
-          "      --max-seq-len N    prompt tokens after the chat template (default 512)\n"
+          "      --max-seq-len N    prompt tokens after the chat template (default 512; LTX-2: 1024)\n"
           "      --text-rope-bf16   round the text encoder's RoPE frequencies to bf16, as a reference\n"
           "                         run does whose encoder was cast with .to(torch.bfloat16)\n"
-          "  -o, --output PATH      PNG to write (default output.png)\n"
+          "  -o, --output PATH      PNG to write (default output.png); a video model (LTX-2): NAME.mp4 (default\n"
+          "                         output.mp4; H.264 + AAC), or a new folder of PNG frames and audio.wav\n"
+          "      --frames N         video models: frames (1 + a multiple of 8; default 121)\n"
+          "      --fps F            video models: frames per second (default 24)\n"
           "      --overwrite        replace PATH if it exists\n"
           "      --vae-tile N       decode (and encode) the VAE in tiles of N latent pixels (0 = whole)\n"
           "  -i, --init-image FILE  image-to-image (Z-Image): start from this PNG/JPEG instead of noise; the size\n"
@@ -66,6 +73,7 @@ static void usage(FILE *f) {
           "  ditrun generate -m FLUX.2-klein-4B -p \"a lighthouse at dusk\" -W 768 -H 512 -b 4 --device cuda -o l.png\n"
           "  ditrun generate -m Z-Image-Turbo -i photo.jpg --strength 0.5 -p \"an oil painting\" -o paint.png\n"
           "  ditrun generate -m FLUX.2-klein-4B -r cat.png -p \"the cat wearing a red scarf\" -o scarf.png\n"
+          "  ditrun generate -m LTX-2 -p \"a red fox trots through fresh snow\" --device cuda -o fox.mp4\n"
           "  ditrun generate -m models/flux1-dev --diffusion-model flux1-dev.safetensors --vae ae.safetensors \\\n"
           "    --clip-l clip_l.safetensors --t5xxl t5xxl_fp16.safetensors -p \"a red fox\" --device cuda -o fox.png\n");
 }
@@ -75,7 +83,7 @@ static void usage(FILE *f) {
 static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
-    "--overwrite", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
+    "--overwrite", "--frames", "--fps", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
     "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--ref-image"};
 
 /* The single-file options and the components they stand for. */
@@ -203,7 +211,12 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     else if (OPT("-m", "--model")) { if (!bad) o->p.model_dir = v; }
     else if (OPT("-p", "--prompt")) { if (!bad) o->p.prompt = v; }
     else if (OPT("-n", "--negative")) { if (!bad) o->p.negative_prompt = v; }
-    else if (OPT("-o", "--output")) { if (!bad) o->out = v; }
+    else if (OPT("-o", "--output")) { if (!bad) o->out = v, o->out_set = true; }
+    else if (OPT(NULL, "--frames")) { if (!bad && !cli_parse_int("generate", "--frames", v, 1, 100000, &o->p.frames)) return 2; }
+    else if (OPT(NULL, "--fps")) {
+      if (!bad && !cli_parse_double("generate", "--fps", v, 0, 1000, &o->p.fps)) return 2;
+      if (!bad && !(o->p.fps > 0)) { fprintf(stderr, "ditrun generate: --fps must be above 0\n"); return 2; }
+    }
     else if (OPT("-W", "--width")) { if (!bad && !cli_parse_int("generate", "--width", v, 1, 16384, &o->p.width)) return 2; }
     else if (OPT("-H", "--height")) { if (!bad && !cli_parse_int("generate", "--height", v, 1, 16384, &o->p.height)) return 2; }
     else if (OPT(NULL, "--steps")) { if (!bad && !cli_parse_int("generate", "--steps", v, 1, 1000, &o->p.steps)) return 2; }
@@ -321,8 +334,50 @@ static void print_choice(const cli_gen_opts *o, const dit_gen_defaults *d) {
   if (!o->p.height) from |= d->from_model_file & DIT_DEFAULT_HEIGHT;
   if (!o->p.steps) from |= d->from_model_file & DIT_DEFAULT_STEPS;
   if (!o->p.guidance_set) from |= d->from_model_file & DIT_DEFAULT_GUIDANCE;
-  fprintf(stderr, "ditrun generate: %dx%d, %d steps, guidance %g (%s%s%s)\n", w, h, steps, g,
+  char clip[64] = "";
+  if (d->frames)
+    snprintf(clip, sizeof clip, ", %d frames at %g fps", o->p.frames ? o->p.frames : d->frames,
+             o->p.fps > 0 ? o->p.fps : d->fps);
+  fprintf(stderr, "ditrun generate: %dx%d%s, %d steps, guidance %g (%s%s%s)\n", w, h, clip, steps, g,
           from ? "defaults from " : "the ", from ? o->p.model_dir : d->family, from ? "/ditrun.json" : " family's defaults");
+}
+
+static bool check_outputs(const cli_gen_opts *o);
+
+static bool ends_with(const char *s, const char *suffix) {
+  const size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcasecmp(s + n - k, suffix);
+}
+
+/* --frames / --fps against the model: a video model's (d->frames > 0) output is NAME.mp4 (the
+ * default output.mp4) or a frames folder; an image model takes neither option. */
+static bool video_opts_ok(cli_gen_opts *o, const dit_gen_defaults *d) {
+  if (!d->frames) {
+    if (o->p.frames || o->p.fps) {
+      fprintf(stderr, "ditrun generate: --frames / --fps: %s makes images\n", d->family);
+      return false;
+    }
+    return true;
+  }
+  const int f = o->p.frames ? o->p.frames : d->frames, k = d->frames_multiple > 0 ? d->frames_multiple : 1;
+  if ((f - 1) % k) {
+    fprintf(stderr, "ditrun generate: --frames %d: this model takes 1 + a multiple of %d frames (%d or %d)\n", f, k,
+            (f - 1) / k * k + 1, (f - 1) / k * k + 1 + k);
+    return false;
+  }
+  if (ends_with(o->out, ".png") || ends_with(o->out, ".jpg")) {
+    fprintf(stderr, "ditrun generate: --output %s: %s makes videos: -o NAME.mp4, or a new folder for PNG frames\n",
+            o->out, d->family);
+    return false;
+  }
+  if (!o->out_set) {
+    o->out = "output.mp4";
+    if (!check_outputs(o)) return false;
+  }
+#ifdef DIT_HAVE_FFMPEG
+  av_log_set_level(AV_LOG_ERROR); /* FFmpeg's encoders print banners at its default level */
+#endif
+  return true;
 }
 
 /* Checks every output path of the batch before any work. */
@@ -365,6 +420,34 @@ static dit_status generate_one(dit_ctx *ctx, dit_model *model, cli_gen_opts *o, 
   return s;
 }
 
+/* Makes clip i of the batch with the loaded video model and writes it (MP4 or a frames folder). */
+static dit_status generate_clip_one(dit_ctx *ctx, dit_model *model, cli_gen_opts *o, uint64_t seed0, int i,
+                                    progress *pr) {
+  char path[4096];
+  cli_batch_path(o->out, o->batch, i, path, sizeof path);
+  o->p.seed = seed0 + (uint64_t)i;
+  if (o->batch > 1 && !o->quiet) fprintf(stderr, "clip %d/%d, seed %llu\n", i + 1, o->batch, (unsigned long long)o->p.seed);
+  *pr = (progress){.show = pr->show, .tty = pr->tty};
+  dit_clip clip = {0};
+  dit_gen_stats st;
+  dit_status s = dit_model_generate_clip(model, &o->p, &clip, &st);
+  if (s == DIT_OK) s = dit_clip_save(ctx, &clip, path, o->overwrite);
+  if (s == DIT_OK) {
+    if (!o->quiet) {
+      print_summary(&st);
+      fprintf(stderr, "%d frames of %dx%d at %g fps", clip.n_frames, clip.width, clip.height, clip.fps);
+      if (clip.channels)
+        fprintf(stderr, ", sound %.2f s (%d ch, %d Hz)", (double)clip.n_samples / clip.sample_rate, clip.channels,
+                clip.sample_rate);
+      fprintf(stderr, "\n");
+    }
+    printf("%s\n", path);
+    fflush(stdout);
+  }
+  dit_clip_free(&clip);
+  return s;
+}
+
 /* Loads the model (kept resident for a batch; one image loads each component only for its
  * stage, which keeps the peak memory lowest) and makes the images. */
 static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defaults *d, uint64_t seed0) {
@@ -387,7 +470,8 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
   progress pr = {.show = !o->quiet && (o->force_progress || isatty(2)), .tty = isatty(2) != 0};
   o->p.on_step = on_step;
   o->p.user = &pr;
-  for (int i = 0; s == DIT_OK && i < o->batch; i++) s = generate_one(ctx, model, o, d, seed0, i, &pr);
+  for (int i = 0; s == DIT_OK && i < o->batch; i++)
+    s = d->frames ? generate_clip_one(ctx, model, o, seed0, i, &pr) : generate_one(ctx, model, o, d, seed0, i, &pr);
   dit_model_free(model);
   return s;
 }
@@ -415,6 +499,7 @@ int cli_generate(int argc, char **argv) {
             d.size_multiple, o.p.width ? o.p.width : d.width, o.p.height ? o.p.height : d.height);
     goto done;
   }
+  if (s == DIT_OK && !video_opts_ok(&o, &d)) goto done;
   if (s == DIT_OK && !o.p.prompt) {
     if (!d.prompt[0]) {
       fprintf(stderr, "ditrun generate: -p PROMPT is required (this model has no sample prompt)\n");

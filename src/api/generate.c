@@ -1,5 +1,5 @@
 /* The one-shot generation API: dit_generate (a model loaded with nothing kept, one image,
- * freed), the model's defaults, and the image helpers. */
+ * freed), the model's defaults, and the image (and clip) helpers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +12,6 @@
 void dit_gen_params_default(dit_gen_params *p) {
   memset(p, 0, sizeof *p);
   p->cfg_truncation = 1.0;
-  p->max_sequence_length = 512;
   p->rng = DIT_RNG_TORCH_CPU;
   p->device = DIT_DEVICE_CPU;
 }
@@ -52,6 +51,13 @@ dit_status dit_generate(dit_ctx *ctx, const dit_gen_params *p, dit_image *out, d
   if (s == DIT_OK) s = dit_model_generate(m, p, out, stats);
   dit_model_free(m);
   return s;
+}
+
+void dit_clip_free(dit_clip *c) {
+  if (!c) return;
+  free(c->rgb);
+  free(c->samples);
+  memset(c, 0, sizeof *c);
 }
 
 void dit_image_free(dit_image *img) {

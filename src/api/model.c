@@ -178,8 +178,37 @@ dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *
   if (q.init_image && q.strength == 0) q.strength = 0.6;
   if (q.steps <= 0) q.steps = d->steps;
   if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
+  if (!m->family->generate)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s makes videos, not images (dit_model_generate_clip; the CLI: "
+                      "-o NAME.mp4)", m->family->title);
   dit_status s = m->family->generate(&m->rt, m->state, &q, out, stats, err);
   if (s != DIT_OK) dit_image_free(out);
+  return s;
+}
+
+dit_status dit_model_generate_clip(dit_model *m, const dit_gen_params *p, dit_clip *out, dit_gen_stats *stats) {
+  dit_error *err = &m->rt.ctx->err;
+  dit_error_clear(err);
+  memset(out, 0, sizeof *out);
+  if (stats) memset(stats, 0, sizeof *stats);
+  if (!m->family->generate_clip)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s makes images, not videos", m->family->title);
+  DIT_TRY(check_params(p, err));
+  DIT_TRY(check_inputs(m->family, p, err));
+  if (p->frames < 0 || p->frames > 100000)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "frames = %d is outside 1..100000", p->frames);
+  if (!isfinite(p->fps) || p->fps < 0 || p->fps > 1000)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "fps = %g is outside (0, 1000]", p->fps);
+  dit_gen_params q = *p;
+  const dit_gen_defaults *d = &m->defaults;
+  if (q.width <= 0) q.width = d->width;
+  if (q.height <= 0) q.height = d->height;
+  if (q.steps <= 0) q.steps = d->steps;
+  if (q.frames <= 0) q.frames = d->frames;
+  if (q.fps <= 0) q.fps = d->fps;
+  if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
+  dit_status s = m->family->generate_clip(&m->rt, m->state, &q, out, stats, err);
+  if (s != DIT_OK) dit_clip_free(out);
   return s;
 }
 

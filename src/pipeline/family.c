@@ -12,7 +12,8 @@
   X(zimage)             \
   X(flux2_klein)        \
   X(flux1)              \
-  X(krea2)
+  X(krea2)              \
+  X(ltx2)
 
 #define DIT_FAMILY_DECLARE(n) extern const dit_family dit_family_##n;
 #define DIT_FAMILY_REF(n) &dit_family_##n,

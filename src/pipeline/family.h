@@ -36,6 +36,10 @@ typedef struct dit_family {
    * init or reference image (then 0 = the family's size for that image). */
   dit_status (*generate)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_image *out,
                          dit_gen_stats *st, dit_error *err);
+  /* One clip (video families; NULL for image families, whose generate makes images; a video
+   * family's generate is NULL): p has steps, guidance, size, frames and fps resolved. */
+  dit_status (*generate_clip)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
+                              dit_gen_stats *st, dit_error *err);
   void (*close)(void *state);
   dit_latent_layout latent;        /* for dit_model_latent_preview */
   unsigned inputs;                 /* DIT_INPUT_* it takes (others are refused before it runs) */

@@ -14,27 +14,32 @@ dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_err
   return DIT_OK;
 }
 
-dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err) {
-  const size_t npix = (size_t)H * W;
-  DIT_TRY(dit_check_finite(img, 3 * npix, "VAE decode", err));
+dit_status dit_frames_from_decoder(const float *vid, int T, int H, int W, uint8_t **rgb_out, dit_error *err) {
+  const size_t npix = (size_t)H * W, nall = (size_t)T * npix;
+  DIT_TRY(dit_check_finite(vid, 3 * nall, "VAE decode", err));
   float *hwc = malloc(3 * npix * sizeof(float));
-  uint8_t *rgb = malloc(3 * npix);
-  if (!hwc || !rgb) {
-    free(hwc);
-    free(rgb);
-    return dit_errorf(err, DIT_ERR_NOMEM, "image postprocessing: out of memory");
+  uint8_t *rgb = malloc(3 * nall);
+  dit_status s = hwc && rgb ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "image postprocessing: out of memory");
+  for (int t = 0; t < T && s == DIT_OK; t++) {
+    for (int c = 0; c < 3; c++)
+      for (size_t k = 0; k < npix; k++) {
+        float v = vid[(size_t)c * nall + (size_t)t * npix + k] / 2.0f + 0.5f;
+        hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+      }
+    s = dit_image_to_u8(hwc, 3 * npix, rgb + (size_t)t * 3 * npix, err);
   }
-  for (int c = 0; c < 3; c++)
-    for (size_t k = 0; k < npix; k++) {
-      float v = img[(size_t)c * npix + k] / 2.0f + 0.5f;
-      hwc[k * 3 + c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-    }
-  dit_status s = dit_image_to_u8(hwc, 3 * npix, rgb, err);
   free(hwc);
   if (s != DIT_OK) {
     free(rgb);
     return s;
   }
+  *rgb_out = rgb;
+  return DIT_OK;
+}
+
+dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err) {
+  uint8_t *rgb = NULL;
+  DIT_TRY(dit_frames_from_decoder(img, 1, H, W, &rgb, err));
   out->width = W;
   out->height = H;
   out->rgb = rgb;

@@ -5,6 +5,7 @@
 #define DIT_PIPELINE_COMMON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 #include "core/ctx.h"
@@ -16,6 +17,8 @@ dit_status dit_check_finite(const float *x, size_t n, const char *stage, dit_err
  * (x / 2 + 0.5).clamp(0, 1), then round(x * 255) half to even. NaN/Inf is an error
  * naming the VAE stage. On failure out is untouched. */
 dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out, dit_error *err);
+/* The same for a video's frames: vid [3, T, H, W] -> *rgb (malloc'd, T frames of H x W x 3). */
+dit_status dit_frames_from_decoder(const float *vid, int T, int H, int W, uint8_t **rgb, dit_error *err);
 
 /* The stage times of one generate from the clock at its start, after the text encoder,
  * after the transformer's load, after the loop and at its end. */

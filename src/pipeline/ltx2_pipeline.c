@@ -1,0 +1,291 @@
+/* LTX-2 pipeline: the family's row, its components, the text stage and one clip's run (see
+ * ltx2_pipeline.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "io/json.h"
+#include "models/gemma3.h"
+#include "models/ltx2.h"
+#include "models/ltx2_connectors.h"
+#include "pipeline/ltx2_pipeline_internal.h"
+#include "pipeline/pipeline_common.h"
+#include "pipeline/rng_torch.h"
+#include "text/tokenizer.h"
+
+#define DEFAULT_MAX_SEQ 1024 /* LTX2Pipeline's max_sequence_length */
+#define DEFAULT_STG_BLOCK 28 /* its spatio_temporal_guidance_blocks */
+
+void dit_ltx2_opts_default(dit_ltx2_opts *o) {
+  memset(o, 0, sizeof *o);
+  dit_ltx2_guidance_defaults(&o->video, &o->audio);
+  o->stg_blocks[0] = DEFAULT_STG_BLOCK;
+  o->n_stg_blocks = 1;
+}
+
+/* ---- the components ---- */
+
+/* The text stage's slot object: Gemma 3 with its tokenizer, and the text connectors. */
+typedef struct ltx2_text {
+  dit_tokenizer *tok;
+  dit_gemma3 *te;
+  dit_ltx2_connectors *conn;
+} ltx2_text;
+
+static void text_free(void *obj) {
+  ltx2_text *t = obj;
+  if (!t) return;
+  dit_tok_free(t->tok);
+  dit_gemma3_free(t->te);
+  dit_ltx2_connectors_free(t->conn);
+  free(t);
+}
+
+static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  char path[4096];
+  ltx2_text *t = calloc(1, sizeof *t);
+  if (!t) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = dit_model_dir_component_path(rt->dir, "tokenizer", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_tok_load(path, &t->tok, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "text_encoder", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_gemma3_load(rt->dev, path, &t->te, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "connectors", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_ltx2_connectors_load(rt->dev, path, &t->conn, err);
+  if (s == DIT_OK && dit_ltx2_connectors_get_config(t->conn)->caption_channels != dit_gemma3_get_config(t->te)->hidden_size)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "connectors: caption_channels %d is not the text encoder's width %d",
+                   dit_ltx2_connectors_get_config(t->conn)->caption_channels, dit_gemma3_get_config(t->te)->hidden_size);
+  DIT_HAND_OVER(s, t, obj, text_free);
+}
+
+static const dit_component_kind ltx2_text_kind = {"text encoder", DIT_KEEP_TEXT_ENCODER, text_load, text_free, false,
+                                                  NULL};
+
+static dit_status dit_noop_prepare(const dit_model_rt *rt, dit_ltx2 *m, dit_error *err) {
+  (void)rt, (void)m, (void)err;
+  return DIT_OK;
+}
+DIT_COMPONENT_KIND(ltx2_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_ltx2, dit_ltx2_load,
+                   dit_noop_prepare, dit_ltx2_free);
+
+/* ---- text ---- */
+
+/* text without the white space Python's str.strip() removes (ASCII's). */
+static void strip(const char *text, size_t *b, size_t *len) {
+  static const char ws[] = " \t\n\r\v\f\x1c\x1d\x1e\x1f";
+  *b = 0, *len = strlen(text);
+  while (*b < *len && strchr(ws, text[*b])) (*b)++;
+  while (*len > *b && strchr(ws, text[*len - 1])) (*len)--;
+}
+
+/* One prompt's ids [S] left-padded with the tokenizer's pad id, mask [S]. */
+static dit_status tokenize(const dit_tokenizer *tok, const char *text, int S, int32_t *ids, uint8_t *mask,
+                           dit_error *err) {
+  size_t b, len, n = 0;
+  int32_t *got = NULL;
+  strip(text, &b, &len);
+  DIT_TRY(dit_tok_encode_model(tok, text + b, len - b, (size_t)S, &got, &n, err));
+  const int pad = S - (int)n;
+  for (int i = 0; i < S; i++) {
+    ids[i] = i < pad ? dit_tok_pad_id(tok) : got[i - pad];
+    mask[i] = i >= pad;
+  }
+  free(got);
+  return DIT_OK;
+}
+
+static void cond_free(dit_backend *be, dit_ltx2_cond *c) {
+  if (c->video) be->ops->free(be, c->video);
+  if (c->audio) be->ops->free(be, c->audio);
+  free(c->mask);
+  memset(c, 0, sizeof *c);
+}
+
+/* Gemma 3 on each prompt ([negative, positive] under guidance), then the connectors. */
+static dit_status encode_prompts(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, bool cfg,
+                                 dit_ltx2_cond *out, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TEXT, &obj, err));
+  ltx2_text *t = obj;
+  dit_backend *be = rt->dev;
+  const dit_gemma3_config *gc = dit_gemma3_get_config(t->te);
+  const int S = p->max_sequence_length > 0 ? p->max_sequence_length : DEFAULT_MAX_SEQ, nb = cfg ? 2 : 1;
+  const size_t per = (size_t)S * gc->hidden_size * (gc->num_layers + 1);
+  out->nb = nb, out->S = S;
+  out->video_dim = dit_ltx2_connectors_video_dim(t->conn), out->audio_dim = dit_ltx2_connectors_audio_dim(t->conn);
+  int32_t *ids = malloc((size_t)S * sizeof *ids);
+  uint8_t *mask = malloc((size_t)nb * S);
+  out->mask = malloc((size_t)nb * S);
+  void *hidden = NULL;
+  dit_status s = ids && mask && out->mask ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  if (s == DIT_OK) s = be->ops->alloc(be, (size_t)nb * per * sizeof(float), &hidden, err);
+  for (int b = 0; b < nb && s == DIT_OK; b++) {
+    const char *text = b == nb - 1 ? p->prompt : (p->negative_prompt ? p->negative_prompt : "");
+    s = tokenize(t->tok, text, S, ids, mask + (size_t)b * S, err);
+    if (s == DIT_OK) s = dit_gemma3_encode_all(t->te, 1, S, ids, mask + (size_t)b * S, (float *)hidden + b * per, err);
+  }
+  if (s == DIT_OK) s = be->ops->alloc(be, (size_t)nb * S * out->video_dim * sizeof(float), &out->video, err);
+  if (s == DIT_OK) s = be->ops->alloc(be, (size_t)nb * S * out->audio_dim * sizeof(float), &out->audio, err);
+  if (s == DIT_OK) s = dit_ltx2_connectors_forward(t->conn, nb, S, hidden, mask, out->video, out->audio, out->mask, err);
+  if (hidden) be->ops->free(be, hidden);
+  free(ids), free(mask);
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
+  return s;
+}
+
+/* ---- one clip ---- */
+
+/* The latent geometry: the transformer's vae_scale_factors and audio rates (the decoders are
+ * checked against them when they load), the audio VAE's channels and mel bins. */
+static dit_status geometry(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, dit_ltx2_geom *g,
+                           dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const dit_ltx2_config *k = dit_ltx2_get_config(obj);
+  const int st = k->vae_scale_factors[0], sp = k->vae_scale_factors[1];
+  if (p->width % sp || p->height % sp)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for this LTX-2 model "
+                      "(got %dx%d)", sp, p->width, p->height);
+  if ((p->frames - 1) % st)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "frames must be 1 + a multiple of %d for this LTX-2 model (got %d; "
+                      "%d or %d would do)", st, p->frames, (p->frames - 1) / st * st + 1, (p->frames - 1) / st * st + 1 + st);
+  char path[4096];
+  json_t *av = NULL;
+  int64_t lc = 0, mel = 0;
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "audio_vae", path, sizeof path, err));
+  if (strlen(path) + 13 >= sizeof path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "audio_vae: path too long");
+  strcat(path, "/config.json");
+  DIT_TRY(dit_json_load_file(path, 1 << 20, &av, err));
+  dit_status s = dit_json_int(av, "latent_channels", 1, 4096, &lc, path, err);
+  if (s == DIT_OK) s = dit_json_int(av, "mel_bins", 4, 65536, &mel, path, err);
+  json_decref(av);
+  DIT_TRY(s);
+  g->C = k->video.in_channels;
+  g->F = (p->frames - 1) / st + 1, g->H = p->height / sp, g->W = p->width / sp;
+  g->Ca = (int)lc, g->M = (int)mel / 4; /* AutoencoderKLLTX2Audio's mel compression: 4 */
+  const double per_second = (double)k->audio_sampling_rate / k->audio_hop_length / k->audio_scale_factor;
+  g->L = (int)nearbyint(p->frames / p->fps * per_second); /* Python's round: half to even */
+  if (g->L < 1) g->L = 1;
+  g->frames = p->frames, g->height = p->height, g->width = p->width;
+  g->fps = (float)p->fps;
+  return DIT_OK;
+}
+
+/* The initial latents: torch.randn video [C, F, H, W], then audio [Ca, L, M], packed. */
+static dit_status noise(uint64_t seed, const dit_ltx2_geom *g, float *video, float *audio, dit_error *err) {
+  const size_t nv = dit_ltx2_video_n(g), na = dit_ltx2_audio_n(g);
+  float *tmp = malloc((nv > na ? nv : na) * sizeof *tmp);
+  if (!tmp) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the noise");
+  dit_torch_rng r;
+  dit_torch_rng_seed(&r, seed);
+  dit_torch_randn(&r, tmp, nv);
+  dit_ltx2_pack_video(tmp, g->C, g->F, g->H, g->W, video);
+  dit_torch_randn(&r, tmp, na);
+  dit_ltx2_pack_audio(tmp, g->Ca, g->L, g->M, audio);
+  free(tmp);
+  return DIT_OK;
+}
+
+dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit_gen_params *p, const dit_ltx2_opts *o,
+                                  dit_clip *out, dit_gen_stats *st, dit_error *err) {
+  dit_components *c = state;
+  dit_ltx2_opts opt = *o;
+  opt.video.cfg = (float)p->guidance;
+  double t[5];
+  t[0] = dit_time_now();
+  dit_ltx2_geom g = {0};
+  dit_ltx2_cond cond = {0};
+  float *video = NULL, *audio = NULL;
+  dit_status s = geometry(rt, c, p, &g, err);
+  if (s == DIT_OK) {
+    const int layers = dit_ltx2_get_config(c->obj[DIT_SLOT_TRANSFORMER])->num_layers;
+    int n = 0;
+    for (int i = 0; i < opt.n_stg_blocks; i++)
+      if (opt.stg_blocks[i] >= 0 && opt.stg_blocks[i] < layers) opt.stg_blocks[n++] = opt.stg_blocks[i];
+    opt.n_stg_blocks = n; /* a model too shallow for the pipeline's STG block runs without STG */
+    video = malloc(dit_ltx2_video_n(&g) * sizeof *video), audio = malloc(dit_ltx2_audio_n(&g) * sizeof *audio);
+    if (!video || !audio) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the latents");
+  }
+  if (s == DIT_OK) {
+    s = encode_prompts(rt, c, p, opt.video.cfg > 1 || opt.audio.cfg > 1, &cond, err);
+    if (s != DIT_OK) dit_error_prefix(err, "text encoder");
+  }
+  t[1] = dit_time_now();
+  if (s == DIT_OK) s = noise(p->seed, &g, video, audio, err);
+  t[2] = dit_time_now();
+  if (s == DIT_OK) s = dit_ltx2_denoise(rt, c, p, &opt, &cond, &g, video, audio, err);
+  t[3] = dit_time_now();
+  cond_free(rt->dev, &cond);
+  if (s == DIT_OK) s = dit_ltx2_decode(rt, c, &g, video, audio, &opt, out, err);
+  t[4] = dit_time_now();
+  if (st && s == DIT_OK) dit_fill_stats(st, t, p->steps);
+  free(video), free(audio);
+  return s;
+}
+
+static dit_status ltx2_generate_clip(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
+                                     dit_gen_stats *st, dit_error *err) {
+  dit_ltx2_opts o;
+  dit_ltx2_opts_default(&o);
+  return dit_ltx2_generate_with(rt, state, p, &o, out, st, err);
+}
+
+static dit_status ltx2_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  *state = NULL;
+  dit_components *c = calloc(1, sizeof *c);
+  if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = dit_components_start_with(rt, c, &ltx2_text_kind, &ltx2_dit, &dit_ltx2_decoders, err);
+  DIT_HAND_OVER(s, c, state, free);
+}
+
+/* The transformer config's vae_scale_factors (temporal, spatial, spatial): 8 and 32 without it. */
+static dit_status scale_factors(const dit_model_dir *dir, int *st, int *sp, dit_error *err) {
+  char path[4096];
+  json_t *j = NULL;
+  int64_t v[3] = {8, 32, 32};
+  size_t got = 0;
+  *st = 8, *sp = 32;
+  DIT_TRY(dit_model_dir_component_path(dir, "transformer", path, sizeof path, err));
+  if (strlen(path) + 13 >= sizeof path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "transformer: path too long");
+  strcat(path, "/config.json");
+  DIT_TRY(dit_json_load_file(path, 1 << 20, &j, err));
+  dit_status s = json_object_get(j, "vae_scale_factors")
+                     ? dit_json_int_array(j, "vae_scale_factors", 1, 1024, v, 3, &got, path, err)
+                     : DIT_OK;
+  json_decref(j);
+  DIT_TRY(s);
+  if (got && (got != 3 || v[1] != v[2]))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: vae_scale_factors must be (temporal, spatial, spatial)", path);
+  *st = (int)v[0], *sp = (int)v[1];
+  return DIT_OK;
+}
+
+/* LTX2Pipeline's defaults: 768 x 512, 121 frames at 24 fps, 30 steps, guidance 3; sizes in
+ * multiples of the VAE's spatial compression, frames 1 + a multiple of its temporal one. */
+static dit_status ltx2_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
+  int st = 8, sp = 32;
+  DIT_TRY(scale_factors(dir, &st, &sp, err));
+  memset(d, 0, sizeof *d);
+  d->family = "ltx2";
+  d->width = 768, d->height = 512;
+  d->steps = 30;
+  d->guidance = 3.0;
+  d->size_multiple = sp;
+  d->frames = 121, d->frames_multiple = st, d->fps = 24.0;
+  return DIT_OK;
+}
+
+static const char *const ltx2_pipelines[] = {"LTX2Pipeline", NULL};
+
+const dit_family dit_family_ltx2 = {
+    .name = "ltx2",
+    .title = "LTX-2 / LTX-2.3 (video with sound)",
+    .pipelines = ltx2_pipelines,
+    .chat = DIT_CHAT_NONE,
+    .defaults = ltx2_defaults,
+    .open = ltx2_open,
+    .generate_clip = ltx2_generate_clip,
+    .close = dit_components_state_close,
+    .latent = {32, 1, 1},
+};

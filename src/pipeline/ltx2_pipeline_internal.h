@@ -1,0 +1,45 @@
+/* The LTX-2 pipeline's stages (ltx2_pipeline.c: text and orchestration; ltx2_denoise.c: the
+ * sampler loop; ltx2_decode.c: the video and audio decoders). */
+#ifndef DIT_PIPELINE_LTX2_PIPELINE_INTERNAL_H
+#define DIT_PIPELINE_LTX2_PIPELINE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "pipeline/ltx2_pipeline.h"
+#include "pipeline/model_rt.h"
+
+/* The text conditioning, in the transformer's backend memory: nb = 2 under guidance
+ * ([negative, positive], LTX2Pipeline's order), else 1. */
+typedef struct dit_ltx2_cond {
+  int nb, S;
+  int video_dim, audio_dim;
+  void *video, *audio; /* [nb, S, video_dim], [nb, S, audio_dim] */
+  uint8_t *mask;       /* host [nb * S]: the connectors' attention mask */
+} dit_ltx2_cond;
+
+/* The latent geometry of one clip. */
+typedef struct dit_ltx2_geom {
+  int C, F, H, W;     /* video latents [C, F, H, W]: N = F*H*W tokens of C */
+  int Ca, L, M;       /* audio latents [Ca, L, M]: L tokens of Ca*M */
+  int frames, height, width; /* the clip */
+  float fps;
+} dit_ltx2_geom;
+
+static inline size_t dit_ltx2_video_n(const dit_ltx2_geom *g) { return (size_t)g->C * g->F * g->H * g->W; }
+static inline size_t dit_ltx2_audio_n(const dit_ltx2_geom *g) { return (size_t)g->Ca * g->L * g->M; }
+
+/* The denoising loop: video [N, C] and audio [L, Ca*M] packed latents (host), the initial
+ * noise in, the final latents out. */
+dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
+                            const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g, float *video,
+                            float *audio, dit_error *err);
+
+/* The decoders' slot object: the video VAE, the audio VAE and the vocoder. */
+extern const dit_component_kind dit_ltx2_decoders;
+
+/* Final packed latents to out: frames from the video VAE, sound from the audio VAE and the
+ * vocoder; o->video_out as dit_ltx2_opts says. */
+dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_ltx2_geom *g, const float *video,
+                           const float *audio, const dit_ltx2_opts *o, dit_clip *out, dit_error *err);
+
+#endif

@@ -1,0 +1,212 @@
+/* The whole LTX-2 pipeline against diffusers' LTX2Pipeline (fixtures models/ltx2-tiny and
+ * ltx23-tiny, made by gen/make_fixtures_ltx2.py with the call in reference.json: a 64x32 clip
+ * of 9 frames at 25 fps, 3 steps, CFG + STG at block 1 + modality isolation, seed 42): the
+ * prompt to the decoded video (model space, against vae_decode.0.out0), the 8-bit frames
+ * (against the pipeline's float frames, at most one level apart) and the sound (against the
+ * vocoder's output). The first fixture runs with every component released after its stage,
+ * the second with all kept. Then the public API: an image call on a video model and a frame
+ * count the VAE cannot make are refused, and a clip saved as a frames folder; the CLI's MP4
+ * output and refusals. With
+ * DIT_TEST_DEVICE=cuda the models run on the GPU (normalized MSE bounds). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/ctx.h"
+#include "fixture.h"
+#include "io/json.h"
+#include "pipeline/ltx2_pipeline.h"
+#include "testing.h"
+
+#define TOL 1e-4      /* relative error, float32 CPU against float32 torch */
+#define GPU_TOL 1e-3  /* normalized MSE on the GPU */
+
+static dit_backend *g_be;
+static bool g_gpu;
+
+static double error_of(const float *got, const float *ref, size_t n) {
+  long bad = 0;
+  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
+}
+
+/* The fixture's call as dit_gen_params and pipeline options. */
+static void call_params(const json_t *call, dit_gen_params *p, dit_ltx2_opts *o) {
+  dit_gen_params_default(p);
+  p->prompt = json_string_value(json_object_get(call, "prompt"));
+  p->width = dt_json_int(call, "width"), p->height = dt_json_int(call, "height");
+  p->frames = dt_json_int(call, "num_frames");
+  p->fps = json_number_value(json_object_get(call, "frame_rate"));
+  p->steps = dt_json_int(call, "num_inference_steps");
+  p->max_sequence_length = dt_json_int(call, "max_sequence_length");
+  p->guidance = 3.0, p->guidance_set = 1; /* LTX2Pipeline's default guidance_scale */
+  dit_ltx2_opts_default(o);
+  const json_t *sb = json_object_get(call, "spatio_temporal_guidance_blocks");
+  o->n_stg_blocks = 0;
+  for (size_t i = 0; i < json_array_size(sb) && i < DIT_LTX2_MAX_STG_BLOCKS; i++)
+    o->stg_blocks[o->n_stg_blocks++] = (int)json_integer_value(json_array_get(sb, i));
+}
+
+static void check_clip(const char *ref, const dit_clip *c, const float *video) {
+  const size_t T = (size_t)c->n_frames, npix = (size_t)c->width * c->height, nv = 3 * T * npix;
+  float *want = dt_load_f32_n(ref, "vae_decode.0.out0", nv), *frames = dt_load_f32_n(ref, "frames", nv);
+  if (want && video) {
+    const double e = error_of(video, want, nv);
+    CHECK_MSG(e <= (g_gpu ? GPU_TOL : TOL), "decoded video: %.3g", e);
+    printf("  decoded video [3, %zu, %d, %d] against vae_decode.0.out0: %.3g\n", T, c->height, c->width, e);
+  }
+  if (frames) { /* frames [T, H, W, 3] in [0, 1] */
+    int worst = 0;
+    for (size_t k = 0; k < nv; k++) {
+      const int d = abs((int)c->rgb[k] - (int)lrint(frames[k] * 255.0));
+      worst = d > worst ? d : worst;
+    }
+    CHECK_MSG(worst <= (g_gpu ? 3 : 1), "8-bit frames: %d levels from the pipeline's", worst);
+    printf("  8-bit frames: at most %d level(s) from the pipeline's float frames\n", worst);
+  }
+  const size_t ns = (size_t)c->channels * (size_t)c->n_samples;
+  float *snd = dt_load_f32_n(ref, "vocoder.0.out0", ns), *planar = malloc(ns * sizeof *planar);
+  if (snd && planar && c->samples) {
+    for (int ch = 0; ch < c->channels; ch++)
+      for (int64_t k = 0; k < c->n_samples; k++) planar[(size_t)ch * c->n_samples + k] = c->samples[k * c->channels + ch];
+    const double e = error_of(planar, snd, ns);
+    CHECK_MSG(e <= (g_gpu ? GPU_TOL : TOL), "sound: %.3g", e);
+    printf("  sound %d ch x %lld samples at %d Hz against the vocoder's: %.3g\n", c->channels,
+           (long long)c->n_samples, c->sample_rate, e);
+  }
+  free(want), free(frames), free(snd), free(planar);
+}
+
+static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
+  char dir[1024], ref[1200], sub[128];
+  snprintf(sub, sizeof sub, "models/%s", name);
+  dt_path(dir, sizeof dir, a->data, sub);
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  if (!rj) return;
+  dit_ctx *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_model_rt rt = {.ctx = ctx, .dev = g_be, .keep = keep};
+  dit_error e = {0};
+  const dit_backend_precision prec = {0};
+  CHECK_MSG(dit_model_dir_open(dir, &rt.dir, &e) == DIT_OK, "%s", e.msg);
+  if (g_gpu) CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 0, prec, &ctx->opts, &rt.host, &e) == DIT_OK);
+  else rt.host = g_be;
+  void *state = NULL;
+  dit_gen_params p;
+  dit_ltx2_opts o;
+  call_params(json_object_get(rj, "call"), &p, &o);
+  p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
+  float *video = NULL;
+  o.video_out = &video;
+  dit_clip clip = {0};
+  dit_gen_stats st;
+  if (rt.dir && rt.host) {
+    CHECK_MSG(dit_family_find("LTX2Pipeline")->open(&rt, &state, &e) == DIT_OK, "%s", e.msg);
+    if (state) {
+      CHECK_MSG(dit_ltx2_generate_with(&rt, state, &p, &o, &clip, &st, &e) == DIT_OK, "%s", e.msg);
+      printf("%s (%s): %d frames of %dx%d at %g fps in %.2f s\n", name, keep ? "components kept" : "released per stage",
+             clip.n_frames, clip.width, clip.height, clip.fps, st.total_seconds);
+      CHECK(clip.n_frames == p.frames && clip.width == p.width && clip.height == p.height && clip.channels == 2);
+      if (clip.rgb) check_clip(ref, &clip, video);
+      dit_family_find("LTX2Pipeline")->close(state);
+    }
+  }
+  dit_clip_free(&clip);
+  free(video);
+  if (rt.host && rt.host != g_be) dit_backend_free(rt.host);
+  dit_model_dir_close(rt.dir);
+  dit_ctx_free(ctx);
+  json_decref(rj);
+}
+
+static void test_ltx20(const dt_args *a) { run_fixture(a, "ltx2-tiny", 0); }
+static void test_ltx23(const dt_args *a) { run_fixture(a, "ltx23-tiny", DIT_KEEP_ALL); }
+
+/* The public API on a video model: refusals, then one clip (STG off: the tiny model is shallower
+ * than the pipeline's default block) written as a frames folder. */
+static void test_public_api(const dt_args *a) {
+  char dir[1024], out[1200];
+  dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny");
+  dit_ctx *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_model_opts mo;
+  dit_model_opts_default(&mo);
+  mo.device = g_gpu ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU;
+  dit_model *m = NULL;
+  CHECK_MSG(dit_model_load(ctx, dir, &mo, &m) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (m) {
+    dit_gen_defaults d;
+    dit_model_get_defaults(m, &d);
+    CHECK(d.frames == 121 && d.fps == 24.0 && d.frames_multiple == 4 && d.size_multiple == 16 && !strcmp(d.family, "ltx2"));
+    dit_gen_params p;
+    dit_gen_params_default(&p);
+    p.prompt = "a fox";
+    p.width = 64, p.height = 32, p.frames = 9, p.steps = 2, p.max_sequence_length = 16;
+    dit_image img = {0};
+    CHECK(dit_model_generate(m, &p, &img, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "videos"));
+    dit_clip c = {0};
+    p.frames = 10;
+    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG &&
+          strstr(dit_ctx_last_error(ctx), "1 + a multiple of 4"));
+    p.frames = 5;
+    CHECK_MSG(dit_model_generate_clip(m, &p, &c, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    CHECK(c.n_frames == 5 && c.width == 64 && c.height == 32 && c.fps == 24.0 && c.channels == 2 && c.n_samples > 0);
+    dt_path(out, sizeof out, a->tmp, "clip_frames");
+    CHECK_MSG(dit_clip_save(ctx, &c, out, 0) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    char f[1400];
+    struct stat sb;
+    snprintf(f, sizeof f, "%s/frame_00005.png", out);
+    CHECK(stat(f, &sb) == 0);
+    snprintf(f, sizeof f, "%s/audio.wav", out);
+    CHECK(stat(f, &sb) == 0 && sb.st_size > 44);
+    CHECK(dit_clip_save(ctx, &c, out, 0) != DIT_OK); /* an existing folder is never replaced */
+    printf("public API: image call and 10 frames refused; 5 frames + %lld samples of sound written as %s\n",
+           (long long)c.n_samples, out);
+    dit_clip_free(&c);
+    dit_model_free(m);
+  }
+  dit_ctx_free(ctx);
+}
+
+/* `ditrun generate` on a video model: an MP4 (when built with FFmpeg's libraries; its ftyp
+ * box, and no encoder banner on stderr), and the refusals (an image output, a frame count the
+ * VAE cannot make, --frames on an image model). */
+static void test_cli(const dt_args *a) {
+  char dir[1024], img_model[1024], out[1200], log[1200], cmd[4096], msg[4096];
+  dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny");
+  dt_path(img_model, sizeof img_model, a->src, "models/shapes-128");
+  dt_path(out, sizeof out, a->tmp, "cli_clip.mp4");
+  dt_path(log, sizeof log, a->tmp, "cli.log");
+  const char *common = "-p 'a fox' -W 64 -H 32 --steps 2 --max-seq-len 16 --quiet";
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 9 -o '%s'", a->bin, dir, common, out);
+  int rc = dt_run_output(cmd, log, msg, sizeof msg);
+#ifdef DIT_HAVE_FFMPEG
+  size_t n = 0;
+  unsigned char *mp4 = dt_read_bytes(out, &n);
+  CHECK_MSG(rc == 0 && mp4 && n > 8 && !memcmp(mp4 + 4, "ftyp", 4), "MP4 output: rc %d: %s", rc, msg);
+  CHECK_MSG(!strstr(msg, "x264") && !strstr(msg, "libx264"), "FFmpeg's banner reached stderr: %s", msg);
+  printf("CLI: 9 frames with sound as %s (%zu bytes)\n", out, n);
+  free(mp4);
+#else
+  CHECK_MSG(rc == 2 && strstr(msg, "FFmpeg"), "MP4 without FFmpeg: rc %d: %s", rc, msg);
+#endif
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 9 -o '%s/x.png'", a->bin, dir, common, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "makes videos"), "PNG output of a video model: rc %d: %s", rc, msg);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 10 -o '%s/y.mp4'", a->bin, dir, common, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "1 + a multiple of 4"), "--frames 10: rc %d: %s", rc, msg);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x --frames 9 -o '%s/z.png'", a->bin, img_model, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "makes images"), "--frames on an image model: rc %d: %s", rc, msg);
+}
+
+int main(int argc, char **argv) {
+  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_public_api, test_cli};
+  return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
+}

@@ -7,8 +7,11 @@
  * cut or padded alike; two synthetic checkpoints (random weights written to --tmp: four levels
  * of three resnets whose frames are cropped, two levels of one whose frames are zero-padded)
  * against a direct-loop decoder written from diffusers' modules; inputs the decoder refuses
- * and configs it cannot run. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized MSE
- * 1e-4: its convolutions round their inputs to bf16). */
+ * and configs it cannot run. With DIT_TEST_DEVICE=cuda the same on the GPU, in normalized MSE:
+ * its convolutions round their inputs to bf16, and this decoder is more sensitive to that than
+ * the video VAE (the CPU's bf16 path, measured: max relative error 2.8e-2 here against 7.4e-3
+ * there), so the fixtures' bound is 5e-4 (measured on an H100: 1.15e-4 and 7.8e-5; the video
+ * VAE's 1.5e-5 and 2.5e-5 under its 1e-4); the direct-loop checks keep 1e-4. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,26 +24,10 @@
 #include "testing.h"
 
 #define TOL 1e-4
+#define REF_TOL (g_gpu ? 5e-4 : TOL) /* against diffusers' float32 (see above) */
 
 static dit_backend *g_be;
 static bool g_gpu;
-
-/* n floats of backend memory p, on the host (malloc'd), or NULL. */
-static float *to_host(const void *p, size_t n) {
-  float *h = malloc(n * sizeof *h);
-  dit_error e = {0};
-  if (h && (g_be->ops->download(g_be, h, p, n * sizeof *h, &e) != DIT_OK || g_be->ops->sync(g_be, &e) != DIT_OK)) {
-    free(h);
-    return NULL;
-  }
-  return h;
-}
-
-/* The error measure of this run: relative error on the CPU, normalized MSE on the GPU. */
-static double error_of(const float *got, const float *ref, size_t n) {
-  long bad = 0;
-  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
-}
 
 static dit_tensor dev4(void *p, int64_t a, int64_t b, int64_t c, int64_t d) {
   dit_tensor t = dit_tensor_make(DIT_F32, p, 4, (int64_t[]){a, b, c, d});
@@ -94,7 +81,7 @@ static float *decode_host(dit_vae_ltx2_audio *m, const float *z, const int64_t *
     dit_tensor tz = dev4(dz, zs[0], zs[1], zs[2], zs[3]), ty = dev4(dy, ys[0], ys[1], ys[2], ys[3]);
     const dit_status s = dit_vae_ltx2_audio_decode(m, &tz, &ty, &e);
     CHECK_MSG(s == DIT_OK, "%s: %s", label, e.msg);
-    if (s == DIT_OK) got = to_host(dy, numel4(ys));
+    if (s == DIT_OK) got = dt_to_host(g_be, dy, numel4(ys));
   }
   free_dev(dz), free_dev(dy);
   return got;
@@ -134,7 +121,7 @@ static void check_denormalize(dit_vae_ltx2_audio *m, const ref *r) {
   dit_tensor t = dev4(d, 1, C, L, M);
   dit_error e = {0};
   CHECK_MSG(d && dit_vae_ltx2_audio_denormalize(m, &t, &e) == DIT_OK, "denormalize: %s", e.msg);
-  float *got = d ? to_host(d, (size_t)n) : NULL;
+  float *got = d ? dt_to_host(g_be, d, (size_t)n) : NULL;
   if (got) {
     const double er = dt_rel_err(got, r->z, (size_t)n);
     CHECK_MSG(er <= 1e-6, "denormalize: %.3g", er);
@@ -181,7 +168,7 @@ static void check_refusals(dit_vae_ltx2_audio *m, const ref *r) {
   bad.data = NULL;
   CHECK(dit_vae_ltx2_audio_decode(m, &bad, &y, &e) == DIT_ERR_INVALID_ARG);
   /* the reference output buffer is untouched by the refused calls */
-  float *after = dy ? to_host(dy, numel4(ys)) : NULL;
+  float *after = dy ? dt_to_host(g_be, dy, numel4(ys)) : NULL;
   CHECK(after && !memcmp(after, r->y, numel4(ys) * sizeof(float)));
   free(after);
   free_dev(dz), free_dev(dy);
@@ -217,8 +204,8 @@ static void check_fixture(const dt_args *a, const char *name) {
   for (int rep = 0; rep < 2; rep++) { /* the second decode reuses the activation buffers */
     float *got = decode_host(m, r.z, r.zs, r.ys, name);
     if (got) {
-      const double er = error_of(got, r.y, numel4(r.ys));
-      CHECK_MSG(er <= TOL, "%s decode %d: %.3g", name, rep, er);
+      const double er = dt_error_of(g_gpu, got, r.y, numel4(r.ys));
+      CHECK_MSG(er <= REF_TOL, "%s decode %d: %.3g", name, rep, er);
       printf("  decode %d: %.3g\n", rep, er);
     }
     free(got);
@@ -230,8 +217,8 @@ static void check_fixture(const dt_args *a, const char *name) {
   int64_t zs2[4] = {2, r.zs[1], r.zs[2], r.zs[3]}, ys2[4] = {2, r.ys[1], r.ys[2], r.ys[3]};
   float *both = decode_host(m, z2, zs2, ys2, "batch of two"), *neg = decode_host(m, z2 + nz, r.zs, r.ys, "negated");
   if (both && neg) {
-    const double e0 = error_of(both, r.y, ny), e1 = dt_rel_err(both + ny, neg, ny);
-    CHECK_MSG(e0 <= TOL && e1 <= 1e-6, "batch: %.3g %.3g", e0, e1);
+    const double e0 = dt_error_of(g_gpu, both, r.y, ny), e1 = dt_rel_err(both + ny, neg, ny);
+    CHECK_MSG(e0 <= REF_TOL && e1 <= 1e-6, "batch: %.3g %.3g", e0, e1);
     CHECK(dt_rel_err(neg, r.y, ny) > 1e-2); /* the second item is not the first again */
     printf("  batch of two: item 0 %.3g against the reference, item 1 %.3g against its own decode\n", e0, e1);
   }
@@ -299,11 +286,11 @@ static void test_mel_bins(const dt_args *a) {
       for (int64_t j = 0; j < Mo && j < W; j++) want[i * Mo + j] = r.y[i * W + j];
     float *got = decode_host(m, r.z, r.zs, ys, cases[k].value);
     if (got) {
-      const double er = error_of(got, want, numel4(ys));
+      const double er = dt_error_of(g_gpu, got, want, numel4(ys));
       bool zeros = true;
       for (int64_t i = 0; i < ys[0] * ys[1] * T; i++)
         for (int64_t j = W; j < Mo; j++) zeros = zeros && got[i * Mo + j] == 0.0f;
-      CHECK_MSG(er <= TOL && zeros, "mel_bins %s: %.3g", cases[k].value, er);
+      CHECK_MSG(er <= REF_TOL && zeros, "mel_bins %s: %.3g", cases[k].value, er);
       printf("mel_bins %s: mel [%lld,%lld,%d,%d], %.3g against the reference %s\n", cases[k].value,
              (long long)ys[0], (long long)ys[1], T, Mo, er, Mo < W ? "cropped" : Mo > W ? "zero-padded" : "");
     }
@@ -503,7 +490,7 @@ static void check_synth(const dt_args *a, const synth *s) {
     float *want = h_decode(h, z, s->lat, L, s->M, s->nl, s->nrb, T, Mo), *got = decode_host(m, z, zs, ys, s->name);
     if (got) {
       const int H = ((L - 1) << (s->nl - 1)) + 1, W = s->M << (s->nl - 1);
-      const double er = error_of(got, want, numel4(ys));
+      const double er = dt_error_of(g_gpu, got, want, numel4(ys));
       CHECK_MSG(er <= TOL, "%s L %d: %.3g", s->name, L, er);
       printf("%s (%d levels of %d resnets): latents [1,%d,%d,%d] decode [1,%d,%d,%d] %s to [1,%d,%d,%d]: "
              "%.3g against direct loops\n", s->name, s->nl, s->nrb + 1, s->lat, L, s->M, s->out, H, W,

@@ -26,11 +26,6 @@
 static dit_backend *g_be;
 static bool g_gpu;
 
-static double error_of(const float *got, const float *ref, size_t n) {
-  long bad = 0;
-  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
-}
-
 /* The fixture's call as dit_gen_params and pipeline options. */
 static void call_params(const json_t *call, dit_gen_params *p, dit_ltx2_opts *o) {
   dit_gen_params_default(p);
@@ -52,7 +47,7 @@ static void check_clip(const char *ref, const dit_clip *c, const float *video) {
   const size_t T = (size_t)c->n_frames, npix = (size_t)c->width * c->height, nv = 3 * T * npix;
   float *want = dt_load_f32_n(ref, "vae_decode.0.out0", nv), *frames = dt_load_f32_n(ref, "frames", nv);
   if (want && video) {
-    const double e = error_of(video, want, nv);
+    const double e = dt_error_of(g_gpu, video, want, nv);
     CHECK_MSG(e <= (g_gpu ? GPU_TOL : TOL), "decoded video: %.3g", e);
     printf("  decoded video [3, %zu, %d, %d] against vae_decode.0.out0: %.3g\n", T, c->height, c->width, e);
   }
@@ -70,7 +65,7 @@ static void check_clip(const char *ref, const dit_clip *c, const float *video) {
   if (snd && planar && c->samples) {
     for (int ch = 0; ch < c->channels; ch++)
       for (int64_t k = 0; k < c->n_samples; k++) planar[(size_t)ch * c->n_samples + k] = c->samples[k * c->channels + ch];
-    const double e = error_of(planar, snd, ns);
+    const double e = dt_error_of(g_gpu, planar, snd, ns);
     CHECK_MSG(e <= (g_gpu ? GPU_TOL : TOL), "sound: %.3g", e);
     printf("  sound %d ch x %lld samples at %d Hz against the vocoder's: %.3g\n", c->channels,
            (long long)c->n_samples, c->sample_rate, e);

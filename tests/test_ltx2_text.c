@@ -31,17 +31,6 @@ static double err_of(const float *got, const float *want, size_t n) {
   return g_gpu ? dt_nmse(got, want, n, &bad) + (double)bad : dt_rel_err(got, want, n);
 }
 
-/* n floats of backend memory as a malloc'd host copy (NULL after a failed check). */
-static float *to_host(const void *dev, size_t n) {
-  float *h = malloc(n * sizeof *h);
-  dit_error e = {0};
-  dit_status s = h ? g_be->ops->download(g_be, h, dev, n * sizeof *h, &e) : DIT_ERR_NOMEM;
-  if (s == DIT_OK) s = g_be->ops->sync(g_be, &e);
-  CHECK_MSG(s == DIT_OK, "download: %s", e.msg);
-  if (s != DIT_OK) free(h), h = NULL;
-  return h;
-}
-
 static void *dev_alloc(size_t n) {
   void *p = NULL;
   dit_error e = {0};
@@ -155,7 +144,7 @@ static void test_gemma3(const dt_args *a) {
     for (int i = 0; m8 && mask && i < S; i++) m8[i] = (uint8_t)mask[i];
     if (dout && m8 && mask && hs) {
       CHECK_MSG(dit_gemma3_encode_all(m, 1, S, ids, m8, dout, &e) == DIT_OK, "%s", e.msg);
-      out = to_host(dout, (size_t)S * w);
+      out = dt_to_host(g_be, dout, (size_t)S * w);
       double rel = out ? masked_err(out, hs, mask, S, w) : 1.0;
       CHECK_MSG(rel <= TOL, "call %d: hidden states error %.3g", call, rel);
       printf("gemma3 %s prompt: every hidden state of the real tokens, %s %.3g\n", call ? "negative" : "positive",
@@ -204,8 +193,8 @@ static void check_connectors(const dt_args *a, const char *fixture) {
     for (int i = 0; m8 && i < B * S; i++) m8[i] = (uint8_t)mask[i];
     if (din && dv && da && m8 && om) {
       CHECK_MSG(dit_ltx2_connectors_forward(m, B, S, din, m8, dv, da, om, &e) == DIT_OK, "%s", e.msg);
-      v = to_host(dv, nv);
-      au = to_host(da, na);
+      v = dt_to_host(g_be, dv, nv);
+      au = dt_to_host(g_be, da, na);
     }
     if (v && au) {
       double ev = err_of(v, rv, nv), ea = err_of(au, ra, na);

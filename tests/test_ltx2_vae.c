@@ -21,23 +21,6 @@
 static dit_backend *g_be;
 static bool g_gpu;
 
-/* n floats of backend memory p, on the host (malloc'd), or NULL. */
-static float *to_host(const void *p, size_t n) {
-  float *h = malloc(n * sizeof *h);
-  dit_error e = {0};
-  if (h && (g_be->ops->download(g_be, h, p, n * sizeof *h, &e) != DIT_OK || g_be->ops->sync(g_be, &e) != DIT_OK)) {
-    free(h);
-    return NULL;
-  }
-  return h;
-}
-
-/* The error measure of this run: relative error on the CPU, normalized MSE on the GPU. */
-static double error_of(const float *got, const float *ref, size_t n) {
-  long bad = 0;
-  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
-}
-
 static dit_tensor dev5(void *p, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
   dit_tensor t = dit_tensor_make(DIT_F32, p, 5, (int64_t[]){a, b, c, d, e});
   t.device = dit_backend_device(g_be);
@@ -79,9 +62,9 @@ static void test_conv3d_op(const dt_args *a) {
   tb.device = tx.device;
   dit_error e = {0};
   CHECK_MSG(dit_op_conv3d(g_be, &ty, &tx, &tw, &tb, PT, PH, PW, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dy, ny);
+  float *got = dt_to_host(g_be, dy, ny);
   if (got) {
-    const double er = error_of(got, ref, ny);
+    const double er = dt_error_of(g_gpu, got, ref, ny);
     CHECK_MSG(er <= (g_gpu ? TOL : 1e-6), "conv3d: %.3g", er);
     printf("conv3d [%d,%d,%d,%d,%d] k %dx%dx%d pad (%d,%d,%d) against a direct loop: %.3g\n", B, CI, T, H, W, KT, K, K,
            PT, PH, PW, er);
@@ -117,7 +100,7 @@ static void test_pixel_norm_op(const dt_args *a) {
   t.device = dit_backend_device(g_be);
   dit_error e = {0};
   CHECK_MSG(dit_op_pixel_norm(g_be, &t, &t, 1e-8f, true, &e) == DIT_OK, "%s", e.msg);
-  float *got = dx ? to_host(dx, B * C * N) : NULL;
+  float *got = dx ? dt_to_host(g_be, dx, B * C * N) : NULL;
   if (got) {
     const double er = dt_rel_err(got, ref, B * C * N);
     CHECK_MSG(er <= 1e-5, "pixel_norm: %.3g", er);
@@ -145,7 +128,7 @@ static void check_denormalize(dit_vae_ltx2 *m, const char *ref, const float *z, 
   dit_tensor t = dev5(d, 1, C, zs[2], zs[3], zs[4]);
   dit_error e = {0};
   CHECK_MSG(d && dit_vae_ltx2_denormalize(m, &t, &e) == DIT_OK, "denormalize: %s", e.msg);
-  float *got = d ? to_host(d, (size_t)(C * n)) : NULL;
+  float *got = d ? dt_to_host(g_be, d, (size_t)(C * n)) : NULL;
   if (got) {
     const double er = dt_rel_err(got, z, (size_t)(C * n));
     CHECK_MSG(er <= 1e-6, "denormalize: %.3g", er);
@@ -217,9 +200,9 @@ static void check_dir(const char *dir, const char *name, const expect *ex) {
     dit_tensor tz = dev5(dz, zs[0], zs[1], zs[2], zs[3], zs[4]), ty = dev5(dy, ys[0], ys[1], ys[2], ys[3], ys[4]);
     for (int rep = 0; rep < 2; rep++) { /* the second decode reuses the activation buffers */
       CHECK_MSG(dit_vae_ltx2_decode(m, &tz, &ty, &e) == DIT_OK, "%s: %s", name, e.msg);
-      float *got = to_host(dy, ny);
+      float *got = dt_to_host(g_be, dy, ny);
       if (got) {
-        const double er = error_of(got, y, ny);
+        const double er = dt_error_of(g_gpu, got, y, ny);
         CHECK_MSG(er <= TOL, "%s decode %d: %.3g", name, rep, er);
         printf("  decode %d: %.3g\n", rep, er);
       }

@@ -26,23 +26,6 @@
 static dit_backend *g_be;
 static bool g_gpu;
 
-/* n floats of backend memory p, on the host (malloc'd), or NULL. */
-static float *to_host(const void *p, size_t n) {
-  float *h = malloc(n * sizeof *h);
-  dit_error e = {0};
-  if (h && (g_be->ops->download(g_be, h, p, n * sizeof *h, &e) != DIT_OK || g_be->ops->sync(g_be, &e) != DIT_OK)) {
-    free(h);
-    return NULL;
-  }
-  return h;
-}
-
-/* The error measure of this run: relative error on the CPU, normalized MSE on the GPU. */
-static double error_of(const float *got, const float *ref, size_t n) {
-  long bad = 0;
-  return g_gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
-}
-
 static dit_tensor dev(void *p, int nd, const int64_t *shape) {
   dit_tensor t = dit_tensor_make(DIT_F32, p, nd, shape);
   t.device = dit_backend_device(g_be);
@@ -87,7 +70,7 @@ static void test_unary_op(const dt_args *a) {
     if (inplace) g_be->ops->upload(g_be, dy, x, sizeof x, &e);
     CHECK_MSG(dit_op_unary(g_be, &ty, inplace ? &ty : &tx, cases[c].fn, cases[c].a, cases[c].b, &e) == DIT_OK, "%s",
               e.msg);
-    float *got = to_host(dy, N);
+    float *got = dt_to_host(g_be, dy, N);
     if (got) {
       const double er = dt_rel_err(got, ref, N);
       CHECK_MSG(er <= 1e-6, "%s: %.3g", cases[c].name, er);
@@ -121,7 +104,7 @@ static void test_snake_op(const dt_args *a) {
   dit_tensor tx = DEV(dx, 1, R, C), ty = DEV(dy, 1, R, C), ta = DEV(da, C), tb = DEV(db, C);
   dit_error e = {0};
   CHECK_MSG(dit_op_snake(g_be, &ty, &tx, &ta, &tb, 1e-9f, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dy, R * C);
+  float *got = dt_to_host(g_be, dy, R * C);
   if (got) {
     const double er = dt_rel_err(got, ref, R * C);
     CHECK_MSG(er <= 1e-6, "snake: %.3g", er);
@@ -129,7 +112,7 @@ static void test_snake_op(const dt_args *a) {
   }
   free(got);
   CHECK_MSG(dit_op_snake(g_be, &tx, &tx, &ta, &tb, 1e-9f, &e) == DIT_OK, "%s", e.msg); /* in place */
-  got = to_host(dx, R * C);
+  got = dt_to_host(g_be, dx, R * C);
   if (got) CHECK(dt_rel_err(got, ref, R * C) <= 1e-6);
   free(got);
   dit_tensor short_a = DEV(da, C - 1);
@@ -187,7 +170,7 @@ static void resample_case(bool up, int r, int K, int B, int Ti, int C, const cha
   const int off = up ? K - 1 + pad * r - pl_up : pl_dn;
   CHECK_MSG(dit_op_resample1d(g_be, &ty, &tx, &tf, up ? r : 1, up ? 1 : r, off, up ? (float)r : 1.0f, &e) == DIT_OK,
             "%s", e.msg);
-  float *got = to_host(dy, (size_t)(B * To * C));
+  float *got = dt_to_host(g_be, dy, (size_t)(B * To * C));
   if (got) {
     const double er = dt_rel_err(got, ref, (size_t)(B * To * C));
     CHECK_MSG(er <= 1e-6, "resample1d %s: %.3g", name, er);
@@ -221,7 +204,7 @@ static void test_complex_abs_op(const dt_args *a) {
   dit_tensor tx = DEV(dx, 3, 3, 2 * F), ty = DEV(dy, 3, 3, F);
   dit_error e = {0};
   CHECK_MSG(dit_op_complex_abs(g_be, &ty, &tx, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dy, R * F);
+  float *got = dt_to_host(g_be, dy, R * F);
   if (got) {
     const double er = dt_rel_err(got, ref, R * F);
     CHECK_MSG(er <= 1e-6, "complex_abs: %.3g", er);
@@ -299,9 +282,9 @@ static void check_fixture(const dt_args *a, const char *name, const expect *ex) 
     dit_tensor tx = DEV(dx, xs[0], xs[1], xs[2], xs[3]), ty = DEV(dy, ys[0], ys[1], ys[2]);
     for (int rep = 0; rep < 2; rep++) { /* the second run reuses the activation buffers */
       CHECK_MSG(dit_vocoder_ltx2_run(m, &tx, &ty, &e) == DIT_OK, "%s: %s", name, e.msg);
-      float *got = to_host(dy, ny);
+      float *got = dt_to_host(g_be, dy, ny);
       if (got) {
-        const double er = error_of(got, y, ny);
+        const double er = dt_error_of(g_gpu, got, y, ny);
         double mx = 0;
         for (size_t i = 0; i < ny; i++) mx = fabs(got[i] - y[i]) > mx ? fabs(got[i] - y[i]) : mx;
         CHECK_MSG(er <= TOL, "%s run %d: %.3g", name, rep, er);
@@ -436,9 +419,9 @@ static void test_mel_stft(const dt_args *a) {
   void *dw = dt_to_device(g_be, w, B * CH * N), *dm = dt_to_device(g_be, ref, B * CH * FR * M);
   dit_tensor tw = DEV(dw, B, CH, N), tm = DEV(dm, B, CH, FR, M);
   CHECK_MSG(dit_vocoder_ltx2_log_mel(m, &tw, &tm, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dm, B * CH * FR * M);
+  float *got = dt_to_host(g_be, dm, B * CH * FR * M);
   if (got) {
-    const double er = error_of(got, ref, B * CH * FR * M);
+    const double er = dt_error_of(g_gpu, got, ref, B * CH * FR * M);
     CHECK_MSG(er <= (g_gpu ? TOL : 1e-5), "log-mel: %.3g", er);
     printf("log-mel of [%d, %d, %d] (random bases, the last bin under the 1e-5 floor) -> [%d, %d, %d, %d] against a "
            "direct loop: %.3g\n", B, CH, N, B, CH, FR, M, er);
@@ -454,7 +437,7 @@ static void test_mel_stft(const dt_args *a) {
   CHECK(g_be->ops->alloc(g_be, CH * S * sizeof(float), &dy, &e) == DIT_OK);
   dit_tensor tx = DEV(dx, 1, CH, T, M), ty = DEV(dy, 1, CH, S);
   CHECK_MSG(dit_vocoder_ltx2_run(m, &tx, &ty, &e) == DIT_OK, "%s", e.msg);
-  float *y = to_host(dy, CH * S);
+  float *y = dt_to_host(g_be, dy, CH * S);
   int bad_n = 0;
   for (int i = 0; y && i < CH * S; i++) bad_n += !(y[i] >= -1.0f && y[i] <= 1.0f);
   CHECK(y && bad_n == 0);
@@ -545,9 +528,9 @@ static void test_parallel_resblocks(const dt_args *a) {
   void *dx = dt_to_device(g_be, x, nx), *dy = dt_to_device(g_be, y, ny);
   dit_tensor tx = DEV(dx, xs[0], xs[1], xs[2], xs[3]), ty = DEV(dy, ys[0], ys[1], ys[2]);
   CHECK_MSG(dit_vocoder_ltx2_run(m, &tx, &ty, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dy, ny);
+  float *got = dt_to_host(g_be, dy, ny);
   if (got) {
-    const double er = error_of(got, y, ny);
+    const double er = dt_error_of(g_gpu, got, y, ny);
     CHECK_MSG(er <= TOL, "3 parallel resblocks: %.3g", er);
     printf("ltx2-tiny with each level's resblock three times (the mean of three copies) against the reference: "
            "%.3g\n", er);
@@ -576,8 +559,8 @@ static void test_computed_filters(const dt_args *a) {
   CHECK_MSG(dit_vocoder_ltx2_load(g_be, vdir, &ms, &e) == DIT_OK, "%s", e.msg);
   if (m && ms) { /* each computed filter within bf16 rounding of the stored one */
     const voc_act *ac = &m->gen[1].act_out, *as = &ms->gen[1].act_out;
-    float *fc = to_host(ac->fu.data, (size_t)ac->K), *fs = to_host(as->fu.data, (size_t)as->K);
-    float *dc = to_host(ac->fd.data, (size_t)ac->K), *ds = to_host(as->fd.data, (size_t)as->K);
+    float *fc = dt_to_host(g_be, ac->fu.data, (size_t)ac->K), *fs = dt_to_host(g_be, as->fu.data, (size_t)as->K);
+    float *dc = dt_to_host(g_be, ac->fd.data, (size_t)ac->K), *ds = dt_to_host(g_be, as->fd.data, (size_t)as->K);
     int off = 0;
     for (int k = 0; fc && fs && dc && ds && k < ac->K; k++)
       off += fabsf(fc[k] - fs[k]) > fabsf(fc[k]) / 256 || fabsf(dc[k] - ds[k]) > fabsf(dc[k]) / 256;
@@ -599,9 +582,9 @@ static void test_computed_filters(const dt_args *a) {
   void *dx = dt_to_device(g_be, x, nx), *dy = dt_to_device(g_be, y, ny);
   dit_tensor tx = DEV(dx, xs[0], xs[1], xs[2], xs[3]), ty = DEV(dy, ys[0], ys[1], ys[2]);
   CHECK_MSG(dit_vocoder_ltx2_run(m, &tx, &ty, &e) == DIT_OK, "%s", e.msg);
-  float *got = to_host(dy, ny);
+  float *got = dt_to_host(g_be, dy, ny);
   if (got) {
-    const double er = error_of(got, y, ny); /* the GPU's bf16 GEMMs add their own error */
+    const double er = dt_error_of(g_gpu, got, y, ny); /* the GPU's bf16 GEMMs add their own error */
     CHECK_MSG(g_gpu ? er <= 1e-3 : er <= 2e-2 && er > 1e-6, "computed filters: %.3g", er);
     printf("ltx23-tiny with Kaiser filters computed at load (the fixture's are their bf16 roundings): %.3g\n", er);
   }

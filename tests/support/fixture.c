@@ -322,6 +322,21 @@ void *dt_to_device(dit_backend *be, const float *h, size_t n) {
   return p;
 }
 
+float *dt_to_host(dit_backend *be, const void *p, size_t n) {
+  float *h = malloc(n * sizeof *h);
+  dit_error e = {0};
+  dit_status s = h ? be->ops->download(be, h, p, n * sizeof *h, &e) : DIT_ERR_NOMEM;
+  if (s == DIT_OK) s = be->ops->sync(be, &e);
+  CHECK_MSG(s == DIT_OK, "download: %s", s == DIT_ERR_NOMEM ? "out of memory" : e.msg);
+  if (s != DIT_OK) free(h), h = NULL;
+  return h;
+}
+
+double dt_error_of(bool gpu, const float *got, const float *ref, size_t n) {
+  long bad = 0;
+  return gpu ? dt_nmse(got, ref, n, &bad) + (bad ? 1.0 : 0.0) : dt_rel_err(got, ref, n);
+}
+
 dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err) {
   const char *dev = getenv("DIT_TEST_DEVICE");
   *gpu = dev && !strcmp(dev, "cuda");

@@ -132,6 +132,12 @@ int dt_vae_write_ldm(const char *src, const char *dst, int n_levels, bool linear
 void dt_check_image(const char *ref_file, const char *name, const dit_image *img, const char *label);
 /* A device copy of n host floats on be; NULL on failure. */
 void *dt_to_device(dit_backend *be, const float *h, size_t n);
+/* n floats of be's memory p as a malloc'd host copy (after a sync), or NULL (a failed check
+ * naming the download's error). */
+float *dt_to_host(dit_backend *be, const void *p, size_t n);
+/* The error measure of a run on the fixture backend: relative error on the CPU, normalized MSE
+ * on a GPU (1 more when an element is not finite). */
+double dt_error_of(bool gpu, const float *got, const float *ref, size_t n);
 /* The backend a component test runs on: the CUDA one when DIT_TEST_DEVICE=cuda (*gpu set),
  * else the CPU one (2 threads). A CUDA request without CUDA support fails with a message. */
 dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err);

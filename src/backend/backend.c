@@ -384,3 +384,21 @@ bool dit_backend_supports_op(const dit_backend *be, int op) {
 #undef SUPPORTS
   return false;
 }
+
+dit_status dit_backend_fit_slots(dit_backend *be, const size_t *need, int n, void **act, size_t *act_bytes,
+                                 char **slot, dit_error *err) {
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += (need[i] + 255) & ~(size_t)255;
+  if (total > *act_bytes) {
+    if (*act) be->ops->free(be, *act);
+    *act = NULL, *act_bytes = 0;
+    DIT_TRY(be->ops->alloc(be, total, act, err));
+    *act_bytes = total;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    slot[i] = (char *)*act + off;
+    off += (need[i] + 255) & ~(size_t)255;
+  }
+  return DIT_OK;
+}

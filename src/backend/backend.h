@@ -166,6 +166,11 @@ struct dit_wtable;
 
 /* True when the backend's memory is host memory (the CPU backend, or a profiler over it). */
 bool dit_backend_is_host(const dit_backend *be);
+/* A model's activation buffer for n slots of need[i] bytes (each 256-byte aligned): *act of
+ * *act_bytes is replaced by a larger one when they do not fit (kept for the next call
+ * otherwise); slot[i] points into it. */
+dit_status dit_backend_fit_slots(dit_backend *be, const size_t *need, int n, void **act, size_t *act_bytes,
+                                 char **slot, dit_error *err);
 /* The device tag tensors in this backend's memory carry. */
 dit_device dit_backend_device(const dit_backend *be);
 /* Copies every bound tensor of t (dst->data set, host memory) into one new backend

@@ -155,3 +155,10 @@ bool dit_tensor_has_shape(const dit_tensor *t, int ndim, const int64_t *shape) {
 
 bool dit_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
 bool dit_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_add_overflow(a, b, out); }
+
+bool dit_tensor_bytes_overlap(const dit_tensor *a, const dit_tensor *b) {
+  const char *pa = a->data, *pb = b->data;
+  const size_t na = (size_t)dit_tensor_numel(a) * dit_dtype_size(a->dtype);
+  const size_t nb = (size_t)dit_tensor_numel(b) * dit_dtype_size(b->dtype);
+  return na && nb && pa < pb + nb && pb < pa + na;
+}

@@ -51,6 +51,8 @@ int64_t dit_tensor_numel(const dit_tensor *t);
  * the block). */
 size_t dit_tensor_nbytes(const dit_tensor *t);
 bool dit_tensor_is_contiguous(const dit_tensor *t);
+/* True when the element ranges of contiguous a and b share a byte. */
+bool dit_tensor_bytes_overlap(const dit_tensor *a, const dit_tensor *b);
 /* A tensor seen as P blocks of M rows of its last dim C: row (p, m) starts at element
  * p * ps + m * rs; the last dim has unit stride. Strided views (column slices of a wider
  * buffer, row ranges of a longer sequence per batch item) have this form. */

@@ -91,6 +91,24 @@ dit_status dit_model_weights_random(dit_backend *be, dit_model_weights *w, const
   return s;
 }
 
+dit_status dit_wtable_load_dir(dit_backend *be, const char *dir, dit_wtable *t, const char *const *ignore,
+                               dit_status (*after)(void *model, dit_error *err), void *model, dit_weights **files,
+                               void **wblock, dit_error *err) {
+  DIT_TRY(dit_weights_open(dir, NULL, files, err));
+  dit_status s = dit_wtable_bind(t, *files, "", ignore, err);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "%s", dir);
+    return s;
+  }
+  DIT_TRY(dit_wtable_check_float(t, err));
+  if (after) DIT_TRY(after(model, err));
+  if (dit_backend_is_host(be)) return DIT_OK;
+  DIT_TRY(dit_backend_upload_wtable(be, t, wblock, err));
+  dit_weights_close(*files);
+  *files = NULL;
+  return DIT_OK;
+}
+
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w) {
   if (w->wblock) be->ops->free(be, w->wblock);
   if (w->files) dit_weights_close(w->files);

@@ -59,6 +59,15 @@ dit_status dit_wtable_check_float(const dit_wtable *t, dit_error *err);
  * embedding ops read those). */
 dit_status dit_wtable_check_weights(const dit_wtable *t, bool any_elements, bool blocks, dit_error *err);
 
+/* The loading steps of a decoder (VAE) without dit_model_weights: opens the checkpoint in dir
+ * and binds t (stored tensors under a prefix of ignore, NULL-ended, are left out; problems
+ * named after dir), refusing tensors that are not F32, BF16 or F16; then after(model) while
+ * the files are mapped (host values readable; NULL: nothing), and on a device backend copies
+ * the tensors into one block *wblock and closes the files (*files NULL). */
+dit_status dit_wtable_load_dir(dit_backend *be, const char *dir, dit_wtable *t, const char *const *ignore,
+                               dit_status (*after)(void *model, dit_error *err), void *model, dit_weights **files,
+                               void **wblock, dit_error *err);
+
 void dit_model_weights_release(dit_backend *be, dit_model_weights *w);
 
 #endif

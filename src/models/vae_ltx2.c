@@ -268,21 +268,11 @@ static dit_status read_stats(dit_vae_ltx2 *m, dit_error *err) {
   return s;
 }
 
+static dit_status read_stats_cb(void *m, dit_error *err) { return read_stats(m, err); }
+
 static dit_status bind_weights(dit_vae_ltx2 *m, const char *dir, dit_wtable *t, dit_error *err) {
   static const char *const ignore[] = {"encoder.", NULL};
-  DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));
-  dit_status s = dit_wtable_bind(t, m->weights, "", ignore, err);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "%s", dir);
-    return s;
-  }
-  DIT_TRY(dit_wtable_check_float(t, err));
-  DIT_TRY(read_stats(m, err));
-  if (dit_backend_is_host(m->be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable(m->be, t, &m->wblock, err));
-  dit_weights_close(m->weights);
-  m->weights = NULL;
-  return DIT_OK;
+  return dit_wtable_load_dir(m->be, dir, t, ignore, read_stats_cb, m, &m->weights, &m->wblock, err);
 }
 
 dit_status dit_vae_ltx2_load(dit_backend *be, const char *folder, dit_vae_ltx2 **out, dit_error *err) {

@@ -213,21 +213,11 @@ static dit_status read_stats(dit_vae_ltx2_audio *m, dit_error *err) {
   return s;
 }
 
+static dit_status read_stats_cb(void *m, dit_error *err) { return read_stats(m, err); }
+
 static dit_status bind_weights(dit_vae_ltx2_audio *m, const char *dir, dit_wtable *t, dit_error *err) {
   static const char *const ignore[] = {"encoder.", NULL};
-  DIT_TRY(dit_weights_open(dir, NULL, &m->weights, err));
-  dit_status s = dit_wtable_bind(t, m->weights, "", ignore, err);
-  if (s != DIT_OK) {
-    dit_error_prefix(err, "%s", dir);
-    return s;
-  }
-  DIT_TRY(dit_wtable_check_float(t, err));
-  DIT_TRY(read_stats(m, err));
-  if (dit_backend_is_host(m->be)) return DIT_OK;
-  DIT_TRY(dit_backend_upload_wtable(m->be, t, &m->wblock, err));
-  dit_weights_close(m->weights);
-  m->weights = NULL;
-  return DIT_OK;
+  return dit_wtable_load_dir(m->be, dir, t, ignore, read_stats_cb, m, &m->weights, &m->wblock, err);
 }
 
 dit_status dit_vae_ltx2_audio_load(dit_backend *be, const char *folder, dit_vae_ltx2_audio **out, dit_error *err) {
@@ -439,18 +429,7 @@ static dit_status decode_item(dit_vae_ltx2_audio *m, const dit_tensor *x, dit_te
   memset(&r, 0, sizeof r);
   r.m = m, r.be = m->be, r.dev = dit_backend_device(m->be), r.plan = true;
   DIT_TRY(forward(&r, x, out, err));
-  size_t total = 0, off[NSLOT];
-  for (int i = 0; i < NSLOT; i++) {
-    off[i] = total;
-    total += (r.need[i] + 255) & ~(size_t)255;
-  }
-  if (total > m->act_bytes) {
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL, m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, total, &m->act, err));
-    m->act_bytes = total;
-  }
-  for (int i = 0; i < NSLOT; i++) r.slot[i] = (char *)m->act + off[i];
+  DIT_TRY(dit_backend_fit_slots(m->be, r.need, NSLOT, &m->act, &m->act_bytes, r.slot, err));
   r.plan = false;
   return forward(&r, x, out, err);
 }

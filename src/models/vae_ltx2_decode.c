@@ -222,18 +222,7 @@ dit_status ltx2_vae_decode_item(dit_vae_ltx2 *m, const dit_tensor *x, dit_tensor
   memset(&r, 0, sizeof r);
   r.m = m, r.be = m->be, r.dev = dit_backend_device(m->be), r.plan = true;
   DIT_TRY(forward(&r, x, out, err));
-  size_t total = 0, off[NSLOT];
-  for (int i = 0; i < NSLOT; i++) {
-    off[i] = total;
-    total += (r.need[i] + 255) & ~(size_t)255;
-  }
-  if (total > m->act_bytes) {
-    if (m->act) m->be->ops->free(m->be, m->act);
-    m->act = NULL, m->act_bytes = 0;
-    DIT_TRY(m->be->ops->alloc(m->be, total, &m->act, err));
-    m->act_bytes = total;
-  }
-  for (int i = 0; i < NSLOT; i++) r.slot[i] = (char *)m->act + off[i];
+  DIT_TRY(dit_backend_fit_slots(m->be, r.need, NSLOT, &m->act, &m->act_bytes, r.slot, err));
   r.plan = false;
   return forward(&r, x, out, err);
 }

@@ -8,14 +8,6 @@
 #include "backend/audio_math.h"
 #include "backend/cpu/cpu_internal.h"
 
-/* True when the element ranges of a and b (contiguous) share a byte. */
-static bool overlap(const dit_tensor *a, const dit_tensor *b) {
-  const char *pa = a->data, *pb = b->data;
-  const size_t na = (size_t)dit_tensor_numel(a) * dit_dtype_size(a->dtype);
-  const size_t nb = (size_t)dit_tensor_numel(b) * dit_dtype_size(b->dtype);
-  return na && nb && pa < pb + nb && pb < pa + na;
-}
-
 dit_status cpu_unary(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_unary fn, float a, float b,
                      dit_error *err) {
   const char *op = "unary";
@@ -71,7 +63,7 @@ dit_status cpu_resample1d(dit_backend *be, dit_tensor *y, const dit_tensor *x, c
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [B, Ti, C] and y [B, To, C] expected", op);
   if (up < 1 || down < 1 || dit_tensor_numel(f) < 1)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: up %d and down %d must be >= 1, f not empty", op, up, down);
-  if (overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
+  if (dit_tensor_bytes_overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
   const int64_t B = x->shape[0], Ti = x->shape[1], To = y->shape[1], C = x->shape[2], K = dit_tensor_numel(f);
   if (B * To * C == 0) return DIT_OK;
   if (Ti < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x has no samples", op);
@@ -111,7 +103,7 @@ dit_status cpu_complex_abs(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   bool ok = nd >= 1 && y->ndim == nd && x->shape[nd - 1] % 2 == 0 && y->shape[nd - 1] * 2 == x->shape[nd - 1];
   for (int d = 0; ok && d < nd - 1; d++) ok = y->shape[d] == x->shape[d];
   if (!ok) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [..., 2F] and y [..., F] expected", op);
-  if (overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
+  if (dit_tensor_bytes_overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
   const int64_t F = y->shape[nd - 1], rows = F ? dit_tensor_numel(y) / F : 0;
   const float *xd = x->data;
   float *yd = y->data;

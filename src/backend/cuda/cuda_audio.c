@@ -3,14 +3,6 @@
  * contiguous; alpha, beta and the filters F32, BF16 or F16, read in their stored dtype. */
 #include "backend/cuda/cuda_internal.h"
 
-/* True when the element ranges of a and b (contiguous) share a byte. */
-static bool overlap(const dit_tensor *a, const dit_tensor *b) {
-  const char *pa = a->data, *pb = b->data;
-  const size_t na = (size_t)dit_tensor_numel(a) * dit_dtype_size(a->dtype);
-  const size_t nb = (size_t)dit_tensor_numel(b) * dit_dtype_size(b->dtype);
-  return na && nb && pa < pb + nb && pb < pa + na;
-}
-
 dit_status cu_unary(dit_backend *be, dit_tensor *y, const dit_tensor *x, dit_unary fn, float a, float b,
                     dit_error *err) {
   const char *op = "cuda unary";
@@ -46,7 +38,7 @@ dit_status cu_resample1d(dit_backend *be, dit_tensor *y, const dit_tensor *x, co
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [B, Ti, C] and y [B, To, C] expected", op);
   if (up < 1 || down < 1 || dit_tensor_numel(f) < 1)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: up %d and down %d must be >= 1, f not empty", op, up, down);
-  if (overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
+  if (dit_tensor_bytes_overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
   const cu_resample_geom g = {x->shape[0], x->shape[1], y->shape[1], x->shape[2], dit_tensor_numel(f),
                               up,          down,        offset,      gain};
   if (g.B * g.To * g.C == 0) return DIT_OK;
@@ -64,7 +56,7 @@ dit_status cu_complex_abs(dit_backend *be, dit_tensor *y, const dit_tensor *x, d
             y->shape[nd - 1] * 2 == x->shape[nd - 1];
   for (int d = 0; ok && d < nd - 1; d++) ok = y->shape[d] == x->shape[d];
   if (!ok) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x [..., 2F] and y [..., F] of one dtype expected", op);
-  if (overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
+  if (dit_tensor_bytes_overlap(x, y)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: y aliases x", op);
   const int64_t F = y->shape[nd - 1], rows = F ? dit_tensor_numel(y) / F : 0;
   return cu_check(cuk_complex_abs(y->data, x->data, x->dtype, rows, F, cu_im(be)->stream), op, "kernel", err);
 }

@@ -183,7 +183,8 @@ static void model_name(const serve_opts *o, int i, srv_model *models) {
       snprintf(models[i].name + strlen(models[i].name), 16, "-%d", ++dup), k = -1;
 }
 
-static bool load_models(const serve_opts *o, srv_model *models) {
+/* Loads every model; 0, or the exit code of the failure. */
+static int load_models(const serve_opts *o, srv_model *models) {
   dit_model_opts mo;
   dit_model_opts_default(&mo);
   mo.device = o->device;
@@ -201,17 +202,23 @@ static bool load_models(const serve_opts *o, srv_model *models) {
     }
     models[i].n_cur = o->n_loras;
     models[i].ctx = cli_start("serve", 0, o->threads, &code);
-    if (!models[i].ctx) return false;
+    if (!models[i].ctx) return code;
     model_name(o, i, models);
+    dit_gen_defaults d; /* before loading: a video model is refused without reading its weights */
+    if (dit_gen_defaults_for(models[i].ctx, o->dirs[i], &d) == DIT_OK && d.frames) {
+      fprintf(stderr, "ditrun serve: %s: %s makes videos; the server makes images (ditrun generate -o clip.mp4 makes "
+              "a clip)\n", o->dirs[i], d.family);
+      return 2;
+    }
     if (!o->quiet) fprintf(stderr, "ditrun serve: loading %s (%s)\n", models[i].name, o->dirs[i]);
     dit_status s = dit_model_load(models[i].ctx, o->dirs[i], &mo, &models[i].m);
     if (s != DIT_OK) {
       fprintf(stderr, "ditrun serve: %s: %s: %s\n", o->dirs[i], dit_status_str(s), dit_ctx_last_error(models[i].ctx));
-      return false;
+      return dit_status_exit_code(s);
     }
     dit_model_get_defaults(models[i].m, &models[i].defaults);
   }
-  return true;
+  return 0;
 }
 
 static void free_models(srv_model *models, int n) {
@@ -274,7 +281,8 @@ int cli_serve(int argc, char **argv) {
 #endif
   srv_model models[MAX_MODELS];
   memset(models, 0, sizeof models);
-  int rc = load_models(&o, models) ? run(&o, models, &sigs) : 1;
+  int rc = load_models(&o, models);
+  if (rc == 0) rc = run(&o, models, &sigs);
   free_models(models, o.n_dirs);
   return rc;
 }

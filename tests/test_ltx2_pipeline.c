@@ -208,7 +208,8 @@ static void probe_mp4(const char *path, int frames, int fps) {
 
 /* `ditrun generate` on a video model: an MP4 (when built with FFmpeg's libraries: read back,
  * and no encoder banner on stderr), and the refusals (an image output, a frame count the VAE
- * cannot make, --frames on an image model; `ditrun serve`, which makes images, on a video
+ * cannot make, one step (the schedule's stretch to its terminal sigma divides 0 by 0),
+ * --frames on an image model; `ditrun serve`, which makes images, on a video
  * model before it loads). */
 static void test_cli(const dt_args *a) {
   char dir[1024], img_model[1024], out[1200], log[1200], cmd[4096], msg[4096];
@@ -235,6 +236,10 @@ static void test_cli(const dt_args *a) {
   snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x --frames 9 -o '%s/z.png'", a->bin, img_model, a->tmp);
   rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "makes images"), "--frames on an image model: rc %d: %s", rc, msg);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x -W 64 -H 32 --frames 9 --steps 1 -o '%s/s1.mp4'", a->bin,
+           dir, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "at least 2 steps"), "--steps 1: rc %d: %s", rc, msg);
   snprintf(cmd, sizeof cmd, "'%s/ditrun' serve -m '%s' --port 0", a->bin, dir);
   rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "makes videos"), "serve on a video model: rc %d: %s", rc, msg);

@@ -94,22 +94,25 @@ static dit_status check_widths(const dit_ltx2 *dit, const dit_ltx2_geom *g, dit_
   return DIT_OK;
 }
 
+dit_status dit_ltx2_schedule(const dit_model_rt *rt, int steps, const dit_ltx2_geom *g, float **sigmas,
+                             float **timesteps, dit_error *err) {
+  *sigmas = malloc((size_t)(steps + 1) * sizeof(float)), *timesteps = malloc((size_t)steps * sizeof(float));
+  if (!*sigmas || !*timesteps) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  return dit_flow_schedule_for(rt->dir, steps, g->F * g->H * g->W, dit_flux2_default_sigmas,
+                               dit_flow_mu_calculate_shift, *sigmas, *timesteps, err);
+}
+
 dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
-                            const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g, float *video,
-                            float *audio, dit_error *err) {
+                            const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g,
+                            const float *sigmas, const float *timesteps, float *video, float *audio, dit_error *err) {
   const int steps = p->steps;
-  float *sigmas = malloc((size_t)(steps + 1) * sizeof(float)), *timesteps = malloc((size_t)steps * sizeof(float));
   loop_state L = {.o = o, .cond = cond, .g = g, .video = video, .audio = audio, .be = rt->dev};
   L.nv = dit_ltx2_video_n(g), L.na = dit_ltx2_audio_n(g);
   L.cfg = cond->nb == 2;
   L.stg = o->n_stg_blocks > 0 && (o->video.stg > 0 || o->audio.stg > 0);
   L.iso = o->video.modality > 1 || o->audio.modality > 1;
   void *obj = NULL;
-  dit_status s = sigmas && timesteps ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  if (s == DIT_OK)
-    s = dit_flow_schedule_for(rt->dir, steps, g->F * g->H * g->W, dit_flux2_default_sigmas,
-                              dit_flow_mu_calculate_shift, sigmas, timesteps, err);
-  if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err);
+  dit_status s = dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err);
   L.dit = obj;
   if (s == DIT_OK) s = check_widths(L.dit, g, err);
   if (s == DIT_OK) {
@@ -127,6 +130,5 @@ dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit
   if (s == DIT_OK) s = dit_sampler_run(rt, p, steps, denoise_step, &L, video, L.nv, err);
   loop_free(&L);
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
-  free(sigmas), free(timesteps);
   return s;
 }

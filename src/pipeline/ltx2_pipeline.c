@@ -196,8 +196,9 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   t[0] = dit_time_now();
   dit_ltx2_geom g = {0};
   dit_ltx2_cond cond = {0};
-  float *video = NULL, *audio = NULL;
+  float *video = NULL, *audio = NULL, *sigmas = NULL, *timesteps = NULL;
   dit_status s = geometry(rt, c, p, &g, err);
+  if (s == DIT_OK) s = dit_ltx2_schedule(rt, p->steps, &g, &sigmas, &timesteps, err); /* before any model runs */
   if (s == DIT_OK) {
     const int layers = dit_ltx2_get_config(c->obj[DIT_SLOT_TRANSFORMER])->num_layers;
     int n = 0;
@@ -214,13 +215,13 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   t[1] = dit_time_now();
   if (s == DIT_OK) s = noise(p->seed, &g, video, audio, err);
   t[2] = dit_time_now();
-  if (s == DIT_OK) s = dit_ltx2_denoise(rt, c, p, &opt, &cond, &g, video, audio, err);
+  if (s == DIT_OK) s = dit_ltx2_denoise(rt, c, p, &opt, &cond, &g, sigmas, timesteps, video, audio, err);
   t[3] = dit_time_now();
   cond_free(rt->dev, &cond);
   if (s == DIT_OK) s = dit_ltx2_decode(rt, c, &g, video, audio, &opt, out, err);
   t[4] = dit_time_now();
   if (st && s == DIT_OK) dit_fill_stats(st, t, p->steps);
-  free(video), free(audio);
+  free(video), free(audio), free(sigmas), free(timesteps);
   return s;
 }
 

@@ -28,11 +28,16 @@ typedef struct dit_ltx2_geom {
 static inline size_t dit_ltx2_video_n(const dit_ltx2_geom *g) { return (size_t)g->C * g->F * g->H * g->W; }
 static inline size_t dit_ltx2_audio_n(const dit_ltx2_geom *g) { return (size_t)g->Ca * g->L * g->M; }
 
-/* The denoising loop: video [N, C] and audio [L, Ca*M] packed latents (host), the initial
- * noise in, the final latents out. */
+/* The schedule of `steps` steps over g's video tokens: *sigmas [steps + 1] and *timesteps
+ * [steps], malloc'd (the caller frees them, also on failure). */
+dit_status dit_ltx2_schedule(const dit_model_rt *rt, int steps, const dit_ltx2_geom *g, float **sigmas,
+                             float **timesteps, dit_error *err);
+
+/* The denoising loop over that schedule: video [N, C] and audio [L, Ca*M] packed latents
+ * (host), the initial noise in, the final latents out. */
 dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
-                            const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g, float *video,
-                            float *audio, dit_error *err);
+                            const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g,
+                            const float *sigmas, const float *timesteps, float *video, float *audio, dit_error *err);
 
 /* The decoders' slot object: the video VAE, the audio VAE and the vocoder. */
 extern const dit_component_kind dit_ltx2_decoders;

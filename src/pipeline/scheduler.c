@@ -280,6 +280,9 @@ dit_status dit_flow_sched_set_timesteps(const dit_flow_sched_config *c, int step
   const float n = (float)c->num_train_timesteps;
   for (int i = 0; i < steps; i++) {
     if (c->invert_sigmas) s[i] = 1.0f - s[i];
+    if (!isfinite(s[i]) && c->shift_terminal != 0.0 && steps == 1) /* 0 / 0 in the stretch, as in diffusers */
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "scheduler: this model's schedule (shift_terminal %g) needs at "
+                        "least 2 steps", c->shift_terminal);
     if (!isfinite(s[i]))
       return dit_errorf(err, DIT_ERR_NUMERIC, "scheduler: sigma %d of %d is not finite (mu = %g)", i, steps, mu);
   }

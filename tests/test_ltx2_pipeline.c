@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/ctx.h"
 #include "fixture.h"
@@ -159,6 +160,9 @@ static void test_public_api(const dt_args *a) {
     CHECK_MSG(dit_model_generate_clip(m, &p, &c, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
     CHECK(c.n_frames == 5 && c.width == 64 && c.height == 32 && c.fps == 24.0 && c.channels == 2 && c.n_samples > 0);
     dt_path(out, sizeof out, a->tmp, "clip_frames");
+    char rm[1400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", out); /* an earlier run's */
+    dt_run(rm, NULL);
     CHECK_MSG(dit_clip_save(ctx, &c, out, 0) == DIT_OK, "%s", dit_ctx_last_error(ctx));
     char f[1400];
     struct stat sb;
@@ -218,6 +222,7 @@ static void test_cli(const dt_args *a) {
   dt_path(out, sizeof out, a->tmp, "cli_clip.mp4");
   dt_path(log, sizeof log, a->tmp, "cli.log");
   const char *common = "-p 'a fox' -W 64 -H 32 --steps 2 --max-seq-len 16 --quiet";
+  unlink(out); /* an earlier run's */
   snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 9 -o '%s'", a->bin, dir, common, out);
   int rc = dt_run_output(cmd, log, msg, sizeof msg);
 #ifdef DIT_HAVE_FFMPEG

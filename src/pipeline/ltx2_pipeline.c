@@ -136,35 +136,63 @@ static dit_status encode_prompts(const dit_model_rt *rt, dit_components *c, cons
 
 /* ---- one clip ---- */
 
-/* The latent geometry: the transformer's vae_scale_factors and audio rates (the decoders are
- * checked against them when they load), the audio VAE's channels and mel bins. */
-static dit_status geometry(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, dit_ltx2_geom *g,
-                           dit_error *err) {
-  void *obj = NULL;
-  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
-  const dit_ltx2_config *k = dit_ltx2_get_config(obj);
-  const int st = k->vae_scale_factors[0], sp = k->vae_scale_factors[1];
+/* What the pipeline reads of the configs before any weights load (diffusers' defaults where a
+ * key is absent): the transformer's vae_scale_factors (temporal, spatial, spatial), latent
+ * channels and blocks; the audio VAE's latent channels, mel bins, sample rate and hop. */
+typedef struct ltx2_facts {
+  int st, sp, channels, layers;
+  int a_channels, a_mel, a_rate, a_hop;
+} ltx2_facts;
+
+/* dir's component/config.json into *j (path: its name, for messages). */
+static dit_status component_json(const dit_model_dir *dir, const char *name, char *path, size_t len, json_t **j,
+                                 dit_error *err) {
+  DIT_TRY(dit_model_dir_component_path(dir, name, path, len, err));
+  if (strlen(path) + 13 >= len) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: path too long", name);
+  strcat(path, "/config.json");
+  return dit_json_load_file(path, 1 << 20, j, err);
+}
+
+static dit_status read_facts(const dit_model_dir *dir, ltx2_facts *f, dit_error *err) {
+  char path[4096];
+  json_t *j = NULL;
+  int64_t v[3] = {8, 32, 32}, ch = 128, layers = 48, alc = 8, mel = 64, rate = 16000, hop = 160;
+  size_t got = 0;
+  DIT_TRY(component_json(dir, "transformer", path, sizeof path, &j, err));
+  dit_status s = json_object_get(j, "vae_scale_factors")
+                     ? dit_json_int_array(j, "vae_scale_factors", 1, 1024, v, 3, &got, path, err)
+                     : DIT_OK;
+  if (s == DIT_OK) s = dit_json_int_opt(j, "in_channels", 1, 65536, &ch, path, err);
+  if (s == DIT_OK) s = dit_json_int_opt(j, "num_layers", 1, 4096, &layers, path, err);
+  json_decref(j);
+  DIT_TRY(s);
+  if (got && (got != 3 || v[1] != v[2]))
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: vae_scale_factors must be (temporal, spatial, spatial)", path);
+  DIT_TRY(component_json(dir, "audio_vae", path, sizeof path, &j, err));
+  s = dit_json_int_opt(j, "latent_channels", 1, 4096, &alc, path, err);
+  if (s == DIT_OK) s = dit_json_int_opt(j, "mel_bins", 4, 65536, &mel, path, err);
+  if (s == DIT_OK) s = dit_json_int_opt(j, "sample_rate", 1000, 1000000, &rate, path, err);
+  if (s == DIT_OK) s = dit_json_int_opt(j, "mel_hop_length", 1, 100000, &hop, path, err);
+  json_decref(j);
+  DIT_TRY(s);
+  *f = (ltx2_facts){(int)v[0], (int)v[1], (int)ch, (int)layers, (int)alc, (int)mel, (int)rate, (int)hop};
+  return DIT_OK;
+}
+
+/* The latent geometry from the configs (the components are checked against it when they
+ * load): LTX2Pipeline's latent sizes and audio length. */
+static dit_status geometry(const ltx2_facts *f, const dit_gen_params *p, dit_ltx2_geom *g, dit_error *err) {
+  const int st = f->st, sp = f->sp;
   if (p->width % sp || p->height % sp)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for this LTX-2 model "
                       "(got %dx%d)", sp, p->width, p->height);
   if ((p->frames - 1) % st)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "frames must be 1 + a multiple of %d for this LTX-2 model (got %d; "
                       "%d or %d would do)", st, p->frames, (p->frames - 1) / st * st + 1, (p->frames - 1) / st * st + 1 + st);
-  char path[4096];
-  json_t *av = NULL;
-  int64_t lc = 0, mel = 0;
-  DIT_TRY(dit_model_dir_component_path(rt->dir, "audio_vae", path, sizeof path, err));
-  if (strlen(path) + 13 >= sizeof path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "audio_vae: path too long");
-  strcat(path, "/config.json");
-  DIT_TRY(dit_json_load_file(path, 1 << 20, &av, err));
-  dit_status s = dit_json_int(av, "latent_channels", 1, 4096, &lc, path, err);
-  if (s == DIT_OK) s = dit_json_int(av, "mel_bins", 4, 65536, &mel, path, err);
-  json_decref(av);
-  DIT_TRY(s);
-  g->C = k->video.in_channels;
+  g->C = f->channels;
   g->F = (p->frames - 1) / st + 1, g->H = p->height / sp, g->W = p->width / sp;
-  g->Ca = (int)lc, g->M = (int)mel / 4; /* AutoencoderKLLTX2Audio's mel compression: 4 */
-  const double per_second = (double)k->audio_sampling_rate / k->audio_hop_length / k->audio_scale_factor;
+  g->Ca = f->a_channels, g->M = f->a_mel / 4; /* AutoencoderKLLTX2Audio's mel compression: 4 */
+  const double per_second = (double)f->a_rate / f->a_hop / 4.0; /* and its temporal one: 4 */
   g->L = (int)nearbyint(p->frames / p->fps * per_second); /* Python's round: half to even */
   if (g->L < 1) g->L = 1;
   g->frames = p->frames, g->height = p->height, g->width = p->width;
@@ -197,10 +225,13 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   dit_ltx2_geom g = {0};
   dit_ltx2_cond cond = {0};
   float *video = NULL, *audio = NULL, *sigmas = NULL, *timesteps = NULL;
-  dit_status s = geometry(rt, c, p, &g, err);
-  if (s == DIT_OK) s = dit_ltx2_schedule(rt, p->steps, &g, &sigmas, &timesteps, err); /* before any model runs */
+  ltx2_facts f;
+  /* the inputs are checked against the configs before any weights load */
+  dit_status s = read_facts(rt->dir, &f, err);
+  if (s == DIT_OK) s = geometry(&f, p, &g, err);
+  if (s == DIT_OK) s = dit_ltx2_schedule(rt, p->steps, &g, &sigmas, &timesteps, err);
   if (s == DIT_OK) {
-    const int layers = dit_ltx2_get_config(c->obj[DIT_SLOT_TRANSFORMER])->num_layers;
+    const int layers = f.layers;
     int n = 0;
     for (int i = 0; i < opt.n_stg_blocks; i++)
       if (opt.stg_blocks[i] >= 0 && opt.stg_blocks[i] < layers) opt.stg_blocks[n++] = opt.stg_blocks[i];
@@ -240,33 +271,12 @@ static dit_status ltx2_open(const dit_model_rt *rt, void **state, dit_error *err
   DIT_HAND_OVER(s, c, state, free);
 }
 
-/* The transformer config's vae_scale_factors (temporal, spatial, spatial): 8 and 32 without it. */
-static dit_status scale_factors(const dit_model_dir *dir, int *st, int *sp, dit_error *err) {
-  char path[4096];
-  json_t *j = NULL;
-  int64_t v[3] = {8, 32, 32};
-  size_t got = 0;
-  *st = 8, *sp = 32;
-  DIT_TRY(dit_model_dir_component_path(dir, "transformer", path, sizeof path, err));
-  if (strlen(path) + 13 >= sizeof path) return dit_errorf(err, DIT_ERR_INVALID_ARG, "transformer: path too long");
-  strcat(path, "/config.json");
-  DIT_TRY(dit_json_load_file(path, 1 << 20, &j, err));
-  dit_status s = json_object_get(j, "vae_scale_factors")
-                     ? dit_json_int_array(j, "vae_scale_factors", 1, 1024, v, 3, &got, path, err)
-                     : DIT_OK;
-  json_decref(j);
-  DIT_TRY(s);
-  if (got && (got != 3 || v[1] != v[2]))
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: vae_scale_factors must be (temporal, spatial, spatial)", path);
-  *st = (int)v[0], *sp = (int)v[1];
-  return DIT_OK;
-}
-
 /* LTX2Pipeline's defaults: 768 x 512, 121 frames at 24 fps, 30 steps, guidance 3; sizes in
  * multiples of the VAE's spatial compression, frames 1 + a multiple of its temporal one. */
 static dit_status ltx2_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
-  int st = 8, sp = 32;
-  DIT_TRY(scale_factors(dir, &st, &sp, err));
+  ltx2_facts f;
+  DIT_TRY(read_facts(dir, &f, err));
+  const int st = f.st, sp = f.sp;
   memset(d, 0, sizeof *d);
   d->family = "ltx2";
   d->width = 768, d->height = 512;

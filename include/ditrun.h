@@ -193,6 +193,9 @@ typedef struct dit_gen_params {
   int vae_tile;                 /* 0 = decode in one piece; else tile size in latent pixels */
   dit_step_fn on_step;          /* may be NULL */
   void *user;
+  /* Called as each stage of a generate begins, with user: "text encoder", "denoising", "VAE decode" and,
+   * for a clip with sound, "sound" (for progress displays of long runs); may be NULL. */
+  void (*on_stage)(void *user, const char *stage);
   dit_cpu_precision cpu_precision; /* CPU device: linear layers in fp32 (default) or bf16 */
   dit_gpu_precision gpu_precision; /* CUDA device: transformer GEMMs in bf16 (default) or fp8 */
   const dit_lora *loras;        /* dit_generate: LoRAs merged into the transformer (dit_model_generate: the

@@ -128,8 +128,15 @@ static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
 static void test_ltx20(const dt_args *a) { run_fixture(a, "ltx2-tiny", 0); }
 static void test_ltx23(const dt_args *a) { run_fixture(a, "ltx23-tiny", DIT_KEEP_ALL); }
 
+/* Appends stage and a comma to the buffer user (256 bytes). */
+static void record_stage(void *user, const char *stage) {
+  char *b = user;
+  const size_t n = strlen(b);
+  snprintf(b + n, 256 - n, "%s,", stage);
+}
+
 /* The public API on a video model: refusals, then one clip (STG off: the tiny model is shallower
- * than the pipeline's default block) written as a frames folder. */
+ * than the pipeline's default block; its stages reported in order) written as a frames folder. */
 static void test_public_api(const dt_args *a) {
   char dir[1024], out[1200];
   dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny");
@@ -157,7 +164,10 @@ static void test_public_api(const dt_args *a) {
     CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG &&
           strstr(dit_ctx_last_error(ctx), "1 + a multiple of 4"));
     p.frames = 5;
+    char stages[256] = "";
+    p.on_stage = record_stage, p.user = stages;
     CHECK_MSG(dit_model_generate_clip(m, &p, &c, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    CHECK_MSG(!strcmp(stages, "text encoder,denoising,VAE decode,sound,"), "stages: %s", stages);
     CHECK(c.n_frames == 5 && c.width == 64 && c.height == 32 && c.fps == 24.0 && c.channels == 2 && c.n_samples > 0);
     dt_path(out, sizeof out, a->tmp, "clip_frames");
     char rm[1400];

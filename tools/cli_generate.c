@@ -133,7 +133,17 @@ static bool lora_opt(cli_gen_opts *o, const char *v) {
 typedef struct progress {
   bool show, tty;
   double last_draw, elapsed;
+  double start; /* when the generate began (cli_now) */
 } progress;
+
+/* A stage of the generate begins (the denoising has its own step lines): its name and the
+ * time since the start, so a long run says what it is doing. */
+static void on_stage(void *user, const char *stage) {
+  progress *pr = user;
+  if (!pr->show || !strcmp(stage, "denoising")) return;
+  fprintf(stderr, "%s ... (%.1f s)\n", stage, cli_now() - pr->start);
+  fflush(stderr);
+}
 
 static int on_step(void *user, int step, int total, const float *lat, size_t n, double secs) {
   (void)lat;
@@ -400,7 +410,7 @@ static dit_status generate_one(dit_ctx *ctx, dit_model *model, cli_gen_opts *o, 
   cli_batch_path(o->out, o->batch, i, path, sizeof path);
   o->p.seed = seed0 + (uint64_t)i;
   if (o->batch > 1 && !o->quiet) fprintf(stderr, "image %d/%d, seed %llu\n", i + 1, o->batch, (unsigned long long)o->p.seed);
-  *pr = (progress){.show = pr->show, .tty = pr->tty};
+  *pr = (progress){.show = pr->show, .tty = pr->tty, .start = cli_now()};
   dit_image img = {0};
   dit_gen_stats st;
   dit_status s = dit_model_generate(model, &o->p, &img, &st);
@@ -427,7 +437,7 @@ static dit_status generate_clip_one(dit_ctx *ctx, dit_model *model, cli_gen_opts
   cli_batch_path(o->out, o->batch, i, path, sizeof path);
   o->p.seed = seed0 + (uint64_t)i;
   if (o->batch > 1 && !o->quiet) fprintf(stderr, "clip %d/%d, seed %llu\n", i + 1, o->batch, (unsigned long long)o->p.seed);
-  *pr = (progress){.show = pr->show, .tty = pr->tty};
+  *pr = (progress){.show = pr->show, .tty = pr->tty, .start = cli_now()};
   dit_clip clip = {0};
   dit_gen_stats st;
   dit_status s = dit_model_generate_clip(model, &o->p, &clip, &st);
@@ -469,6 +479,7 @@ static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_default
             o->batch);
   progress pr = {.show = !o->quiet && (o->force_progress || isatty(2)), .tty = isatty(2) != 0};
   o->p.on_step = on_step;
+  o->p.on_stage = on_stage;
   o->p.user = &pr;
   for (int i = 0; s == DIT_OK && i < o->batch; i++)
     s = d->frames ? generate_clip_one(ctx, model, o, seed0, i, &pr) : generate_one(ctx, model, o, d, seed0, i, &pr);

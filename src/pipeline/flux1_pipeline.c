@@ -243,6 +243,7 @@ static dit_status prepare(const dit_model_rt *rt, dit_components *c, const dit_g
                           dit_error *err) {
   void *obj = NULL;
   const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  dit_stage_begin(p, "text encoder");
   DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TEXT, &obj, err));
   dit_status s = encode_prompt(rt, obj, p->prompt, max_len, &L->P, err);
   dit_component_done(rt, c, DIT_SLOT_TEXT);
@@ -303,6 +304,7 @@ static dit_status flux1_generate(const dit_model_rt *rt, void *state, const dit_
   if (s == DIT_OK && !(z = malloc(L.n * sizeof(float)))) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
   if (s == DIT_OK) {
     dit_unpack_latents_2x2(L.latents, L.C / 4, L.lh, L.lw, z);
+    dit_stage_begin(p, "VAE decode");
     s = dit_kl_decode_stage(rt, c, z, L.C / 4, 2 * L.lh, 2 * L.lw, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }

@@ -355,6 +355,7 @@ static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_
 
   /* every model runs on rt->dev: the text encoder, the transformer and the VAE */
   if (s == DIT_OK) {
+    dit_stage_begin(p, "text encoder");
     s = encode_prompts(rt, k, p, &L, err);
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
@@ -378,6 +379,7 @@ static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_
   dit_component_done(rt, &k->c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
   if (s == DIT_OK) {
+    dit_stage_begin(p, "VAE decode");
     s = decode_latents(rt, k, &L, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }

@@ -262,6 +262,7 @@ static dit_status krea2_generate(const dit_model_rt *rt, void *state, const dit_
   krea2_text T = {0};
   float *sigmas = malloc((size_t)(steps + 1) * sizeof(float)), *timesteps = malloc((size_t)steps * sizeof(float));
   dit_status s = sigmas && timesteps ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  if (s == DIT_OK) dit_stage_begin(p, "text encoder");
   if (s == DIT_OK) s = encode_prompts(rt, c, p, p->guidance > 0, &T, err);
   if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   t[1] = dit_time_now();
@@ -276,6 +277,7 @@ static dit_status krea2_generate(const dit_model_rt *rt, void *state, const dit_
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
   if (s == DIT_OK) {
+    dit_stage_begin(p, "VAE decode");
     s = decode(rt, c, &L, p->vae_tile, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   }

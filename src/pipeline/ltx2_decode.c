@@ -139,14 +139,17 @@ static dit_status decode_audio(dit_backend *be, const ltx2_decoders *d, const di
   return s;
 }
 
-dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_ltx2_geom *g, const float *video,
-                           const float *audio, const dit_ltx2_opts *o, dit_clip *out, dit_error *err) {
+dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, const dit_ltx2_geom *g,
+                           const float *video, const float *audio, const dit_ltx2_opts *o, dit_clip *out,
+                           dit_error *err) {
   void *obj = NULL;
+  dit_stage_begin(p, "VAE decode");
   DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
   const ltx2_decoders *d = obj;
   dit_status s = decode_video(rt->dev, d->vae, g, video, o, out, err);
   if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   if (s == DIT_OK) {
+    dit_stage_begin(p, "sound");
     s = decode_audio(rt->dev, d, g, audio, out, err);
     if (s != DIT_OK) dit_error_prefix(err, "sound");
   }

@@ -240,6 +240,7 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
     if (!video || !audio) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the latents");
   }
   if (s == DIT_OK) {
+    dit_stage_begin(p, "text encoder");
     s = encode_prompts(rt, c, p, opt.video.cfg > 1 || opt.audio.cfg > 1, &cond, err);
     if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   }
@@ -249,7 +250,7 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   if (s == DIT_OK) s = dit_ltx2_denoise(rt, c, p, &opt, &cond, &g, sigmas, timesteps, video, audio, err);
   t[3] = dit_time_now();
   cond_free(rt->dev, &cond);
-  if (s == DIT_OK) s = dit_ltx2_decode(rt, c, &g, video, audio, &opt, out, err);
+  if (s == DIT_OK) s = dit_ltx2_decode(rt, c, p, &g, video, audio, &opt, out, err);
   t[4] = dit_time_now();
   if (st && s == DIT_OK) dit_fill_stats(st, t, p->steps);
   free(video), free(audio), free(sigmas), free(timesteps);

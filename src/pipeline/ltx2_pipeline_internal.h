@@ -44,7 +44,8 @@ extern const dit_component_kind dit_ltx2_decoders;
 
 /* Final packed latents to out: frames from the video VAE, sound from the audio VAE and the
  * vocoder; o->video_out as dit_ltx2_opts says. */
-dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_ltx2_geom *g, const float *video,
-                           const float *audio, const dit_ltx2_opts *o, dit_clip *out, dit_error *err);
+dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, const dit_ltx2_geom *g,
+                           const float *video, const float *audio, const dit_ltx2_opts *o, dit_clip *out,
+                           dit_error *err);
 
 #endif

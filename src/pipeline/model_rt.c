@@ -6,6 +6,7 @@
 
 #include "core/timer.h"
 #include "models/model_weights.h"
+#include "pipeline/pipeline_common.h"
 
 dit_status dit_component_get(const dit_model_rt *rt, dit_components *c, int slot, void **obj, dit_error *err) {
   if (!c->obj[slot]) DIT_TRY(c->kind[slot]->load(rt, &c->obj[slot], err));
@@ -117,6 +118,7 @@ dit_status dit_text_encoder_get(const dit_model_rt *rt, dit_components *c, int r
 
 dit_status dit_sampler_run(const dit_model_rt *rt, const dit_gen_params *p, int steps, dit_denoise_fn step,
                            void *state, const float *latents, size_t n, dit_error *err) {
+  dit_stage_begin(p, "denoising");
   for (int i = 0; i < steps; i++) {
     double t0 = dit_time_now();
     dit_status s = step(state, i, err);

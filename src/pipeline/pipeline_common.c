@@ -75,3 +75,7 @@ void dit_unpack_latents_2x2(const float *tokens, int C, int lh, int lw, float *c
           for (size_t dx = 0; dx < 2; dx++)
             chw[(c * h + 2 * y + dy) * w + 2 * x + dx] = tokens[(y * (size_t)lw + x) * Ct + c * 4 + dy * 2 + dx];
 }
+
+void dit_stage_begin(const dit_gen_params *p, const char *stage) {
+  if (p->on_stage) p->on_stage(p->user, stage);
+}

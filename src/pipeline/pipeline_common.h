@@ -20,6 +20,9 @@ dit_status dit_image_from_decoder(const float *img, int H, int W, dit_image *out
 /* The same for a video's frames: vid [3, T, H, W] -> *rgb (malloc'd, T frames of H x W x 3). */
 dit_status dit_frames_from_decoder(const float *vid, int T, int H, int W, uint8_t **rgb, dit_error *err);
 
+/* p->on_stage(p->user, stage) when the caller set it. */
+void dit_stage_begin(const dit_gen_params *p, const char *stage);
+
 /* The stage times of one generate from the clock at its start, after the text encoder,
  * after the transformer's load, after the loop and at its end. */
 void dit_fill_stats(dit_gen_stats *st, const double t[5], int steps);

@@ -226,6 +226,7 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   dit_status s = (sigmas && timesteps) ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
 
   /* every model runs on rt->dev: the text encoder, the transformer and the VAE */
+  if (s == DIT_OK) dit_stage_begin(p, "text encoder");
   if (s == DIT_OK) s = encode_prompts(rt, c, p, cfg, &L.pos, &L.neg, err);
   if (s != DIT_OK) dit_error_prefix(err, "text encoder");
   t[1] = dit_time_now();
@@ -263,6 +264,7 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   if (s == DIT_OK) s = dit_sampler_run(rt, p, run, denoise_step, &L, L.latents, L.n, err);
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   t[3] = dit_time_now();
+  if (s == DIT_OK) dit_stage_begin(p, "VAE decode");
   if (s == DIT_OK) s = dit_kl_decode_stage(rt, c, L.latents, L.C, L.h, L.w, p->vae_tile, out, err);
   t[4] = dit_time_now();
   if (st && s == DIT_OK) dit_fill_stats(st, t, run);

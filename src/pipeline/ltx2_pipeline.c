@@ -246,6 +246,8 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   }
   t[1] = dit_time_now();
   if (s == DIT_OK) s = noise(p->seed, &g, video, audio, err);
+  void *dit = NULL; /* loaded here, so the stats tell its load from the steps */
+  if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &dit, err);
   t[2] = dit_time_now();
   if (s == DIT_OK) s = dit_ltx2_denoise(rt, c, p, &opt, &cond, &g, sigmas, timesteps, video, audio, err);
   t[3] = dit_time_now();

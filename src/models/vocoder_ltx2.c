@@ -633,17 +633,6 @@ static dit_status check_tensor(const dit_backend *be, const dit_tensor *t, int n
   return DIT_OK;
 }
 
-/* The activation arena for T (voc_arena_bytes), grown when too small. */
-static dit_status ensure_arena(dit_vocoder_ltx2 *m, int64_t T, dit_error *err) {
-  const size_t need = voc_arena_bytes(m, T);
-  if (need <= m->act_bytes) return DIT_OK;
-  if (m->act) m->be->ops->free(m->be, m->act);
-  m->act = NULL, m->act_bytes = 0;
-  DIT_TRY(m->be->ops->alloc(m->be, need, &m->act, err));
-  m->act_bytes = need;
-  return DIT_OK;
-}
-
 int64_t dit_vocoder_ltx2_mel_frames(const dit_vocoder_ltx2 *m, int64_t N) {
   if (!m || !m->cfg.bwe || N < 1) return 0;
   return (N + m->cfg.hop_length - 1) / m->cfg.hop_length;
@@ -663,7 +652,6 @@ dit_status dit_vocoder_ltx2_log_mel(dit_vocoder_ltx2 *m, const dit_tensor *wave,
                       (long long)ch, m->cfg.voc.out_channels, dit_shape_str(mel->shape, 4, a, sizeof a),
                       dit_shape_str(want, 4, b, sizeof b));
   }
-  DIT_TRY(ensure_arena(m, -N, err));
   for (int64_t b = 0; b < B; b++) {
     dit_tensor w = dit_tensor_2d(DIT_F32, (float *)wave->data + b * ch * N, ch, N);
     dit_tensor y = dit_tensor_3d(DIT_F32, (float *)mel->data + b * ch * want[2] * want[3], ch, want[2], want[3]);
@@ -692,7 +680,6 @@ dit_status dit_vocoder_ltx2_run(dit_vocoder_ltx2 *m, const dit_tensor *mel, dit_
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out is %s, expected %s", op,
                       dit_shape_str(out->shape, 3, a, sizeof a), dit_shape_str(want, 3, b, sizeof b));
   }
-  DIT_TRY(ensure_arena(m, T, err));
   const int64_t nin = dit_tensor_numel(mel) / mel->shape[0], nout = S * want[1];
   for (int64_t b = 0; b < mel->shape[0]; b++) {
     dit_tensor x = dit_tensor_3d(DIT_F32, (float *)mel->data + b * nin, mel->shape[1], T, mel->shape[3]);

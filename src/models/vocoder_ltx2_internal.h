@@ -69,11 +69,9 @@ struct dit_vocoder_ltx2 {
 /* Output length of a generator for T input frames. */
 int64_t voc_gen_out_len(const voc_gen *g, int64_t T);
 /* The forward of one batch item (vocoder_ltx2_run.c): mel [C, T, M] view (contiguous item)
- * into out [channels, samples]. The arena must have been sized by voc_arena_bytes. */
+ * into out [channels, samples]; the activation arena grows to fit. */
 dit_status voc_run_item(dit_vocoder_ltx2 *m, const dit_tensor *mel, dit_tensor *out, dit_error *err);
 /* The log-mel of one item, wave [ch, N] into mel [ch, frames, M] (views as the public call's). */
 dit_status voc_log_mel_item(dit_vocoder_ltx2 *m, const dit_tensor *wave, dit_tensor *mel, dit_error *err);
-/* Bytes of the activation arena for T mel frames (T < 0: the log-mel of -T samples). */
-size_t voc_arena_bytes(const dit_vocoder_ltx2 *m, int64_t T);
 
 #endif

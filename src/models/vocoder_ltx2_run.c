@@ -96,16 +96,6 @@ static void needs(const dit_vocoder_ltx2 *m, int64_t T, int64_t *nd) {
   gen_needs(&m->gen[1], Np / hop, nd);
 }
 
-static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-size_t voc_arena_bytes(const dit_vocoder_ltx2 *m, int64_t T) {
-  int64_t nd[B_N];
-  needs(m, T, nd);
-  size_t total = 0;
-  for (int i = 0; i < B_N; i++) total += al256((size_t)(i == B_R || i == B_T1 || i == B_T2 ? nd[B_ACC] : nd[i]) * 4);
-  return total;
-}
-
 /* ---- tensors over the arena ---- */
 
 static dit_tensor ten(const voc_ctx *x, const float *p, int nd, const int64_t *shape) {
@@ -289,22 +279,24 @@ static dit_status bwe(voc_ctx *x, int64_t N, dit_tensor *out, dit_error *err) {
   return to_channels_first(x, x->b[B_RES], ch, N * r, out, err);
 }
 
-/* The arena's buffers for T (as needs). */
-static voc_ctx carve(dit_vocoder_ltx2 *m, int64_t T) {
-  voc_ctx x = {m, m->be, dit_backend_device(m->be), {0}};
+/* The arena's buffers for T (as needs; T < 0: the log-mel of -T samples), the arena grown
+ * when they do not fit. */
+static dit_status carve(dit_vocoder_ltx2 *m, int64_t T, voc_ctx *x, dit_error *err) {
+  *x = (voc_ctx){m, m->be, dit_backend_device(m->be), {0}};
   int64_t nd[B_N];
+  size_t bytes[B_N];
+  char *slot[B_N];
   needs(m, T, nd);
-  char *p = m->act;
-  for (int i = 0; i < B_N; i++) {
-    x.b[i] = (float *)p;
-    p += al256((size_t)(i == B_R || i == B_T1 || i == B_T2 ? nd[B_ACC] : nd[i]) * 4);
-  }
-  return x;
+  for (int i = 0; i < B_N; i++) bytes[i] = (size_t)(i == B_R || i == B_T1 || i == B_T2 ? nd[B_ACC] : nd[i]) * 4;
+  DIT_TRY(dit_backend_fit_slots(m->be, bytes, B_N, &m->act, &m->act_bytes, slot, err));
+  for (int i = 0; i < B_N; i++) x->b[i] = (float *)slot[i];
+  return DIT_OK;
 }
 
 dit_status voc_log_mel_item(dit_vocoder_ltx2 *m, const dit_tensor *wave, dit_tensor *mel, dit_error *err) {
   const int64_t ch = wave->shape[0], N = wave->shape[1], lead = m->cfg.window_length - m->cfg.hop_length;
-  voc_ctx x = carve(m, -N);
+  voc_ctx x;
+  DIT_TRY(carve(m, -N, &x, err));
   dit_tensor dst = t2(&x, x.b[B_WAV] + lead * ch, ch, N); /* [ch, N] into WAV's [N, ch] */
   dst.stride[0] = 1, dst.stride[1] = ch;
   DIT_TRY(dit_op_copy(x.be, &dst, wave, err));
@@ -316,7 +308,8 @@ dit_status voc_log_mel_item(dit_vocoder_ltx2 *m, const dit_tensor *wave, dit_ten
 }
 
 dit_status voc_run_item(dit_vocoder_ltx2 *m, const dit_tensor *mel, dit_tensor *out, dit_error *err) {
-  voc_ctx x = carve(m, mel->shape[1]);
+  voc_ctx x;
+  DIT_TRY(carve(m, mel->shape[1], &x, err));
   const int64_t C = mel->shape[0], T = mel->shape[1], Mb = mel->shape[2];
   /* mel [C, T, M] as [T, C, M]: channel c * M + m, as diffusers' flatten of [C, M, T] */
   dit_tensor in = ten(&x, mel->data, 3, (int64_t[]){T, C, Mb});

@@ -503,27 +503,6 @@ static void pack_all(voc_pack *p, dit_vocoder_ltx2 *m) {
   pack_hann(p, m);
 }
 
-/* The most zero rows x channels any padding copies (the zeros buffer's size). */
-static int64_t zeros_needed(const dit_vocoder_ltx2 *m) {
-  int64_t z = 0;
-#define ZMAX(v) z = (v) > z ? (v) : z
-  for (int gi = 0; gi < m->n_gen; gi++) {
-    const voc_gen *g = &m->gen[gi];
-    ZMAX(3 * (int64_t)g->c.in_channels);
-    for (int l = 0; l < g->c.n_up; l++) {
-      ZMAX((int64_t)(g->up[l].J - 1) * g->up[l].ci);
-      for (int i = 0; i < g->c.n_res; i++) {
-        const voc_res *r = &g->res[l * g->c.n_res + i];
-        for (int k = 0; k < r->n; k++) ZMAX((int64_t)r->c1[k].pad_r * r->c1[k].ci);
-      }
-    }
-    ZMAX(3 * (int64_t)g->conv_out.ci);
-  }
-  if (m->cfg.bwe) ZMAX((int64_t)m->cfg.window_length * m->cfg.voc.out_channels);
-#undef ZMAX
-  return z;
-}
-
 static dit_status upload_packed(dit_vocoder_ltx2 *m, dit_error *err) {
   dit_backend *be = m->be;
   voc_pack p = {NULL, NULL, 0, dit_backend_device(be)};
@@ -540,14 +519,10 @@ static dit_status upload_packed(dit_vocoder_ltx2 *m, dit_error *err) {
     if (!host) s = be->ops->upload(be, m->wblock, p.host, bytes, err);
   }
   if (!host) free(p.host);
-  m->zero_n = zeros_needed(m);
-  const size_t zb = (size_t)(m->zero_n ? m->zero_n : 1) * sizeof(float);
-  float *z = s == DIT_OK ? calloc(1, zb) : NULL;
-  if (s == DIT_OK && !z) s = dit_errorf(err, DIT_ERR_NOMEM, "vocoder: out of memory");
-  if (s == DIT_OK) s = be->ops->alloc(be, zb, &m->zeros, err);
-  if (s == DIT_OK) s = be->ops->upload(be, m->zeros, z, zb, err);
+  const float zero = 0.0f; /* the padding's source, read through views whose strides are all 0 */
+  if (s == DIT_OK) s = be->ops->alloc(be, sizeof zero, &m->zeros, err);
+  if (s == DIT_OK) s = be->ops->upload(be, m->zeros, &zero, sizeof zero, err);
   if (s == DIT_OK) s = be->ops->sync(be, err);
-  free(z);
   return s;
 }
 

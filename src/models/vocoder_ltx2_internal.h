@@ -60,8 +60,7 @@ struct dit_vocoder_ltx2 {
   int hann_ratio, hann_off;
   dit_weights *weights; /* the checkpoint, open while loading */
   void *wblock;         /* the packed weights (backend memory) */
-  void *zeros;          /* zero_n F32 zeros (backend memory): the padding's source */
-  int64_t zero_n;
+  void *zeros;          /* one F32 zero (backend memory): the padding's source, all strides 0 */
   void *act;            /* the activation arena (backend memory), act_bytes */
   size_t act_bytes;
 };

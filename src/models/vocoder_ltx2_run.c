@@ -118,10 +118,12 @@ static dit_status pad_rows(voc_ctx *x, float *P, int64_t T, int64_t C, int64_t p
                            dit_error *err) {
   if (pl) {
     dit_tensor d = t2(x, P, pl, C), z = t2(x, x->m->zeros, pl, C);
+    z.stride[0] = z.stride[1] = 0;
     DIT_TRY(dit_op_copy(x->be, &d, &z, err));
   }
   if (pr) {
     dit_tensor d = t2(x, P + (pl + T) * C, pr, C), z = t2(x, x->m->zeros, pr, C);
+    z.stride[0] = z.stride[1] = 0;
     DIT_TRY(dit_op_copy(x->be, &d, &z, err));
   }
   *in = t2(x, P + pl * C, T, C);

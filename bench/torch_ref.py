@@ -2,7 +2,9 @@
 (--arch zimage, Z-Image-Turbo config), Krea2Transformer2DModel (--arch krea2, the released config),
 Flux2Transformer2DModel (--arch flux2-klein-4b /
 flux2-klein-9b, FLUX.2 [klein]'s published config) or FluxTransformer2DModel (--arch flux1-dev /
-flux1-schnell, FLUX.1's published config: 19 double + 38 single blocks, 24 heads of 128) at the
+flux1-schnell, FLUX.1's published config: 19 double + 38 single blocks, 24 heads of 128) or
+LTX2VideoTransformer3DModel (--arch ltx2 / ltx23, the released LTX-2.0 / 2.3 configs; one clip of
+RES x HEIGHT pixels and FRAMES frames at 24 fps, video and audio streams) at the
 same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN text tokens),
 eager and torch.compile, timed with CUDA events after warmup (median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
 
@@ -19,6 +21,7 @@ runs; torch.compile (of the transformer only) only if --modes names it. Each run
 "runs" with mode "e2e-eager"/"e2e-compile" and median_ms = total_ms.
 
 usage: python3 bench/torch_ref.py [--arch zimage] [--res 512 1024 2048] [--text-len 128|512] [--iters 10]
+         [--height H --frames N (ltx2*: e.g. --res 768 --height 512 --frames 121)]
          [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--fp8] [--out FILE.json]
 
 --fp8: the blocks' linears (ditrun's fp8 policy: numbered blocks, not modulation or norms) as a
@@ -90,6 +93,30 @@ FLUX1 = {"flux1-dev": True, "flux1-schnell": False}
 KLEIN = {"flux2-klein-4b": (24, 5, 20, 7680), "flux2-klein-9b": (32, 8, 24, 12288)}
 
 
+def ltx2_flops(n_vid, n_aud, n_txt, v23, layers=48, heads=32, dv=128, da=64, cap=3840, ch=128):
+    """ditrun's count (src/pipeline/ltx2_bench.c): per block and stream, self, text and cross-modal attention
+    (q, k, v, out projections, 2.3's per-head gate logits, QK^T and PV 4 Sq Sk I; the cross-modal attentions
+    at the audio width) and the 4x GELU MLP (16 D^2 per token); proj_in/out and 2.0's caption projections."""
+    Dv, Da = heads * dv, heads * da
+    S, D = (n_vid, n_aud), (Dv, Da)
+
+    def att(sq, dq, sk, dk, i):
+        return 2 * (2 * sq * dq * i + 2 * sk * dk * i + (sq * dq * heads if v23 else 0)) + 4 * sq * sk * i
+    blk = rest = 0
+    for i in range(2):
+        blk += att(S[i], D[i], S[i], D[i], D[i]) + att(S[i], D[i], n_txt, D[i], D[i])
+        blk += att(S[i], D[i], S[1 - i], D[1 - i], Da) + 16 * D[i] * D[i] * S[i]
+        rest += 2 * S[i] * D[i] * 2 * ch
+        if not v23:
+            rest += 2 * n_txt * (cap * D[i] + D[i] * D[i])
+    return layers * blk + rest
+
+
+def ltx2_audio_frames(frames, fps=24.0):
+    """LTX2Pipeline's audio latent frames: the clip's duration at 16000 / 160 / 4 = 25 a second."""
+    return max(1, round(frames / fps * 16000 / 160 / 4))
+
+
 def pad32(n):
     return (n + 31) // 32 * 32
 
@@ -122,6 +149,15 @@ def build_model(arch, dev):
         torch.set_default_dtype(torch.bfloat16)  # 12 B parameters: created in bf16 (fp32 first would not fit)
         with torch.device(dev):
             m = Krea2Transformer2DModel()  # the defaults are the released Krea 2 config
+        torch.set_default_dtype(torch.float32)
+    elif arch in ("ltx2", "ltx23"):
+        from diffusers import LTX2VideoTransformer3DModel
+        v23 = arch == "ltx23"  # the released configs (scripts/convert_ltx2_to_diffusers.py); 2.0 is the default
+        kw = dict(gated_attn=True, cross_attn_mod=True, audio_gated_attn=True, audio_cross_attn_mod=True,
+                  use_prompt_embeddings=False, perturbed_attn=True) if v23 else {}
+        torch.set_default_dtype(torch.bfloat16)  # 19-22 B parameters: created in bf16
+        with torch.device(dev):
+            m = LTX2VideoTransformer3DModel(**kw)
         torch.set_default_dtype(torch.float32)
     elif arch in FLUX1:
         from diffusers import FluxTransformer2DModel
@@ -380,8 +416,11 @@ def run_vae(args, modes, dev, env):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", default="zimage", choices=["zimage", "krea2"] + sorted(KLEIN) + sorted(FLUX1))
+    ap.add_argument("--arch", default="zimage", choices=["zimage", "krea2", "ltx2", "ltx23"] + sorted(KLEIN) + sorted(FLUX1))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
+    ap.add_argument("--height", type=int, default=0, help="ltx2*: the frames' height (--res is their width; "
+                    "default: --res)")
+    ap.add_argument("--frames", type=int, default=121, help="ltx2*: frames of the clip at 24 fps (default 121)")
     ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*, krea2)")
     ap.add_argument("--ref-res", type=int, default=0, help="flux2-klein-*: a reference image of this side in the "
                     "sequence, as an edit runs (ditrun bench --ref-res)")
@@ -400,7 +439,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "torch_ref.json"))
     args = ap.parse_args()
     if args.text_len is None:
-        args.text_len = 128 if args.arch == "zimage" else 512
+        args.text_len = 128 if args.arch == "zimage" else 1024 if args.arch.startswith("ltx2") else 512
     if args.e2e and args.arch != "zimage":
         sys.exit("torch_ref: --e2e is only for --arch zimage")
     if args.ref_res and (args.arch not in KLEIN or args.ref_res % 16 or args.e2e):
@@ -442,7 +481,7 @@ def main():
     compiled = torch.compile(m) if "compile" in modes else None
 
     def inputs(res):
-        """(positional args of the model's forward, image tokens, text tokens, FLOPs)"""
+        """(the model forward's positional args, or keyword args for ltx2*; image tokens, text tokens, FLOPs)"""
         g = torch.Generator(device=dev).manual_seed(args.seed + res)
         if args.arch == "zimage":
             lat = res // 8
@@ -460,6 +499,20 @@ def main():
             mask = torch.ones(1, n_txt, dtype=torch.bool, device=dev)
             t = torch.tensor([0.5], device=dev, dtype=torch.bfloat16)
             return (hs, enc, t, pos, mask), gs * gs, n_txt, krea2_flops(gs * gs, n_txt)
+        if args.arch.startswith("ltx2"):  # one item as LTX2Pipeline calls it (t = 0.5), every text token real
+            v23, h = args.arch == "ltx23", args.height or res
+            nf, nh, nw = (args.frames - 1) // 8 + 1, h // 32, res // 32
+            n_vid, n_aud, n_txt = nf * nh * nw, ltx2_audio_frames(args.frames), args.text_len
+            hs = torch.randn(1, n_vid, 128, device=dev, dtype=torch.bfloat16, generator=g)
+            ahs = torch.randn(1, n_aud, 128, device=dev, dtype=torch.bfloat16, generator=g)
+            tw = (4096, 2048) if v23 else (3840, 3840)
+            enc = torch.randn(1, n_txt, tw[0], device=dev, dtype=torch.bfloat16, generator=g)
+            aenc = torch.randn(1, n_txt, tw[1], device=dev, dtype=torch.bfloat16, generator=g)
+            t = torch.tensor([500.0], device=dev)
+            kw = dict(hidden_states=hs, audio_hidden_states=ahs, encoder_hidden_states=enc,
+                      audio_encoder_hidden_states=aenc, timestep=t, sigma=t, num_frames=nf, height=nh, width=nw,
+                      fps=24.0, audio_num_frames=n_aud, use_cross_timestep=True)
+            return kw, n_vid, n_txt, ltx2_flops(n_vid, n_aud, n_txt, v23)
         if args.arch in FLUX1:
             gs, n_txt = res // 16, args.text_len
             hs = torch.randn(1, gs * gs, 64, device=dev, dtype=torch.bfloat16, generator=g)
@@ -504,13 +557,15 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         rec = {"res": res, "mode": mode, "img_tokens": n_img, "cap_tokens": n_cap, "flops": fl}
         try:
+            call = (lambda: fn_m(**fargs, return_dict=False)) if isinstance(fargs, dict) else \
+                (lambda: fn_m(*fargs, return_dict=False))
             with torch.inference_mode():
                 if mode == "compile":
                     tc = time.time()
-                    fn_m(*fargs, return_dict=False)
+                    call()
                     torch.cuda.synchronize()
                     rec["compile_s"] = time.time() - tc
-                rec.update(bench(lambda: fn_m(*fargs, return_dict=False), args.warmup, args.iters))
+                rec.update(bench(call, args.warmup, args.iters))
             rec["tflops"] = fl / rec["median_ms"] / 1e9
             rec["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
         except Exception as e:  # report and go on with the other sizes

@@ -451,6 +451,8 @@ typedef struct dit_bench_params {
                                    weights of the same random values; its relative error is reported */
   int ref_res;                  /* FLUX.2 [klein]: a reference image of ref_res x ref_res pixels in the
                                    sequence, as an edit runs (0 = none) */
+  int height;                   /* video models: the frames' height (res is their width); 0 = res */
+  int frames;                   /* video models: frames of the clip (0 = the model's default) */
 } dit_bench_params;
 
 typedef struct dit_bench_result {
@@ -498,6 +500,8 @@ typedef struct dit_bench_result {
   int have_ref;                 /* ref_bf16 ran: the output against bf16 weights' output, */
   double ref_rel_l2, ref_rel_max; /* ||q - b|| / ||b|| and max |q - b| / max |b| */
   char cpu_isa[16];             /* device cpu: its kernel path (avx512bf16, avx512, avx2, portable) */
+  int height, frames;           /* video models: res x height pixels, frames (0 for image models) */
+  long long aux_tokens;         /* video models: the audio stream's tokens (img_tokens are the video's) */
 } dit_bench_result;
 
 /* End to end (ditrun bench --e2e STEPS, arch zimage): text encode + STEPS forwards + VAE decode

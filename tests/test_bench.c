@@ -1,4 +1,4 @@
-/* ditrun bench at a tiny geometry on the CPU (Z-Image and FLUX.2 klein): the public API's result (FLOPs from the
+/* ditrun bench at a tiny geometry on the CPU (Z-Image, FLUX.2 klein, Krea 2, LTX-2): the public API's result (FLOPs from the
  * formula, op counts of the profiled run, finite output), the CLI's JSON and its strict
  * usage errors, and the pieces under it: random-weight models are deterministic, and the
  * profiling backend changes no result bit. */
@@ -170,6 +170,58 @@ static void test_krea2_api(const dt_args *args) {
   dit_ctx_free(ctx);
 }
 
+/* One attention's FLOPs (q, k, v, out projections and QK^T + PV), ungated. */
+static double att(double Sq, double Dq, double Sk, double Dk, double I) {
+  return 2 * (2 * Sq * Dq * I + 2 * Sk * Dk * I) + 4 * Sq * Sk * I;
+}
+
+/* LTX-2.0 at a tiny geometry: 2 heads a stream (video width 256, audio 128), 2 blocks, text
+ * width 64, 16 text tokens, a 64x96 clip of 9 frames: 2 x 3 x 2 video tokens and round(9 / 24
+ * * 25) = 9 audio tokens; the FLOP formula written out, six attentions a block; LTX-2.3 runs;
+ * frame counts, sizes and overrides it cannot take are refused, as frames for an image model. */
+static void test_ltx2_api(const dt_args *args) {
+  (void)args;
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  dit_bench_params_default(&p);
+  p.arch = "ltx2", p.res = 64, p.height = 96, p.frames = 9, p.text_len = 16;
+  p.n_heads = 2, p.n_layers = 2, p.cap_feat_dim = 64, p.iters = 1, p.warmup = 0;
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "ltx2: %s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK_MSG(r.img_tokens == 12 && r.aux_tokens == 9 && r.cap_tokens == 16, "ltx2 tokens %lld %lld %lld",
+              r.img_tokens, r.aux_tokens, r.cap_tokens);
+    CHECK(r.res == 64 && r.height == 96 && r.frames == 9 && !strcmp(r.arch, "ltx2"));
+    const double N = 12, L = 9, T = 16, Dv = 256, Da = 128, C = 64;
+    const double video = att(N, Dv, N, Dv, Dv) + att(N, Dv, T, Dv, Dv) + att(N, Dv, L, Da, Da) + 16 * Dv * Dv * N;
+    const double audio = att(L, Da, L, Da, Da) + att(L, Da, T, Da, Da) + att(L, Da, N, Dv, Da) + 16 * Da * Da * L;
+    const double rest = 2 * N * Dv * 256 + 2 * L * Da * 256 + 2 * T * (C * Dv + Dv * Dv) + 2 * T * (C * Da + Da * Da);
+    const double want = 2 * (video + audio) + rest;
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "ltx2: flops %g, want %g", r.flops, want);
+    CHECK(r.output_finite && r.ms_median > 0 && r.profiled);
+    long att_calls = 0;
+    for (int i = 0; i < r.n_ops; i++)
+      if (!strcmp(r.op_name[i], "attention")) att_calls = r.op_calls[i];
+    CHECK_MSG(att_calls == 2 * 6, "ltx2: attention calls %ld (6 a block)", att_calls);
+  }
+  p.arch = "ltx23";
+  s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK && r.output_finite, "ltx23: %s", dit_ctx_last_error(ctx));
+  p.frames = 10; /* not 1 + a multiple of 8 */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  p.frames = 9, p.height = 80; /* not a multiple of 32 */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  p.height = 96, p.dim = 512; /* no such override */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  dit_bench_params q;
+  tiny_params(&q);
+  q.frames = 9; /* an image model */
+  CHECK(dit_bench_run(ctx, &q, &r) == DIT_ERR_UNSUPPORTED);
+  dit_ctx_free(ctx);
+}
+
 /* `ditrun bench ARGS --iters 1 --warmup 0 --json` parsed (NULL, and a failed check, when it
  * did not exit 0 with one JSON object). */
 static json_t *bench_json(const dt_args *a, const char *args) {
@@ -213,8 +265,19 @@ static void test_cli(const dt_args *a) {
     CHECK(json_is_true(json_object_get(json_array_get(json_object_get(j, "gemm_shapes"), 0), "conv")));
     json_decref(j);
   }
+  /* LTX-2: WxH and frames */
+  if ((j = bench_json(a, "--arch ltx2 --res 64x96 --frames 9 --heads 2 --layers 1 --cap-dim 64 --text-len 16 "
+                         "--no-profile"))) {
+    CHECK(json_integer_value(json_object_get(j, "res")) == 64 && json_integer_value(json_object_get(j, "height")) == 96);
+    CHECK(json_integer_value(json_object_get(j, "frames")) == 9);
+    CHECK(json_integer_value(json_object_get(j, "img_tokens")) == 12);
+    CHECK(json_integer_value(json_object_get(j, "aux_tokens")) == 9);
+    CHECK(json_is_true(json_object_get(j, "output_finite")));
+    json_decref(j);
+  }
   const char *bad[] = {"--res 63", "--res", "--device tpu", "--dtype fp9", "--arch flux", "--iters 0",
-                       "--bogus", "--text-len 12x", "--vae --e2e 2"};
+                       "--bogus", "--text-len 12x", "--vae --e2e 2", "--res 64x", "--res 64x72", "--res x64",
+                       "--frames 0", "--frames 9"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "%s/ditrun bench " GEOM " %s", a->bin, bad[i]);
     int rc = dt_run(cmd, out);
@@ -336,6 +399,7 @@ static void test_vae(const dt_args *args) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux_api, test_krea2_api,
+                                                   test_ltx2_api,
                                                    test_e2e, test_vae, test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

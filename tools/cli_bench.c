@@ -1,4 +1,4 @@
-/* `ditrun bench --arch zimage|flux2-klein-4b|flux2-klein-9b [--res 1024] [--text-len 128] [--device cpu|cuda] ...`: one
+/* `ditrun bench --arch zimage|flux2-klein-4b|... [--res 1024] [--text-len 128] [--device cpu|cuda] ...`: one
  * DiT forward at the real geometry with random weights made in memory; prints the time,
  * a GEMM / attention / elementwise split, FLOPs, TFLOP/s against a stated peak and peak
  * memory (--json: one JSON object). Strict parsing: bad usage exits 2 before any work. */
@@ -12,10 +12,15 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ditrun bench [--arch zimage|flux2-klein-4b|flux2-klein-9b] [options]\n"
-          "  --arch NAME        model architecture: zimage (Z-Image-Turbo's transformer, default),\n"
-          "                     flux2-klein-4b or flux2-klein-9b (FLUX.2 [klein]'s transformer)\n"
-          "  --res PX           square image side in pixels, multiple of 16 (default 1024)\n"
+          "usage: ditrun bench [--arch NAME] [options]\n"
+          "  --arch NAME        model architecture (default zimage):");
+  const char *name, *family;
+  for (size_t k = 0; dit_bench_arch_get(k, &name, &family, NULL); k++)
+    fprintf(f, "%s%s (%s)", k ? ", " : " ", name, family);
+  fprintf(f, "\n"
+          "  --res PX           square image side in pixels, multiple of 16 (default 1024); video models\n"
+          "                     (ltx2, ltx23) take WxH, e.g. 768x512 (multiples of 32)\n"
+          "  --frames N         video models: frames of the clip at 24 fps, 1 + a multiple of 8 (default 121)\n"
           "  --text-len N       caption tokens (default 128; 512 for flux2-klein-*)\n"
           "  --ref-res PX       flux2-klein-*: a PX x PX reference image in the sequence, as an edit runs\n"
           "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
@@ -44,7 +49,8 @@ static void usage(FILE *f) {
           "  --dim N, --layers N, --refiners N, --heads N, --cap-dim N\n"
           "                     shrink the geometry (for tests; default: the real model); for\n"
           "                     flux2-klein-*: --layers = double blocks, --refiners = single blocks,\n"
-          "                     --cap-dim = joint_attention_dim\n"
+          "                     --cap-dim = joint_attention_dim; ltx2*: --heads of each stream, --layers,\n"
+          "                     --cap-dim = the text features' width\n"
           "Weights are random (deterministic), created in memory: no files are read.\n");
 }
 
@@ -86,6 +92,21 @@ static bool parse_dtype(const char *v, dit_bench_params *p) {
   return cli_parse_wtype("bench", "--dtype", v, false, &p->dtype);
 }
 
+/* --res PX, or WxH (width res, height). */
+static bool parse_res(const char *v, dit_bench_params *p) {
+  const char *x = strchr(v, 'x');
+  if (!x) return cli_parse_int("bench", "--res", v, 16, 8192, &p->res);
+  char w[32];
+  if ((size_t)(x - v) >= sizeof w) {
+    fprintf(stderr, "ditrun bench: --res: '%s' is not PX or WxH\n", v);
+    return false;
+  }
+  memcpy(w, v, (size_t)(x - v));
+  w[x - v] = 0;
+  return cli_parse_int("bench", "--res", w, 16, 8192, &p->res) &&
+         cli_parse_int("bench", "--res", x + 1, 16, 8192, &p->height);
+}
+
 /* Returns 0 ok, 1 help printed, 2 bad usage. */
 static int parse(int argc, char **argv, bench_opts *o) {
   memset(o, 0, sizeof *o);
@@ -119,7 +140,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     else if (OPT("--seed")) { if (!bad && !cli_parse_u64("bench", "--seed", v, &p->seed)) return 2; }
     else if (OPT("--peak")) { if (!bad && !cli_parse_double("bench", "--peak", v, 1e-6, 1e6, &p->peak_tflops)) return 2; }
     else INT("--e2e", 1, 1000, &o->e2e)
-    else INT("--res", 16, 8192, &p->res)
+    else if (OPT("--res")) { if (!bad && !parse_res(v, p)) return 2; }
+    else INT("--frames", 1, 4096, &p->frames)
     else INT("--text-len", 1, 4096, &p->text_len)
     else INT("--ref-res", 16, 8192, &p->ref_res)
     else INT("--iters", 1, 10000, &p->iters)
@@ -140,8 +162,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 2;
   }
   if (!o->p.text_len) o->p.text_len = arch_text_len(o->p.arch);
-  if (o->p.res % 16) {
-    fprintf(stderr, "ditrun bench: --res %d is not a multiple of 16\n", o->p.res);
+  if (o->p.res % 16 || o->p.height % 16) {
+    fprintf(stderr, "ditrun bench: --res %dx%d is not a multiple of 16\n", o->p.res, o->p.height ? o->p.height : o->p.res);
     return 2;
   }
   return 0;

@@ -72,6 +72,14 @@ dit_status dit_bench_check_params(const dit_bench_params *p, dit_error *err) {
   if (p->ref_res < 0 || p->ref_res > MAX_RES || p->ref_res % 16)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: reference resolution %d must be a multiple of 16 in 0..%d",
                       p->ref_res, MAX_RES);
+  const dit_bench_variant *v = dit_bench_variant_find(p->arch);
+  if (v->frames) {
+    if (p->height < 0 || p->height > MAX_RES || p->height % 16 || p->frames < 0 || p->frames > 4096)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "bench: height %d (a multiple of 16 in 16..%d) or %d frames "
+                        "(1..4096) out of range", p->height, MAX_RES, p->frames);
+  } else if ((p->height && p->height != p->res) || p->frames) {
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "bench: %s takes square images (--res PX) and no frames", p->arch);
+  }
   const dit_family *fam = NULL;
   for (size_t i = 0; p->ref_res && dit_bench_variant_at(i, &fam); i++)
     if (!strcmp(dit_bench_variant_at(i, NULL)->name, p->arch)) break;
@@ -263,6 +271,8 @@ static void fill_header(const dit_bench_params *p, dit_backend *be, dit_dtype ad
   snprintf(r->weight_dtype, sizeof r->weight_dtype, "%s", dit_dtype_name(be->fp8 && !dit_dtype_is_quant(p->dtype) ? DIT_F8_E4M3 : p->dtype));
   snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
   r->res = p->res;
+  const dit_bench_variant *v = dit_bench_variant_find(p->arch);
+  if (v && v->frames) r->height = p->height ? p->height : p->res, r->frames = p->frames ? p->frames : v->frames;
   r->ref_res = p->ref_res;
   r->text_len = p->text_len;
   r->threads = be->n_threads;
@@ -347,10 +357,11 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   if (s == DIT_OK) s = v->ops->create(v, p, o, prof, adt, &m.obj, err);
   if (s == DIT_OK) {
     fill_header(p, be, adt, r);
-    int64_t img = 0, cap = 0;
-    v->ops->geometry(m.obj, p, &img, &cap, &r->flops);
+    int64_t img = 0, cap = 0, aux = 0;
+    v->ops->geometry(m.obj, p, &img, &cap, &aux, &r->flops);
     r->img_tokens = img;
     r->cap_tokens = cap;
+    r->aux_tokens = aux;
     r->weight_bytes = v->ops->weight_bytes(m.obj);
     r->params = (long long)v->ops->weight_params(m.obj);
     s = v->ops->inputs(m.obj, p, &io.t, err);
@@ -396,10 +407,12 @@ static double gib(size_t b) { return (double)b / (double)(1u << 30); }
 static void print_json(const dit_bench_result *r, FILE *f) {
   fprintf(f,
           "{\"arch\": \"%s\", \"device\": \"%s\", \"weight_dtype\": \"%s\", \"act_dtype\": \"%s\", \"res\": %d, "
+          "\"height\": %d, \"frames\": %d, \"aux_tokens\": %lld, "
           "\"ref_res\": %d, \"text_len\": %d, \"threads\": %d, \"img_tokens\": %lld, \"cap_tokens\": %lld, \"params\": %lld, "
           "\"flops\": %.6g, \"iters\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f, "
           "\"tflops\": %.4f, \"peak_tflops\": %.4f, \"pct_peak\": %.3f, \"peak_what\": \"%s\", \"cpu_isa\": \"%s\", ",
-          r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->ref_res, r->text_len, r->threads, r->img_tokens,
+          r->arch, r->device, r->weight_dtype, r->act_dtype, r->res, r->height, r->frames, r->aux_tokens, r->ref_res,
+          r->text_len, r->threads, r->img_tokens,
           r->cap_tokens, r->params, r->flops, r->iters, r->ms_median, r->ms_min, r->ms_max, r->tflops, r->peak_tflops,
           r->pct_peak, r->peak_what, r->cpu_isa);
   fprintf(f, "\"profiled\": %s, \"prof_device_timed\": %s, \"prof_total_ms\": %.4f, \"prof_span_ms\": %.4f, "
@@ -463,6 +476,12 @@ void dit_bench_print(const dit_bench_result *r, int json, FILE *f) {
                "%s weights, %s activations, device %s%s%s\n",
             r->res, r->res, r->res / 8, r->res / 8, r->weight_dtype, r->act_dtype, r->device,
             r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa);
+  else if (r->frames)
+    fprintf(f, "%s forward, %dx%d, %d frames, %d text tokens: %lld video + %lld audio + %lld text tokens of each "
+               "stream, %s weights, %s activations, device %s%s%s (%d thread%s)\n",
+            r->arch, r->res, r->height, r->frames, r->text_len, r->img_tokens, r->aux_tokens, r->cap_tokens,
+            r->weight_dtype, r->act_dtype, r->device, r->cpu_isa[0] ? ", kernel path " : "", r->cpu_isa, r->threads,
+            r->threads == 1 ? "" : "s");
   else
     fprintf(f, "%s forward, %dx%d%s, %d text tokens: %lld image + %lld text tokens (as computed), %s weights, %s "
              "activations, device %s%s%s (%d thread%s)\n",

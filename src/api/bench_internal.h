@@ -14,8 +14,6 @@ size_t dit_bench_device_used(const dit_bench_params *p);
 /* The backend p asks for (CPU with its precision, or CUDA device p->cuda_device). */
 dit_status dit_bench_make_backend(dit_ctx *ctx, const dit_bench_params *p, dit_backend **be, dit_error *err);
 
-/* Uniform in [-1.7, 1.7) (unit variance), deterministic in key. */
-void dit_bench_fill_host(float *d, size_t n, uint64_t key);
 /* The median of v[0..n) (n >= 1); sorts v. */
 double dit_bench_median(double *v, int n);
 /* After a profiled run on the profiling backend prof: waits for its device times and copies

@@ -57,18 +57,40 @@ static dit_status parse_stream(const json_t *j, const char *pre, dit_ltx2_stream
   return DIT_OK;
 }
 
-static dit_status parse_config(const json_t *j, dit_ltx2_config *c, const char *what, dit_error *err) {
+void dit_ltx2_config_default(dit_ltx2_config *c, bool v23) {
   memset(c, 0, sizeof *c);
-  c->video = (dit_ltx2_stream_config){128, 128, 32, 128, 4096, false, false, 20};
-  c->audio = (dit_ltx2_stream_config){128, 128, 32, 64, 2048, false, false, 20};
+  c->video = (dit_ltx2_stream_config){128, 128, 32, 128, 4096, v23, v23, 20};
+  c->audio = (dit_ltx2_stream_config){128, 128, 32, 64, 2048, v23, v23, 20};
   c->num_layers = 48, c->caption_channels = 3840;
   c->vae_scale_factors[0] = 8, c->vae_scale_factors[1] = c->vae_scale_factors[2] = 32;
   c->base_height = c->base_width = 2048;
   c->audio_scale_factor = 4, c->audio_sampling_rate = 16000, c->audio_hop_length = 160, c->causal_offset = 1;
+  c->norm_eps = 1e-6f;
   c->rope_theta = 10000.0, c->rope_double_precision = true;
   c->timestep_scale_multiplier = c->cross_attn_timestep_scale_multiplier = 1000.0;
-  c->use_prompt_embeddings = true, c->use_prompt_adaln_single = true;
-  double eps = 1e-6;
+  c->use_prompt_embeddings = !v23, c->perturbed_attn = v23, c->use_prompt_adaln_single = true;
+}
+
+/* What the forward pass needs of a configuration, read or made. */
+static dit_status check_config(const dit_ltx2_config *c, const char *what, dit_error *err) {
+  if (!(c->norm_eps > 0.0f) || c->norm_eps > 0.1f || !(c->rope_theta > 1.0) || !(c->timestep_scale_multiplier > 0.0))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: norm_eps, rope_theta or timestep_scale_multiplier out of range", what);
+  if ((c->video.cross_attn_mod || c->audio.cross_attn_mod) && !c->use_prompt_adaln_single)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: use_prompt_adaln_single = false is not supported", what);
+  const int Da = c->audio.heads * c->audio.head_dim, Dv = c->video.heads * c->video.head_dim;
+  if (Da != c->audio.cross_attention_dim || (Da / c->video.heads) % 2 || Da % c->video.heads)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: the cross-modal RoPE needs audio_cross_attention_dim (%d) = the audio "
+                      "width (%d), split evenly over the video heads (%d)", what, c->audio.cross_attention_dim, Da,
+                      c->video.heads);
+  if (!c->use_prompt_embeddings && (c->video.cross_attention_dim != Dv || c->audio.cross_attention_dim != Da))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: without caption projections the cross-attention widths must be the "
+                      "streams' (%d, %d)", what, Dv, Da);
+  return DIT_OK;
+}
+
+static dit_status parse_config(const json_t *j, dit_ltx2_config *c, const char *what, dit_error *err) {
+  dit_ltx2_config_default(c, false);
+  double eps = c->norm_eps;
   DIT_TRY(parse_stream(j, "", &c->video, what, err));
   DIT_TRY(parse_stream(j, "audio_", &c->audio, what, err));
   DIT_TRY(geti(j, "num_layers", 1, 1024, &c->num_layers, what, err));
@@ -100,19 +122,9 @@ static dit_status parse_config(const json_t *j, dit_ltx2_config *c, const char *
   DIT_TRY(want_bool(j, "audio_ff_bias", true, what, err));
   DIT_TRY(want_bool(j, "norm_elementwise_affine", false, what, err));
   DIT_TRY(want_bool(j, "use_keyframes_abs_pos_embedding", false, what, err));
-  if (!(eps > 0.0) || eps > 0.1 || !(c->rope_theta > 1.0) || !(c->timestep_scale_multiplier > 0.0))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: norm_eps, rope_theta or timestep_scale_multiplier out of range", what);
-  if ((c->video.cross_attn_mod || c->audio.cross_attn_mod) && !c->use_prompt_adaln_single)
-    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: use_prompt_adaln_single = false is not supported", what);
-  const int Da = c->audio.heads * c->audio.head_dim, Dv = c->video.heads * c->video.head_dim;
-  if (Da != c->audio.cross_attention_dim || (Da / c->video.heads) % 2 || Da % c->video.heads)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: the cross-modal RoPE needs audio_cross_attention_dim (%d) = the audio "
-                      "width (%d), split evenly over the video heads (%d)", what, c->audio.cross_attention_dim, Da,
-                      c->video.heads);
-  if (!c->use_prompt_embeddings && (c->video.cross_attention_dim != Dv || c->audio.cross_attention_dim != Da))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: without caption projections the cross-attention widths must be the "
-                      "streams' (%d, %d)", what, Dv, Da);
-  return DIT_OK;
+  if (!(eps > 0.0) || eps > 0.1)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: norm_eps %g out of range", what, eps);
+  return check_config(c, what, err);
 }
 
 /* ---- weights --------------------------------------------------------------------- */
@@ -205,6 +217,23 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   return DIT_OK;
 }
 
+/* *out: a model without weights for the configuration c (checked). */
+static dit_status new_model(dit_backend *be, const dit_ltx2_config *c, const char *what, dit_ltx2 **out,
+                            dit_error *err) {
+  DIT_TRY(check_config(c, what, err));
+  dit_ltx2 *m = calloc(1, sizeof *m);
+  if (m) m->blocks = calloc((size_t)c->num_layers, sizeof *m->blocks);
+  if (!m || !m->blocks) {
+    free(m);
+    return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for %d blocks", c->num_layers);
+  }
+  m->be = be;
+  m->cfg = *c;
+  dit_act_space_init(&m->as, be);
+  *out = m;
+  return DIT_OK;
+}
+
 dit_status dit_ltx2_load(dit_backend *be, const char *dir, dit_ltx2 **out, dit_error *err) {
   *out = NULL;
   if (!be || !dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: NULL backend or folder");
@@ -212,22 +241,38 @@ dit_status dit_ltx2_load(dit_backend *be, const char *dir, dit_ltx2 **out, dit_e
   DIT_TRY(dit_model_config_path("ltx2", dir, path, sizeof path, err));
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, 1u << 20, &j, err));
-  dit_ltx2 *m = calloc(1, sizeof *m);
-  if (!m) {
-    json_decref(j);
-    return dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory");
-  }
-  m->be = be;
-  dit_act_space_init(&m->as, be);
-  dit_status s = parse_config(j, &m->cfg, path, err);
+  dit_ltx2_config c;
+  dit_status s = parse_config(j, &c, path, err);
   json_decref(j);
-  if (s == DIT_OK) {
-    m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
-    if (!m->blocks) s = dit_errorf(err, DIT_ERR_NOMEM, "ltx2: out of memory for %d blocks", m->cfg.num_layers);
-  }
-  if (s == DIT_OK) s = dit_model_weights_load(be, &m->w, "LTX-2 transformer", dir, build_table, m, true, err);
+  DIT_TRY(s);
+  dit_ltx2 *m = NULL;
+  DIT_TRY(new_model(be, &c, path, &m, err));
+  s = dit_model_weights_load(be, &m->w, "LTX-2 transformer", dir, build_table, m, true, err);
   DIT_HAND_OVER(s, m, out, dit_ltx2_free);
 }
+
+dit_status dit_ltx2_create_random(dit_backend *be, const dit_ltx2_config *c, dit_dtype wdt, uint64_t seed,
+                                  dit_ltx2 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: NULL backend or config");
+  if (c->num_layers < 1 || c->num_layers > 1024 || c->video.heads < 1 || c->audio.heads < 1 ||
+      c->video.head_dim < 2 || c->audio.head_dim < 2 || c->video.head_dim % 2 || c->audio.head_dim % 2 ||
+      c->caption_channels < 1 || c->video.in_channels < 1 || c->audio.in_channels < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 random config: a size is out of range");
+  dit_ltx2 *m = NULL;
+  DIT_TRY(new_model(be, c, "ltx2 random config", &m, err));
+  dit_status s = dit_model_weights_random(be, &m->w, "ltx2", build_table, m, wdt, seed, err);
+  DIT_HAND_OVER(s, m, out, dit_ltx2_free);
+}
+
+dit_status dit_ltx2_set_act_dtype(dit_ltx2 *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2: no model");
+  bool changed = false; /* the RoPE tables live in their own block: nothing cached goes stale */
+  return dit_act_space_set_dtype(&m->as, m->be, dt, "ltx2", &changed, err);
+}
+
+size_t dit_ltx2_weight_bytes(const dit_ltx2 *m) { return m ? m->w.wbytes : 0; }
+uint64_t dit_ltx2_weight_params(const dit_ltx2 *m) { return m ? m->w.wparams : 0; }
 
 void dit_ltx2_free(dit_ltx2 *m) {
   if (!m) return;

@@ -41,7 +41,19 @@ typedef struct dit_ltx2_config {
 
 typedef struct dit_ltx2 dit_ltx2;
 
+/* The released transformer's configuration: LTX-2.0 (19B), or LTX-2.3 (22B: gated attention,
+ * modulated text cross-attention, no caption projections, STG by values). */
+void dit_ltx2_config_default(dit_ltx2_config *c, bool v23);
+
 dit_status dit_ltx2_load(dit_backend *be, const char *component_dir, dit_ltx2 **out, dit_error *err);
+/* Random weights (wdt, seed) for configuration c (checked as a loaded one is). */
+dit_status dit_ltx2_create_random(dit_backend *be, const dit_ltx2_config *c, dit_dtype wdt, uint64_t seed,
+                                  dit_ltx2 **out, dit_error *err);
+/* Activations in dt: F32 (the default), or BF16 on a GPU backend; the call's inputs and outputs
+ * stay F32. */
+dit_status dit_ltx2_set_act_dtype(dit_ltx2 *m, dit_dtype dt, dit_error *err);
+size_t dit_ltx2_weight_bytes(const dit_ltx2 *m);
+uint64_t dit_ltx2_weight_params(const dit_ltx2 *m);
 void dit_ltx2_free(dit_ltx2 *m);
 const dit_ltx2_config *dit_ltx2_get_config(const dit_ltx2 *m);
 

@@ -29,10 +29,10 @@ typedef struct dit_bench_ops {
    * overrides, activations in adt. */
   dit_status (*create)(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
                        dit_backend *be, dit_dtype adt, void **model, dit_error *err);
-  /* Tokens as computed (padded where the model pads) and FLOPs of one forward at p's
-   * resolution and text length. */
+  /* Tokens as computed (padded where the model pads; aux: a second stream's, such as LTX-2's
+   * audio, else 0) and FLOPs of one forward at p's resolution and text length. */
   void (*geometry)(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
-                   double *flops);
+                   int64_t *aux_tokens, double *flops);
   /* The shapes of io's x, cap and out at p's resolution and text length (data left NULL)
    * and the host ids. */
   dit_status (*inputs)(const void *model, const dit_bench_params *p, dit_bench_io *io, dit_error *err);
@@ -60,6 +60,12 @@ struct dit_bench_variant {
   int text_len;              /* default caption tokens */
   int geometry;              /* which geometry of the family (klein: 0 = 4B, 1 = 9B) */
   const dit_bench_ops *ops;
+  int frames;                /* a video model's default frame count (its bench takes WxH and frames);
+                                0: an image model (square images) */
 };
+
+/* The bench's input values (bench.c): uniform in [-1.7, 1.7) (unit variance), deterministic
+ * in key; for a family's inputs beyond x and cap. */
+void dit_bench_fill_host(float *d, size_t n, uint64_t key);
 
 #endif

@@ -21,7 +21,7 @@ DIT_BENCH_OPS(flux1_bench_ops, dit_flux2, bench_create, dit_flux_bench_geometry,
 
 /* FluxPipeline's max_sequence_length 512 is the default caption length. */
 const dit_bench_variant dit_flux1_bench[] = {
-    {"flux1-dev", 512, 0, &flux1_bench_ops},
-    {"flux1-schnell", 512, 1, &flux1_bench_ops},
-    {NULL, 0, 0, NULL},
+    {"flux1-dev", 512, 0, &flux1_bench_ops, 0},
+    {"flux1-schnell", 512, 1, &flux1_bench_ops, 0},
+    {NULL, 0, 0, NULL, 0},
 };

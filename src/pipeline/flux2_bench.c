@@ -67,7 +67,8 @@ static double flux_flops(const dit_flux2_config *c, double n_img, double n_txt) 
 }
 
 void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
-                             double *flops) {
+                             int64_t *aux_tokens, double *flops) {
+  *aux_tokens = 0;
   *img_tokens = (int64_t)(p->res / 16) * (p->res / 16) + (int64_t)(p->ref_res / 16) * (p->ref_res / 16); /* no padding */
   *cap_tokens = p->text_len;
   *flops = flux_flops(dit_flux2_get_config(model), (double)*img_tokens, (double)*cap_tokens);
@@ -115,7 +116,7 @@ DIT_BENCH_OPS(klein_bench_ops, dit_flux2, bench_create, dit_flux_bench_geometry,
 
 /* klein's max_sequence_length 512 is the default caption length. */
 const dit_bench_variant dit_flux2_klein_bench[] = {
-    {"flux2-klein-4b", 512, 0, &klein_bench_ops},
-    {"flux2-klein-9b", 512, 1, &klein_bench_ops},
-    {NULL, 0, 0, NULL},
+    {"flux2-klein-4b", 512, 0, &klein_bench_ops, 0},
+    {"flux2-klein-9b", 512, 1, &klein_bench_ops, 0},
+    {NULL, 0, 0, NULL, 0},
 };

@@ -41,7 +41,7 @@ typedef dit_status (*dit_flux_create_fn)(dit_backend *be, const dit_flux2_config
 dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_config *base, const dit_bench_params *p,
                                  dit_backend *be, dit_dtype adt, void **model, dit_error *err);
 void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
-                             double *flops);
+                             int64_t *aux_tokens, double *flops);
 dit_status dit_flux_bench_inputs(const void *model, const dit_bench_params *p, dit_bench_io *io, dit_error *err);
 dit_status dit_flux_bench_forward(void *model, dit_bench_io *io, dit_error *err);
 

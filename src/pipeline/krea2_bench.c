@@ -72,7 +72,8 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
  * tokens (the same terms at the text width), txt_in (td D + D^2 per token). Embedders,
  * modulations and the final layer are not counted. */
 static void bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
-                           double *flops) {
+                           int64_t *aux_tokens, double *flops) {
+  *aux_tokens = 0;
   const dit_krea2_config *c = dit_krea2_get_config(((const krea2_bench *)model)->m);
   const double Si = (double)(p->res / 16) * (p->res / 16), L = p->text_len, S = Si + L, D = c->dim;
   const double Dkv = (double)c->n_kv_heads * c->head_dim, F = c->ffn_dim, T = c->n_taps, td = c->text_dim;
@@ -126,6 +127,6 @@ static const dit_bench_ops krea2_bench_ops = {
 
 /* Krea2Pipeline's max_sequence_length 512 is the default caption length. */
 const dit_bench_variant dit_krea2_bench[] = {
-    {"krea2", 512, 0, &krea2_bench_ops},
-    {NULL, 0, 0, NULL},
+    {"krea2", 512, 0, &krea2_bench_ops, 0},
+    {NULL, 0, 0, NULL, 0},
 };

@@ -62,12 +62,12 @@ static dit_status text_load(const dit_model_rt *rt, void **obj, dit_error *err) 
 static const dit_component_kind ltx2_text_kind = {"text encoder", DIT_KEEP_TEXT_ENCODER, text_load, text_free, false,
                                                   NULL};
 
-static dit_status dit_noop_prepare(const dit_model_rt *rt, dit_ltx2 *m, dit_error *err) {
-  (void)rt, (void)m, (void)err;
-  return DIT_OK;
+/* The transformer on rt->dev: bf16 activations on a GPU, as every family's. */
+static dit_status dit_prepare(const dit_model_rt *rt, dit_ltx2 *m, dit_error *err) {
+  return dit_rt_on_device(rt) ? dit_ltx2_set_act_dtype(m, DIT_BF16, err) : DIT_OK;
 }
 DIT_COMPONENT_KIND(ltx2_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_ltx2, dit_ltx2_load,
-                   dit_noop_prepare, dit_ltx2_free);
+                   dit_prepare, dit_ltx2_free);
 
 /* ---- text ---- */
 
@@ -179,6 +179,12 @@ static dit_status read_facts(const dit_model_dir *dir, ltx2_facts *f, dit_error 
   return DIT_OK;
 }
 
+int dit_ltx2_audio_latent_frames(int frames, double fps, int sample_rate, int hop) {
+  const double per_second = (double)sample_rate / hop / 4.0; /* AutoencoderKLLTX2Audio's temporal compression: 4 */
+  const int L = (int)nearbyint(frames / fps * per_second); /* Python's round: half to even */
+  return L < 1 ? 1 : L;
+}
+
 /* The latent geometry from the configs (the components are checked against it when they
  * load): LTX2Pipeline's latent sizes and audio length. */
 static dit_status geometry(const ltx2_facts *f, const dit_gen_params *p, dit_ltx2_geom *g, dit_error *err) {
@@ -192,9 +198,7 @@ static dit_status geometry(const ltx2_facts *f, const dit_gen_params *p, dit_ltx
   g->C = f->channels;
   g->F = (p->frames - 1) / st + 1, g->H = p->height / sp, g->W = p->width / sp;
   g->Ca = f->a_channels, g->M = f->a_mel / 4; /* AutoencoderKLLTX2Audio's mel compression: 4 */
-  const double per_second = (double)f->a_rate / f->a_hop / 4.0; /* and its temporal one: 4 */
-  g->L = (int)nearbyint(p->frames / p->fps * per_second); /* Python's round: half to even */
-  if (g->L < 1) g->L = 1;
+  g->L = dit_ltx2_audio_latent_frames(p->frames, p->fps, f->a_rate, f->a_hop);
   g->frames = p->frames, g->height = p->height, g->width = p->width;
   g->fps = (float)p->fps;
   return DIT_OK;
@@ -300,6 +304,7 @@ const dit_family dit_family_ltx2 = {
     .defaults = ltx2_defaults,
     .open = ltx2_open,
     .generate_clip = ltx2_generate_clip,
+    .bench = dit_ltx2_bench,
     .close = dit_components_state_close,
     .latent = {32, 1, 1},
 };

@@ -12,6 +12,7 @@
 #define DIT_PIPELINE_LTX2_PIPELINE_H
 
 #include "pipeline/family.h"
+#include "pipeline/family_bench.h"
 #include "pipeline/ltx2_sample.h"
 
 #define DIT_LTX2_MAX_STG_BLOCKS 16
@@ -28,6 +29,14 @@ typedef struct dit_ltx2_opts {
 /* The pipeline's defaults: ltx2_sample.h's scales, STG at block 28 (the pipeline's default;
  * a transformer of 28 blocks or fewer runs without STG). */
 void dit_ltx2_opts_default(dit_ltx2_opts *o);
+
+/* "ltx2" (LTX-2.0) and "ltx23" (LTX-2.3) (ltx2_bench.c). */
+extern const dit_bench_variant dit_ltx2_bench[];
+
+/* LTX2Pipeline's audio latent frames for `frames` video frames at fps: the clip's duration at
+ * the audio VAE's rate (sample_rate / hop / 4 latent frames a second), rounded half to even
+ * as Python's round; at least 1. */
+int dit_ltx2_audio_latent_frames(int frames, double fps, int sample_rate, int hop);
 
 /* The family's generate_clip with options o (p resolved as dit_model_generate_clip does). */
 dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit_gen_params *p, const dit_ltx2_opts *o,

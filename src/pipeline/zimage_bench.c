@@ -46,7 +46,8 @@ static double zimage_flops(const dit_zimage_config *c, double n_img, double n_ca
 }
 
 static void bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
-                           double *flops) {
+                           int64_t *aux_tokens, double *flops) {
+  *aux_tokens = 0;
   const dit_zimage_config *c = dit_zimage_get_config(model);
   const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c->patch_size;
   *img_tokens = (side * side + q - 1) / q * q;
@@ -73,6 +74,6 @@ DIT_BENCH_OPS(zimage_bench_ops, dit_zimage, bench_create, bench_geometry, bench_
               "2*(4D^2 + 3D*Fd) per token per block + 4*D*S^2 attention per block");
 
 const dit_bench_variant dit_zimage_bench[] = {
-    {"zimage", 128, 0, &zimage_bench_ops},
-    {NULL, 0, 0, NULL},
+    {"zimage", 128, 0, &zimage_bench_ops, 0},
+    {NULL, 0, 0, NULL, 0},
 };

@@ -6,17 +6,23 @@
  * vocoder's output). The first fixture runs with every component released after its stage,
  * the second with all kept. Then the public API: an image call on a video model and a frame
  * count the VAE cannot make are refused, and a clip saved as a frames folder; the CLI's MP4
- * output and refusals. With
+ * output and refusals, and SIGTERM during its run leaving no partial or temporary file. With
  * DIT_TEST_DEVICE=cuda the models run on the GPU: frames PSNR >= 35 dB, decoded video and sound
  * SNR >= 30 dB. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/ctx.h"
+#include "core/timer.h"
 #include "fixture.h"
 #include "io/json.h"
 #include "pipeline/ltx2_pipeline.h"
@@ -260,7 +266,103 @@ static void test_cli(const dt_args *a) {
   CHECK_MSG(rc == 2 && strstr(msg, "makes videos"), "serve on a video model: rc %d: %s", rc, msg);
 }
 
+/* Starts `ditrun generate` of a 49-frame 512x256 clip into out (its MP4 takes about as long to
+ * encode as the tiny model takes to make it) (stdout and stderr to log); its pid. */
+static pid_t start_generate(const dt_args *a, const char *model, const char *out, const char *log) {
+  char cli[1200];
+  dt_path(cli, sizeof cli, a->bin, "ditrun");
+  char *argv[] = {cli, "generate", "-m", (char *)model, "-p", "a fox", "-W", "512", "-H", "256", "--steps", "2",
+                  "--max-seq-len", "16", "--quiet", "--frames", "49", "-o", (char *)out, NULL};
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+    execv(cli, argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* What a folder holds after an interrupted run: CHECKs that nothing but `name` is there (no
+ * temporary file or folder); returns whether name is. */
+static bool only_output(const char *folder, const char *name) {
+  DIR *d = opendir(folder);
+  bool found = false;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (!strcmp(e->d_name, name)) found = true;
+    else CHECK_MSG(0, "%s: '%s' left behind", folder, e->d_name);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* Whether folder holds a writer's temporary (.ditrun-...). */
+static bool has_temporary(const char *folder) {
+  DIR *d = opendir(folder);
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) found = !strncmp(e->d_name, ".ditrun-", 8);
+  if (d) closedir(d);
+  return found;
+}
+
+/* SIGTERM to `ditrun generate` (the tiny model; MP4 when built with FFmpeg's libraries, else a
+ * frames folder): 0.5 s in, while it computes, it ends by the signal with nothing written; sent
+ * the moment the output's temporary appears (watched every millisecond; the encode takes about
+ * a second here), the write completes first: the process still ends by SIGTERM, the clip is
+ * whole and no temporary is left. */
+static void test_sigterm(const dt_args *a) {
+  char model[1024], folder[1200], out[1300], log[1300];
+  dt_path(model, sizeof model, a->data, "models/ltx2-tiny");
+#ifdef DIT_HAVE_FFMPEG
+  const char *name = "clip.mp4";
+#else
+  const char *name = "clip";
+#endif
+  for (int k = 0; k < 2; k++) { /* 0: during the run; 1: during the write */
+    snprintf(folder, sizeof folder, "%s/sigterm_%d", a->tmp, k);
+    snprintf(out, sizeof out, "%s/%s", folder, name);
+    snprintf(log, sizeof log, "%s.log", folder);
+    char rm[1400];
+    snprintf(rm, sizeof rm, "rm -rf '%s' && mkdir -p '%s'", folder, folder);
+    CHECK(dt_run(rm, NULL) == 0);
+    pid_t pid = start_generate(a, model, out, log);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    int st = 0;
+    bool seen = false;
+    if (k == 0) {
+      usleep(500000);
+    } else {
+      for (int ms = 0; ms < 120000 && !seen && waitpid(pid, &st, WNOHANG) == 0; ms++) {
+        seen = has_temporary(folder);
+        if (!seen) usleep(1000);
+      }
+    }
+    kill(pid, SIGTERM);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "run %d: status %d, not ended by SIGTERM", k, st);
+    const bool whole = only_output(folder, name);
+    if (k == 0) {
+      CHECK_MSG(!whole, "SIGTERM 0.5 s in: %s was written", out);
+      continue;
+    }
+    CHECK_MSG(seen && whole, "SIGTERM during the write: temporary seen %d, clip written %d", seen, whole);
+    if (!whole) continue;
+#ifdef DIT_HAVE_FFMPEG
+    probe_mp4(out, 49, 24);
+#else
+    char f[1400];
+    snprintf(f, sizeof f, "%s/frame_00049.png", out);
+    CHECK_MSG(access(f, F_OK) == 0, "%s: not all frames", out);
+#endif
+    printf("SIGTERM while %s was being written: the write finished, then the signal ended the process\n", out);
+  }
+}
+
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_public_api, test_cli};
+  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_public_api, test_cli, test_sigterm};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -24,6 +24,7 @@ typedef struct cli_gen_opts {
   bool out_set;                 /* -o given (a video model's default is output.mp4) */
   bool overwrite, quiet, force_progress;
   bool random_seed;             /* --seed -1: drawn from the OS when the run starts */
+  struct cli_signals *signals;  /* held around each output's write (cli_signals.h) */
   int threads;
   int batch;                    /* -b N: images with seeds S..S+N-1 (1 = one image) */
   dit_component_file files[DIT_MAX_COMPONENT_FILES]; /* --diffusion-model, --vae, --clip-l, --t5xxl */

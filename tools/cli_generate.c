@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "cli_args.h"
+#include "cli_signals.h"
 #include "cli_gen_out.h"
 #ifdef DIT_HAVE_FFMPEG
 #include <libavutil/log.h>
@@ -418,7 +419,9 @@ static dit_status generate_one(dit_ctx *ctx, dit_model *model, cli_gen_opts *o, 
     char *params = cli_gen_infotext(&o->p, d, &img, st.steps);
     const char *keys[] = {"parameters", "prompt", "negative_prompt"};
     const char *vals[] = {params, o->p.prompt, o->p.negative_prompt ? o->p.negative_prompt : ""};
+    cli_signals_hold(o->signals);
     s = params ? dit_image_save_png(ctx, &img, path, keys, vals, 3, o->overwrite) : DIT_ERR_NOMEM;
+    cli_signals_release(o->signals);
     free(params);
     if (s == DIT_OK) {
       if (!o->quiet) print_summary(&st);
@@ -441,7 +444,11 @@ static dit_status generate_clip_one(dit_ctx *ctx, dit_model *model, cli_gen_opts
   dit_clip clip = {0};
   dit_gen_stats st;
   dit_status s = dit_model_generate_clip(model, &o->p, &clip, &st);
-  if (s == DIT_OK) s = dit_clip_save(ctx, &clip, path, o->overwrite);
+  if (s == DIT_OK) { /* an MP4's encoding takes seconds at real sizes: no signal leaves its temporary */
+    cli_signals_hold(o->signals);
+    s = dit_clip_save(ctx, &clip, path, o->overwrite);
+    cli_signals_release(o->signals);
+  }
   if (s == DIT_OK) {
     if (!o->quiet) {
       print_summary(&st);
@@ -491,6 +498,9 @@ int cli_generate(int argc, char **argv) {
   cli_gen_opts o;
   int r = cli_generate_parse(argc, argv, &o), code;
   if (r == 0 && !check_outputs(&o)) r = 2;
+  cli_signals sig;
+  if (r == 0) cli_signals_start(&sig); /* before the context starts any thread */
+  o.signals = &sig;
   dit_ctx *ctx = cli_start("generate", r, o.threads, &code);
   if (!ctx) return code;
   dit_gen_defaults d;

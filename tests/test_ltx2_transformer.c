@@ -78,8 +78,8 @@ static void run_call(dit_ltx2 *m, const char *ref, const json_t *meta, int k, do
       CHECK_MSG(ev <= TOL && ea <= TOL && bad == 0, "call %d: video %.3g, audio %.3g", k, ev, ea);
       printf("  call %d (batch %d%s%s): video %.3g, audio %.3g\n", k, B, n_stg ? ", STG" : "",
              call.isolate_modalities ? ", isolated" : "", ev, ea);
-      /* the pass's own switch matters: without it the output is far from the reference (2.0's
-       * attention ignores STG, so only isolation is checked there) */
+      /* the pass's own switch matters: without it the output misses the bound tenfold in the
+       * same measure (2.0's attention ignores STG, so only isolation is checked there) */
       const bool stg_counts = n_stg && c->perturbed_attn;
       if (stg_counts || call.isolate_modalities) {
         dit_ltx2_call plain = call;
@@ -87,7 +87,7 @@ static void run_call(dit_ltx2 *m, const char *ref, const json_t *meta, int k, do
         if (dit_ltx2_forward(m, &plain, ov, oa, &e) == DIT_OK &&
             g_be->ops->download(g_be, hv, ov, nov * sizeof *hv, &e) == DIT_OK && g_be->ops->sync(g_be, &e) == DIT_OK) {
           double d = g_gpu ? dt_nmse(hv, rv, nov, &bad) : dt_rel_err(hv, rv, nov);
-          CHECK_MSG(d > 100 * TOL, "call %d: the same output without %s (%.3g)", k, stg_counts ? "STG" : "isolation", d);
+          CHECK_MSG(d > 10 * TOL, "call %d: the same output without %s (%.3g)", k, stg_counts ? "STG" : "isolation", d);
           printf("  call %d without %s: video %.3g from the reference\n", k, stg_counts ? "STG" : "isolation", d);
         }
       }

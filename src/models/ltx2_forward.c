@@ -136,11 +136,11 @@ static dit_tensor pvec(const dit_ltx2 *m, void *p, int k, int64_t B, int64_t D) 
   return dit_act_2d(&m->as, dit_act_el(&m->as, p, (int64_t)k * B * D), B, D);
 }
 
-/* y = rms_norm(x) (no weight) * (1 + scale) + shift (scale NULL: the norm only). */
-static dit_status norm_mod(dit_ltx2 *m, dit_tensor *y, const dit_tensor *x, const dit_tensor *scale,
-                           const dit_tensor *shift, dit_error *err) {
-  DIT_TRY(dit_op_rms_norm(m->be, y, x, NULL, m->cfg.norm_eps, err));
-  return scale ? dit_op_modulate(m->be, y, y, scale, shift, err) : DIT_OK;
+/* x += gate * r (r NULL: no residual; gate NULL: 1), then h = rms_norm(x) (no weight) * (1 +
+ * scale) + shift (scale NULL: the norm only; h NULL: none): one pass where the backend fuses it. */
+static dit_status res_norm_mod(dit_ltx2 *m, dit_tensor *x, const dit_tensor *r, const dit_tensor *gate, dit_tensor *h,
+                               const dit_tensor *scale, const dit_tensor *shift, dit_error *err) {
+  return dit_op_residual_rms_mod(m->be, x, r, gate, h, NULL, scale, shift, m->cfg.norm_eps, err);
 }
 
 static dit_status ff(dit_ltx2 *m, const ltx2_ff *f, dit_tensor *h, void *mid, dit_tensor *y, dit_error *err) {
@@ -160,7 +160,8 @@ typedef struct call_state {
 
 static dit_tensor act3(const dit_ltx2 *m, void *p, int64_t B, int64_t S, int64_t D) { return dit_act_3d(&m->as, p, B, S, D); }
 
-/* Self-attention and text cross-attention of stream i. */
+/* Self-attention and text cross-attention of stream i; then the next norm of its residual:
+ * the cross-modal attention's (into nrm) or, with the modalities isolated, the MLP's (into h). */
 static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg, const call_state *cs, lx_bufs *b,
                                 dit_error *err) {
   const dit_ltx2_stream_config *sc = scfg(m, i);
@@ -168,18 +169,17 @@ static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg
   const int64_t B = cs->B, S = s->S, D = s->D, T = cs->T;
   dit_tensor x = act3(m, s->x, B, S, D), hn = act3(m, s->h, B, S, D), y = act3(m, s->y, B, S, D);
   dit_tensor shift = pvec(m, s->pb, 0, B, D), scale = pvec(m, s->pb, 1, B, D), gate = pvec(m, s->pb, 2, B, D);
-  DIT_TRY(norm_mod(m, &hn, &x, &scale, &shift, err));
+  DIT_TRY(res_norm_mod(m, &x, NULL, NULL, &hn, &scale, &shift, err));
   DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn1, m->cfg.norm_eps, B, S, S, &hn, NULL, &cs->rope[i][0],
                                 &cs->rope[i][1], NULL, NULL, NULL, stg, &b->at, &y, err));
-  DIT_TRY(dit_op_gated_add(m->be, &x, &y, &gate, false, err));
-  /* text cross-attention */
+  /* the residual, and the text cross-attention's queries */
   const int64_t C = m->cfg.use_prompt_embeddings ? D : sc->cross_attention_dim;
   dit_tensor ctx = act3(m, s->ctx, B, T, C);
   if (sc->cross_attn_mod) {
     dit_tensor q_shift = pvec(m, s->pb, 6, B, D), q_scale = pvec(m, s->pb, 7, B, D);
-    DIT_TRY(norm_mod(m, &hn, &x, &q_scale, &q_shift, err));
+    DIT_TRY(res_norm_mod(m, &x, &y, &gate, &hn, &q_scale, &q_shift, err));
   } else {
-    DIT_TRY(norm_mod(m, &hn, &x, NULL, NULL, err));
+    DIT_TRY(res_norm_mod(m, &x, &y, &gate, &hn, NULL, NULL, err));
   }
   if (m->cfg.video.cross_attn_mod || m->cfg.audio.cross_attn_mod) { /* the prompt side, from sigma */
     dit_tensor kv_shift = pvec(m, s->pp, 0, B, C), kv_scale = pvec(m, s->pp, 1, B, C);
@@ -191,25 +191,26 @@ static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg
   DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn2, m->cfg.norm_eps, B, S, T, &hn, &ctx, NULL, NULL, NULL, NULL,
                                 cs->masked ? &km : NULL, false, &b->at, &y, err));
   const dit_tensor gq = pvec(m, s->pb, 8, B, D);
-  return dit_op_gated_add(m->be, &x, &y, sc->cross_attn_mod ? &gq : NULL, false, err);
+  if (cs->c->isolate_modalities) { /* the MLP's norm next */
+    dit_tensor ff_shift = pvec(m, s->pb, 3, B, D), ff_scale = pvec(m, s->pb, 4, B, D);
+    return res_norm_mod(m, &x, &y, sc->cross_attn_mod ? &gq : NULL, &hn, &ff_scale, &ff_shift, err);
+  }
+  dit_tensor n = act3(m, s->nrm, B, S, D);
+  return res_norm_mod(m, &x, &y, sc->cross_attn_mod ? &gq : NULL, &n, NULL, NULL, err);
 }
 
 /* Audio-to-video and video-to-audio cross-attention: both read the norms of the streams as
- * they are before either update. */
+ * they are before either update (nrm, made by self_and_text); then each stream's residual and
+ * its MLP's norm (into h). The modulated norms of both sides go to the streams' mq. */
 static dit_status cross_modal(dit_ltx2 *m, const ltx2_block *blk, const call_state *cs, lx_bufs *b, dit_error *err) {
   const int64_t B = cs->B;
-  for (int i = 0; i < 2; i++) {
-    stream_bufs *s = &b->s[i];
-    dit_tensor x = act3(m, s->x, B, s->S, s->D), n = act3(m, s->nrm, B, s->S, s->D);
-    DIT_TRY(norm_mod(m, &n, &x, NULL, NULL, err));
-  }
   for (int i = 0; i < 2; i++) { /* i = the queries' stream: 0 a2v (video queries), 1 v2a */
     stream_bufs *q = &b->s[i], *k = &b->s[1 - i];
     const ltx2_half *h = i ? &blk->a : &blk->v;
     /* ca params [5, B, D]: (a2v scale, a2v shift, v2a scale, v2a shift, gate) */
     const int sq = i ? 2 : 0;
     dit_tensor nq = act3(m, q->nrm, B, q->S, q->D), mq = act3(m, q->mq, B, q->S, q->D);
-    dit_tensor nk = act3(m, k->nrm, B, k->S, k->D), mk = act3(m, k->h, B, k->S, k->D);
+    dit_tensor nk = act3(m, k->nrm, B, k->S, k->D), mk = act3(m, k->mq, B, k->S, k->D);
     dit_tensor qs = pvec(m, q->pc, sq, B, q->D), qt = pvec(m, q->pc, sq + 1, B, q->D);
     dit_tensor ks = pvec(m, k->pc, sq, B, k->D), kt = pvec(m, k->pc, sq + 1, B, k->D);
     DIT_TRY(dit_op_modulate(m->be, &mq, &nq, &qs, &qt, err));
@@ -218,8 +219,9 @@ static dit_status cross_modal(dit_ltx2 *m, const ltx2_block *blk, const call_sta
     DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->cross, m->cfg.norm_eps, B, q->S, k->S, &mq, &mk, &cs->crope[i][0],
                                   &cs->crope[i][1], &cs->crope[1 - i][0], &cs->crope[1 - i][1], NULL, false, &b->at, &y,
                                   err));
-    dit_tensor g = pvec(m, q->pc, 4, B, q->D);
-    DIT_TRY(dit_op_gated_add(m->be, &x, &y, &g, false, err));
+    dit_tensor g = pvec(m, q->pc, 4, B, q->D), hn = act3(m, q->h, B, q->S, q->D);
+    dit_tensor ff_shift = pvec(m, q->pb, 3, B, q->D), ff_scale = pvec(m, q->pb, 4, B, q->D);
+    DIT_TRY(res_norm_mod(m, &x, &y, &g, &hn, &ff_scale, &ff_shift, err));
   }
   return DIT_OK;
 }
@@ -245,12 +247,11 @@ static dit_status block_forward(dit_ltx2 *m, int bi, const call_state *cs, lx_bu
   }
   for (int i = 0; i < 2; i++) DIT_TRY(self_and_text(m, i ? &blk->a : &blk->v, i, stg, cs, b, err));
   if (!cs->c->isolate_modalities) DIT_TRY(cross_modal(m, blk, cs, b, err));
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++) { /* the MLP on h, its norm made above */
     const ltx2_half *h = i ? &blk->a : &blk->v;
     stream_bufs *s = &b->s[i];
     dit_tensor x = act3(m, s->x, B, s->S, s->D), hn = act3(m, s->h, B, s->S, s->D), y = act3(m, s->y, B, s->S, s->D);
-    dit_tensor shift = pvec(m, s->pb, 3, B, s->D), scale = pvec(m, s->pb, 4, B, s->D), gate = pvec(m, s->pb, 5, B, s->D);
-    DIT_TRY(norm_mod(m, &hn, &x, &scale, &shift, err));
+    dit_tensor gate = pvec(m, s->pb, 5, B, s->D);
     DIT_TRY(ff(m, &h->ff, &hn, s->ff, &y, err));
     DIT_TRY(dit_op_gated_add(m->be, &x, &y, &gate, false, err));
   }

@@ -981,9 +981,9 @@ static void t_fused_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit
   }
 }
 
-/* residual_layer_norm (rms: residual_rms_mod, with a norm weight) on [B,S,D] (the CPU runs the
- * unfused gated_add, layer_norm / rms_norm, modulate): with and without the residual, gate,
- * output, shift; in place (h = x, no residual). bcast: [D] vectors (batch stride 0). */
+/* residual_layer_norm (rms: residual_rms_mod, with a norm weight or none) on [B,S,D] (the CPU
+ * runs the unfused gated_add, layer_norm / rms_norm, modulate): with and without the residual,
+ * gate, output, shift; in place (h = x, no residual). bcast: [D] vectors (batch stride 0). */
 static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt, bool bcast, bool rms) {
   bool bt = dt != DIT_F32;
   int64_t xs[3] = {B, S, D}, vs[2] = {B, D}, ds[1] = {D};
@@ -997,11 +997,12 @@ static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt,
       v->g.device = DIT_DEV_CUDA;
     }
   char name[200];
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     /* 0: residual + gate + scale/shift; 1: residual, no gate, scale only; 2: residual only (no h);
-     * 3: norm only + scale/shift; 4: norm only, no modulation; 5: norm in place (h = x) + scale/shift */
-    const bool res = k <= 2, gate = k == 0, out = k != 2, scale = k == 0 || k == 1 || k == 3 || k == 5;
-    const bool shift = k == 0 || k == 3 || k == 5;
+     * 3: norm only + scale/shift; 4: norm only, no modulation; 5: norm in place (h = x) + scale/shift;
+     * 6: as 0 without the norm weight (LTX-2's norms have none) */
+    const bool res = k <= 2 || k == 6, gate = k == 0 || k == 6, out = k != 2;
+    const bool scale = k == 0 || k == 1 || k == 3 || k == 5 || k == 6, shift = k == 0 || k == 3 || k == 5 || k == 6;
     pair x = act(e, dt, 3, xs, true), r = act(e, dt, 3, xs, true);
     poison(e, &h);
     pair *y = k == 5 ? &x : &h;
@@ -1013,13 +1014,14 @@ static void t_fused_lnorm(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt,
       dit_backend *be = side ? e->gpu : e->cpu;
       if (rms)
         OK(dit_op_residual_rms_mod(be, t[0], res ? t[1] : NULL, gate ? t[2] : NULL, out ? t[3] : NULL,
-                                   side ? &w.g : &w.c, scale ? t[4] : NULL, shift ? t[5] : NULL, 1e-6f, E));
+                                   k == 6 ? NULL : side ? &w.g : &w.c, scale ? t[4] : NULL, shift ? t[5] : NULL,
+                                   1e-6f, E));
       else
         OK(dit_op_residual_layer_norm(be, t[0], res ? t[1] : NULL, gate ? t[2] : NULL, out ? t[3] : NULL,
                                       scale ? t[4] : NULL, shift ? t[5] : NULL, 1e-6f, E));
     }
-    const char *what[6] = {"residual gate scale shift", "residual scale", "residual only", "scale shift",
-                           "plain", "in place scale shift"};
+    const char *what[7] = {"residual gate scale shift", "residual scale", "residual only", "scale shift",
+                           "plain", "in place scale shift", "residual gate scale shift, no norm weight"};
     const char *on = rms ? "residual_rms_mod" : "residual_layer_norm";
     snprintf(name, sizeof name, "%s [%lld,%lld,%lld] %s %s%s: %s", on, (long long)B, (long long)S,
              (long long)D, dn(dt), what[k], bcast ? " [D]" : "", out ? "h" : "x");

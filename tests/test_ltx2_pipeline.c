@@ -6,7 +6,7 @@
  * vocoder's output). The first fixture runs with every component released after its stage,
  * the second with all kept. Then the public API: an image call on a video model and a frame
  * count the VAE cannot make are refused, and a clip saved as a frames folder; the CLI's MP4
- * output and refusals, and SIGTERM during its run leaving no partial or temporary file. With
+ * output (also with --vae-tile) and refusals, and SIGTERM during its run leaving no partial or temporary file. With
  * DIT_TEST_DEVICE=cuda the models run on the GPU: frames PSNR >= 35 dB, decoded video and sound
  * SNR >= 30 dB. */
 #include <math.h>
@@ -247,6 +247,16 @@ static void test_cli(const dt_args *a) {
   probe_mp4(out, 9, 24);
 #else
   CHECK_MSG(rc == 2 && strstr(msg, "FFmpeg"), "MP4 without FFmpeg: rc %d: %s", rc, msg);
+#endif
+  /* --vae-tile: diffusers' tiling in space (3 x 3 latent tiles every 2 of 8 x 6) and time (17 frames: windows) */
+  dt_path(out, sizeof out, a->tmp, "cli_tiled.mp4");
+  unlink(out);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p 'a fox' -W 128 -H 96 --steps 2 --max-seq-len 16 --quiet "
+           "--frames 17 --vae-tile 3 -o '%s'", a->bin, dir, out);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+#ifdef DIT_HAVE_FFMPEG
+  CHECK_MSG(rc == 0, "--vae-tile 3: rc %d: %s", rc, msg);
+  probe_mp4(out, 17, 24);
 #endif
   snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 9 -o '%s/x.png'", a->bin, dir, common, a->tmp);
   rc = dt_run_output(cmd, log, msg, sizeof msg);

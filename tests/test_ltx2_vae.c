@@ -4,7 +4,8 @@
  * 1e-4 of vae_decode.0.out0 (float32 against float32), and the pipeline's denormalization of
  * its final packed latents (step_video.2.out0, unpacked) giving those latents. First the two
  * ops the decoder adds (conv3d, pixel_norm) against direct loops. Then inputs and configs the
- * decoder cannot take are refused. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized
+ * decoder cannot take are refused; the tiled decode against diffusers' tiling algorithm written
+ * out on the untiled decode of each tile. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized
  * MSE 1e-4: its convolutions round their inputs to bf16). */
 #include <math.h>
 #include <stdio.h>
@@ -237,6 +238,185 @@ static void test_extra(const dt_args *a) {
   else printf("no --fixture: no extra reference\n");
 }
 
+/* ---- the tiled decode against diffusers' algorithm written out ---- */
+
+/* A host video [oc, T, H, W]. */
+typedef struct vid {
+  float *v;
+  int oc, T, H, W;
+} vid;
+
+static float *px(const vid *a, int c, int t, int y, int x) { return a->v + (((size_t)c * a->T + t) * a->H + y) * a->W + x; }
+
+/* The untiled decode of latents z [C, F, h, w] (host) window [f0, +nf) x [y0, +nh) x [x0, +nw). */
+static vid decode_host(dit_vae_ltx2 *m, const float *z, int C, int F, int h, int w, int f0, int nf, int y0, int nh,
+                       int x0, int nw) {
+  vid o = {NULL, dit_vae_ltx2_get_config(m)->out_channels, 0, 0, 0};
+  dit_vae_ltx2_output_size(m, nf, nh, nw, &o.T, &o.H, &o.W);
+  float *win = malloc((size_t)C * nf * nh * nw * sizeof *win);
+  if (!win) return o;
+  for (int c = 0; c < C; c++)
+    for (int f = 0; f < nf; f++)
+      for (int y = 0; y < nh; y++)
+        memcpy(win + (((size_t)c * nf + f) * nh + y) * nw, z + (((size_t)c * F + f0 + f) * h + y0 + y) * w + x0,
+               (size_t)nw * sizeof *win);
+  const size_t n = (size_t)o.oc * o.T * o.H * o.W;
+  void *dz = dt_to_device(g_be, win, (size_t)C * nf * nh * nw), *dy = NULL;
+  dit_error e = {0};
+  if (dz && g_be->ops->alloc(g_be, n * sizeof(float), &dy, &e) == DIT_OK) {
+    dit_tensor tz = dev5(dz, 1, C, nf, nh, nw), ty = dev5(dy, 1, o.oc, o.T, o.H, o.W);
+    CHECK_MSG(dit_vae_ltx2_decode(m, &tz, &ty, &e) == DIT_OK, "window decode: %s", e.msg);
+    o.v = dt_to_host(g_be, dy, n);
+  }
+  if (dz) g_be->ops->free(g_be, dz);
+  if (dy) g_be->ops->free(g_be, dy);
+  free(win);
+  return o;
+}
+
+/* diffusers' blend_v / blend_h / blend_t: b's first rows (axis 0 frames, 1 height, 2 width) from a's last. */
+static void blend_ref(const vid *a, vid *b, int axis, int extent) {
+  const int na = axis == 0 ? a->T : axis == 1 ? a->H : a->W, nb = axis == 0 ? b->T : axis == 1 ? b->H : b->W;
+  const int e = extent < na ? (extent < nb ? extent : nb) : (na < nb ? na : nb);
+  for (int k = 0; k < e; k++)
+    for (int c = 0; c < b->oc; c++)
+      for (int t = 0; t < b->T; t++)
+        for (int y = 0; y < b->H; y++)
+          for (int x = 0; x < b->W; x++) {
+            const int kb = axis == 0 ? t : axis == 1 ? y : x;
+            if (kb != k) continue;
+            const int ka = na - e + k;
+            const float u = *px(a, c, axis == 0 ? ka : t, axis == 1 ? ka : y, axis == 2 ? ka : x) *
+                            (float)(1.0 - (double)k / e);
+            const float v = *px(b, c, t, y, x) * (float)((double)k / e);
+            *px(b, c, t, y, x) = u + v;
+          }
+}
+
+/* tiled_decode of frames [f0, +nf): every tile decoded first (rows x cols), then blended in
+ * place in row-major order, cropped to the stride and concatenated, cut to the full size. */
+static vid spatial_ref(dit_vae_ltx2 *m, const float *z, int C, int F, int h, int w, int f0, int nf,
+                       const dit_vae_ltx2_tiling *t) {
+  const int sp = dit_vae_ltx2_get_config(m)->spatial_ratio, tlh = t->min_h / sp, tlw = t->min_w / sp;
+  const int slh = t->stride_h / sp, slw = t->stride_w / sp, ny = (h + slh - 1) / slh, nx = (w + slw - 1) / slw;
+  vid *tiles = calloc((size_t)ny * nx, sizeof *tiles), o = {NULL, dit_vae_ltx2_get_config(m)->out_channels, 0, 0, 0};
+  dit_vae_ltx2_output_size(m, nf, h, w, &o.T, &o.H, &o.W);
+  o.v = calloc((size_t)o.oc * o.T * o.H * o.W, sizeof(float));
+  for (int i = 0; i < ny; i++)
+    for (int j = 0; j < nx; j++)
+      tiles[i * nx + j] = decode_host(m, z, C, F, h, w, f0, nf, i * slh, h - i * slh < tlh ? h - i * slh : tlh, j * slw,
+                                      w - j * slw < tlw ? w - j * slw : tlw);
+  for (int i = 0; i < ny; i++)
+    for (int j = 0; j < nx; j++) {
+      vid *b = &tiles[i * nx + j];
+      if (!b->v || !o.v) continue;
+      if (i > 0) blend_ref(&tiles[(i - 1) * nx + j], b, 1, t->min_h - t->stride_h);
+      if (j > 0) blend_ref(&tiles[i * nx + j - 1], b, 2, t->min_w - t->stride_w);
+      for (int c = 0; c < o.oc; c++)
+        for (int tt = 0; tt < o.T; tt++)
+          for (int y = 0; y < b->H && y < t->stride_h && i * t->stride_h + y < o.H; y++)
+            for (int x = 0; x < b->W && x < t->stride_w && j * t->stride_w + x < o.W; x++)
+              *px(&o, c, tt, i * t->stride_h + y, j * t->stride_w + x) = *px(b, c, tt, y, x);
+    }
+  for (int i = 0; i < ny * nx; i++) free(tiles[i].v);
+  free(tiles);
+  return o;
+}
+
+/* _temporal_tiled_decode: windows of tile + 1 latent frames every stride (spatially tiled), the
+ * last frame of each but the first dropped, blended in place in order, cropped, concatenated. */
+static vid temporal_ref(dit_vae_ltx2 *m, const float *z, int C, int F, int h, int w, const dit_vae_ltx2_tiling *t) {
+  const dit_vae_ltx2_config *c = dit_vae_ltx2_get_config(m);
+  const int tlf = t->min_frames / c->temporal_ratio, slf = t->stride_frames / c->temporal_ratio;
+  const int n = (F + slf - 1) / slf;
+  vid *win = calloc((size_t)n, sizeof *win), o = {NULL, c->out_channels, 0, 0, 0};
+  dit_vae_ltx2_output_size(m, F, h, w, &o.T, &o.H, &o.W);
+  o.v = calloc((size_t)o.oc * o.T * o.H * o.W, sizeof(float));
+  for (int k = 0; k < n; k++) {
+    const int i = k * slf, nf = F - i < tlf + 1 ? F - i : tlf + 1;
+    const int sp = c->spatial_ratio;
+    win[k] = t->spatial && (w > t->min_w / sp || h > t->min_h / sp) ? spatial_ref(m, z, C, F, h, w, i, nf, t)
+                                                                   : decode_host(m, z, C, F, h, w, i, nf, 0, h, 0, w);
+    if (k > 0 && win[k].v) { /* decoded[:, :, :-1]: the frames keep their places */
+      vid cut = win[k];
+      cut.T -= 1;
+      cut.v = malloc((size_t)cut.oc * cut.T * cut.H * cut.W * sizeof(float));
+      for (int ch = 0; cut.v && ch < cut.oc; ch++)
+        for (int f = 0; f < cut.T; f++) memcpy(px(&cut, ch, f, 0, 0), px(&win[k], ch, f, 0, 0), (size_t)cut.H * cut.W * sizeof(float));
+      free(win[k].v);
+      win[k] = cut;
+    }
+  }
+  for (int k = 0, t0 = 0; k < n && o.v; k++) {
+    if (!win[k].v) continue;
+    if (k > 0) blend_ref(&win[k - 1], &win[k], 0, t->min_frames - t->stride_frames);
+    const int keep = k == 0 ? t->stride_frames + 1 : t->stride_frames;
+    for (int f = 0; f < keep && f < win[k].T && t0 + f < o.T; f++)
+      for (int ch = 0; ch < o.oc; ch++) memcpy(px(&o, ch, t0 + f, 0, 0), px(&win[k], ch, f, 0, 0), (size_t)o.H * o.W * sizeof(float));
+    t0 += keep < win[k].T ? keep : win[k].T;
+  }
+  for (int k = 0; k < n; k++) free(win[k].v);
+  free(win);
+  return o;
+}
+
+/* dit_vae_ltx2_decode_tiled on random latents [1, C, 6, 6, 8] of the ltx2-tiny VAE (16x spatial,
+ * 4x temporal) against the reference above: spatial tiles of 3 latent pixels every 2, windows of
+ * 2 latent frames every 1, each alone and both; tiles as large as the latents give the untiled
+ * decode bit for bit; bad tilings are refused. */
+static void test_tiled(const dt_args *a) {
+  char dir[1024];
+  dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny/vae");
+  dit_vae_ltx2 *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_vae_ltx2_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
+  if (!m) return;
+  const dit_vae_ltx2_config *c = dit_vae_ltx2_get_config(m);
+  /* 6 x 8 latent pixels: the last tiles are 2 wide (reflect padding, as in diffusers, takes no 1-wide piece) */
+  const int C = c->latent_channels, F = 6, h = 6, w = 8, sp = c->spatial_ratio, st = c->temporal_ratio;
+  const size_t nz = (size_t)C * F * h * w;
+  float *z = malloc(nz * sizeof *z);
+  if (!z) return;
+  dt_fill_random(z, nz, 77);
+  vid full = decode_host(m, z, C, F, h, w, 0, F, 0, h, 0, w);
+  const size_t ny = (size_t)full.oc * full.T * full.H * full.W;
+  void *dz = dt_to_device(g_be, z, nz), *dy = NULL;
+  CHECK(dz && g_be->ops->alloc(g_be, ny * sizeof(float), &dy, &e) == DIT_OK);
+  dit_tensor tz = dev5(dz, 1, C, F, h, w), ty = dev5(dy, 1, full.oc, full.T, full.H, full.W);
+  dit_vae_ltx2_tiling t;
+  dit_vae_ltx2_tiling_default(&t);
+  for (int mode = 0; mode < 4 && dz && dy && full.v; mode++) { /* spatial, temporal, both, tiles as large as all */
+    dit_vae_ltx2_tiling_default(&t);
+    t.spatial = mode != 1, t.temporal = mode != 0;
+    t.min_h = t.min_w = (mode == 3 ? 8 : 3) * sp, t.stride_h = t.stride_w = (mode == 3 ? 8 : 2) * sp;
+    t.min_frames = (mode == 3 ? 8 : 2) * st, t.stride_frames = (mode == 3 ? 8 : 1) * st;
+    CHECK_MSG(dit_vae_ltx2_decode_tiled(m, &tz, &ty, &t, &e) == DIT_OK, "tiled decode %d: %s", mode, e.msg);
+    float *got = dt_to_host(g_be, dy, ny);
+    vid ref = mode == 3 ? full : t.temporal ? temporal_ref(m, z, C, F, h, w, &t) : spatial_ref(m, z, C, F, h, w, 0, F, &t);
+    if (got && ref.v) {
+      const double er = mode == 3 ? 0 : dt_error_of(g_gpu, got, ref.v, ny), seam = dt_error_of(g_gpu, got, full.v, ny);
+      if (mode == 3) CHECK_MSG(!memcmp(got, full.v, ny * sizeof(float)), "tiles as large as the latents: not the untiled decode");
+      else CHECK_MSG(er <= 1e-6 && seam > 1e-4, "tiled decode %d: %.3g from the reference, %.3g from the untiled", mode,
+                     er, seam);
+      printf("tiled decode (%s) of [1,%d,%d,%d,%d] -> [%d,%d,%d,%d]: %.3g from diffusers' algorithm, %.3g from the "
+             "untiled decode\n", mode == 0 ? "spatial 3 every 2" : mode == 1 ? "temporal 2 every 1" : mode == 2 ?
+             "both" : "tiles larger than the latents", C, F, h, w, full.oc, full.T, full.H, full.W, er, seam);
+    }
+    if (mode != 3) free(ref.v);
+    free(got);
+  }
+  t.spatial = true, t.stride_h = t.min_h + sp; /* a stride beyond its tile */
+  CHECK(dit_vae_ltx2_decode_tiled(m, &tz, &ty, &t, &e) == DIT_ERR_INVALID_ARG);
+  dit_vae_ltx2_tiling_default(&t);
+  t.temporal = true, t.min_frames = st + 1; /* not a multiple of the compression */
+  CHECK(dit_vae_ltx2_decode_tiled(m, &tz, &ty, &t, &e) == DIT_ERR_INVALID_ARG);
+  if (dz) g_be->ops->free(g_be, dz);
+  if (dy) g_be->ops->free(g_be, dy);
+  free(full.v);
+  free(z);
+  dit_vae_ltx2_free(m);
+}
+
 /* ---- configs refused at load ---- */
 
 /* Writes dir/config.json: the ltx2-tiny VAE config with `field` set to the JSON `value`. */
@@ -290,6 +470,6 @@ static void test_refused_configs(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_conv3d_op, test_pixel_norm_op, test_ltx20, test_ltx23,
-                                                   test_extra, test_refused_configs};
+                                                   test_extra, test_tiled, test_refused_configs};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -356,7 +356,8 @@ dit_status dit_vae_ltx2_denormalize(dit_vae_ltx2 *m, dit_tensor *latents, dit_er
   return DIT_OK;
 }
 
-dit_status dit_vae_ltx2_decode(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out, dit_error *err) {
+dit_status ltx2_vae_check_decode_io(const dit_vae_ltx2 *m, const dit_tensor *latents, const dit_tensor *out,
+                                    dit_error *err) {
   const char *op = "vae decode";
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: no model", op);
   const dit_vae_ltx2_config *c = &m->cfg;
@@ -370,6 +371,12 @@ dit_status dit_vae_ltx2_decode(dit_vae_ltx2 *m, const dit_tensor *latents, dit_t
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: out is %s, expected %s", op,
                       dit_shape_str(out->shape, 5, a, sizeof a), dit_shape_str(want, 5, b, sizeof b));
   }
+  return DIT_OK;
+}
+
+dit_status dit_vae_ltx2_decode(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out, dit_error *err) {
+  const char *op = "vae decode";
+  DIT_TRY(ltx2_vae_check_decode_io(m, latents, out, err));
   const int64_t nin = dit_tensor_numel(latents) / latents->shape[0], nout = dit_tensor_numel(out) / out->shape[0];
   for (int64_t b = 0; b < latents->shape[0]; b++) {
     dit_tensor x = *latents, y = *out;

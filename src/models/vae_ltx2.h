@@ -73,4 +73,23 @@ dit_status dit_vae_ltx2_denormalize(dit_vae_ltx2 *m, dit_tensor *latents, dit_er
  * or mis-shaped tensors. */
 dit_status dit_vae_ltx2_decode(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out, dit_error *err);
 
+/* Tiling of a decode, as diffusers' enable_tiling (spatial) and use_framewise_decoding
+ * (temporal) set it; sizes in decoded pixels and frames (diffusers' tile_sample_min_* and
+ * tile_sample_stride_*), multiples of the VAE's compression, each stride at most its tile. */
+typedef struct dit_vae_ltx2_tiling {
+  bool spatial, temporal;
+  int min_h, min_w, stride_h, stride_w;
+  int min_frames, stride_frames;
+} dit_vae_ltx2_tiling;
+/* diffusers' defaults: 512 x 512 tiles every 448, 16-frame windows every 8; both off. */
+void dit_vae_ltx2_tiling_default(dit_vae_ltx2_tiling *t);
+/* dit_vae_ltx2_decode with the tiling t: spatial tiles when the latents are wider or taller than
+ * a tile, temporal windows when there are more latent frames than a window holds (then each
+ * window in spatial tiles where those apply), blended as diffusers blends them; the result
+ * differs from the untiled decode near the seams, as diffusers' does. Activation memory is that
+ * of one tile; the decoded tiles are blended on the host (one row of tiles and the output of
+ * one item there). t NULL or neither on: the untiled decode. */
+dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out,
+                                     const dit_vae_ltx2_tiling *t, dit_error *err);
+
 #endif

@@ -55,8 +55,20 @@ static dit_tensor backend_tensor(dit_backend *be, void *p, int nd, const int64_t
 }
 
 /* Video: tokens [N, C] -> [1, C, F, H, W] -> denormalized -> the VAE -> frames. */
+/* --vae-tile N (latent pixels): diffusers' tiling with N x N latent tiles every N - N / 8 (at
+ * least one less; N = 16 is diffusers' default of 512 pixels every 448 at 32x compression) and
+ * its windows of 16 frames every 8; 0: untiled, as LTX2Pipeline decodes. */
+static void tiling_of(const dit_vae_ltx2 *vae, int vae_tile, dit_vae_ltx2_tiling *t) {
+  dit_vae_ltx2_tiling_default(t);
+  if (vae_tile <= 0) return;
+  const int sp = dit_vae_ltx2_get_config(vae)->spatial_ratio, over = vae_tile / 8 > 1 ? vae_tile / 8 : 1;
+  t->spatial = t->temporal = true;
+  t->min_h = t->min_w = vae_tile * sp;
+  t->stride_h = t->stride_w = (vae_tile > over ? vae_tile - over : vae_tile) * sp;
+}
+
 static dit_status decode_video(dit_backend *be, dit_vae_ltx2 *vae, const dit_ltx2_geom *g, const float *tokens,
-                               const dit_ltx2_opts *o, dit_clip *out, dit_error *err) {
+                               int vae_tile, const dit_ltx2_opts *o, dit_clip *out, dit_error *err) {
   const dit_vae_ltx2_config *vc = dit_vae_ltx2_get_config(vae);
   if (vc->latent_channels != g->C)
     return dit_errorf(err, DIT_ERR_FORMAT, "the VAE's latent_channels %d is not the transformer's %d", vc->latent_channels,
@@ -80,7 +92,9 @@ static dit_status decode_video(dit_backend *be, dit_vae_ltx2 *vae, const dit_ltx
     dit_tensor tl = backend_tensor(be, dl, 5, (int64_t[]){1, g->C, g->F, g->H, g->W});
     dit_tensor tv = backend_tensor(be, dv, 5, (int64_t[]){1, 3, T, Ho, Wo});
     s = dit_vae_ltx2_denormalize(vae, &tl, err);
-    if (s == DIT_OK) s = dit_vae_ltx2_decode(vae, &tl, &tv, err);
+    dit_vae_ltx2_tiling t;
+    tiling_of(vae, vae_tile, &t);
+    if (s == DIT_OK) s = dit_vae_ltx2_decode_tiled(vae, &tl, &tv, &t, err);
   }
   if (s == DIT_OK) s = be->ops->download(be, vid, dv, nout * sizeof(float), err);
   if (s == DIT_OK) s = be->ops->sync(be, err);
@@ -146,7 +160,7 @@ dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_
   dit_stage_begin(p, "VAE decode");
   DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
   const ltx2_decoders *d = obj;
-  dit_status s = decode_video(rt->dev, d->vae, g, video, o, out, err);
+  dit_status s = decode_video(rt->dev, d->vae, g, video, p->vae_tile, o, out, err);
   if (s != DIT_OK) dit_error_prefix(err, "VAE decode");
   if (s == DIT_OK) {
     dit_stage_begin(p, "sound");

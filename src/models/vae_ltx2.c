@@ -356,12 +356,16 @@ dit_status dit_vae_ltx2_denormalize(dit_vae_ltx2 *m, dit_tensor *latents, dit_er
   return DIT_OK;
 }
 
+dit_status ltx2_vae_check_latents(const dit_vae_ltx2 *m, const dit_tensor *latents, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: no model");
+  return check_video(m->be, latents, "latents", m->cfg.latent_channels, "vae decode", err);
+}
+
 dit_status ltx2_vae_check_decode_io(const dit_vae_ltx2 *m, const dit_tensor *latents, const dit_tensor *out,
                                     dit_error *err) {
   const char *op = "vae decode";
-  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: no model", op);
+  DIT_TRY(ltx2_vae_check_latents(m, latents, err));
   const dit_vae_ltx2_config *c = &m->cfg;
-  DIT_TRY(check_video(m->be, latents, "latents", c->latent_channels, op, err));
   DIT_TRY(check_video(m->be, out, "out", c->out_channels, op, err));
   int T, H, W;
   dit_vae_ltx2_output_size(m, (int)latents->shape[2], (int)latents->shape[3], (int)latents->shape[4], &T, &H, &W);

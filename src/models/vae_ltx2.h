@@ -91,5 +91,10 @@ void dit_vae_ltx2_tiling_default(dit_vae_ltx2_tiling *t);
  * one item there). t NULL or neither on: the untiled decode. */
 dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out,
                                      const dit_vae_ltx2_tiling *t, dit_error *err);
+/* The same into host memory, where the tiles are blended: out [B, out_channels, T, Ho, Wo] F32
+ * (sizes from dit_vae_ltx2_output_size), no backend buffer of the whole video. t must turn
+ * spatial or temporal tiling on. */
+dit_status dit_vae_ltx2_decode_tiled_host(dit_vae_ltx2 *m, const dit_tensor *latents, float *out,
+                                          const dit_vae_ltx2_tiling *t, dit_error *err);
 
 #endif

@@ -60,7 +60,9 @@ int ltx2_vae_mid_channels(const dit_vae_ltx2_config *c);
 int ltx2_vae_up_out_channels(const dit_vae_ltx2_config *c, int i);
 
 /* One item's decode: x [1, C, F, H, W] (backend memory) into out [1, oc, T, Ho, Wo]. */
-/* dit_vae_ltx2_decode's checks of m, latents and out (shapes, dtype, memory). */
+/* dit_vae_ltx2_decode's checks of m and latents (ltx2_vae_check_latents), and of out too
+ * (shapes, dtype, memory). */
+dit_status ltx2_vae_check_latents(const dit_vae_ltx2 *m, const dit_tensor *latents, dit_error *err);
 dit_status ltx2_vae_check_decode_io(const dit_vae_ltx2 *m, const dit_tensor *latents, const dit_tensor *out,
                                     dit_error *err);
 dit_status ltx2_vae_decode_item(dit_vae_ltx2 *m, const dit_tensor *x, dit_tensor *out, dit_error *err);

@@ -190,33 +190,47 @@ static dit_status check_tiling(const dit_vae_ltx2 *m, const dit_vae_ltx2_tiling 
   return DIT_OK;
 }
 
-dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out,
-                                     const dit_vae_ltx2_tiling *t, dit_error *err) {
-  if (!m || !t || !(t->spatial || t->temporal)) return dit_vae_ltx2_decode(m, latents, out, err);
+dit_status dit_vae_ltx2_decode_tiled_host(dit_vae_ltx2 *m, const dit_tensor *latents, float *out,
+                                          const dit_vae_ltx2_tiling *t, dit_error *err) {
+  if (!m || !t || !out || !(t->spatial || t->temporal))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae tiled decode: no model, output or tiling");
   DIT_TRY(check_tiling(m, t, err));
-  DIT_TRY(ltx2_vae_check_decode_io(m, latents, out, err));
+  DIT_TRY(ltx2_vae_check_latents(m, latents, err));
   const int C = m->cfg.latent_channels, st = m->cfg.temporal_ratio;
   const int F = (int)latents->shape[2], h = (int)latents->shape[3], w = (int)latents->shape[4];
-  const size_t nin = (size_t)C * F * h * w, nout = (size_t)dit_tensor_numel(out) / (size_t)out->shape[0];
+  piece whole = {NULL, m->cfg.out_channels, 0, 0, 0};
+  dit_vae_ltx2_output_size(m, F, h, w, &whole.T, &whole.H, &whole.W);
+  const size_t nin = (size_t)C * F * h * w, nout = (size_t)whole.oc * whole.T * whole.H * whole.W;
   for (int64_t b = 0; b < latents->shape[0]; b++) {
     const item it = {m, (const float *)latents->data + b * nin, C, F, h, w};
-    piece p = {0};
     dit_status s;
-    if (t->temporal && F > t->min_frames / st) {
-      p.oc = m->cfg.out_channels;
-      dit_vae_ltx2_output_size(m, F, h, w, &p.T, &p.H, &p.W);
-      p.v = malloc(nout * sizeof(float));
-      s = p.v ? temporal(&it, t, &p, err) : dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the tiled decode");
+    if (t->temporal && F > t->min_frames / st) { /* the windows go straight into out */
+      whole.v = out + b * nout;
+      s = temporal(&it, t, &whole, err);
     } else {
+      piece p = {0};
       s = frames(&it, t, 0, F, &p, err);
+      if (s == DIT_OK) memcpy(out + b * nout, p.v, nout * sizeof(float));
+      free(p.v);
     }
-    if (s == DIT_OK) s = m->be->ops->upload(m->be, (float *)out->data + b * nout, p.v, nout * sizeof(float), err);
-    if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
-    free(p.v);
     if (s != DIT_OK) {
       dit_error_prefix(err, "vae tiled decode (item %lld)", (long long)b);
       return s;
     }
   }
   return DIT_OK;
+}
+
+dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents, dit_tensor *out,
+                                     const dit_vae_ltx2_tiling *t, dit_error *err) {
+  if (!m || !t || !(t->spatial || t->temporal)) return dit_vae_ltx2_decode(m, latents, out, err);
+  DIT_TRY(ltx2_vae_check_decode_io(m, latents, out, err));
+  const size_t n = (size_t)dit_tensor_numel(out);
+  float *host = malloc(n * sizeof *host);
+  if (!host) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the tiled decode");
+  dit_status s = dit_vae_ltx2_decode_tiled_host(m, latents, host, t, err);
+  if (s == DIT_OK) s = m->be->ops->upload(m->be, out->data, host, n * sizeof *host, err);
+  if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
+  free(host);
+  return s;
 }

@@ -87,17 +87,20 @@ static dit_status decode_video(dit_backend *be, dit_vae_ltx2 *vae, const dit_ltx
     dit_ltx2_unpack_video(tokens, g->C, g->F, g->H, g->W, lat);
     s = to_backend(be, lat, nv, &dl, err);
   }
-  if (s == DIT_OK) s = be->ops->alloc(be, nout * sizeof(float), &dv, err);
-  if (s == DIT_OK) {
-    dit_tensor tl = backend_tensor(be, dl, 5, (int64_t[]){1, g->C, g->F, g->H, g->W});
-    dit_tensor tv = backend_tensor(be, dv, 5, (int64_t[]){1, 3, T, Ho, Wo});
-    s = dit_vae_ltx2_denormalize(vae, &tl, err);
-    dit_vae_ltx2_tiling t;
-    tiling_of(vae, vae_tile, &t);
-    if (s == DIT_OK) s = dit_vae_ltx2_decode_tiled(vae, &tl, &tv, &t, err);
+  dit_tensor tl = backend_tensor(be, dl, 5, (int64_t[]){1, g->C, g->F, g->H, g->W});
+  if (s == DIT_OK) s = dit_vae_ltx2_denormalize(vae, &tl, err);
+  dit_vae_ltx2_tiling t;
+  tiling_of(vae, vae_tile, &t);
+  if (s == DIT_OK && vae_tile > 0) { /* blended on the host: no backend buffer of the whole video */
+    s = dit_vae_ltx2_decode_tiled_host(vae, &tl, vid, &t, err);
+  } else if (s == DIT_OK) {
+    dit_tensor tv = backend_tensor(be, NULL, 5, (int64_t[]){1, 3, T, Ho, Wo});
+    s = be->ops->alloc(be, nout * sizeof(float), &dv, err);
+    tv.data = dv;
+    if (s == DIT_OK) s = dit_vae_ltx2_decode(vae, &tl, &tv, err);
+    if (s == DIT_OK) s = be->ops->download(be, vid, dv, nout * sizeof(float), err);
+    if (s == DIT_OK) s = be->ops->sync(be, err);
   }
-  if (s == DIT_OK) s = be->ops->download(be, vid, dv, nout * sizeof(float), err);
-  if (s == DIT_OK) s = be->ops->sync(be, err);
   if (s == DIT_OK) s = dit_frames_from_decoder(vid, T, Ho, Wo, &out->rgb, err);
   if (s == DIT_OK) {
     out->width = Wo, out->height = Ho, out->n_frames = T, out->fps = g->fps;

@@ -17,64 +17,13 @@
 
 /* ---- config ---- */
 
-/* Integer array `key` of exactly n entries in [1, max], or `def` (n entries) when absent. */
-static dit_status ints_n(const json_t *j, const char *key, size_t n, int64_t max, const int *def, int *out,
-                         const char *what, dit_error *err) {
-  const json_t *v = json_object_get(j, key);
-  if (!v || json_is_null(v)) {
-    for (size_t i = 0; i < n; i++) out[i] = def[i];
-    return DIT_OK;
-  }
-  int64_t a[MAX_UP + 1];
-  size_t got = 0;
-  DIT_TRY(dit_json_int_array(j, key, 1, max, a, MAX_UP + 1, &got, what, err));
-  if (got != n) return dit_errorf(err, DIT_ERR_FORMAT, "%s: %s has %zu entries, expected %zu", what, key, got, n);
-  for (size_t i = 0; i < n; i++) out[i] = (int)a[i];
-  return DIT_OK;
-}
-
-/* `key` as a boolean (every one of n entries) or an array of exactly n booleans; def when absent. */
-static dit_status bools_n(const json_t *j, const char *key, size_t n, bool def, bool *out, const char *what,
-                          dit_error *err) {
-  const json_t *v = json_object_get(j, key);
-  if (!v || json_is_null(v) || json_is_boolean(v)) {
-    for (size_t i = 0; i < n; i++) out[i] = v && json_is_boolean(v) ? json_is_true(v) : def;
-    return DIT_OK;
-  }
-  if (!json_is_array(v) || json_array_size(v) != n)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: %s must be a boolean or an array of %zu booleans", what, key, n);
-  for (size_t i = 0; i < n; i++) {
-    const json_t *e = json_array_get(v, i);
-    if (!json_is_boolean(e)) return dit_errorf(err, DIT_ERR_FORMAT, "%s: %s[%zu] is not a boolean", what, key, i);
-    out[i] = json_is_true(e);
-  }
-  return DIT_OK;
-}
-
-/* upsample_type: n of "spatial" (1, 2, 2), "temporal" (2, 1, 1), "spatiotemporal" (2, 2, 2). */
-static dit_status up_types(const json_t *j, size_t n, int st[][3], const char *what, dit_error *err) {
-  const json_t *v = json_object_get(j, "upsample_type");
-  if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) != n))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: upsample_type must be an array of %zu strings", what, n);
-  for (size_t i = 0; i < n; i++) {
-    const char *s = v && !json_is_null(v) ? json_string_value(json_array_get(v, i)) : "spatiotemporal";
-    if (!s) return dit_errorf(err, DIT_ERR_FORMAT, "%s: upsample_type[%zu] is not a string", what, i);
-    const bool sp = !strcmp(s, "spatial"), tm = !strcmp(s, "temporal");
-    if (!sp && !tm && strcmp(s, "spatiotemporal"))
-      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: upsample_type[%zu] \"%s\" is not spatial, temporal or "
-                        "spatiotemporal", what, i, s);
-    st[i][0] = sp ? 1 : 2, st[i][1] = st[i][2] = tm ? 1 : 2;
-  }
-  return DIT_OK;
-}
-
 /* The fields the decoder cannot run: refused by name. */
 static dit_status refuse_unsupported(const json_t *j, const dit_vae_ltx2_config *c, const char *what,
                                      dit_error *err) {
   bool tc = false, noise[MAX_UP + 1];
   DIT_TRY(dit_json_bool_opt(j, "timestep_conditioning", &tc, what, err));
   if (tc) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: timestep_conditioning true is not supported", what);
-  DIT_TRY(bools_n(j, "decoder_inject_noise", (size_t)c->n_up + 1, false, noise, what, err));
+  DIT_TRY(ltx2_json_bools_n(j, "decoder_inject_noise", (size_t)c->n_up + 1, false, noise, what, err));
   for (int i = 0; i <= c->n_up; i++)
     if (noise[i])
       return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: decoder_inject_noise[%d] true is not supported", what, i);
@@ -99,7 +48,7 @@ static dit_status ratios(const json_t *j, dit_vae_ltx2_config *c, const char *wh
   const json_t *sv = json_object_get(j, "spatio_temporal_scaling");
   size_t ns = json_is_array(sv) ? json_array_size(sv) : ne - 1;
   if (ns > 16) return dit_errorf(err, DIT_ERR_FORMAT, "%s: spatio_temporal_scaling is too long", what);
-  DIT_TRY(bools_n(j, "spatio_temporal_scaling", ns, true, es, what, err));
+  DIT_TRY(ltx2_json_bools_n(j, "spatio_temporal_scaling", ns, true, es, what, err));
   int levels = 0;
   for (size_t i = 0; i < ns; i++) levels += es[i];
   int64_t sr = (int64_t)c->patch_size << levels, tr = (int64_t)c->patch_size_t << levels;
@@ -141,12 +90,13 @@ static dit_status read_config(const json_t *j, const char *what, dit_vae_ltx2_co
   int fives[MAX_UP + 1], twos[MAX_UP];
   for (int i = 0; i <= MAX_UP; i++) fives[i] = 5;
   for (int i = 0; i < MAX_UP; i++) twos[i] = 2;
-  DIT_TRY(ints_n(j, "decoder_block_out_channels", n, MAX_CHANNELS, n == 3 ? d_bo : twos, c->block_out, what, err));
-  DIT_TRY(ints_n(j, "decoder_layers_per_block", n + 1, 256, n == 3 ? d_lp : fives, c->layers, what, err));
-  DIT_TRY(ints_n(j, "upsample_factor", n, 64, n == 3 ? d_uf : twos, c->up_factor, what, err));
-  DIT_TRY(bools_n(j, "decoder_spatio_temporal_scaling", n, true, c->scaling, what, err));
-  DIT_TRY(bools_n(j, "upsample_residual", n, true, c->up_residual, what, err));
-  DIT_TRY(up_types(j, n, c->up_stride, what, err));
+  DIT_TRY(ltx2_json_ints_n(j, "decoder_block_out_channels", n, MAX_CHANNELS, n == 3 ? d_bo : twos, c->block_out,
+                           what, err));
+  DIT_TRY(ltx2_json_ints_n(j, "decoder_layers_per_block", n + 1, 256, n == 3 ? d_lp : fives, c->layers, what, err));
+  DIT_TRY(ltx2_json_ints_n(j, "upsample_factor", n, 64, n == 3 ? d_uf : twos, c->up_factor, what, err));
+  DIT_TRY(ltx2_json_bools_n(j, "decoder_spatio_temporal_scaling", n, true, c->scaling, what, err));
+  DIT_TRY(ltx2_json_bools_n(j, "upsample_residual", n, true, c->up_residual, what, err));
+  DIT_TRY(ltx2_json_strides(j, "upsample_type", n, c->up_stride, what, err));
   DIT_TRY(refuse_unsupported(j, c, what, err));
   return ratios(j, c, what, err);
 }
@@ -163,22 +113,6 @@ int ltx2_vae_up_out_channels(const dit_vae_ltx2_config *c, int i) {
 
 /* ---- weights ---- */
 
-static void add_conv(dit_wtable *t, ltx2_conv *cv, int co, int ci, int k, const char *base, const char *suffix) {
-  cv->co = co, cv->ci = ci, cv->k = k;
-  dit_wtable_add(t, &cv->w, false, 5, (int64_t[]){co, ci, k, k, k}, "%s%s.weight", base, suffix);
-  dit_wtable_add(t, &cv->b, false, 1, (int64_t[]){co}, "%s%s.bias", base, suffix);
-}
-
-static void add_resnet(dit_wtable *t, ltx2_resnet *r, int cin, int cout, const char *base) {
-  r->cin = cin, r->cout = cout;
-  add_conv(t, &r->conv1, cout, cin, 3, base, ".conv1.conv");
-  add_conv(t, &r->conv2, cout, cout, 3, base, ".conv2.conv");
-  if (cin == cout) return;
-  dit_wtable_add(t, &r->norm3_w, false, 1, (int64_t[]){cin}, "%s.norm3.weight", base);
-  dit_wtable_add(t, &r->norm3_b, false, 1, (int64_t[]){cin}, "%s.norm3.bias", base);
-  add_conv(t, &r->shortcut, cout, cin, 1, base, ".conv_shortcut");
-}
-
 /* The up blocks' tensors, checking that each block's channels follow from the one before
  * (cur: the channels it receives; then what it gives). */
 static dit_status add_up_blocks(dit_vae_ltx2 *m, dit_wtable *t, ltx2_resnet **pool, int *cur, dit_error *err) {
@@ -194,7 +128,7 @@ static dit_status add_up_blocks(dit_vae_ltx2 *m, dit_wtable *t, ltx2_resnet **po
         return dit_errorf(err, DIT_ERR_UNSUPPORTED, "up block %d: conv_in takes %d channels, it receives %d", i, in,
                           *cur);
       snprintf(n, sizeof n, "decoder.up_blocks.%d.conv_in", i);
-      add_resnet(t, &u->conv_in, in, out, n);
+      ltx2_add_resnet(t, &u->conv_in, in, out, n);
       *cur = out;
     }
     u->has_up = c->scaling[r], u->residual = c->up_residual[r], u->factor = uf;
@@ -206,7 +140,7 @@ static dit_status add_up_blocks(dit_vae_ltx2 *m, dit_wtable *t, ltx2_resnet **po
                           "up block %d: an upsampler of %d channels (factor %d) cannot take %d channels", i, cin, uf,
                           *cur);
       snprintf(n, sizeof n, "decoder.up_blocks.%d.upsamplers.0", i);
-      add_conv(t, &u->up, cin * S / uf, cin, 3, n, ".conv.conv");
+      ltx2_add_conv(t, &u->up, cin * S / uf, cin, 3, n, ".conv.conv");
       *cur = cin / uf;
     }
     if (*cur != out)
@@ -216,7 +150,7 @@ static dit_status add_up_blocks(dit_vae_ltx2 *m, dit_wtable *t, ltx2_resnet **po
     *pool += u->n_res;
     for (int k = 0; k < u->n_res; k++) {
       snprintf(n, sizeof n, "decoder.up_blocks.%d.resnets.%d", i, k);
-      add_resnet(t, &u->res[k], out, out, n);
+      ltx2_add_resnet(t, &u->res[k], out, out, n);
     }
   }
   return DIT_OK;
@@ -230,17 +164,17 @@ static dit_status build(dit_vae_ltx2 *m, dit_wtable *t, dit_error *err) {
   if (!m->pool) return dit_errorf(err, DIT_ERR_NOMEM, "vae: out of memory");
   ltx2_resnet *pool = m->pool;
   int cur = ltx2_vae_mid_channels(c);
-  add_conv(t, &m->conv_in, cur, c->latent_channels, 3, "decoder.conv_in", ".conv");
+  ltx2_add_conv(t, &m->conv_in, cur, c->latent_channels, 3, "decoder.conv_in", ".conv");
   m->n_mid = c->layers[c->n_up];
   m->mid = pool;
   pool += m->n_mid;
   char n[160];
   for (int k = 0; k < m->n_mid; k++) {
     snprintf(n, sizeof n, "decoder.mid_block.resnets.%d", k);
-    add_resnet(t, &m->mid[k], cur, cur, n);
+    ltx2_add_resnet(t, &m->mid[k], cur, cur, n);
   }
   DIT_TRY(add_up_blocks(m, t, &pool, &cur, err));
-  add_conv(t, &m->conv_out, c->out_channels * c->patch_size * c->patch_size, cur, 3, "decoder.conv_out", ".conv");
+  ltx2_add_conv(t, &m->conv_out, c->out_channels * c->patch_size * c->patch_size, cur, 3, "decoder.conv_out", ".conv");
   dit_wtable_add(t, &m->mean_t, true, 1, (int64_t[]){c->latent_channels}, "latents_mean");
   dit_wtable_add(t, &m->std_t, true, 1, (int64_t[]){c->latent_channels}, "latents_std");
   return DIT_OK;

@@ -42,7 +42,7 @@ static void test_pixels(const dit_image *init) {
   int nd;
   dit_error err = {0};
   CHECK(dt_load_f32(g_ref, "z_init_pixels", &ref, sh, &nd) == 0 && nd == 3 && sh[1] == 128 && sh[2] == 96);
-  CHECK_MSG(dit_image_to_pixels(init, 96, 128, &px, &err) == DIT_OK, "%s", err.msg);
+  CHECK_MSG(dit_image_to_pixels(init, 96, 128, DIT_RESAMPLE_LANCZOS, &px, &err) == DIT_OK, "%s", err.msg);
   if (px && ref) {
     double worst = 0;
     for (size_t i = 0; i < 3 * 128 * 96; i++) worst = fmax(worst, fabs((double)px[i] - ref[i]));

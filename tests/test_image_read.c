@@ -2,11 +2,13 @@
  * (tests/fixtures/images: make_images.py wrote the inputs and what Pillow 9.4 makes of them):
  * every input decoded to RGB (PNG RGB/RGBA/gray/gray+alpha/palette/1-bit/16-bit, JPEG baseline/
  * progressive/gray/4:4:4, EXIF orientations 3, 6, 8) equals Pillow's open + exif_transpose +
- * convert("RGB"), and its Lanczos resizes (up and down, one axis or both) equal Image.resize.
- * Then the refusals: truncated and damaged files, a 100000 x 100000 header (refused from the
- * header, before any allocation), files that are neither PNG nor JPEG, a 16-bit gray PNG
- * (clamped as Pillow does). */
+ * convert("RGB"), and its Lanczos resizes (up and down, one axis or both) equal Image.resize;
+ * so do the bilinear ones of rgb.png and gray.png (<name>.<W>x<H>.bilinear.png), and a bilinear
+ * resize differs from a Lanczos one of the same image. Then the refusals: truncated and
+ * damaged files, a 100000 x 100000 header (refused from the header, before any allocation),
+ * files that are neither PNG nor JPEG, a 16-bit gray PNG (clamped as Pillow does). */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +38,7 @@ static void test_against_pillow(void) {
   DIR *d = opendir(in_dir);
   CHECK_MSG(d != NULL, "no input images in %s", in_dir);
   struct dirent *e;
-  int inputs = 0, resizes = 0;
+  int inputs = 0, resizes = 0, bilinears = 0;
   while (d && (e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
     char path[8400], ref[8400];
@@ -49,8 +51,9 @@ static void test_against_pillow(void) {
     inputs++;
     snprintf(ref, sizeof ref, "%s/%s.rgb.png", ref_dir, e->d_name);
     int m = diff_to(img.rgb, img.width, img.height, ref);
-    CHECK_MSG(m == 0, "%s: decoded %dx%d differs from Pillow's by up to %d levels", e->d_name, img.width, img.height, m);
-    /* every resize Pillow made of it */
+    CHECK_MSG(m == 0, "%s: decoded %dx%d differs from Pillow's by up to %d levels", e->d_name, img.width, img.height,
+              m);
+    /* every resize Pillow made of it: <name>.<W>x<H>.png Lanczos, <name>.<W>x<H>.bilinear.png bilinear */
     DIR *r = opendir(ref_dir);
     struct dirent *f;
     size_t nl = strlen(e->d_name);
@@ -58,22 +61,54 @@ static void test_against_pillow(void) {
       int w, h;
       char tail[16];
       if (strncmp(f->d_name, e->d_name, nl) || f->d_name[nl] != '.' ||
-          sscanf(f->d_name + nl + 1, "%dx%d%15s", &w, &h, tail) != 3 || strcmp(tail, ".png"))
+          sscanf(f->d_name + nl + 1, "%dx%d%15s", &w, &h, tail) != 3)
         continue;
+      const bool bilinear = !strcmp(tail, ".bilinear.png");
+      if (!bilinear && strcmp(tail, ".png")) continue;
+      const dit_resample filter = bilinear ? DIT_RESAMPLE_BILINEAR : DIT_RESAMPLE_LANCZOS;
       uint8_t *out = malloc((size_t)w * h * 3);
-      CHECK(out && dit_image_resize_lanczos(img.rgb, img.width, img.height, out, w, h, &err) == DIT_OK);
+      CHECK(out && dit_image_resize(img.rgb, img.width, img.height, out, w, h, filter, &err) == DIT_OK);
       snprintf(ref, sizeof ref, "%s/%s", ref_dir, f->d_name);
       m = out ? diff_to(out, w, h, ref) : -1;
-      CHECK_MSG(m == 0, "%s: Lanczos to %dx%d differs from Pillow's by up to %d levels", e->d_name, w, h, m);
-      resizes++;
+      CHECK_MSG(m == 0, "%s: %s to %dx%d differs from Pillow's by up to %d levels", e->d_name,
+                bilinear ? "bilinear" : "Lanczos", w, h, m);
+      *(bilinear ? &bilinears : &resizes) += 1;
       free(out);
     }
     if (r) closedir(r);
     dit_image_free(&img);
   }
   if (d) closedir(d);
-  printf("%d inputs decoded as Pillow decodes them, %d Lanczos resizes equal to Pillow's\n", inputs, resizes);
-  CHECK(inputs >= 14 && resizes >= 30);
+  printf("%d inputs decoded as Pillow decodes them, %d Lanczos and %d bilinear resizes equal to Pillow's\n", inputs,
+         resizes, bilinears);
+  CHECK(inputs >= 14 && resizes >= 30 && bilinears >= 10);
+}
+
+/* The filter argument is used: bilinear and Lanczos resizes of one image differ (both ways),
+ * and a filter outside dit_resample is refused. */
+static void test_filters_differ(void) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/in/rgb.png", g_dir);
+  dit_image img;
+  dit_error err = {0};
+  CHECK_MSG(dit_image_read(path, 1 << 20, &img, &err) == DIT_OK, "%s", err.msg);
+  if (!img.rgb) return;
+  static const int sizes[2][2] = {{64, 48}, {32, 16}};
+  for (int i = 0; i < 2; i++) {
+    const int w = sizes[i][0], h = sizes[i][1];
+    uint8_t *a = malloc((size_t)w * h * 3), *b = malloc((size_t)w * h * 3);
+    CHECK(a && b);
+    if (a && b) {
+      CHECK(dit_image_resize(img.rgb, img.width, img.height, a, w, h, DIT_RESAMPLE_LANCZOS, &err) == DIT_OK);
+      CHECK(dit_image_resize(img.rgb, img.width, img.height, b, w, h, DIT_RESAMPLE_BILINEAR, &err) == DIT_OK);
+      CHECK_MSG(memcmp(a, b, (size_t)w * h * 3) != 0, "bilinear and Lanczos to %dx%d are the same", w, h);
+      err.msg[0] = 0;
+      CHECK(dit_image_resize(img.rgb, img.width, img.height, a, w, h, (dit_resample)7, &err) == DIT_ERR_INVALID_ARG &&
+            strstr(err.msg, "filter"));
+    }
+    free(a), free(b);
+  }
+  dit_image_free(&img);
 }
 
 /* A PNG chunk (length, type, data, CRC) appended at p; returns its size. */
@@ -179,6 +214,7 @@ int main(int argc, char **argv) {
   dt_init(argc, argv, &a);
   snprintf(g_dir, sizeof g_dir, "%s/images", a.data);
   test_against_pillow();
+  test_filters_differ();
   test_refusals();
   test_gray16();
   return dt_finish();

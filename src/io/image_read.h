@@ -35,9 +35,19 @@ int dit_exif_orientation(const uint8_t *tiff, size_t n);
  * DIT_ERR_NOMEM. */
 dit_status dit_image_orient(dit_image *img, int o, dit_error *err);
 
-/* PIL's Image.resize(size, Image.LANCZOS) of 8-bit RGB, bit for bit: separable passes (rows
- * first, into 8-bit, then columns) with Pillow's coefficients in 22-bit fixed point. dst holds
- * ow * oh * 3 bytes. Same size: a copy. DIT_ERR_INVALID_ARG for sizes < 1, DIT_ERR_NOMEM. */
-dit_status dit_image_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, dit_error *err);
+/* The resampling filters of dit_image_resize, as PIL's Image.Resampling names them. */
+typedef enum dit_resample {
+  DIT_RESAMPLE_LANCZOS,  /* Image.LANCZOS: sinc(x) sinc(x / 3), support 3; diffusers' VaeImageProcessor default */
+  DIT_RESAMPLE_BILINEAR, /* Image.BILINEAR: the triangle 1 - |x|, support 1; diffusers' VideoProcessor
+                          * (resample="bilinear", LTX-2's image-to-video) */
+} dit_resample;
+
+/* PIL's Image.resize(size, filter) of 8-bit RGB, bit for bit (Pillow 9.4's Resample.c): per-axis
+ * weights of the filter, its support widened by the scale when shrinking, normalized and
+ * rounded to 22-bit fixed point; separable passes, rows first (into 8-bit), then columns. dst
+ * holds ow * oh * 3 bytes. Same size: a copy. DIT_ERR_INVALID_ARG for sizes < 1 or an unknown
+ * filter, DIT_ERR_NOMEM. */
+dit_status dit_image_resize(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, dit_resample filter,
+                            dit_error *err);
 
 #endif

@@ -1,9 +1,10 @@
-/* Pixel operations on input images (image_read.h): EXIF orientation, and the Lanczos resize
- * of PIL's Image.resize bit for bit, so an image preprocessed here is the one diffusers'
- * VaeImageProcessor hands its VAE. PIL's algorithm (Resample.c), reimplemented: for each output
- * pixel, the input window centered on it ((x + 0.5) * scale), the filter widened by the scale
- * when shrinking, weights normalized to sum 1 then rounded to 22-bit fixed point; rows are
- * resampled first (the result rounded and clipped to 8 bits), then columns. */
+/* Pixel operations on input images (image_read.h): EXIF orientation, and PIL's Image.resize with
+ * the Lanczos or bilinear filter bit for bit, so an image preprocessed here is the one diffusers'
+ * image processors hand their VAE (VaeImageProcessor: Lanczos; VideoProcessor(resample="bilinear"):
+ * bilinear). PIL's algorithm (Resample.c), reimplemented once for any filter: for each output
+ * pixel, the input window centered on it ((x + 0.5) * scale), the filter (and its support)
+ * widened by the scale when shrinking, weights normalized to sum 1 then rounded to 22-bit fixed
+ * point; rows are resampled first (the result rounded and clipped to 8 bits), then columns. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ dit_status dit_image_orient(dit_image *img, int o, dit_error *err) {
   return DIT_OK;
 }
 
-/* ---- PIL's Lanczos resize -------------------------------------------------------------------- */
+/* ---- PIL's resize -------------------------------------------------------------------------- */
 #define PRECISION_BITS (32 - 8 - 2)
 
 static double sinc(double x) {
@@ -70,12 +71,25 @@ static double sinc(double x) {
   return sin(x) / x;
 }
 
+/* Resample.c's lanczos_filter (a = 3) and bilinear_filter (the triangle 1 - |x| on (-1, 1)). */
 static double lanczos(double x) { return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3.0) : 0.0; }
 
-/* One axis: for each of out_n outputs its first input (bounds[2i]), count (bounds[2i+1]) and
- * ksize fixed-point weights. Returns ksize, or 0 when out of memory. */
-static int coefficients(int in_n, int out_n, int **bounds_out, int32_t **k_out) {
-  const double scale = (double)in_n / out_n, fscale = scale < 1.0 ? 1.0 : scale, support = 3.0 * fscale;
+static double bilinear(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* A filter as Resample.c's struct filter: its function and its support (the half-width where
+ * it is non-zero, at scale 1). */
+typedef struct resample_filter {
+  double (*fn)(double);
+  double support;
+} resample_filter;
+
+/* One axis, filter f: for each of out_n outputs its first input (bounds[2i]), count (bounds[2i+1])
+ * and ksize fixed-point weights. Returns ksize, or 0 when out of memory. */
+static int coefficients(int in_n, int out_n, const resample_filter *f, int **bounds_out, int32_t **k_out) {
+  const double scale = (double)in_n / out_n, fscale = scale < 1.0 ? 1.0 : scale, support = f->support * fscale;
   const int ksize = (int)ceil(support) * 2 + 1;
   double *k = malloc((size_t)out_n * ksize * sizeof *k);
   int *bounds = malloc((size_t)out_n * 2 * sizeof *bounds);
@@ -88,7 +102,7 @@ static int coefficients(int in_n, int out_n, int **bounds_out, int32_t **k_out) 
     if (xmax > in_n) xmax = in_n;
     xmax -= xmin;
     double *kx = k + (size_t)xx * ksize, ww = 0.0;
-    for (int x = 0; x < xmax; x++) ww += kx[x] = lanczos((x + xmin - center + 0.5) * ss);
+    for (int x = 0; x < xmax; x++) ww += kx[x] = f->fn((x + xmin - center + 0.5) * ss);
     for (int x = 0; x < xmax; x++)
       if (ww != 0.0) kx[x] /= ww;
     for (int x = xmax; x < ksize; x++) kx[x] = 0;
@@ -122,16 +136,22 @@ static void resample(const uint8_t *src, uint8_t *dst, int n_lines, int out_n, s
     }
 }
 
-dit_status dit_image_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, dit_error *err) {
+dit_status dit_image_resize(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, dit_resample filter,
+                            dit_error *err) {
+  static const resample_filter filters[] = {[DIT_RESAMPLE_LANCZOS] = {lanczos, 3.0},
+                                            [DIT_RESAMPLE_BILINEAR] = {bilinear, 1.0}};
   if (w < 1 || h < 1 || ow < 1 || oh < 1)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "resize: %dx%d to %dx%d", w, h, ow, oh);
+  if ((unsigned)filter >= sizeof filters / sizeof filters[0])
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "resize: unknown filter %d", (int)filter);
+  const resample_filter *f = &filters[filter];
   if (w == ow && h == oh) {
     memcpy(dst, src, (size_t)w * h * 3);
     return DIT_OK;
   }
   int *bh = NULL, *bv = NULL;
   int32_t *kh = NULL, *kv = NULL;
-  int ksh = ow != w ? coefficients(w, ow, &bh, &kh) : -1, ksv = oh != h ? coefficients(h, oh, &bv, &kv) : -1;
+  int ksh = ow != w ? coefficients(w, ow, f, &bh, &kh) : -1, ksv = oh != h ? coefficients(h, oh, f, &bv, &kv) : -1;
   uint8_t *tmp = ksh > 0 && ksv > 0 ? malloc((size_t)ow * h * 3) : NULL;
   dit_status s = DIT_OK;
   if (!ksh || !ksv || (ksh > 0 && ksv > 0 && !tmp)) {

@@ -23,7 +23,7 @@ static dit_status check_image(const dit_image *img, dit_error *err) {
   return DIT_OK;
 }
 
-dit_status dit_image_to_pixels(const dit_image *img, int W, int H, float **out, dit_error *err) {
+dit_status dit_image_to_pixels(const dit_image *img, int W, int H, dit_resample filter, float **out, dit_error *err) {
   *out = NULL;
   DIT_TRY(check_image(img, err));
   if (W < 1 || H < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "input image: target size %dx%d", W, H);
@@ -33,7 +33,7 @@ dit_status dit_image_to_pixels(const dit_image *img, int W, int H, float **out, 
   dit_status s = px ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "input image: out of memory");
   if (s == DIT_OK && (img->width != W || img->height != H)) {
     tmp = malloc(3 * (size_t)W * (size_t)H);
-    s = tmp ? dit_image_resize_lanczos(img->rgb, img->width, img->height, tmp, W, H, err)
+    s = tmp ? dit_image_resize(img->rgb, img->width, img->height, tmp, W, H, filter, err)
             : dit_errorf(err, DIT_ERR_NOMEM, "input image: out of memory");
     rgb = tmp;
   }
@@ -88,7 +88,7 @@ dit_status dit_flux2_ref_pixels(const dit_image *img, int multiple, int64_t max_
   if (w != img->width || h != img->height) {
     rs = malloc(3 * (size_t)w * (size_t)h);
     if (!rs) return dit_errorf(err, DIT_ERR_NOMEM, "reference image: out of memory");
-    dit_status s = dit_image_resize_lanczos(img->rgb, img->width, img->height, rs, w, h, err);
+    dit_status s = dit_image_resize(img->rgb, img->width, img->height, rs, w, h, DIT_RESAMPLE_LANCZOS, err);
     if (s != DIT_OK) {
       free(rs);
       return s;

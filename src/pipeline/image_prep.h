@@ -6,11 +6,13 @@
 
 #include "core/error.h"
 #include "ditrun.h"
+#include "io/image_read.h"
 
-/* VaeImageProcessor.preprocess of img at W x H: resized with PIL's Lanczos when its size
- * differs (bit for bit, dit_image_resize_lanczos), then x / 255 * 2 - 1 in float32, as
- * [3, H, W] (*out malloc'd). */
-dit_status dit_image_to_pixels(const dit_image *img, int W, int H, float **out, dit_error *err);
+/* VaeImageProcessor.preprocess of img at W x H: resized with PIL's filter when its size differs
+ * (bit for bit, dit_image_resize), then x / 255 * 2 - 1 in float32, as [3, H, W] (*out
+ * malloc'd). diffusers' VaeImageProcessor resizes with DIT_RESAMPLE_LANCZOS (its default);
+ * VideoProcessor(resample="bilinear") (LTX-2's image-to-video) with DIT_RESAMPLE_BILINEAR. */
+dit_status dit_image_to_pixels(const dit_image *img, int W, int H, dit_resample filter, float **out, dit_error *err);
 
 /* Flux2ImageProcessor's checks of a reference image (both sides >= 64 pixels, aspect ratio
  * <= 8), then Flux2KleinPipeline's preparation: an image of more than max_area pixels is

@@ -185,7 +185,8 @@ static dit_status img2img_latents(const dit_model_rt *rt, dit_components *c, con
   int C = 0;
   dit_torch_rng g;
   dit_torch_rng_seed(&g, p->seed);
-  DIT_TRY(dit_image_to_pixels(p->init_image, W, H, &px, err));
+  /* VaeImageProcessor.preprocess: PIL's Lanczos, its default resample */
+  DIT_TRY(dit_image_to_pixels(p->init_image, W, H, DIT_RESAMPLE_LANCZOS, &px, err));
   dit_status s = dit_kl_encode_stage(rt, c, px, H, W, &g, p->vae_tile, &il, &C, err);
   if (s == DIT_OK && (size_t)C * (size_t)(H / 8) * (size_t)(W / 8) != n)
     s = dit_errorf(err, DIT_ERR_FORMAT, "the VAE's %d latent channels do not fit the transformer's latents", C);

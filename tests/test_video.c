@@ -1,4 +1,5 @@
-/* WAV output (io/sound.h), then MP4 output (io/video.h): frames and sound written, then read back with FFmpeg's own demuxer
+/* WAV output (io/sound.h), then MP4 output (io/video.h), and one image's H.264 round trip: frames and sound written, then
+ * read back with FFmpeg's own demuxer
  * and decoders: one H.264 and one AAC stream, the frame count, rate and duration asked for,
  * every frame within 30 dB PSNR of its RGB input and the sound within 20 dB SNR of its
  * input; refusals (odd sizes, no frames, bad sound, an existing file, a missing folder) leave
@@ -343,10 +344,49 @@ static void test_frames(const dt_args *a) {
   free(snd);
 }
 
+/* One image through H.264 and back (LTX-2's image conditioning): even sides (an odd image
+ * cropped), lossy but close (PSNR against the input between 25 and 60 dB at CRF 33; closer at
+ * CRF 18), the same bytes on a second run; CRFs outside 1..51 refused. Without FFmpeg's
+ * libraries: refused, saying so. */
+static void test_crf(const dt_args *a) {
+  (void)a;
+  uint8_t *rgb = make_frames();
+  if (!rgb) return;
+  dit_error e = {0};
+  uint8_t *o1 = NULL, *o2 = NULL;
+  int w = 0, h = 0;
+#ifdef DIT_HAVE_FFMPEG
+  double prev = 0;
+  for (int k = 0; k < 2; k++) {
+    const int crf = k ? 18 : 33;
+    CHECK_MSG(dit_image_h264_roundtrip(rgb, W - 1, H - 1, crf, &o1, &w, &h, &e) == DIT_OK, "%s", e.msg);
+    CHECK(w == W - 2 && h == H - 2);
+    CHECK_MSG(dit_image_h264_roundtrip(rgb, W - 1, H - 1, crf, &o2, &w, &h, &e) == DIT_OK, "%s", e.msg);
+    if (!o1 || !o2) break;
+    CHECK_MSG(!memcmp(o1, o2, (size_t)w * h * 3), "CRF %d: two runs differ", crf);
+    uint8_t *crop = malloc((size_t)w * h * 3);
+    for (int y = 0; crop && y < h; y++) memcpy(crop + (size_t)y * w * 3, rgb + (size_t)y * (W - 1) * 3, (size_t)w * 3);
+    const double p = crop ? psnr8(o1, crop, (size_t)w * h * 3) : 0;
+    CHECK_MSG(p > 25.0 && p < 60.0 && (!k || p > prev), "CRF %d: %.1f dB from the input", crf, p);
+    printf("H.264 round trip of a %dx%d image at CRF %d: %dx%d, %.1f dB PSNR from its input\n", W - 1, H - 1, crf, w, h,
+           p);
+    prev = p;
+    free(crop), free(o1), free(o2);
+    o1 = o2 = NULL;
+  }
+  CHECK(dit_image_h264_roundtrip(rgb, W, H, 0, &o1, &w, &h, &e) == DIT_ERR_INVALID_ARG && !o1);
+  CHECK(dit_image_h264_roundtrip(rgb, W, H, 52, &o1, &w, &h, &e) == DIT_ERR_INVALID_ARG && !o1);
+  CHECK(dit_image_h264_roundtrip(rgb, 1, H, 33, &o1, &w, &h, &e) == DIT_ERR_INVALID_ARG && !o1);
+#else
+  CHECK(dit_image_h264_roundtrip(rgb, W, H, 33, &o1, &w, &h, &e) == DIT_ERR_UNSUPPORTED && strstr(e.msg, "FFmpeg"));
+#endif
+  free(rgb);
+}
+
 int main(int argc, char **argv) {
 #ifdef DIT_HAVE_FFMPEG
   av_log_set_level(AV_LOG_ERROR); /* the test's own choice: FFmpeg's log level is process-wide */
 #endif
-  static void (*const cases[])(const dt_args *) = {test_video, test_wav, test_frames};
+  static void (*const cases[])(const dt_args *) = {test_video, test_wav, test_frames, test_crf};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -33,4 +33,12 @@ dit_status dit_video_write_frames(const char *dir, const dit_video *v, dit_error
  * existing path is refused unless overwrite. */
 dit_status dit_video_write_mp4(const char *path, const dit_video *v, bool overwrite, dit_error *err);
 
+/* rgb (w x h 8-bit RGB) cropped to even sides, compressed as one H.264 frame at crf (1..51;
+ * libx264, preset veryfast, yuv420p through swscale's bilinear BT.601 limited-range conversion,
+ * as PyAV does it) and decoded back: *out (malloc'd) is *ow x *oh 8-bit RGB. What LTX-2's
+ * image-to-video does to its image (diffusers' apply_image_conditioning_crf); the x264 version
+ * decides the exact pixels. DIT_ERR_UNSUPPORTED without FFmpeg's libraries or their libx264. */
+dit_status dit_image_h264_roundtrip(const uint8_t *rgb, int w, int h, int crf, uint8_t **out, int *ow, int *oh,
+                                    dit_error *err);
+
 #endif

@@ -5,8 +5,9 @@
  * its final packed latents (step_video.2.out0, unpacked) giving those latents. First the two
  * ops the decoder adds (conv3d, pixel_norm) against direct loops. Then inputs and configs the
  * decoder cannot take are refused; the tiled decode against diffusers' tiling algorithm written
- * out on the untiled decode of each tile. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized
- * MSE 1e-4: its convolutions round their inputs to bf16). */
+ * out on the untiled decode of each tile. The encoder's size rules and the configs it refuses.
+ * With DIT_TEST_DEVICE=cuda the same on the GPU (normalized MSE 1e-4: its convolutions
+ * round their inputs to bf16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +418,30 @@ static void test_tiled(const dt_args *a) {
   dit_vae_ltx2_free(m);
 }
 
+/* ---- the encoder ---- */
+
+/* The encoder of each tiny folder: what it makes, and the sizes it cannot take (16-pixel
+ * multiples, 1 + a multiple of 4 frames). */
+static void test_encoder_sizes(const dt_args *a) {
+  const char *names[2] = {"models/ltx2-tiny/vae", "models/ltx23-tiny/vae"};
+  for (int i = 0; i < 2; i++) {
+    char vdir[1200];
+    dt_path(vdir, sizeof vdir, a->data, names[i]);
+    dit_vae_ltx2_enc *e = NULL;
+    dit_error er = {0};
+    CHECK_MSG(dit_vae_ltx2_enc_load(g_be, vdir, &e, &er) == DIT_OK, "%s: %s", names[i], er.msg);
+    if (!e) continue;
+    CHECK(dit_vae_ltx2_enc_latent_channels(e) == 8 && dit_vae_ltx2_enc_in_channels(e) == 3);
+    int F, h, w;
+    CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 48, 64, &F, &h, &w, &er) == DIT_OK && F == 1 && h == 3 && w == 4);
+    CHECK(dit_vae_ltx2_enc_latent_size(e, 9, 32, 64, &F, &h, &w, &er) == DIT_OK && F == 3 && h == 2 && w == 4);
+    CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 40, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "16"));
+    CHECK(dit_vae_ltx2_enc_latent_size(e, 3, 32, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "4"));
+    printf("%s encoder: 8 latent channels; 40 rows and 3 frames refused: %s\n", names[i], er.msg);
+    dit_vae_ltx2_enc_free(e);
+  }
+}
+
 /* ---- configs refused at load ---- */
 
 /* Writes dir/config.json: the ltx2-tiny VAE config with `field` set to the JSON `value`. */
@@ -462,6 +487,27 @@ static void test_refused_configs(const dt_args *a) {
               cases[i].value, (int)s, e.msg);
     printf("%s = %s: %s\n", cases[i].field, cases[i].value, e.msg);
   }
+  static const struct {
+    const char *field, *value;
+    dit_status st;
+  } enc_cases[] = {
+      {"downsample_type", "[\"conv\", \"spatiotemporal\"]", DIT_ERR_UNSUPPORTED},
+      {"downsample_type", "[\"spatial\"]", DIT_ERR_FORMAT},
+      {"encoder_spatial_padding_mode", "\"circular\"", DIT_ERR_UNSUPPORTED},
+      {"patch_size_t", "2", DIT_ERR_UNSUPPORTED},
+      {"block_out_channels", "[8, 12]", DIT_ERR_UNSUPPORTED},
+      {"down_block_types", "[\"LTX2VideoDownBlock3D\", \"DownBlock3D\"]", DIT_ERR_UNSUPPORTED},
+  };
+  for (size_t i = 0; i < sizeof enc_cases / sizeof enc_cases[0]; i++) {
+    write_config(a, dir, enc_cases[i].field, enc_cases[i].value);
+    dit_vae_ltx2_enc *en = NULL;
+    dit_error e = {0};
+    const dit_status s = dit_vae_ltx2_enc_load(g_be, dir, &en, &e);
+    const char *named = strcmp(enc_cases[i].field, "block_out_channels") ? enc_cases[i].field : "down block 1";
+    CHECK_MSG(s == enc_cases[i].st && !en && strstr(e.msg, named), "encoder %s = %s: status %d, %s",
+              enc_cases[i].field, enc_cases[i].value, (int)s, e.msg);
+    printf("encoder: %s = %s: %s\n", enc_cases[i].field, enc_cases[i].value, e.msg);
+  }
   dit_vae_ltx2 *m = NULL;
   dit_error e = {0};
   CHECK(dit_vae_ltx2_load(g_be, NULL, &m, &e) == DIT_ERR_INVALID_ARG && !m);
@@ -470,6 +516,6 @@ static void test_refused_configs(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_conv3d_op, test_pixel_norm_op, test_ltx20, test_ltx23,
-                                                   test_extra, test_tiled, test_refused_configs};
+                                                   test_extra, test_tiled, test_encoder_sizes, test_refused_configs};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

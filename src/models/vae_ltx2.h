@@ -1,4 +1,4 @@
-/* The LTX-2 video VAE's decoder (diffusers' AutoencoderKLLTX2Video, decode path, untiled):
+/* The LTX-2 video VAE (diffusers' AutoencoderKLLTX2Video). Its decoder (untiled or tiled):
  * conv_in, a mid block of resnets, up blocks (an optional channel-changing resnet, a 3-D
  * pixel-shuffle upsampler with an optional residual, resnets), PerChannelRMSNorm + SiLU,
  * conv_out and the unpatchify of patch_size x patch_size pixels out of the channels. Every
@@ -10,7 +10,14 @@
  * Tensors live in the backend's memory; activations are F32 (a GPU's convolutions round
  * their inputs to the weights' bf16, as its conv2d does). Configs with timestep
  * conditioning, noise injection, patch_size_t != 1 or another padding mode are refused
- * (DIT_ERR_UNSUPPORTED naming the field). */
+ * (DIT_ERR_UNSUPPORTED naming the field).
+ *
+ * Its encoder (dit_vae_ltx2_enc: a separate object, loaded only by those who encode): the
+ * patchify of patch_size x patch_size pixels into the channels, conv_in, down blocks (resnets,
+ * then a downsampler: a conv whose output and whose input, both folded space-to-depth by the
+ * block's strides, are added, the input's channels averaged in groups), a mid block,
+ * PerChannelRMSNorm + SiLU and conv_out; the posterior's mode (its mean) is what the pipelines
+ * take. */
 #ifndef DIT_MODELS_VAE_LTX2_H
 #define DIT_MODELS_VAE_LTX2_H
 
@@ -96,5 +103,32 @@ dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents,
  * spatial or temporal tiling on. */
 dit_status dit_vae_ltx2_decode_tiled_host(dit_vae_ltx2 *m, const dit_tensor *latents, float *out,
                                           const dit_vae_ltx2_tiling *t, dit_error *err);
+
+/* ---- the encoder ---- */
+
+typedef struct dit_vae_ltx2_enc dit_vae_ltx2_enc;
+
+/* Loads folder/config.json (class AutoencoderKLLTX2Video) and the encoder's weights (decoder.*
+ * is not bound) with latents_mean / latents_std. Configs with the strided-conv downsampler
+ * ("conv"), patch_size_t != 1 or a padding mode other than zeros / reflect are refused
+ * (DIT_ERR_UNSUPPORTED naming the field). On failure *out is NULL. */
+dit_status dit_vae_ltx2_enc_load(dit_backend *be, const char *folder, dit_vae_ltx2_enc **out, dit_error *err);
+void dit_vae_ltx2_enc_free(dit_vae_ltx2_enc *e);
+/* latent_channels and in_channels. */
+int dit_vae_ltx2_enc_latent_channels(const dit_vae_ltx2_enc *e);
+int dit_vae_ltx2_enc_in_channels(const dit_vae_ltx2_enc *e);
+/* The latents' frames, height and width for T x H x W pixels; DIT_ERR_INVALID_ARG saying why
+ * when the encoder cannot take that size (H, W multiples of the spatial compression, T - 1 of
+ * the temporal one). */
+dit_status dit_vae_ltx2_enc_latent_size(const dit_vae_ltx2_enc *e, int T, int H, int W, int *F, int *h, int *w,
+                                        dit_error *err);
+/* vae.encode(x).latent_dist.mode(): x [B, in_channels, T, H, W] F32 (contiguous, backend memory,
+ * pixels in [-1, 1]) into mean [B, latent_channels, F, h, w] F32 (contiguous, backend memory,
+ * caller-allocated; sizes from dit_vae_ltx2_enc_latent_size). Items one after another; the
+ * activation buffers stay allocated for the next call that fits. */
+dit_status dit_vae_ltx2_encode(dit_vae_ltx2_enc *e, const dit_tensor *x, dit_tensor *mean, dit_error *err);
+/* The pipelines' latent normalization, on host latents [C, n] F32 in place: (x - latents_mean)
+ * * scaling_factor / latents_std per channel, in float32 as torch computes it. */
+void dit_vae_ltx2_enc_normalize(const dit_vae_ltx2_enc *e, float *x, int64_t n);
 
 #endif

@@ -77,6 +77,12 @@ typedef struct dit_ltx2_call {
   bool isolate_modalities;     /* no a2v / v2a cross-attention (modality guidance) */
   const int *stg_blocks;       /* blocks whose self-attention spatio-temporal guidance perturbs (all items) */
   int n_stg_blocks;
+  /* Image-to-video's per-token video timestep: the first cond_tokens video tokens of each item (the
+   * conditioning frame's) take cond_timestep (host [B]; NULL: 0) instead of timestep, for the
+   * video stream's modulation (and its cross-modal one without use_cross_timestep), as diffusers
+   * does with a [B, N] timestep. 0: every token takes timestep. */
+  int cond_tokens;
+  const float *cond_timestep;
 } dit_ltx2_call;
 
 /* video_out [B, N, out_channels], audio_out [B, NA, audio out_channels], F32 in the backend's memory. */

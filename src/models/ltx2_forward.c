@@ -20,6 +20,10 @@ typedef struct stream_bufs {
   void *x, *h, *y, *nrm, *mq, *ff, *ctx, *ctxm, *ctmp;
   void *pb, *pp, *pc;     /* a block's parameters: [9, B, D], [2, B, D] (prompt), [5, B, D] (cross-modal) */
   ada_out time, cass, cag, prompt;
+  /* the conditioning tokens' versions (image-to-video, the video stream; NULL otherwise): pb and
+   * time always, pc, cass and cag when the cross-modal modulation follows the stream's timestep */
+  void *pbc, *pcc;
+  ada_out timec, cassc, cagc;
 } stream_bufs;
 
 typedef struct lx_bufs {
@@ -68,6 +72,15 @@ static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_cal
     DIT_TRY(take_ada(ar, real, &st->ca_scale_shift, B, es, &s->cass, err));
     DIT_TRY(take_ada(ar, real, &st->ca_gate, B, es, &s->cag, err));
     if (st->prompt.n) DIT_TRY(take_ada(ar, real, &st->prompt, B, es, &s->prompt, err));
+    if (i == 0 && c->cond_tokens > 0) {
+      DIT_ACT_TAKE(ar, real, s->pbc, (size_t)(9 * B * D) * es);
+      DIT_TRY(take_ada(ar, real, &st->time, B, es, &s->timec, err));
+      if (!c->use_cross_timestep) {
+        DIT_ACT_TAKE(ar, real, s->pcc, (size_t)(5 * B * D) * es);
+        DIT_TRY(take_ada(ar, real, &st->ca_scale_shift, B, es, &s->cassc, err));
+        DIT_TRY(take_ada(ar, real, &st->ca_gate, B, es, &s->cagc, err));
+      }
+    }
     /* the attentions whose queries are this stream's: self, text, cross-modal */
     const ltx2_half *h = &m->blocks[0].v;
     if (i) h = &m->blocks[0].a;
@@ -143,6 +156,75 @@ static dit_status res_norm_mod(dit_ltx2 *m, dit_tensor *x, const dit_tensor *r, 
   return dit_op_residual_rms_mod(m->be, x, r, gate, h, NULL, scale, shift, m->cfg.norm_eps, err);
 }
 
+/* Vector k of a stream's parameter block [n, B, D]: p for every token, or for the tokens after
+ * the conditioning ones when pc (their version) is not NULL. p NULL: no vector. */
+typedef struct pref {
+  void *p, *pc;
+  int k;
+} pref;
+
+static pref pr(void *p, void *pc, int k) { return (pref){p, pc, k}; }
+static const pref NOREF = {NULL, NULL, 0};
+
+/* One modulated elementwise op over a stream's [B, S, D] buffers: MOD_RNM: x += gate * r, then
+ * h = rms_norm(x) * (1 + scale) + shift (res_norm_mod's NULL rules); MOD_MOD: h = x * (1 + scale)
+ * + shift; MOD_GADD: x += gate * r. */
+enum { MOD_RNM, MOD_MOD, MOD_GADD };
+typedef struct mod_op {
+  int kind;
+  void *x, *r, *h;
+  pref gate, scale, shift;
+} mod_op;
+
+typedef struct call_state {
+  const dit_ltx2_call *c;
+  int64_t B, T;
+  int64_t P; /* conditioning tokens per item (the video stream's; 0: none) */
+  bool masked;
+  dit_tensor rope[2][2], crope[2][2]; /* [stream][cos, sin] */
+} call_state;
+
+/* mod_op on items [b, b + nb) and tokens [t0, t0 + nt) of each, with the conditioning tokens'
+ * parameters when cond. */
+static dit_status mod_part(dit_ltx2 *m, const mod_op *o, int64_t B, int64_t S, int64_t D, int64_t b, int64_t nb,
+                           int64_t t0, int64_t nt, bool cond, dit_error *err) {
+  const dit_act_space *as = &m->as;
+  const int64_t off = (b * S + t0) * D;
+  void *bufs[3] = {o->x, o->r, o->h};
+  dit_tensor t[3], v[3];
+  dit_tensor *tp[3] = {NULL, NULL, NULL}, *vp[3] = {NULL, NULL, NULL};
+  for (int k = 0; k < 3; k++)
+    if (bufs[k]) t[k] = dit_act_3d(as, dit_act_el(as, bufs[k], off), nb, nt, D), tp[k] = &t[k];
+  const pref *refs[3] = {&o->gate, &o->scale, &o->shift};
+  for (int k = 0; k < 3; k++) {
+    if (!refs[k]->p) continue;
+    void *base = cond && refs[k]->pc ? refs[k]->pc : refs[k]->p;
+    v[k] = dit_act_2d(as, dit_act_el(as, base, ((int64_t)refs[k]->k * B + b) * D), nb, D), vp[k] = &v[k];
+  }
+  switch (o->kind) {
+    case MOD_RNM: return res_norm_mod(m, tp[0], tp[1], vp[0], tp[2], vp[1], vp[2], err);
+    case MOD_MOD: return dit_op_modulate(m->be, tp[2], tp[0], vp[1], vp[2], err);
+    default: return dit_op_gated_add(m->be, tp[0], tp[1], vp[0], false, err);
+  }
+}
+
+/* mod_op o on a stream of S tokens of width D: in one call, or, when a vector of it has a
+ * conditioning version, per item in two parts (the first cs->P tokens, then the rest). */
+static dit_status mod_run(dit_ltx2 *m, const call_state *cs, int64_t S, int64_t D, const mod_op *o, dit_error *err) {
+  const int64_t B = cs->B, P = cs->P < S ? cs->P : S;
+  if (P == 0 || !(o->gate.pc || o->scale.pc || o->shift.pc)) return mod_part(m, o, B, S, D, 0, B, 0, S, false, err);
+  if (P == S) return mod_part(m, o, B, S, D, 0, B, 0, S, true, err);
+  for (int64_t b = 0; b < B; b++) {
+    DIT_TRY(mod_part(m, o, B, S, D, b, 1, 0, P, true, err));
+    DIT_TRY(mod_part(m, o, B, S, D, b, 1, P, S - P, false, err));
+  }
+  return DIT_OK;
+}
+
+/* A stream's block vectors: k of pb [9, B, D] (time) and of pc [5, B, D] (cross-modal). */
+static pref pb_ref(const stream_bufs *s, int k) { return pr(s->pb, s->pbc, k); }
+static pref pc_ref(const stream_bufs *s, int k) { return pr(s->pc, s->pcc, k); }
+
 static dit_status ff(dit_ltx2 *m, const ltx2_ff *f, dit_tensor *h, void *mid, dit_tensor *y, dit_error *err) {
   dit_tensor u = dit_act_3d(&m->as, mid, h->shape[0], h->shape[1], 4 * h->shape[2]);
   DIT_TRY(dit_op_linear(m->be, &u, h, &f->w1, &f->b1, DIT_ACT_GELU_TANH, err));
@@ -150,13 +232,6 @@ static dit_status ff(dit_ltx2 *m, const ltx2_ff *f, dit_tensor *h, void *mid, di
 }
 
 /* ---- a block ---------------------------------------------------------------------- */
-
-typedef struct call_state {
-  const dit_ltx2_call *c;
-  int64_t B, T;
-  bool masked;
-  dit_tensor rope[2][2], crope[2][2]; /* [stream][cos, sin] */
-} call_state;
 
 static dit_tensor act3(const dit_ltx2 *m, void *p, int64_t B, int64_t S, int64_t D) { return dit_act_3d(&m->as, p, B, S, D); }
 
@@ -167,20 +242,17 @@ static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg
   const dit_ltx2_stream_config *sc = scfg(m, i);
   stream_bufs *s = &b->s[i];
   const int64_t B = cs->B, S = s->S, D = s->D, T = cs->T;
-  dit_tensor x = act3(m, s->x, B, S, D), hn = act3(m, s->h, B, S, D), y = act3(m, s->y, B, S, D);
-  dit_tensor shift = pvec(m, s->pb, 0, B, D), scale = pvec(m, s->pb, 1, B, D), gate = pvec(m, s->pb, 2, B, D);
-  DIT_TRY(res_norm_mod(m, &x, NULL, NULL, &hn, &scale, &shift, err));
+  dit_tensor hn = act3(m, s->h, B, S, D), y = act3(m, s->y, B, S, D);
+  const mod_op n1 = {MOD_RNM, s->x, NULL, s->h, NOREF, pb_ref(s, 1), pb_ref(s, 0)};
+  DIT_TRY(mod_run(m, cs, S, D, &n1, err));
   DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn1, m->cfg.norm_eps, B, S, S, &hn, NULL, &cs->rope[i][0],
                                 &cs->rope[i][1], NULL, NULL, NULL, stg, &b->at, &y, err));
   /* the residual, and the text cross-attention's queries */
   const int64_t C = m->cfg.use_prompt_embeddings ? D : sc->cross_attention_dim;
   dit_tensor ctx = act3(m, s->ctx, B, T, C);
-  if (sc->cross_attn_mod) {
-    dit_tensor q_shift = pvec(m, s->pb, 6, B, D), q_scale = pvec(m, s->pb, 7, B, D);
-    DIT_TRY(res_norm_mod(m, &x, &y, &gate, &hn, &q_scale, &q_shift, err));
-  } else {
-    DIT_TRY(res_norm_mod(m, &x, &y, &gate, &hn, NULL, NULL, err));
-  }
+  const mod_op n2 = {MOD_RNM, s->x, s->y, s->h, pb_ref(s, 2), sc->cross_attn_mod ? pb_ref(s, 7) : NOREF,
+                     sc->cross_attn_mod ? pb_ref(s, 6) : NOREF};
+  DIT_TRY(mod_run(m, cs, S, D, &n2, err));
   if (m->cfg.video.cross_attn_mod || m->cfg.audio.cross_attn_mod) { /* the prompt side, from sigma */
     dit_tensor kv_shift = pvec(m, s->pp, 0, B, C), kv_scale = pvec(m, s->pp, 1, B, C);
     dit_tensor cm = act3(m, s->ctxm, B, T, C);
@@ -190,13 +262,11 @@ static dit_status self_and_text(dit_ltx2 *m, const ltx2_half *h, int i, bool stg
   dit_tensor km = dit_act_mk(&m->as, DIT_U8, b->kmask, 2, (int64_t[]){B, T});
   DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->attn2, m->cfg.norm_eps, B, S, T, &hn, &ctx, NULL, NULL, NULL, NULL,
                                 cs->masked ? &km : NULL, false, &b->at, &y, err));
-  const dit_tensor gq = pvec(m, s->pb, 8, B, D);
-  if (cs->c->isolate_modalities) { /* the MLP's norm next */
-    dit_tensor ff_shift = pvec(m, s->pb, 3, B, D), ff_scale = pvec(m, s->pb, 4, B, D);
-    return res_norm_mod(m, &x, &y, sc->cross_attn_mod ? &gq : NULL, &hn, &ff_scale, &ff_shift, err);
-  }
-  dit_tensor n = act3(m, s->nrm, B, S, D);
-  return res_norm_mod(m, &x, &y, sc->cross_attn_mod ? &gq : NULL, &n, NULL, NULL, err);
+  const pref gq = sc->cross_attn_mod ? pb_ref(s, 8) : NOREF;
+  const bool iso = cs->c->isolate_modalities; /* then the MLP's norm next */
+  const mod_op n3 = {MOD_RNM, s->x, s->y, iso ? s->h : s->nrm, gq, iso ? pb_ref(s, 4) : NOREF,
+                     iso ? pb_ref(s, 3) : NOREF};
+  return mod_run(m, cs, S, D, &n3, err);
 }
 
 /* Audio-to-video and video-to-audio cross-attention: both read the norms of the streams as
@@ -209,19 +279,17 @@ static dit_status cross_modal(dit_ltx2 *m, const ltx2_block *blk, const call_sta
     const ltx2_half *h = i ? &blk->a : &blk->v;
     /* ca params [5, B, D]: (a2v scale, a2v shift, v2a scale, v2a shift, gate) */
     const int sq = i ? 2 : 0;
-    dit_tensor nq = act3(m, q->nrm, B, q->S, q->D), mq = act3(m, q->mq, B, q->S, q->D);
-    dit_tensor nk = act3(m, k->nrm, B, k->S, k->D), mk = act3(m, k->mq, B, k->S, k->D);
-    dit_tensor qs = pvec(m, q->pc, sq, B, q->D), qt = pvec(m, q->pc, sq + 1, B, q->D);
-    dit_tensor ks = pvec(m, k->pc, sq, B, k->D), kt = pvec(m, k->pc, sq + 1, B, k->D);
-    DIT_TRY(dit_op_modulate(m->be, &mq, &nq, &qs, &qt, err));
-    DIT_TRY(dit_op_modulate(m->be, &mk, &nk, &ks, &kt, err));
-    dit_tensor y = act3(m, q->y, B, q->S, q->D), x = act3(m, q->x, B, q->S, q->D);
-    DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->cross, m->cfg.norm_eps, B, q->S, k->S, &mq, &mk, &cs->crope[i][0],
+    const mod_op mq = {MOD_MOD, q->nrm, NULL, q->mq, NOREF, pc_ref(q, sq), pc_ref(q, sq + 1)};
+    const mod_op mk = {MOD_MOD, k->nrm, NULL, k->mq, NOREF, pc_ref(k, sq), pc_ref(k, sq + 1)};
+    DIT_TRY(mod_run(m, cs, q->S, q->D, &mq, err));
+    DIT_TRY(mod_run(m, cs, k->S, k->D, &mk, err));
+    dit_tensor y = act3(m, q->y, B, q->S, q->D), qt = act3(m, q->mq, B, q->S, q->D);
+    dit_tensor kt = act3(m, k->mq, B, k->S, k->D);
+    DIT_TRY(dit_ltx2_attn_forward(m->be, &m->as, &h->cross, m->cfg.norm_eps, B, q->S, k->S, &qt, &kt, &cs->crope[i][0],
                                   &cs->crope[i][1], &cs->crope[1 - i][0], &cs->crope[1 - i][1], NULL, false, &b->at, &y,
                                   err));
-    dit_tensor g = pvec(m, q->pc, 4, B, q->D), hn = act3(m, q->h, B, q->S, q->D);
-    dit_tensor ff_shift = pvec(m, q->pb, 3, B, q->D), ff_scale = pvec(m, q->pb, 4, B, q->D);
-    DIT_TRY(res_norm_mod(m, &x, &y, &g, &hn, &ff_scale, &ff_shift, err));
+    const mod_op r = {MOD_RNM, q->x, q->y, q->h, pc_ref(q, 4), pb_ref(q, 4), pb_ref(q, 3)};
+    DIT_TRY(mod_run(m, cs, q->S, q->D, &r, err));
   }
   return DIT_OK;
 }
@@ -237,6 +305,7 @@ static dit_status block_forward(dit_ltx2 *m, int bi, const call_state *cs, lx_bu
     stream_bufs *s = &b->s[i];
     ltx2_stream *st = stream(m, i);
     DIT_TRY(block_params(m, &h->table, s->time.modT, st->time.n, B, s->D, s->pb, err));
+    if (s->pbc) DIT_TRY(block_params(m, &h->table, s->timec.modT, st->time.n, B, s->D, s->pbc, err));
     if (st->prompt.n) DIT_TRY(block_params(m, &h->prompt_table, s->prompt.modT, 2, B, s->D, s->pp, err));
     /* ca_table [5, D]: rows 0..3 with the scale/shift AdaLN, row 4 with the gate's */
     DIT_TRY(block_params(m, &h->ca_table, s->cass.modT, 4, B, s->D, s->pc, err));
@@ -244,16 +313,20 @@ static dit_status block_forward(dit_ltx2 *m, int bi, const call_state *cs, lx_bu
     gt.data = (char *)gt.data + (size_t)4 * (size_t)s->D * dit_dtype_size(gt.dtype);
     gt.shape[0] = 1;
     DIT_TRY(block_params(m, &gt, s->cag.modT, 1, B, s->D, dit_act_el(&m->as, s->pc, 4 * B * s->D), err));
+    if (s->pcc) {
+      DIT_TRY(block_params(m, &h->ca_table, s->cassc.modT, 4, B, s->D, s->pcc, err));
+      DIT_TRY(block_params(m, &gt, s->cagc.modT, 1, B, s->D, dit_act_el(&m->as, s->pcc, 4 * B * s->D), err));
+    }
   }
   for (int i = 0; i < 2; i++) DIT_TRY(self_and_text(m, i ? &blk->a : &blk->v, i, stg, cs, b, err));
   if (!cs->c->isolate_modalities) DIT_TRY(cross_modal(m, blk, cs, b, err));
   for (int i = 0; i < 2; i++) { /* the MLP on h, its norm made above */
     const ltx2_half *h = i ? &blk->a : &blk->v;
     stream_bufs *s = &b->s[i];
-    dit_tensor x = act3(m, s->x, B, s->S, s->D), hn = act3(m, s->h, B, s->S, s->D), y = act3(m, s->y, B, s->S, s->D);
-    dit_tensor gate = pvec(m, s->pb, 5, B, s->D);
+    dit_tensor hn = act3(m, s->h, B, s->S, s->D), y = act3(m, s->y, B, s->S, s->D);
     DIT_TRY(ff(m, &h->ff, &hn, s->ff, &y, err));
-    DIT_TRY(dit_op_gated_add(m->be, &x, &y, &gate, false, err));
+    const mod_op g = {MOD_GADD, s->x, s->y, NULL, pb_ref(s, 5), NOREF, NOREF};
+    DIT_TRY(mod_run(m, cs, s->S, s->D, &g, err));
   }
   return DIT_OK;
 }
@@ -368,26 +441,42 @@ static dit_status prologue(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, dit_
     DIT_TRY(adaln(m, &st->ca_scale_shift, cross, 1.0f, B, b, &s->cass, err));
     DIT_TRY(adaln(m, &st->ca_gate, cross, gate_mult, B, b, &s->cag, err));
     if (st->prompt.n) DIT_TRY(adaln(m, &st->prompt, i ? sa : sv, 1.0f, B, b, &s->prompt, err));
+    if (s->pbc) { /* the conditioning tokens' timestep */
+      float zero[64] = {0};
+      const float *tc = c->cond_timestep ? c->cond_timestep : zero;
+      DIT_TRY(adaln(m, &st->time, tc, 1.0f, B, b, &s->timec, err));
+      if (s->pcc) {
+        DIT_TRY(adaln(m, &st->ca_scale_shift, tc, 1.0f, B, b, &s->cassc, err));
+        DIT_TRY(adaln(m, &st->ca_gate, tc, gate_mult, B, b, &s->cagc, err));
+      }
+    }
   }
   return DIT_OK;
 }
 
+/* The output's shift / scale into out [2, B, D]: the table plus the embedded timestep emb [B, D]
+ * (twice, through the stream's pp). */
+static dit_status out_params(dit_ltx2 *m, const ltx2_stream *st, stream_bufs *s, int64_t B, void *emb, void *out,
+                             dit_error *err) {
+  for (int k = 0; k < 2; k++) {
+    dit_tensor src = dit_act_2d(&m->as, emb, B, s->D), dst = pvec(m, s->pp, k, B, s->D);
+    DIT_TRY(dit_op_copy(m->be, &dst, &src, err));
+  }
+  return block_params(m, &st->table, s->pp, 2, B, s->D, out, err);
+}
+
 /* norm_out (LayerNorm without weights), then shift / scale = table + the embedded timestep, proj_out. */
-static dit_status epilogue(dit_ltx2 *m, const dit_ltx2_call *c, lx_bufs *b, float *vout, float *aout, dit_error *err) {
-  const int64_t B = c->B;
+static dit_status epilogue(dit_ltx2 *m, const call_state *cs, lx_bufs *b, float *vout, float *aout, dit_error *err) {
+  const int64_t B = cs->B;
   for (int i = 0; i < 2; i++) {
     stream_bufs *s = &b->s[i];
     ltx2_stream *st = stream(m, i);
-    void *emb2 = s->pp; /* [2, B, D]: the embedded timestep twice, plus the table */
-    for (int k = 0; k < 2; k++) {
-      dit_tensor src = dit_act_2d(&m->as, s->time.emb, B, s->D), dst = pvec(m, emb2, k, B, s->D);
-      DIT_TRY(dit_op_copy(m->be, &dst, &src, err));
-    }
-    DIT_TRY(block_params(m, &st->table, emb2, 2, B, s->D, s->pb, err));
-    dit_tensor shift = pvec(m, s->pb, 0, B, s->D), scale = pvec(m, s->pb, 1, B, s->D);
+    DIT_TRY(out_params(m, st, s, B, s->time.emb, s->pb, err));
+    if (s->pbc) DIT_TRY(out_params(m, st, s, B, s->timec.emb, s->pbc, err));
     dit_tensor x = act3(m, s->x, B, s->S, s->D), hn = act3(m, s->h, B, s->S, s->D);
     DIT_TRY(dit_op_layer_norm(m->be, &hn, &x, NULL, NULL, 1e-6f, err));
-    DIT_TRY(dit_op_modulate(m->be, &hn, &hn, &scale, &shift, err));
+    const mod_op mo = {MOD_MOD, s->h, NULL, s->h, NOREF, pb_ref(s, 1), pb_ref(s, 0)};
+    DIT_TRY(mod_run(m, cs, s->S, s->D, &mo, err));
     const int64_t oc = scfg(m, i)->out_channels;
     dit_tensor out = dit_act_mk(&m->as, DIT_F32, i ? aout : vout, 3, (int64_t[]){B, s->S, oc});
     DIT_TRY(dit_op_linear(m->be, &out, &hn, &st->proj_out, &st->proj_out_b, DIT_ACT_NONE, err));
@@ -403,6 +492,9 @@ static dit_status check_call(const dit_ltx2 *m, const dit_ltx2_call *c, dit_erro
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: batch %d, %dx%dx%d latents, %d audio frames, %d text "
                       "tokens or %g fps out of range", c->B, c->frames, c->height, c->width, c->audio_frames,
                       c->text_len, c->fps);
+  if (c->cond_tokens < 0 || (int64_t)c->cond_tokens > (int64_t)c->frames * c->height * c->width)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: %d conditioning tokens of %lld", c->cond_tokens,
+                      (long long)c->frames * c->height * c->width);
   for (int k = 0; k < c->n_stg_blocks; k++)
     if (!c->stg_blocks || c->stg_blocks[k] < 0 || c->stg_blocks[k] >= m->cfg.num_layers)
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 forward: STG block %d is not one of the %d blocks",
@@ -420,7 +512,7 @@ dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_ou
   DIT_TRY(plan(&ar, false, m, c, &b, err));
   DIT_TRY(dit_act_space_fit(&m->as, m->be, &ar, 0, &(bool){false}, err));
   DIT_TRY(plan(&ar, true, m, c, &b, err));
-  call_state cs = {.c = c, .B = c->B, .T = c->text_len, .masked = false};
+  call_state cs = {.c = c, .B = c->B, .T = c->text_len, .P = c->cond_tokens, .masked = false};
   if (c->text_mask) {
     for (int64_t i = 0; i < (int64_t)c->B * c->text_len; i++) cs.masked = cs.masked || !c->text_mask[i];
     if (cs.masked) DIT_TRY(m->be->ops->upload(m->be, b.kmask, c->text_mask, (size_t)c->B * c->text_len, err));
@@ -434,6 +526,6 @@ dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_ou
       return s;
     }
   }
-  DIT_TRY(epilogue(m, c, &b, video_out, audio_out, err));
+  DIT_TRY(epilogue(m, &cs, &b, video_out, audio_out, err));
   return m->be->ops->sync(m->be, err);
 }

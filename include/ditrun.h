@@ -209,6 +209,9 @@ typedef struct dit_gen_params {
   const struct dit_image *ref_images; /* FLUX.2 [klein] reference editing: the images the result is conditioned
                                    on (Flux2KleinPipeline's image=); width/height 0: the first one's prepared size */
   int n_ref_images;             /* at most DIT_MAX_REF_IMAGES */
+  int image_crf;                /* image-to-video (LTX-2): the init image is first re-compressed as one H.264 frame
+                                   at this CRF, as the model was trained (LTX2ImageToVideoPipeline's image_crf);
+                                   0 = the model's default (33), negative = not re-compressed */
   int frames;                   /* video families (dit_model_generate_clip): frames; 0 = the model's default */
   double fps;                   /* video families: frames per second; 0 = the model's default */
 } dit_gen_params;

@@ -4,7 +4,8 @@
  * prompt to the decoded video (model space, against vae_decode.0.out0), the 8-bit frames
  * (against the pipeline's float frames, at most one level apart) and the sound (against the
  * vocoder's output). The first fixture runs with every component released after its stage,
- * the second with all kept. Then the public API: an image call on a video model and a frame
+ * the second with all kept. The same for LTX2ImageToVideoPipeline's run (reference_i2v, made by
+ * gen/make_fixtures_ltx2_i2v.py: the image images/in/rgb.png, image_crf 0). Then the public API: an image call on a video model and a frame
  * count the VAE cannot make are refused, and a clip saved as a frames folder; the CLI's MP4
  * output (also with --vae-tile) and refusals, and SIGTERM during its run leaving no partial or temporary file. With
  * DIT_TEST_DEVICE=cuda the models run on the GPU: frames PSNR >= 35 dB, decoded video and sound
@@ -24,6 +25,7 @@
 #include "core/ctx.h"
 #include "core/timer.h"
 #include "fixture.h"
+#include "io/image_read.h"
 #include "io/json.h"
 #include "pipeline/ltx2_pipeline.h"
 #include "testing.h"
@@ -87,12 +89,31 @@ static void check_clip(const char *ref, const dit_clip *c, const float *video) {
   free(want), free(frames), free(snd), free(planar);
 }
 
-static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
-  char dir[1024], ref[1200], sub[128];
+/* The run of dir/<stem>.json (its tensors in dir/<stem>.safetensors); an image-to-video run
+ * (the json names its "image", a file under tests/fixtures) gets that image. */
+static void run_fixture(const dt_args *a, const char *name, const char *stem, unsigned keep) {
+  char dir[1024], ref[1200], sub[128], js[1200];
   snprintf(sub, sizeof sub, "models/%s", name);
   dt_path(dir, sizeof dir, a->data, sub);
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  snprintf(ref, sizeof ref, "%s/%s.safetensors", dir, stem);
+  snprintf(js, sizeof js, "%s/%s.json", dir, stem);
+  json_error_t je;
+  json_t *rj = json_load_file(js, 0, &je);
+  CHECK_MSG(rj != NULL, "%s: %s", js, je.text);
   if (!rj) return;
+  dit_image img = {0};
+  const char *image = json_string_value(json_object_get(rj, "image"));
+  if (image) { /* "tests/fixtures/X" -> data/X */
+    char path[1400];
+    const char *rel = strncmp(image, "tests/fixtures/", 15) ? image : image + 15;
+    dt_path(path, sizeof path, a->data, rel);
+    FILE *f = fopen(path, "rb");
+    static uint8_t buf[1 << 16];
+    const size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    dit_error ie = {0};
+    CHECK_MSG(n > 0 && dit_image_decode(buf, n, rel, 0, &img, &ie) == DIT_OK, "%s: %s", path, ie.msg);
+  }
   dit_ctx *ctx = NULL;
   dit_ctx_params cp;
   dit_ctx_params_default(&cp);
@@ -108,6 +129,12 @@ static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
   dit_ltx2_opts o;
   call_params(json_object_get(rj, "call"), &p, &o);
   p.seed = (uint64_t)json_integer_value(json_object_get(rj, "seed"));
+  if (img.rgb) { /* the reference's image_crf 0: no re-compression */
+    p.init_image = &img;
+    const json_t *crf = json_object_get(json_object_get(rj, "call"), "image_crf");
+    CHECK(json_is_integer(crf));
+    p.image_crf = json_integer_value(crf) == 0 ? -1 : (int)json_integer_value(crf);
+  }
   float *video = NULL;
   o.video_out = &video;
   dit_clip clip = {0};
@@ -116,14 +143,16 @@ static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
     CHECK_MSG(dit_family_find("LTX2Pipeline")->open(&rt, &state, &e) == DIT_OK, "%s", e.msg);
     if (state) {
       CHECK_MSG(dit_ltx2_generate_with(&rt, state, &p, &o, &clip, &st, &e) == DIT_OK, "%s", e.msg);
-      printf("%s (%s): %d frames of %dx%d at %g fps in %.2f s\n", name, keep ? "components kept" : "released per stage",
-             clip.n_frames, clip.width, clip.height, clip.fps, st.total_seconds);
+      printf("%s %s (%s): %d frames of %dx%d at %g fps in %.2f s\n", name, stem,
+             keep ? "components kept" : "released per stage", clip.n_frames, clip.width, clip.height, clip.fps,
+             st.total_seconds);
       CHECK(clip.n_frames == p.frames && clip.width == p.width && clip.height == p.height && clip.channels == 2);
       if (clip.rgb) check_clip(ref, &clip, video);
       dit_family_find("LTX2Pipeline")->close(state);
     }
   }
   dit_clip_free(&clip);
+  dit_image_free(&img);
   free(video);
   if (rt.host && rt.host != g_be) dit_backend_free(rt.host);
   dit_model_dir_close(rt.dir);
@@ -131,8 +160,8 @@ static void run_fixture(const dt_args *a, const char *name, unsigned keep) {
   json_decref(rj);
 }
 
-static void test_ltx20(const dt_args *a) { run_fixture(a, "ltx2-tiny", 0); }
-static void test_ltx23(const dt_args *a) { run_fixture(a, "ltx23-tiny", DIT_KEEP_ALL); }
+static void test_ltx20(const dt_args *a) { run_fixture(a, "ltx2-tiny", "reference", 0); }
+static void test_ltx23(const dt_args *a) { run_fixture(a, "ltx23-tiny", "reference", DIT_KEEP_ALL); }
 
 /* Appends stage and a comma to the buffer user (256 bytes). */
 static void record_stage(void *user, const char *stage) {
@@ -169,6 +198,20 @@ static void test_public_api(const dt_args *a) {
     p.frames = 10;
     CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG &&
           strstr(dit_ctx_last_error(ctx), "1 + a multiple of 4"));
+    dit_image one = {.width = 2, .height = 2, .rgb = (uint8_t[12]){0}};
+    p.frames = 9, p.init_image = &one, p.strength = 0.5;
+    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "strength"));
+    p.strength = 0;
+#ifndef DIT_HAVE_FFMPEG
+    p.image_crf = -1; /* the default CRF needs FFmpeg's libraries */
+#endif
+    char i2v_stages[256] = "";
+    p.on_stage = record_stage, p.user = i2v_stages;
+    CHECK_MSG(dit_model_generate_clip(m, &p, &c, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    CHECK_MSG(!strcmp(i2v_stages, "text encoder,image encoder,denoising,VAE decode,sound,"), "stages: %s", i2v_stages);
+    CHECK(c.n_frames == 9 && c.width == 64 && c.height == 32);
+    dit_clip_free(&c);
+    p.init_image = NULL;
     p.frames = 5;
     char stages[256] = "";
     p.on_stage = record_stage, p.user = stages;
@@ -271,6 +314,28 @@ static void test_cli(const dt_args *a) {
            dir, a->tmp);
   rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "at least 2 steps"), "--steps 1: rc %d: %s", rc, msg);
+  char png[1200];
+  dt_path(png, sizeof png, a->data, "images/in/rgb.png");
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' %s --frames 9 -i '%s' --strength 0.5 -o '%s/i.mp4'", a->bin,
+           dir, common, png, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "--strength"), "--strength on a video model: rc %d: %s", rc, msg);
+  /* image-to-video from the CLI: a frames folder whose first frame is the image's */
+  dt_path(out, sizeof out, a->tmp, "cli_i2v");
+#ifdef DIT_HAVE_FFMPEG
+  const char *crf = ""; /* the default: re-compressed at CRF 33 */
+#else
+  const char *crf = "--image-crf 0";
+#endif
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/ditrun' generate -m '%s' %s --frames 9 -i '%s' %s -o '%s'", out,
+           a->bin, dir, common, png, crf, out);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  char f1[1400];
+  snprintf(f1, sizeof f1, "%s/frame_00009.png", out);
+  CHECK_MSG(rc == 0 && access(f1, F_OK) == 0, "image-to-video to a frames folder: rc %d: %s", rc, msg);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x --image-crf 20 -o '%s/c.png'", a->bin, img_model, a->tmp);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "--image-crf"), "--image-crf without an image: rc %d: %s", rc, msg);
   snprintf(cmd, sizeof cmd, "'%s/ditrun' serve -m '%s' --port 0", a->bin, dir);
   rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "makes videos"), "serve on a video model: rc %d: %s", rc, msg);

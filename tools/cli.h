@@ -32,6 +32,7 @@ typedef struct cli_gen_opts {
   char lora_paths[DIT_MAX_LORAS][4096];
   const char *init_path;                              /* --init-image */
   bool strength_set;                                  /* --strength given */
+  bool image_crf_set;                                 /* --image-crf given */
   const char *ref_paths[DIT_MAX_REF_IMAGES];          /* -r/--ref-image, in order */
   dit_image init, refs[DIT_MAX_REF_IMAGES];           /* read before the model loads */
 } cli_gen_opts;

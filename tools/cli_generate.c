@@ -50,7 +50,10 @@ static void usage(FILE *f) {
           "      --vae-tile N       decode (and encode) the VAE in tiles of N latent pixels (0 = whole); LTX-2:\n"
           "                         diffusers' tiling, N x N tiles every N - N/8 and windows of 16 frames every 8\n"
           "  -i, --init-image FILE  image-to-image (Z-Image): start from this PNG/JPEG instead of noise; the size\n"
-          "                         defaults to its own, floored to the model's multiple\n"
+          "                         defaults to its own, floored to the model's multiple. LTX-2: image-to-video,\n"
+          "                         the clip's first frame (resized to the clip's size)\n"
+          "      --image-crf N      LTX-2 image-to-video: re-compress the image as one H.264 frame at CRF N first, as\n"
+          "                         the model was trained (default 33; 0 = not at all)\n"
           "      --strength S       with --init-image: how much of it is redrawn, 0 < S <= 1 (default 0.6)\n"
           "  -r, --ref-image FILE   reference image for editing (FLUX.2 [klein]; repeat for more, up to 8); the\n"
           "                         size defaults to the first one's\n"
@@ -86,7 +89,7 @@ static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
     "--overwrite", "--frames", "--fps", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
-    "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--ref-image"};
+    "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--image-crf", "--ref-image"};
 
 /* The single-file options and the components they stand for. */
 static const char *const file_opts[][2] = {
@@ -252,6 +255,11 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       if (!bad && !(o->p.strength > 0)) { fprintf(stderr, "ditrun generate: --strength must be above 0\n"); return 2; }
       o->strength_set = true;
     }
+    else if (OPT(NULL, "--image-crf")) { /* as diffusers: 0 = no re-compression */
+      if (!bad && !cli_parse_int("generate", "--image-crf", v, 0, 51, &o->p.image_crf)) return 2;
+      if (!bad && o->p.image_crf == 0) o->p.image_crf = -1;
+      o->image_crf_set = true;
+    }
     else if (OPT("-r", "--ref-image")) {
       if (!bad && o->p.n_ref_images == DIT_MAX_REF_IMAGES) {
         fprintf(stderr, "ditrun generate: --ref-image: at most %d reference images\n", DIT_MAX_REF_IMAGES);
@@ -287,6 +295,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     return 2;
   }
   if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun generate: --strength needs --init-image\n"); return 2; }
+  if (o->image_crf_set && !o->init_path) { fprintf(stderr, "ditrun generate: --image-crf needs --init-image\n"); return 2; }
   if (o->p.gpu_precision == DIT_GPU_PRECISION_FP8 && o->p.device != DIT_DEVICE_CUDA) {
     fprintf(stderr, "ditrun generate: --precision fp8 needs --device cuda (on the CPU: --cpu-precision bf16)\n");
     return 2;
@@ -334,7 +343,7 @@ static void print_summary(const dit_gen_stats *st) {
  * and guidance, and where they came from. */
 static void print_choice(const cli_gen_opts *o, const dit_gen_defaults *d) {
   const int w = o->p.width ? o->p.width : d->width, h = o->p.height ? o->p.height : d->height;
-  if ((!o->p.width || !o->p.height) && (o->init_path || o->p.n_ref_images)) {
+  if ((!o->p.width || !o->p.height) && (o->init_path || o->p.n_ref_images) && !d->frames) {
     fprintf(stderr, "ditrun generate: size from the %s image, %d steps%s\n", o->init_path ? "init" : "first reference",
             o->p.steps ? o->p.steps : d->steps, o->init_path ? " (a share of them, by --strength)" : "");
     return;
@@ -365,11 +374,15 @@ static bool ends_with(const char *s, const char *suffix) {
  * default output.mp4) or a frames folder; an image model takes neither option. */
 static bool video_opts_ok(cli_gen_opts *o, const dit_gen_defaults *d) {
   if (!d->frames) {
-    if (o->p.frames || o->p.fps) {
-      fprintf(stderr, "ditrun generate: --frames / --fps: %s makes images\n", d->family);
+    if (o->p.frames || o->p.fps || o->image_crf_set) {
+      fprintf(stderr, "ditrun generate: --frames / --fps / --image-crf: %s makes images\n", d->family);
       return false;
     }
     return true;
+  }
+  if (o->strength_set) {
+    fprintf(stderr, "ditrun generate: --strength: %s keeps the --init-image as the clip's first frame\n", d->family);
+    return false;
   }
   const int f = o->p.frames ? o->p.frames : d->frames, k = d->frames_multiple > 0 ? d->frames_multiple : 1;
   if ((f - 1) % k) {

@@ -1,7 +1,9 @@
 /* LTX-2's denoising loop (LTX2Pipeline.__call__ step 7): per step the transformer on the
  * conditional and unconditional inputs as one batch (under guidance), once more with
  * spatio-temporal guidance (STG) on the conditional inputs, once more with the modalities
- * isolated, then dit_ltx2_guide and the Euler step for video and audio. */
+ * isolated, then dit_ltx2_guide and the Euler step for video and audio. Image-to-video
+ * (LTX2ImageToVideoPipeline): the first frame's tokens take timestep 0 in every call and no
+ * step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +41,8 @@ static dit_status run_call(loop_state *L, int i, int B, bool stg, bool iso, floa
       .text = (const float *)c->video + (size_t)first * c->S * c->video_dim,
       .audio_text = (const float *)c->audio + (size_t)first * c->S * c->audio_dim,
       .text_mask = c->mask + (size_t)first * c->S, .timestep = t, .use_cross_timestep = true,
-      .isolate_modalities = iso, .stg_blocks = stg ? L->o->stg_blocks : NULL, .n_stg_blocks = stg ? L->o->n_stg_blocks : 0};
+      .isolate_modalities = iso, .stg_blocks = stg ? L->o->stg_blocks : NULL, .n_stg_blocks = stg ? L->o->n_stg_blocks : 0,
+      .cond_tokens = g->cond_tokens}; /* their timestep 0: t * (1 - conditioning mask) */
   DIT_TRY(dit_ltx2_forward(L->dit, &call, L->ov, L->oa, err));
   DIT_TRY(be->ops->download(be, hv, L->ov, (size_t)B * L->nv * sizeof(float), err));
   return be->ops->download(be, ha, L->oa, (size_t)B * L->na * sizeof(float), err);
@@ -67,7 +70,9 @@ static dit_status denoise_step(void *state, int i, dit_error *err) {
       dit_ltx2_guide(&L->o->audio, L->na, L->audio, sigma, ac, L->cfg ? a0 : NULL, L->stg ? a1 : NULL,
                      L->iso ? a2 : NULL, L->pa))
     return dit_errorf(err, DIT_ERR_NUMERIC, "guidance: a prediction without spread to rescale by");
-  dit_flow_euler_step(L->video, L->pv, L->nv, sigma, L->sigmas[i + 1]);
+  /* the conditioning frame's tokens keep their latents (the step runs on frames 1.. only) */
+  const size_t kept = (size_t)L->g->cond_tokens * L->g->C;
+  dit_flow_euler_step(L->video + kept, L->pv + kept, L->nv - kept, sigma, L->sigmas[i + 1]);
   dit_flow_euler_step(L->audio, L->pa, L->na, sigma, L->sigmas[i + 1]);
   DIT_TRY(dit_check_finite(L->video, L->nv, "video latents", err));
   return dit_check_finite(L->audio, L->na, "audio latents", err);

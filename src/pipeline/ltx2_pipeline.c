@@ -250,6 +250,11 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   }
   t[1] = dit_time_now();
   if (s == DIT_OK) s = noise(p->seed, &g, video, audio, err);
+  if (s == DIT_OK && p->init_image) {
+    dit_stage_begin(p, "image encoder");
+    s = dit_ltx2_condition_image(rt, p, &g, video, err);
+    g.cond_tokens = g.H * g.W;
+  }
   void *dit = NULL; /* loaded here, so the stats tell its load from the steps */
   if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &dit, err);
   t[2] = dit_time_now();
@@ -294,13 +299,14 @@ static dit_status ltx2_defaults(const dit_model_dir *dir, dit_gen_defaults *d, d
   return DIT_OK;
 }
 
-static const char *const ltx2_pipelines[] = {"LTX2Pipeline", NULL};
+static const char *const ltx2_pipelines[] = {"LTX2Pipeline", "LTX2ImageToVideoPipeline", NULL};
 
 const dit_family dit_family_ltx2 = {
     .name = "ltx2",
     .title = "LTX-2 / LTX-2.3 (video with sound)",
     .pipelines = ltx2_pipelines,
     .chat = DIT_CHAT_NONE,
+    .inputs = DIT_INPUT_INIT_IMAGE, /* image-to-video: the first frame */
     .defaults = ltx2_defaults,
     .open = ltx2_open,
     .generate_clip = ltx2_generate_clip,

@@ -23,6 +23,7 @@ typedef struct dit_ltx2_geom {
   int Ca, L, M;       /* audio latents [Ca, L, M]: L tokens of Ca*M */
   int frames, height, width; /* the clip */
   float fps;
+  int cond_tokens;    /* image-to-video: the first frame's H*W tokens, kept from the image's latents; else 0 */
 } dit_ltx2_geom;
 
 static inline size_t dit_ltx2_video_n(const dit_ltx2_geom *g) { return (size_t)g->C * g->F * g->H * g->W; }
@@ -38,6 +39,16 @@ dit_status dit_ltx2_schedule(const dit_model_rt *rt, int steps, const dit_ltx2_g
 dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
                             const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g,
                             const float *sigmas, const float *timesteps, float *video, float *audio, dit_error *err);
+
+/* LTX2ImageToVideoPipeline's image CRF for Gemma 3 text encoders (LTX-2.0, 2.3). */
+#define DIT_LTX2_DEFAULT_IMAGE_CRF 33
+
+/* Image-to-video (LTX2ImageToVideoPipeline.prepare_latents): p->init_image (re-compressed at
+ * p->image_crf) encoded by the video
+ * VAE's encoder (ltx2_image.c) into the first latent frame's tokens of the packed video latents
+ * (replacing their noise); the encoder is released before returning. */
+dit_status dit_ltx2_condition_image(const dit_model_rt *rt, const dit_gen_params *p, const dit_ltx2_geom *g,
+                                    float *video, dit_error *err);
 
 /* The decoders' slot object: the video VAE, the audio VAE and the vocoder. */
 extern const dit_component_kind dit_ltx2_decoders;

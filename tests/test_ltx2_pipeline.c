@@ -4,12 +4,12 @@
  * prompt to the decoded video (model space, against vae_decode.0.out0), the 8-bit frames
  * (against the pipeline's float frames, at most one level apart) and the sound (against the
  * vocoder's output). The first fixture runs with every component released after its stage,
- * the second with all kept. The same for LTX2ImageToVideoPipeline's run (reference_i2v, made by
- * gen/make_fixtures_ltx2_i2v.py: the image images/in/rgb.png, image_crf 0). Then the public API: an image call on a video model and a frame
- * count the VAE cannot make are refused, and a clip saved as a frames folder; the CLI's MP4
- * output (also with --vae-tile) and refusals, and SIGTERM during its run leaving no partial or temporary file. With
- * DIT_TEST_DEVICE=cuda the models run on the GPU: frames PSNR >= 35 dB, decoded video and sound
- * SNR >= 30 dB. */
+ * the second with all kept. Then the public API: an image call on a video model and a frame
+ * count the VAE cannot make are refused, a clip made from an image (image to video; strength
+ * and a CRF above 51 refused), and a clip saved as a frames folder; the CLI's MP4 output (also
+ * with --vae-tile), image to video into a frames folder, and refusals, and SIGTERM during its
+ * run leaving no partial or temporary file. With DIT_TEST_DEVICE=cuda the models run on the
+ * GPU: frames PSNR >= 35 dB, decoded video and sound SNR >= 30 dB. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,8 +200,11 @@ static void test_public_api(const dt_args *a) {
           strstr(dit_ctx_last_error(ctx), "1 + a multiple of 4"));
     dit_image one = {.width = 2, .height = 2, .rgb = (uint8_t[12]){0}};
     p.frames = 9, p.init_image = &one, p.strength = 0.5;
-    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "strength"));
-    p.strength = 0;
+    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG &&
+          strstr(dit_ctx_last_error(ctx), "strength"));
+    p.strength = 0, p.image_crf = 52;
+    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "CRF"));
+    p.image_crf = 0;
 #ifndef DIT_HAVE_FFMPEG
     p.image_crf = -1; /* the default CRF needs FFmpeg's libraries */
 #endif
@@ -333,7 +336,8 @@ static void test_cli(const dt_args *a) {
   char f1[1400];
   snprintf(f1, sizeof f1, "%s/frame_00009.png", out);
   CHECK_MSG(rc == 0 && access(f1, F_OK) == 0, "image-to-video to a frames folder: rc %d: %s", rc, msg);
-  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x --image-crf 20 -o '%s/c.png'", a->bin, img_model, a->tmp);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p x --image-crf 20 -o '%s/c.png'", a->bin, img_model,
+           a->tmp);
   rc = dt_run_output(cmd, log, msg, sizeof msg);
   CHECK_MSG(rc == 2 && strstr(msg, "--image-crf"), "--image-crf without an image: rc %d: %s", rc, msg);
   snprintf(cmd, sizeof cmd, "'%s/ditrun' serve -m '%s' --port 0", a->bin, dir);

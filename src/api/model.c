@@ -199,6 +199,9 @@ dit_status dit_model_generate_clip(dit_model *m, const dit_gen_params *p, dit_cl
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "frames = %d is outside 1..100000", p->frames);
   if (!isfinite(p->fps) || p->fps < 0 || p->fps > 1000)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "fps = %g is outside (0, 1000]", p->fps);
+  if (p->image_crf > 51)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "image CRF %d is outside 1..51 (0: the model's default, negative: "
+                      "none)", p->image_crf);
   if (p->init_image && p->strength != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "strength does not apply to image-to-video (the init image is the "
                       "first frame, kept as it is)");

@@ -1,9 +1,10 @@
 /* LTX-2 image-to-video's conditioning frame (LTX2ImageToVideoPipeline.prepare_latents): the
- * image re-compressed as one H.264 frame at the image CRF (dit_image_h264_roundtrip), resized to the clip's size with PIL's bilinear filter and normalized (its
- * VideoProcessor), encoded by the video VAE as a one-frame video, the posterior's mode
- * normalized by the VAE's latent statistics; those latents replace the noise of the first latent
- * frame, whose tokens then keep them through the denoising loop. The encoder is loaded for this
- * and released before the transformer runs. */
+ * image re-compressed as one H.264 frame at the image CRF (dit_image_h264_roundtrip), resized
+ * to the clip's size with PIL's bilinear filter and normalized (its VideoProcessor), encoded by
+ * the video VAE as a one-frame video, the posterior's mode normalized by the VAE's latent
+ * statistics; those latents replace the noise of the first latent frame, whose tokens then keep
+ * them through the denoising loop. The encoder is loaded for this and released before the
+ * transformer runs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,8 @@ static dit_status encode_frame(dit_vae_ltx2_enc *e, dit_backend *be, const float
                       "image, the transformer takes %d x %d of %d", F, h, w, dit_vae_ltx2_enc_latent_channels(e), W,
                       H, g->H, g->W, g->C);
   if (dit_vae_ltx2_enc_in_channels(e) != 3)
-    return dit_errorf(err, DIT_ERR_FORMAT, "vae: its encoder takes %d channels, not RGB", dit_vae_ltx2_enc_in_channels(e));
+    return dit_errorf(err, DIT_ERR_FORMAT, "vae: its encoder takes %d channels, not RGB",
+                      dit_vae_ltx2_enc_in_channels(e));
   const size_t nin = (size_t)3 * H * W, nout = (size_t)g->C * h * w;
   const dit_device dev = dit_backend_device(be);
   void *xin = NULL, *xout = NULL;

@@ -43,10 +43,10 @@ dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit
 /* LTX2ImageToVideoPipeline's image CRF for Gemma 3 text encoders (LTX-2.0, 2.3). */
 #define DIT_LTX2_DEFAULT_IMAGE_CRF 33
 
-/* Image-to-video (LTX2ImageToVideoPipeline.prepare_latents): p->init_image (re-compressed at
- * p->image_crf) encoded by the video
- * VAE's encoder (ltx2_image.c) into the first latent frame's tokens of the packed video latents
- * (replacing their noise); the encoder is released before returning. */
+/* Image-to-video (LTX2ImageToVideoPipeline.prepare_latents): p->init_image, re-compressed at
+ * p->image_crf, encoded by the video VAE's encoder (ltx2_image.c) into the first latent frame's
+ * tokens of the packed video latents (replacing their noise); the encoder is released before
+ * returning. */
 dit_status dit_ltx2_condition_image(const dit_model_rt *rt, const dit_gen_params *p, const dit_ltx2_geom *g,
                                     float *video, dit_error *err);
 

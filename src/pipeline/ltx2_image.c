@@ -3,8 +3,9 @@
  * to the clip's size with PIL's bilinear filter and normalized (its VideoProcessor), encoded by
  * the video VAE as a one-frame video, the posterior's mode normalized by the VAE's latent
  * statistics; those latents replace the noise of the first latent frame, whose tokens then keep
- * them through the denoising loop. The encoder is loaded for this and released before the
- * transformer runs. */
+ * them through the denoising loop. The encoder is the family's DIT_SLOT_VAE_ENC component:
+ * loaded on first use, then kept or released as the runtime's keep bits say (DIT_KEEP_VAE), as
+ * the image families' encoders are. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,17 @@ static dit_status encode_frame(dit_vae_ltx2_enc *e, dit_backend *be, const float
   return s;
 }
 
+static dit_status enc_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  char path[4096];
+  dit_vae_ltx2_enc *e = NULL;
+  DIT_TRY(dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err));
+  DIT_TRY(dit_vae_ltx2_enc_load(rt->dev, path, &e, err));
+  *obj = e;
+  return DIT_OK;
+}
+static void enc_free(void *obj) { dit_vae_ltx2_enc_free(obj); }
+const dit_component_kind dit_ltx2_vae_enc = {"VAE encode", DIT_KEEP_VAE, enc_load, enc_free, true, NULL};
+
 /* The image's pixels [3, H, W]: re-compressed at the CRF (0: the default, negative: not at all),
  * then resized and normalized. */
 static dit_status image_pixels(const dit_gen_params *p, const dit_ltx2_geom *g, float **px, dit_error *err) {
@@ -59,17 +71,17 @@ static dit_status image_pixels(const dit_gen_params *p, const dit_ltx2_geom *g, 
   return s;
 }
 
-dit_status dit_ltx2_condition_image(const dit_model_rt *rt, const dit_gen_params *p, const dit_ltx2_geom *g,
-                                    float *video, dit_error *err) {
-  char path[4096];
+dit_status dit_ltx2_condition_image(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
+                                    const dit_ltx2_geom *g, float *video, dit_error *err) {
   float *px = NULL, *lat = malloc((size_t)g->C * g->H * g->W * sizeof *lat);
   if (!lat) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the image latents");
-  dit_vae_ltx2_enc *e = NULL;
+  void *e = NULL;
   dit_status s = image_pixels(p, g, &px, err);
-  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err);
-  if (s == DIT_OK) s = dit_vae_ltx2_enc_load(rt->dev, path, &e, err);
-  if (s == DIT_OK) s = encode_frame(e, rt->dev, px, g->height, g->width, g, lat, err);
-  dit_vae_ltx2_enc_free(e);
+  if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_VAE_ENC, &e, err);
+  if (s == DIT_OK) {
+    s = encode_frame(e, rt->dev, px, g->height, g->width, g, lat, err);
+    dit_component_done(rt, c, DIT_SLOT_VAE_ENC);
+  }
   if (s == DIT_OK) dit_ltx2_pack_video(lat, g->C, 1, g->H, g->W, video); /* the first frame's H W tokens */
   free(px), free(lat);
   if (s != DIT_OK) dit_error_prefix(err, "image conditioning");

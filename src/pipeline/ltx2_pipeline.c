@@ -252,7 +252,7 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   if (s == DIT_OK) s = noise(p->seed, &g, video, audio, err);
   if (s == DIT_OK && p->init_image) {
     dit_stage_begin(p, "image encoder");
-    s = dit_ltx2_condition_image(rt, p, &g, video, err);
+    s = dit_ltx2_condition_image(rt, c, p, &g, video, err);
     g.cond_tokens = g.H * g.W;
   }
   void *dit = NULL; /* loaded here, so the stats tell its load from the steps */
@@ -279,6 +279,7 @@ static dit_status ltx2_open(const dit_model_rt *rt, void **state, dit_error *err
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
   if (!c) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  c->kind[DIT_SLOT_VAE_ENC] = &dit_ltx2_vae_enc; /* image to video only: loaded on first use */
   dit_status s = dit_components_start_with(rt, c, &ltx2_text_kind, &ltx2_dit, &dit_ltx2_decoders, err);
   DIT_HAND_OVER(s, c, state, free);
 }

@@ -44,11 +44,13 @@ dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit
 #define DIT_LTX2_DEFAULT_IMAGE_CRF 33
 
 /* Image-to-video (LTX2ImageToVideoPipeline.prepare_latents): p->init_image, re-compressed at
- * p->image_crf, encoded by the video VAE's encoder (ltx2_image.c) into the first latent frame's
- * tokens of the packed video latents (replacing their noise); the encoder is released before
- * returning. */
-dit_status dit_ltx2_condition_image(const dit_model_rt *rt, const dit_gen_params *p, const dit_ltx2_geom *g,
-                                    float *video, dit_error *err);
+ * p->image_crf, encoded by the video VAE's encoder (c's DIT_SLOT_VAE_ENC, dit_ltx2_vae_enc) into
+ * the first latent frame's tokens of the packed video latents (replacing their noise). */
+dit_status dit_ltx2_condition_image(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
+                                    const dit_ltx2_geom *g, float *video, dit_error *err);
+
+/* The video VAE's encoder as the family's lazy DIT_SLOT_VAE_ENC component (ltx2_image.c). */
+extern const dit_component_kind dit_ltx2_vae_enc;
 
 /* The decoders' slot object: the video VAE, the audio VAE and the vocoder. */
 extern const dit_component_kind dit_ltx2_decoders;

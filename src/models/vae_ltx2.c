@@ -186,9 +186,7 @@ static dit_status read_stats(dit_vae_ltx2 *m, dit_error *err) {
   dit_vae_ltx2_config *c = &m->cfg;
   const size_t C = (size_t)c->latent_channels;
   c->has_latents_stats = m->mean_t.data && m->std_t.data;
-  for (size_t i = 0; i < C; i++) c->latents_mean[i] = 0.0f, c->latents_std[i] = 1.0f;
-  if (m->mean_t.data) dit_convert_to_f32(c->latents_mean, m->mean_t.data, m->mean_t.dtype, C);
-  if (m->std_t.data) dit_convert_to_f32(c->latents_std, m->std_t.data, m->std_t.dtype, C);
+  ltx2_latent_stats(&m->mean_t, &m->std_t, C, c->latents_mean, c->latents_std);
   float *h = malloc(2 * C * sizeof *h);
   if (!h) return dit_errorf(err, DIT_ERR_NOMEM, "vae: out of memory");
   for (size_t i = 0; i < C; i++) {

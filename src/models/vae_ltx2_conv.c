@@ -7,6 +7,7 @@
  * then one conv3d. */
 #include <string.h>
 
+#include "core/dtype.h"
 #include "io/json.h"
 #include "models/vae_ltx2_internal.h"
 
@@ -64,6 +65,12 @@ dit_status ltx2_json_strides(const json_t *j, const char *key, size_t n, int st[
 }
 
 /* ---- weights ---- */
+
+void ltx2_latent_stats(const dit_tensor *mean_t, const dit_tensor *std_t, size_t C, float *mean, float *std) {
+  for (size_t i = 0; i < C; i++) mean[i] = 0.0f, std[i] = 1.0f;
+  if (mean_t->data) dit_convert_to_f32(mean, mean_t->data, mean_t->dtype, C);
+  if (std_t->data) dit_convert_to_f32(std, std_t->data, std_t->dtype, C);
+}
 
 void ltx2_add_conv(dit_wtable *t, ltx2_conv *cv, int co, int ci, int k, const char *base, const char *suffix) {
   cv->co = co, cv->ci = ci, cv->k = k;

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
 #include "io/json.h"
 #include "models/vae_ltx2_internal.h"
 
@@ -184,9 +183,7 @@ static dit_status read_stats(void *model, dit_error *err) {
   e->mean = malloc(2 * C * sizeof *e->mean);
   if (!e->mean) return dit_errorf(err, DIT_ERR_NOMEM, "vae encoder: out of memory");
   e->std = e->mean + C;
-  for (size_t i = 0; i < C; i++) e->mean[i] = 0.0f, e->std[i] = 1.0f;
-  if (e->mean_t.data) dit_convert_to_f32(e->mean, e->mean_t.data, e->mean_t.dtype, C);
-  if (e->std_t.data) dit_convert_to_f32(e->std, e->std_t.data, e->std_t.dtype, C);
+  ltx2_latent_stats(&e->mean_t, &e->std_t, C, e->mean, e->std);
   return DIT_OK;
 }
 

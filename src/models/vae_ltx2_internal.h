@@ -83,6 +83,8 @@ dit_status ltx2_json_bools_n(const json_t *j, const char *key, size_t n, bool de
  * array `key` (absent: all "spatiotemporal"). */
 dit_status ltx2_json_strides(const json_t *j, const char *key, size_t n, int st[][3], const char *what,
                              dit_error *err);
+/* latents_mean / latents_std (bound or not: data NULL) as C host floats: 0 and 1 where absent. */
+void ltx2_latent_stats(const dit_tensor *mean_t, const dit_tensor *std_t, size_t C, float *mean, float *std);
 void ltx2_add_conv(dit_wtable *t, ltx2_conv *cv, int co, int ci, int k, const char *base, const char *suffix);
 void ltx2_add_resnet(dit_wtable *t, ltx2_resnet *r, int cin, int cout, const char *base);
 

@@ -69,9 +69,9 @@ int main(int argc, char **argv) {
   int rc = 0;
   for (int k = 0; k < n_sizes && !rc; k++) {
     int px = sizes[k], lat = px / 8;
-    dit_vae_kl_cost cost;
+    dit_cost cost;
     int ct = tile > 0 && tile < lat ? tile : lat;
-    if (dit_vae_kl_cost_of(m, ct, ct, &cost, &err) != DIT_OK) {
+    if (dit_vae_kl_cost_of(m, ct, ct, 0, &cost, &err) != DIT_OK) {
       fprintf(stderr, "bench_vae: %s\n", err.msg);
       rc = 1;
       break;

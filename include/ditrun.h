@@ -370,6 +370,54 @@ dit_status dit_model_latent_preview(const dit_model *m, int width, int height, c
  * model_index.json _class_name values it answers to). Returns 0 past the last family. */
 int dit_family_get(size_t i, const char **name, const char **title, const char *const **pipelines);
 
+/* ---- planning: what a generate takes, before it runs (ditrun plan) ------------------- */
+#define DIT_PLAN_MAX_STAGES 8
+
+/* One stage of a run: a component's weights and one run of it. */
+typedef struct dit_plan_stage {
+  char name[32];           /* "text encoder", "transformer", "VAE decode" */
+  char component[32];      /* the folder its weights come from: "text_encoder", "transformer", "vae" */
+  unsigned keep_bit;       /* its DIT_KEEP_* bit */
+  size_t weight_bytes;     /* its weights as stored (the CPU maps them from the files) */
+  char weight_dtypes[64];  /* the stored dtypes by bytes: "bf16 98.7%, f32 1.3%" */
+  size_t act_bytes;        /* what the stage allocates beyond the weights: activations, tables,
+                              workspace, and the pipeline's host buffers held through it */
+  size_t act_kept_bytes;   /* of those, what stays allocated with a kept component (a transformer's
+                              activation buffer) */
+  size_t load_bytes;       /* a transient while the component loads, before its weights are read
+                              (a tokenizer's parsed JSON) */
+  size_t peak_bytes;       /* the process's predicted memory in use during the stage */
+  double flops;            /* over all its runs (2 per multiply-add of GEMMs, convolutions, attention) */
+  int runs;                /* runs per generate (the transformer: its steps) */
+} dit_plan_stage;
+
+typedef struct dit_plan {
+  char family[32];
+  dit_device_kind device;
+  int width, height, frames, steps;
+  int batch;               /* items per transformer call (2 with classifier-free guidance) */
+  int text_tokens;         /* the prompt's tokens as the text encoder sees them */
+  unsigned keep;           /* the DIT_KEEP_* bits assumed: components kept loaded through the run */
+  size_t base_bytes;       /* the process before any component loads (measured: this process's
+                              resident memory when the plan began) */
+  size_t peak_bytes;       /* the run's predicted peak: base + the largest stage */
+  size_t start_peak_bytes; /* this process's peak before the plan began (a fresh `ditrun` process's:
+                              loading its libraries); a fresh process peaks at the larger of the two */
+  int peak_stage;          /* the stage where it peaks */
+  double flops;            /* the whole run */
+  int n_stages;
+  dit_plan_stage stage[DIT_PLAN_MAX_STAGES];
+} dit_plan;
+
+/* What a generate with p would take (p->model_dir, sizes, steps, prompt; 0 = the model's
+ * defaults, as dit_model_generate fills them) with the components o->keep holds (o NULL:
+ * none kept, as dit_generate and the CLI's one image run): per stage the weights, the
+ * activations and the FLOPs, and the peak memory of the run. From the folder's configs and
+ * the weight files' headers: components are opened on the host, mapped, never run, and no
+ * weight is read. The CPU device only for now (DIT_ERR_UNSUPPORTED for CUDA, and for a family
+ * the planner does not know yet). */
+dit_status dit_model_plan(dit_ctx *ctx, const dit_gen_params *p, const dit_model_opts *o, dit_plan *out);
+
 /* ---- generation parameters as text (PNG "parameters" chunk) -------------------- */
 /* The text Stable Diffusion web UIs, civitai and most PNG-info readers parse: the prompt
  * (any number of lines), then a line "Negative prompt: ..." when there is one, then one line

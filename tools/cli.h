@@ -14,6 +14,7 @@ int cli_bench(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_compare(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_plan(int argc, char **argv);
 
 /* The option parsers, callable without running anything (the fuzz target and tests use
  * them). Each fills *o (pointers into argv) and returns 0 to run, 1 after printing

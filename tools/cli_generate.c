@@ -209,6 +209,7 @@ static bool check_output(const char *path, bool overwrite) {
 }
 
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
+  const char *cmd = argv[0]; /* "generate", or "plan", which takes the same options */
   memset(o, 0, sizeof *o);
   dit_gen_params_default(&o->p);
   o->p.seed = 42;
@@ -227,81 +228,81 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
     else if (OPT("-p", "--prompt")) { if (!bad) o->p.prompt = v; }
     else if (OPT("-n", "--negative")) { if (!bad) o->p.negative_prompt = v; }
     else if (OPT("-o", "--output")) { if (!bad) o->out = v, o->out_set = true; }
-    else if (OPT(NULL, "--frames")) { if (!bad && !cli_parse_int("generate", "--frames", v, 1, 100000, &o->p.frames)) return 2; }
+    else if (OPT(NULL, "--frames")) { if (!bad && !cli_parse_int(cmd, "--frames", v, 1, 100000, &o->p.frames)) return 2; }
     else if (OPT(NULL, "--fps")) {
-      if (!bad && !cli_parse_double("generate", "--fps", v, 0, 1000, &o->p.fps)) return 2;
-      if (!bad && !(o->p.fps > 0)) { fprintf(stderr, "ditrun generate: --fps must be above 0\n"); return 2; }
+      if (!bad && !cli_parse_double(cmd, "--fps", v, 0, 1000, &o->p.fps)) return 2;
+      if (!bad && !(o->p.fps > 0)) { fprintf(stderr, "ditrun %s: --fps must be above 0\n", cmd); return 2; }
     }
-    else if (OPT("-W", "--width")) { if (!bad && !cli_parse_int("generate", "--width", v, 1, 16384, &o->p.width)) return 2; }
-    else if (OPT("-H", "--height")) { if (!bad && !cli_parse_int("generate", "--height", v, 1, 16384, &o->p.height)) return 2; }
-    else if (OPT(NULL, "--steps")) { if (!bad && !cli_parse_int("generate", "--steps", v, 1, 1000, &o->p.steps)) return 2; }
+    else if (OPT("-W", "--width")) { if (!bad && !cli_parse_int(cmd, "--width", v, 1, 16384, &o->p.width)) return 2; }
+    else if (OPT("-H", "--height")) { if (!bad && !cli_parse_int(cmd, "--height", v, 1, 16384, &o->p.height)) return 2; }
+    else if (OPT(NULL, "--steps")) { if (!bad && !cli_parse_int(cmd, "--steps", v, 1, 1000, &o->p.steps)) return 2; }
     else if (OPT(NULL, "--guidance")) {
-      if (!bad && !cli_parse_double("generate", "--guidance", v, -1000, 1000, &o->p.guidance)) return 2;
+      if (!bad && !cli_parse_double(cmd, "--guidance", v, -1000, 1000, &o->p.guidance)) return 2;
       o->p.guidance_set = 1;
     }
-    else if (OPT(NULL, "--cfg-truncation")) { if (!bad && !cli_parse_double("generate", "--cfg-truncation", v, -1e6, 1e6, &o->p.cfg_truncation)) return 2; }
-    else if (OPT(NULL, "--cfg-normalization")) { if (!bad && !cli_parse_double("generate", "--cfg-normalization", v, 0, 1e6, &o->p.cfg_normalization)) return 2; }
+    else if (OPT(NULL, "--cfg-truncation")) { if (!bad && !cli_parse_double(cmd, "--cfg-truncation", v, -1e6, 1e6, &o->p.cfg_truncation)) return 2; }
+    else if (OPT(NULL, "--cfg-normalization")) { if (!bad && !cli_parse_double(cmd, "--cfg-normalization", v, 0, 1e6, &o->p.cfg_normalization)) return 2; }
     else if (OPT(NULL, "--seed")) {
       if (!bad && !strcmp(v, "-1")) o->random_seed = true;
-      else if (!bad && !cli_parse_u64("generate", "--seed", v, &o->p.seed)) return 2;
+      else if (!bad && !cli_parse_u64(cmd, "--seed", v, &o->p.seed)) return 2;
       else o->random_seed = false;
     }
-    else if (OPT("-b", "--batch-count")) { if (!bad && !cli_parse_int("generate", "--batch-count", v, 1, 10000, &o->batch)) return 2; }
-    else if (OPT(NULL, "--max-seq-len")) { if (!bad && !cli_parse_int("generate", "--max-seq-len", v, 1, 32768, &o->p.max_sequence_length)) return 2; }
+    else if (OPT("-b", "--batch-count")) { if (!bad && !cli_parse_int(cmd, "--batch-count", v, 1, 10000, &o->batch)) return 2; }
+    else if (OPT(NULL, "--max-seq-len")) { if (!bad && !cli_parse_int(cmd, "--max-seq-len", v, 1, 32768, &o->p.max_sequence_length)) return 2; }
     else if (OPT(NULL, "--lora")) { if (!bad && !lora_opt(o, v)) return 2; }
     else if (OPT("-i", "--init-image")) { if (!bad) o->init_path = v; }
     else if (OPT(NULL, "--strength")) {
-      if (!bad && !cli_parse_double("generate", "--strength", v, 0, 1, &o->p.strength)) return 2;
-      if (!bad && !(o->p.strength > 0)) { fprintf(stderr, "ditrun generate: --strength must be above 0\n"); return 2; }
+      if (!bad && !cli_parse_double(cmd, "--strength", v, 0, 1, &o->p.strength)) return 2;
+      if (!bad && !(o->p.strength > 0)) { fprintf(stderr, "ditrun %s: --strength must be above 0\n", cmd); return 2; }
       o->strength_set = true;
     }
     else if (OPT(NULL, "--image-crf")) { /* as diffusers: 0 = no re-compression */
-      if (!bad && !cli_parse_int("generate", "--image-crf", v, 0, 51, &o->p.image_crf)) return 2;
+      if (!bad && !cli_parse_int(cmd, "--image-crf", v, 0, 51, &o->p.image_crf)) return 2;
       if (!bad && o->p.image_crf == 0) o->p.image_crf = -1;
       o->image_crf_set = true;
     }
     else if (OPT("-r", "--ref-image")) {
       if (!bad && o->p.n_ref_images == DIT_MAX_REF_IMAGES) {
-        fprintf(stderr, "ditrun generate: --ref-image: at most %d reference images\n", DIT_MAX_REF_IMAGES);
+        fprintf(stderr, "ditrun %s: --ref-image: at most %d reference images\n", cmd, DIT_MAX_REF_IMAGES);
         return 2;
       }
       if (!bad) o->ref_paths[o->p.n_ref_images++] = v;
     }
-    else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int("generate", "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
-    else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int("generate", "--threads", v, 1, 1024, &o->threads)) return 2; }
+    else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int(cmd, "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
+    else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int(cmd, "--threads", v, 1, 1024, &o->threads)) return 2; }
     else if (OPT(NULL, "--rng")) {
       if (!bad && strcmp(v, "torch-cpu")) {
-        fprintf(stderr, "ditrun generate: --rng: '%s' is not supported (supported: torch-cpu; philox is not implemented yet)\n", v);
+        fprintf(stderr, "ditrun %s: --rng: '%s' is not supported (supported: torch-cpu; philox is not implemented yet)\n", cmd, v);
         return 2;
       }
     }
     else if (OPT(NULL, "--device")) {
       static const char *const devices[] = {"cpu", "cuda"}; /* index: dit_device_kind */
-      int k = bad ? 0 : cli_parse_choice("generate", "--device", v, devices, 2);
+      int k = bad ? 0 : cli_parse_choice(cmd, "--device", v, devices, 2);
       if (k < 0) return 2;
       if (!bad) o->p.device = (dit_device_kind)k;
     }
-    else if (OPT(NULL, "--cpu-precision")) { if (!bad && !cli_parse_cpu_precision("generate", v, &o->p.cpu_precision)) return 2; }
-    else if (OPT(NULL, "--precision")) { if (!bad && !cli_parse_gpu_precision("generate", v, &o->p.gpu_precision)) return 2; }
+    else if (OPT(NULL, "--cpu-precision")) { if (!bad && !cli_parse_cpu_precision(cmd, v, &o->p.cpu_precision)) return 2; }
+    else if (OPT(NULL, "--precision")) { if (!bad && !cli_parse_gpu_precision(cmd, v, &o->p.gpu_precision)) return 2; }
     else if (file_opt(argc, argv, &i, o, &bad)) {}
-    else { cli_unknown_option("generate", a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
+    else { cli_unknown_option(cmd, a, gen_options, sizeof gen_options / sizeof *gen_options); return 2; }
 #undef OPT
-    if (bad) { fprintf(stderr, "ditrun generate: %s needs a value\n", a); return 2; }
+    if (bad) { fprintf(stderr, "ditrun %s: %s needs a value\n", cmd, a); return 2; }
   }
-  if (o->p.model_dir && !*o->p.model_dir) { fprintf(stderr, "ditrun generate: -m MODEL_DIR is empty\n"); return 2; }
+  if (o->p.model_dir && !*o->p.model_dir) { fprintf(stderr, "ditrun %s: -m MODEL_DIR is empty\n", cmd); return 2; }
   if (!o->p.model_dir && !transformer_file(o)) {
-    fprintf(stderr, "ditrun generate: -m MODEL_DIR is required (or --diffusion-model FILE of a model ditrun ships "
-                    "the folder for: Z-Image-Turbo, FLUX.1)\n");
+    fprintf(stderr, "ditrun %s: -m MODEL_DIR is required (or --diffusion-model FILE of a model ditrun ships "
+                    "the folder for: Z-Image-Turbo, FLUX.1)\n", cmd);
     return 2;
   }
-  if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun generate: --strength needs --init-image\n"); return 2; }
-  if (o->image_crf_set && !o->init_path) { fprintf(stderr, "ditrun generate: --image-crf needs --init-image\n"); return 2; }
+  if (o->strength_set && !o->init_path) { fprintf(stderr, "ditrun %s: --strength needs --init-image\n", cmd); return 2; }
+  if (o->image_crf_set && !o->init_path) { fprintf(stderr, "ditrun %s: --image-crf needs --init-image\n", cmd); return 2; }
   if (o->p.gpu_precision == DIT_GPU_PRECISION_FP8 && o->p.device != DIT_DEVICE_CUDA) {
-    fprintf(stderr, "ditrun generate: --precision fp8 needs --device cuda (on the CPU: --cpu-precision bf16)\n");
+    fprintf(stderr, "ditrun %s: --precision fp8 needs --device cuda (on the CPU: --cpu-precision bf16)\n", cmd);
     return 2;
   }
   if (o->init_path && o->p.n_ref_images) {
-    fprintf(stderr, "ditrun generate: --init-image and --ref-image do not go together (image-to-image or editing)\n");
+    fprintf(stderr, "ditrun %s: --init-image and --ref-image do not go together (image-to-image or editing)\n", cmd);
     return 2;
   }
   return 0;

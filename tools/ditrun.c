@@ -12,6 +12,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  generate -m DIR -p PROMPT [-o out.png]  generate an image (see generate --help)\n"
           "  version            print the version\n"
+          "  plan -m DIR [generate's options]  what a generate would take (memory, FLOPs) before it runs\n"
           "  info PATH          describe a model folder, component, weights file or generated PNG\n"
           "  tokenize -m DIR T  print the token ids of text T (--chat: in the chat template)\n"
           "  bench --arch zimage  time a DiT forward at the real geometry, random weights\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return cli_compare(argc - 1, argv + 1);
   if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return cli_plan(argc - 1, argv + 1);
   fprintf(stderr, "ditrun: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

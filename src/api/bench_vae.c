@@ -37,8 +37,8 @@ static dit_status setup(dit_backend *prof, const dit_bench_params *p, vae_bench 
   const dit_dtype adt = dit_backend_is_host(prof) || p->dtype == DIT_F32 ? DIT_F32 : DIT_BF16;
   DIT_TRY(dit_vae_kl_set_act_dtype(b->vae, adt, err));
   snprintf(r->act_dtype, sizeof r->act_dtype, "%s", dit_dtype_name(adt));
-  dit_vae_kl_cost cost;
-  DIT_TRY(dit_vae_kl_cost_of(b->vae, b->lat, b->lat, &cost, err));
+  dit_cost cost;
+  DIT_TRY(dit_vae_kl_cost_of(b->vae, b->lat, b->lat, 0, &cost, err));
   r->flops = cost.flops;
   const size_t nz = (size_t)16 * b->lat * b->lat, ni = (size_t)3 * b->res * b->res;
   b->z = malloc(nz * sizeof *b->z);

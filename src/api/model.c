@@ -2,11 +2,14 @@
  * folder once, finds its family in the registry, owns the backends, and lets the family keep
  * the components the caller asked for loaded between generates. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ctx.h"
+#include "core/timer.h"
 #include "pipeline/family.h"
+#include "pipeline/plan.h"
 
 struct dit_model {
   dit_model_rt rt;
@@ -162,22 +165,39 @@ static dit_status check_inputs(const dit_family *f, const dit_gen_params *p, dit
   return DIT_OK;
 }
 
+/* An image's parameters: those left at 0 take the model's defaults. */
+static void image_params(const dit_model *m, const dit_gen_params *p, dit_gen_params *q) {
+  *q = *p;
+  const dit_gen_defaults *d = &m->defaults;
+  const bool sized_by_image = p->init_image || p->n_ref_images > 0;
+  if (q->width <= 0 && !sized_by_image) q->width = d->width;
+  if (q->height <= 0 && !sized_by_image) q->height = d->height;
+  if (q->init_image && q->strength == 0) q->strength = 0.6;
+  if (q->steps <= 0) q->steps = d->steps;
+  if (!q->guidance_set) q->guidance = d->guidance, q->guidance_set = 1;
+}
+
+/* A clip's parameters, likewise. */
+static void clip_params(const dit_model *m, const dit_gen_params *p, dit_gen_params *q) {
+  *q = *p;
+  const dit_gen_defaults *d = &m->defaults;
+  if (q->width <= 0) q->width = d->width;
+  if (q->height <= 0) q->height = d->height;
+  if (q->steps <= 0) q->steps = d->steps;
+  if (q->frames <= 0) q->frames = d->frames;
+  if (q->fps <= 0) q->fps = d->fps;
+  if (!q->guidance_set) q->guidance = d->guidance, q->guidance_set = 1;
+}
+
 dit_status dit_model_generate(dit_model *m, const dit_gen_params *p, dit_image *out, dit_gen_stats *stats) {
   dit_error *err = &m->rt.ctx->err;
   dit_error_clear(err);
   memset(out, 0, sizeof *out);
   if (stats) memset(stats, 0, sizeof *stats);
   DIT_TRY(check_params(p, err));
-  /* parameters left at 0 take the model's defaults */
-  dit_gen_params q = *p;
-  const dit_gen_defaults *d = &m->defaults;
   DIT_TRY(check_inputs(m->family, p, err));
-  const bool sized_by_image = p->init_image || p->n_ref_images > 0;
-  if (q.width <= 0 && !sized_by_image) q.width = d->width;
-  if (q.height <= 0 && !sized_by_image) q.height = d->height;
-  if (q.init_image && q.strength == 0) q.strength = 0.6;
-  if (q.steps <= 0) q.steps = d->steps;
-  if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
+  dit_gen_params q;
+  image_params(m, p, &q);
   if (!m->family->generate)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s makes videos, not images (dit_model_generate_clip; the CLI: "
                       "-o NAME.mp4)", m->family->title);
@@ -205,16 +225,50 @@ dit_status dit_model_generate_clip(dit_model *m, const dit_gen_params *p, dit_cl
   if (p->init_image && p->strength != 0)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "strength does not apply to image-to-video (the init image is the "
                       "first frame, kept as it is)");
-  dit_gen_params q = *p;
-  const dit_gen_defaults *d = &m->defaults;
-  if (q.width <= 0) q.width = d->width;
-  if (q.height <= 0) q.height = d->height;
-  if (q.steps <= 0) q.steps = d->steps;
-  if (q.frames <= 0) q.frames = d->frames;
-  if (q.fps <= 0) q.fps = d->fps;
-  if (!q.guidance_set) q.guidance = d->guidance, q.guidance_set = 1;
+  dit_gen_params q;
+  clip_params(m, p, &q);
   dit_status s = m->family->generate_clip(&m->rt, m->state, &q, out, stats, err);
   if (s != DIT_OK) dit_clip_free(out);
+  return s;
+}
+
+dit_status dit_model_plan(dit_ctx *ctx, const dit_gen_params *p, const dit_model_opts *o, dit_plan *out) {
+  dit_error *err = &ctx->err;
+  dit_error_clear(err);
+  memset(out, 0, sizeof *out);
+  if (!p) return dit_errorf(err, DIT_ERR_INVALID_ARG, "plan: no parameters");
+  dit_model_opts mo;
+  if (o) mo = *o;
+  else dit_model_opts_default(&mo), mo.keep = 0;
+  if (mo.device != DIT_DEVICE_CPU)
+    return dit_errorf(err, DIT_ERR_UNSUPPORTED, "plan: only the CPU is planned so far (not CUDA yet)");
+  if (mo.keep & ~(unsigned)DIT_KEEP_ALL) return dit_errorf(err, DIT_ERR_INVALID_ARG, "unknown keep bits %#x", mo.keep);
+  out->base_bytes = dit_rss_bytes();
+  out->start_peak_bytes = dit_peak_rss_bytes();
+  out->device = mo.device;
+  out->keep = mo.keep;
+  /* opened with nothing loaded and no LoRA: the family's plan opens each component on the host
+   * (mapped, never run) and releases it */
+  dit_model_opts ho = mo;
+  ho.keep = 0, ho.loras = NULL, ho.n_loras = 0;
+  dit_model *m = NULL;
+  DIT_TRY(dit_model_load(ctx, p->model_dir, &ho, &m));
+  dit_gen_params q = *p;
+  if (!q.prompt) q.prompt = m->defaults.prompt;
+  dit_status s = check_params(&q, err);
+  if (s == DIT_OK) s = check_inputs(m->family, &q, err);
+  if (s == DIT_OK && !m->family->plan)
+    s = dit_errorf(err, DIT_ERR_UNSUPPORTED, "plan: %s is not planned yet", m->family->title);
+  if (s == DIT_OK) {
+    const dit_gen_params given = q;
+    if (m->family->generate) image_params(m, &given, &q);
+    else clip_params(m, &given, &q);
+    snprintf(out->family, sizeof out->family, "%s", m->family->name);
+    out->width = q.width, out->height = q.height, out->frames = q.frames, out->steps = q.steps, out->batch = 1;
+    s = m->family->plan(&m->rt, m->state, &q, out, err);
+  }
+  dit_model_free(m);
+  if (s == DIT_OK) dit_plan_finish(out);
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -89,6 +90,19 @@ dit_status dit_flux2_apply_loras(dit_flux2 *m, const dit_lora *l, int n, dit_err
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
 void dit_flux2_graph_counts(const dit_flux2 *m, long *captures, long *launches);
 const dit_flux2_config *dit_flux2_get_config(const dit_flux2 *m);
+
+/* FLOPs of one item's forward (S = St + Si text + image tokens, D = dim, M = mlp_hidden): a
+ * double block does, for each stream's tokens, q, k, v, out (4 D^2 MACs) and the MLP:
+ * FLUX.2's SwiGLU in (D -> 2M) and out (M -> D), 3 D M; FLUX.1's GELU MLP, 2 D M. A single
+ * block's projections (q, k, v + MLP in; attention + MLP out) come to the same per token.
+ * Both attend over the joint sequence: QK^T and PV are 2 S^2 D MACs. So
+ *   flops = (n_double + n_single) * (2 (4 D^2 + m D M) S + 4 D S^2), m = 3 or 2.
+ * Embedders (x, context, time, pooled text), modulations and the final layer are not
+ * counted (< 0.5% at the 1024^2 geometries). */
+double dit_flux_flops(const dit_flux2_config *c, double n_img, double n_txt);
+/* What one forward of B items of Si image and St text tokens from host tensors costs
+ * (core/cost.h): FLOPs and the activation buffer plus host tables it plans. Nothing runs. */
+dit_status dit_flux_cost(const dit_flux2 *m, int64_t B, int64_t Si, int64_t St, dit_cost *out, dit_error *err);
 
 /* One forward over a batch of B items sharing one geometry, as
  * Flux2Transformer2DModel.forward(hidden_states, encoder_hidden_states, timestep,

@@ -665,6 +665,27 @@ static dit_status run(dit_flux2 *m, const flux2_geom *g, const dit_tensor *x, co
   return DIT_OK;
 }
 
+double dit_flux_flops(const dit_flux2_config *c, double n_img, double n_txt) {
+  const double D = c->dim, M = c->mlp_hidden, S = n_img + n_txt, m = c->variant == DIT_FLUX_1 ? 2.0 : 3.0;
+  return (double)(c->n_layers + c->n_single_layers) * (2.0 * (4.0 * D * D + m * D * M) * S + 4.0 * D * S * S);
+}
+
+dit_status dit_flux_cost(const dit_flux2 *m, int64_t B, int64_t Si, int64_t St, dit_cost *out, dit_error *err) {
+  if (!m || !out || B < 1 || B > MAX_BATCH || Si < 1 || St < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux cost: bad arguments");
+  const dit_flux2_config *c = &m->cfg;
+  const flux2_geom g = {B, Si, St, Si + St};
+  const size_t host_bytes = host_bytes_of(c, &g);
+  dit_arena ar;
+  flux2_acts a;
+  dit_arena_init_measure(&ar);
+  /* as run() plans a call from host tensors: staged through the buffer on a device model */
+  DIT_TRY(plan(&ar, c, &g, host_bytes, m->as.es, m->as.adt != DIT_F32, m->as.dev != DIT_DEV_CPU, &a, err));
+  out->act_bytes = ar.peak + (host_bytes + 63) / 64 * 64;
+  out->flops = (double)B * dit_flux_flops(c, (double)Si, (double)St);
+  return DIT_OK;
+}
+
 dit_status dit_flux_forward(dit_flux2 *m, const dit_tensor *x, const dit_tensor *txt, const float *pooled,
                             const float *t, const float *guidance, const float *img_ids, const float *txt_ids,
                             dit_tensor *out, dit_error *err) {

@@ -582,6 +582,27 @@ static dit_status run_layers(dit_qwen3 *m, qwen3_run *r, int deepest, int n_laye
   return DIT_OK;
 }
 
+dit_status dit_qwen3_cost(const dit_qwen3 *m, int B, int S, int deepest, bool masked, dit_cost *out,
+                          dit_error *err) {
+  if (!m || !out || B < 1 || S < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3 cost: bad arguments");
+  const dit_qwen3_config *c = &m->cfg;
+  const int k = deepest < 0 ? c->num_layers + 1 + deepest : deepest;
+  if (k < 0 || k > c->num_layers)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3 cost: layer %d is outside [-%d, %d]", deepest,
+                      c->num_layers + 1, c->num_layers);
+  qwen3_run r = {.B = B, .S = S, .M = (int64_t)B * S};
+  dit_arena a;
+  dit_arena_init_measure(&a);
+  carve(&a, c, &r, masked, err);
+  const double M = (double)r.M, H = c->hidden_size, I = c->intermediate_size;
+  const double QD = (double)c->num_heads * c->head_dim, KD = (double)c->num_kv_heads * c->head_dim;
+  const int layers = k < c->num_layers ? k : c->num_layers;
+  /* per layer: q, k, v, o and the gated MLP per token; QK^T and PV over all S keys per head */
+  out->flops = layers * (2.0 * M * (H * (QD + 2 * KD) + QD * H + 3 * H * I) + 4.0 * M * (double)S * QD);
+  out->act_bytes = a.peak + 2 * (size_t)r.M * (size_t)(c->head_dim / 2) * sizeof(float); /* + upload_rope's tables */
+  return DIT_OK;
+}
+
 dit_status dit_qwen3_encode(dit_qwen3 *m, int B, int S, const int32_t *ids, const uint8_t *mask, int n_layers,
                             const int *layers, float *const *out, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "qwen3 encode: NULL model");

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -66,6 +67,13 @@ dit_backend *dit_qwen3_backend(const dit_qwen3 *m);
  * tests/fixtures/models were made that way (their generator rounds every buffer to bf16),
  * so reproducing them takes DIT_BF16. dt: DIT_F32, DIT_BF16 or DIT_F16. */
 dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *err);
+
+/* What one dit_qwen3_encode of B x S ids costs (core/cost.h) when its deepest requested
+ * hidden state is `deepest` (negative: from the end, as in encode's layers) and, with masked,
+ * some ids are padding: FLOPs of the layers it runs (attention counted over all S keys) and
+ * its activation buffer plus RoPE tables. Nothing runs. */
+dit_status dit_qwen3_cost(const dit_qwen3 *m, int B, int S, int deepest, bool masked, dit_cost *out,
+                          dit_error *err);
 
 /* Runs the encoder on B sequences of S tokens.
  * ids, mask: [B*S] row-major host arrays (mask 1 = real token, 0 = padding; mask may be

@@ -172,6 +172,13 @@ dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *token
   return s;
 }
 
+dit_status dit_vae_flux2_cost(const dit_vae_flux2 *m, int h, int w, int tile, dit_cost *out, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae cost: no model");
+  DIT_TRY(dit_vae_kl_cost_of(m->kl, h * PATCH, w * PATCH, tile, out, err));
+  out->act_bytes += (size_t)(PATCH * PATCH * m->latent_channels) * (size_t)h * (size_t)w * sizeof(float);
+  return DIT_OK;
+}
+
 dit_status dit_vae_flux2_enc_load(dit_backend *be, const char *component_dir, dit_vae_flux2_enc **out, dit_error *err) {
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "flux2 vae encoder load: NULL argument");

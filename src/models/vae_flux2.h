@@ -9,6 +9,7 @@
 #define DIT_MODELS_VAE_FLUX2_H
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -42,6 +43,9 @@ dit_status dit_vae_flux2_decode(dit_vae_flux2 *m, const dit_tensor *z, dit_tenso
  * DIT_ERR_INVALID_ARG for bad shapes, DIT_ERR_NUMERIC for NaN/Inf. */
 dit_status dit_vae_flux2_decode_packed(dit_vae_flux2 *m, const dit_tensor *tokens, int h, int w, dit_tensor *img,
                                        int tile, dit_error *err);
+/* What one dit_vae_flux2_decode_packed of an h x w token grid in tiles of `tile` latent pixels
+ * costs (core/cost.h): the decoder's run and its unpatchified latents. Nothing runs. */
+dit_status dit_vae_flux2_cost(const dit_vae_flux2 *m, int h, int w, int tile, dit_cost *out, dit_error *err);
 
 /* The encoder (loaded on its own, only when images are encoded): encoder.*, quant_conv.* and
  * the bn statistics of component_dir. */

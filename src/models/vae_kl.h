@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -126,13 +127,9 @@ void dit_vae_kl_config_flux1(dit_vae_kl_config *c);
 dit_status dit_vae_kl_create_random(dit_backend *be, const dit_vae_kl_config *cfg, uint64_t seed, dit_vae_kl **out,
                                     dit_error *err);
 
-/* What one decode of an h x w latent costs (one batch item, untiled, or one tile): FLOPs
- * (2 per multiply-add, convolutions/linears/attention matmuls only) and the bytes of the
- * planned activation buffers. */
-typedef struct dit_vae_kl_cost {
-  double flops;
-  size_t act_bytes;
-} dit_vae_kl_cost;
-dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, dit_vae_kl_cost *out, dit_error *err);
+/* What one decode of an h x w latent (one batch item) in tiles of `tile` latent pixels (0:
+ * whole) costs (core/cost.h): FLOPs (convolutions/linears/attention matmuls only) and the
+ * planned activation buffers plus the tile buffers. Nothing runs. */
+dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, int tile, dit_cost *out, dit_error *err);
 
 #endif

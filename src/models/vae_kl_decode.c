@@ -50,13 +50,17 @@ static dit_status decoder_fwd(vae_run *r, const void *model, const float *z, flo
   return vae_output(r, &ty, out, err);
 }
 
-dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, dit_vae_kl_cost *out, dit_error *err) {
-  if (!m || !out || h < 1 || w < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae cost: bad arguments");
-  vae_run r;
-  DIT_TRY(vae_run_plan(&r, m->be, m->adt, decoder_fwd, m, h, w, err));
-  out->flops = r.flops;
-  out->act_bytes = vae_run_bytes(&r);
-  return DIT_OK;
+/* The decoder's call on nb latents of h x w (buffers kept in *keep when not NULL). */
+static vae_call decode_call(const dit_vae_kl *m, int nb, int h, int w, int tile, vae_run **keep) {
+  const dit_vae_kl_config *c = &m->cfg;
+  return (vae_call){m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->latent_channels, 1, c->out_channels,
+                    1 << (c->n_levels - 1), "vae decode", keep};
+}
+
+dit_status dit_vae_kl_cost_of(const dit_vae_kl *m, int h, int w, int tile, dit_cost *out, dit_error *err) {
+  if (!m || !out || h < 1 || w < 1 || tile < 0) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae cost: bad arguments");
+  const vae_call call = decode_call(m, 1, h, w, tile, NULL);
+  return vae_call_cost(&call, out, err);
 }
 
 /* ---- the entry point ---- */
@@ -75,10 +79,8 @@ dit_status dit_vae_kl_set_act_dtype(dit_vae_kl *m, dit_dtype dt, dit_error *err)
 
 dit_status dit_vae_kl_decode(dit_vae_kl *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err) {
   DIT_TRY(check_args(m, z, img, tile, err));
-  const dit_vae_kl_config *c = &m->cfg;
   int nb = (int)z->shape[0], h = (int)z->shape[2], w = (int)z->shape[3];
   /* on a GPU the activation buffers stay for the next decode of the same size */
-  const vae_call call = {m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->latent_channels, 1, c->out_channels,
-                         1 << (c->n_levels - 1), "vae decode", dit_backend_is_host(m->be) ? NULL : &m->keep};
+  const vae_call call = decode_call(m, nb, h, w, tile, dit_backend_is_host(m->be) ? NULL : &m->keep);
   return vae_decode_checked(&call, z, img, err);
 }

@@ -257,6 +257,9 @@ typedef struct vae_call {
 /* Frees a kept run's buffers and the run (NULL: nothing). */
 void vae_run_drop(vae_run *r);
 dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_error *err);
+/* What vae_run_call(c) costs (core/cost.h): the FLOPs of every piece and its planned buffers
+ * plus the tile buffers; nothing runs (in and out are the caller's). */
+dit_status vae_call_cost(const vae_call *c, dit_cost *out, dit_error *err);
 
 /* A decoder call's z [B, zc, h, w] and img [B, oc, f h, f w]: contiguous host F32, at most
  * VAE_MAX_IMAGE_SIDE pixels a side and 4096 items; tile 0 or >= 4. DIT_ERR_INVALID_ARG naming

@@ -485,6 +485,26 @@ dit_status vae_run_call(const vae_call *c, const float *in, float *out, dit_erro
   return s;
 }
 
+dit_status vae_call_cost(const vae_call *c, dit_cost *out, dit_error *err) {
+  const bool tiled = c->tile > 0 && (c->tile < c->h || c->tile < c->w);
+  const int th = tiled && c->tile < c->h ? c->tile : c->h, tw = tiled && c->tile < c->w ? c->tile : c->w;
+  vae_run r;
+  DIT_TRY(vae_run_plan(&r, c->be, c->adt, c->fwd, c->model, th, tw, err));
+  out->act_bytes = vae_run_bytes(&r);
+  double pieces = 1;
+  if (tiled) {
+    vae_tiling ts;
+    DIT_TRY(vae_tiling_init(&ts, c->h, c->w, th, tw, c->tile / 4, c->cin, c->fi, c->cout, c->fo, c->what, err));
+    pieces = (double)ts.ny * ts.nx;
+    const size_t fi = (size_t)c->fi, fo = (size_t)c->fo;
+    out->act_bytes += sizeof(float) * ((size_t)c->cin * fi * th * fi * tw + (size_t)c->cout * fo * th * fo * tw +
+                                       fo * th + fo * tw + fo * c->h * fo * c->w);
+    vae_tiling_free(&ts);
+  }
+  out->flops = r.flops * pieces * c->nb;
+  return DIT_OK;
+}
+
 size_t vae_first_nonfinite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return i;

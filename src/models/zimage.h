@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -93,6 +94,19 @@ dit_status dit_zimage_apply_loras(dit_zimage *m, const dit_lora *l, int n, dit_e
 const dit_zimage_config *dit_zimage_get_config(const dit_zimage *m);
 /* Forwards recorded as graphs and forwards replayed from one so far (GPU backends). */
 void dit_zimage_graph_counts(const dit_zimage *m, long *captures, long *launches);
+
+/* FLOPs of one item's forward from its padded token counts: every block does q, k, v, out
+ * (4 D^2 MACs per token) and the SwiGLU FFN (3 D Fd), 2 flop per MAC; attention does QK^T
+ * and PV (2 S^2 D MACs per stream). Main layers see the unified stream, refiners their own
+ * (the same formula as bench/torch_ref.py). Embedders, adaLN and the final layer are not
+ * counted (< 0.1%). */
+double dit_zimage_flops(const dit_zimage_config *c, double n_img, double n_cap);
+/* What one dit_zimage_forward of n items costs (core/cost.h), each a C x h x w latent (one
+ * frame) with a caption of cap_len[i] tokens: FLOPs from the padded token counts and the
+ * activation buffer plus host tables the forward plans for that geometry (its staging
+ * copies on a GPU model). Nothing runs and no weight is read. */
+dit_status dit_zimage_cost(const dit_zimage *m, int n, int h, int w, const int *cap_len, dit_cost *out,
+                           dit_error *err);
 
 /* One forward over a batch of n items of possibly different sizes, exactly as the
  * diffusers module is called with lists: x[i] latent [C, F, H, W] F32, cap[i] caption

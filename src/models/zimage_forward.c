@@ -546,6 +546,52 @@ static dit_status layers(dit_zimage *m, const zimage_geom *g, const dit_tensor *
   return s;
 }
 
+double dit_zimage_flops(const dit_zimage_config *c, double n_img, double n_cap) {
+  const double D = c->dim, Fd = c->ffn_dim, L = c->n_layers, R = c->n_refiner_layers, n = n_img + n_cap;
+  const double per_tok = 2.0 * (4.0 * D * D + 3.0 * D * Fd);
+  return per_tok * (L * n + R * n_img + R * n_cap) + 4.0 * D * (L * n * n + R * n_img * n_img + R * n_cap * n_cap);
+}
+
+dit_status dit_zimage_cost(const dit_zimage *m, int n, int h, int w, const int *cap_len, dit_cost *out,
+                           dit_error *err) {
+  if (!m || !cap_len || !out || n < 1 || n > MAX_BATCH)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage cost: bad arguments");
+  const dit_zimage_config *c = &m->cfg;
+  /* descriptors only: make_geom reads shapes (data must be non-NULL, and is never read) */
+  static const float never_read;
+  void *d = (void *)&never_read;
+  dit_tensor *x = calloc((size_t)n * 2, sizeof *x);
+  float *t = calloc((size_t)n, sizeof *t);
+  if (!x || !t) {
+    free(x), free(t);
+    return dit_errorf(err, DIT_ERR_NOMEM, "zimage cost: out of memory");
+  }
+  dit_tensor *cap = x + n;
+  for (int i = 0; i < n; i++) {
+    x[i] = dit_tensor_4d(DIT_F32, d, c->in_channels, 1, h, w);
+    cap[i] = dit_tensor_2d(DIT_F32, d, cap_len[i] > 0 ? cap_len[i] : 1, c->cap_feat_dim);
+  }
+  const bool staged = m->as.dev != DIT_DEV_CPU;
+  zimage_geom g;
+  dit_status s = make_geom(c, n, x, cap, t, x, DIT_DEV_CPU, &g, err);
+  if (s == DIT_OK) {
+    const size_t host_bytes = zimage_host_bytes(c, &g);
+    const size_t stage_bytes = staged ? stage_layout(&g, x, cap, NULL, m->as.dev, NULL, NULL, NULL) : 0;
+    dit_arena ar;
+    zimage_acts a;
+    dit_arena_init_measure(&ar);
+    s = plan(&ar, c, &g, host_bytes, stage_bytes, m->as.es, &a, err);
+    out->act_bytes = ar.peak + (host_bytes + 63) / 64 * 64;
+    out->flops = 0;
+    for (int i = 0; i < n; i++) out->flops += dit_zimage_flops(c, (double)g.items[i].x_len, (double)g.items[i].cap_len);
+  }
+  free(g.items);
+  free(x);
+  free(t);
+  if (s != DIT_OK) dit_error_prefix(err, "zimage cost");
+  return s;
+}
+
 dit_status dit_zimage_forward(dit_zimage *m, int n, const dit_tensor *x, const dit_tensor *cap, const float *t,
                               dit_tensor *out, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "zimage forward: no model");

@@ -40,6 +40,10 @@ typedef struct dit_family {
    * family's generate is NULL): p has steps, guidance, size, frames and fps resolved. */
   dit_status (*generate_clip)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
                               dit_gen_stats *st, dit_error *err);
+  /* What a generate with p (resolved as generate resolves it) takes: the stages in run order
+   * (plan.h's dit_plan_add), from the components opened on rt's host backend and never run.
+   * NULL: the planner does not know the family yet. */
+  dit_status (*plan)(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl, dit_error *err);
   void (*close)(void *state);
   dit_latent_layout latent;        /* for dit_model_latent_preview */
   unsigned inputs;                 /* DIT_INPUT_* it takes (others are refused before it runs) */

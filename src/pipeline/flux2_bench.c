@@ -53,25 +53,12 @@ dit_status dit_flux_bench_create(dit_flux_create_fn create, const dit_flux2_conf
   DIT_HAND_OVER(s, m, model, dit_flux2_free);
 }
 
-/* Per forward (S = St + Si text + image tokens, D = dim, M = mlp_hidden): a double block
- * does, for each stream's tokens, q, k, v, out (4 D^2 MACs) and the MLP: FLUX.2's SwiGLU
- * in (D -> 2M) and out (M -> D), 3 D M; FLUX.1's GELU MLP, 2 D M. A single block's
- * projections (q, k, v + MLP in; attention + MLP out) come to the same per token. Both
- * attend over the joint sequence: QK^T and PV are 2 S^2 D MACs. So
- *   flops = (n_double + n_single) * (2 (4 D^2 + m D M) S + 4 D S^2), m = 3 or 2.
- * Embedders (x, context, time, pooled text), modulations and the final layer are not
- * counted (< 0.5% at the 1024^2 geometries). */
-static double flux_flops(const dit_flux2_config *c, double n_img, double n_txt) {
-  const double D = c->dim, M = c->mlp_hidden, S = n_img + n_txt, m = c->variant == DIT_FLUX_1 ? 2.0 : 3.0;
-  return (double)(c->n_layers + c->n_single_layers) * (2.0 * (4.0 * D * D + m * D * M) * S + 4.0 * D * S * S);
-}
-
 void dit_flux_bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                              int64_t *aux_tokens, double *flops) {
   *aux_tokens = 0;
   *img_tokens = (int64_t)(p->res / 16) * (p->res / 16) + (int64_t)(p->ref_res / 16) * (p->ref_res / 16); /* no padding */
   *cap_tokens = p->text_len;
-  *flops = flux_flops(dit_flux2_get_config(model), (double)*img_tokens, (double)*cap_tokens);
+  *flops = dit_flux_flops(dit_flux2_get_config(model), (double)*img_tokens, (double)*cap_tokens);
 }
 
 /* The inputs as the pipelines build them: (res/16)^2 packed image tokens with ids (0, h, w)

@@ -20,6 +20,7 @@
 #include "pipeline/family.h"
 #include "pipeline/image_prep.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/plan.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
@@ -391,6 +392,75 @@ static dit_status klein_generate(const dit_model_rt *rt, void *state, const dit_
   return s;
 }
 
+/* The text encoder's stage: prompt (and under CFG the negative prompt), each padded to
+ * max_len; then both copied into the features the steps take. */
+static dit_status plan_text(const dit_model_rt *rt, klein_model *k, const dit_gen_params *p, bool cfg, dit_plan *pl,
+                            int64_t *St, int64_t *Jd, dit_error *err) {
+  const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  dit_text_encoder *t = NULL;
+  DIT_TRY(dit_text_encoder_get(rt, &k->c, p->text_rope_bf16, &t, err));
+  dit_cost pos = {0}, neg = {0};
+  int n = 0, n_neg = 0;
+  dit_status s = dit_flux2_klein_prompt_cost(t->te, t->tok, p->prompt, max_len, &pos, &n, err);
+  if (s == DIT_OK && cfg)
+    s = dit_flux2_klein_prompt_cost(t->te, t->tok, p->negative_prompt ? p->negative_prompt : "", max_len, &neg,
+                                    &n_neg, err);
+  *St = max_len;
+  *Jd = 3 * (int64_t)dit_qwen3_get_config(t->te)->hidden_size;
+  const size_t one = (size_t)(*St * *Jd) * sizeof(float);
+  /* the second encode while the first's features are held; then the features with both copies */
+  dit_cost run = {pos.flops + neg.flops, pos.act_bytes};
+  if (cfg && neg.act_bytes + one > run.act_bytes) run.act_bytes = neg.act_bytes + one;
+  if ((cfg ? 4 : 2) * one > run.act_bytes) run.act_bytes = (cfg ? 4 : 2) * one;
+  run.act_bytes += dit_tok_table_bytes(t->tok);
+  pl->text_tokens = n;
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  dit_component_done(rt, &k->c, DIT_SLOT_TEXT);
+  return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
+}
+
+/* Text encoder, the steps (batch 2 under CFG, the base models only) and the VAE decode. */
+static dit_status klein_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                             dit_error *err) {
+  klein_model *k = state;
+  if (p->n_ref_images) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "plan: reference images are not planned yet");
+  const int mult = 2 * k->vsf, W = p->width, H = p->height;
+  if (W % mult || H % mult)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of %d for FLUX.2 (got %dx%d)",
+                      mult, W, H);
+  const bool cfg = p->guidance > 1.0 && !k->distilled;
+  int64_t St = 0, Jd = 0;
+  DIT_TRY(plan_text(rt, k, p, cfg, pl, &St, &Jd, err));
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, &k->c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const int lh = H / mult, lw = W / mult, C = dit_flux2_get_config(obj)->in_channels;
+  const int64_t Si = (int64_t)lh * lw;
+  dit_cost run = {0};
+  dit_status s = dit_flux_cost(obj, cfg ? 2 : 1, Si, St, &run, err);
+  dit_component_done(rt, &k->c, DIT_SLOT_TRANSFORMER);
+  /* features, latents, the batched input and output, ids (f2_state), the noise */
+  const size_t row = (size_t)Si * (size_t)C;
+  const size_t loop = (size_t)((cfg ? 2 : 1) * St * Jd) * sizeof(float) + (6 * row) * sizeof(float) +
+                      (size_t)(Si + St) * 4 * sizeof(float);
+  const size_t acts = run.act_bytes;
+  run.flops *= p->steps;
+  run.act_bytes += loop;
+  pl->batch = cfg ? 2 : 1;
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
+  if (s == DIT_OK) s = dit_component_get(rt, &k->c, DIT_SLOT_VAE, &obj, err);
+  dit_cost dec = {0};
+  if (s == DIT_OK) {
+    s = dit_vae_flux2_cost(obj, lh, lw, p->vae_tile, &dec, err);
+    const size_t px = (size_t)H * (size_t)W;
+    dec.act_bytes += loop + 3 * px * sizeof(float) + 3 * px; /* the loop's buffers; decoded pixels, 8-bit image */
+    dit_component_done(rt, &k->c, DIT_SLOT_VAE);
+  }
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
+  return s;
+}
+
 static dit_status klein_family_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
   bool distilled = false;
   DIT_TRY(dit_flux2_klein_is_distilled(dir, &distilled, err));
@@ -409,6 +479,7 @@ const dit_family dit_family_flux2_klein = {
     .open = klein_open,
     .generate = klein_generate,
     .close = dit_components_state_close,
+    .plan = klein_plan,
     .latent = {16, 2, 1},
     .inputs = DIT_INPUT_REF_IMAGES,
     .bench = dit_flux2_klein_bench,

@@ -51,6 +51,17 @@ dit_status dit_kl_decode_stage(const dit_model_rt *rt, dit_components *c, const 
   return s;
 }
 
+dit_status dit_kl_decode_cost(const dit_model_rt *rt, dit_components *c, int C, int h, int w, int vae_tile,
+                              dit_cost *out, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
+  dit_status s = dit_vae_kl_cost_of(obj, h, w, vae_tile, out, err);
+  const size_t px = (size_t)(h * 8) * (size_t)(w * 8);
+  out->act_bytes += (size_t)C * (size_t)h * (size_t)w * sizeof(float) + 3 * px * sizeof(float) + 3 * px;
+  dit_component_done(rt, c, DIT_SLOT_VAE);
+  return s;
+}
+
 /* The encoder on rt->dev, from the same source as the decoder. */
 static dit_status enc_load(const dit_model_rt *rt, void **obj, dit_error *err) {
   dit_component_src src;

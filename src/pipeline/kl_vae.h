@@ -5,6 +5,7 @@
 #ifndef DIT_PIPELINE_KL_VAE_H
 #define DIT_PIPELINE_KL_VAE_H
 
+#include "core/cost.h"
 #include "pipeline/model_rt.h"
 #include "pipeline/rng_torch.h"
 
@@ -24,5 +25,10 @@ dit_status dit_kl_encode_stage(const dit_model_rt *rt, dit_components *c, const 
  * resident and releases it after unless kept. */
 dit_status dit_kl_decode_stage(const dit_model_rt *rt, dit_components *c, const float *latents, int C, int h, int w,
                                int vae_tile, dit_image *out, dit_error *err);
+/* What dit_kl_decode_stage costs (core/cost.h): the decoder's run (tiled as vae_tile says) and
+ * its host buffers (scaled latents, decoded pixels, the 8-bit image); opens the VAE of slot
+ * DIT_SLOT_VAE to ask it, runs nothing, and releases it after unless kept. */
+dit_status dit_kl_decode_cost(const dit_model_rt *rt, dit_components *c, int C, int h, int w, int vae_tile,
+                              dit_cost *out, dit_error *err);
 
 #endif

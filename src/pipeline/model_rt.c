@@ -24,7 +24,10 @@ dit_status dit_components_retune(const dit_model_rt *rt, dit_components *c, dit_
 
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot) {
   if (rt->keep & c->kind[slot]->keep_bit) return;
-  if (c->obj[slot]) c->kind[slot]->free(c->obj[slot]);
+  if (c->obj[slot]) {
+    c->kind[slot]->free(c->obj[slot]);
+    dit_heap_trim(); /* what it held leaves the resident set before the next stage */
+  }
   c->obj[slot] = NULL;
 }
 

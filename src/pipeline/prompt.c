@@ -9,6 +9,7 @@
 #include "text/chat.h"
 
 #define KLEIN_N_LAYERS 3
+#define KLEIN_DEEPEST 27 /* the last of the hidden states it takes: 9, 18, 27 */
 #define KREA2_PREFIX_TOKENS 34 /* the pipeline's prompt_template_encode_start_idx: the system turn */
 #define KREA2_SUFFIX_TOKENS 5  /* prompt_template_encode_num_suffix_tokens */
 
@@ -93,6 +94,19 @@ dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, con
   return DIT_OK;
 }
 
+dit_status dit_zimage_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                  dit_cost *out, int *n_tokens, dit_error *err) {
+  int32_t *ids = NULL;
+  int n = 0;
+  DIT_TRY(prompt_ids(tok, DIT_CHAT_QWEN3_THINKING, prompt, max_len, &ids, &n, err));
+  free(ids);
+  DIT_TRY(dit_qwen3_cost(te, 1, n, -2, false, out, err));
+  /* encode_to_host's backend buffer and the caption features it returns */
+  out->act_bytes += 2 * (size_t)n * (size_t)dit_qwen3_get_config(te)->hidden_size * sizeof(float);
+  *n_tokens = n;
+  return DIT_OK;
+}
+
 dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                          float **embeds, dit_error *err) {
   *embeds = NULL;
@@ -116,7 +130,7 @@ dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok
       ids[i] = i < (size_t)n ? real[i] : pad;
       mask[i] = i < (size_t)n;
     }
-    const int layers[KLEIN_N_LAYERS] = {9, 18, 27};
+    const int layers[KLEIN_N_LAYERS] = {9, 18, KLEIN_DEEPEST};
     float *host[KLEIN_N_LAYERS] = {hs, hs + S * H, hs + 2 * S * H};
     s = encode_to_host(te, max_len, ids, mask, KLEIN_N_LAYERS, layers, host, err);
     if (s != DIT_OK) dit_error_prefix(err, "FLUX.2 klein prompt encoding");
@@ -131,6 +145,20 @@ dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok
   free(mask);
   free(hs);
   DIT_HAND_OVER(s, out, embeds, free);
+}
+
+dit_status dit_flux2_klein_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt,
+                                       int max_len, dit_cost *out, int *n_tokens, dit_error *err) {
+  int32_t *ids = NULL;
+  int n = 0;
+  DIT_TRY(prompt_ids(tok, DIT_CHAT_QWEN3_NO_THINKING, prompt, max_len, &ids, &n, err));
+  free(ids);
+  DIT_TRY(dit_qwen3_cost(te, 1, max_len, KLEIN_DEEPEST, n < max_len, out, err));
+  /* encode_to_host's backend buffers, the hidden states downloaded and their [S, 3H] form */
+  const size_t SH = (size_t)max_len * (size_t)dit_qwen3_get_config(te)->hidden_size;
+  out->act_bytes += 3 * KLEIN_N_LAYERS * SH * sizeof(float) + (size_t)max_len * (sizeof(int32_t) + 1);
+  *n_tokens = n;
+  return DIT_OK;
 }
 
 /* Tokens of text (its whole encoding; *n may be 0). */

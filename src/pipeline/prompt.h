@@ -20,6 +20,10 @@
 dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                     float **embeds, int *n_tokens, dit_error *err);
 
+/* What dit_zimage_encode_prompt of prompt costs (core/cost.h: the encoder's run, its output
+ * buffer and the features returned) and its *n_tokens; nothing runs. */
+dit_status dit_zimage_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                  dit_cost *out, int *n_tokens, dit_error *err);
 /* Flux2KleinPipeline._get_qwen3_prompt_embeds for one prompt (NULL = ""): the chat
  * template with enable_thinking=False, ids truncated and right-padded with
  * <|endoftext|> to max_len (512 by default), hidden_states 9, 18 and 27 concatenated
@@ -29,6 +33,10 @@ dit_status dit_zimage_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, con
 dit_status dit_flux2_klein_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                          float **embeds, dit_error *err);
 
+/* What dit_flux2_klein_encode_prompt of prompt costs (its encoder run over max_len ids and
+ * the buffers of the three hidden states) and the prompt's *n_tokens before padding. */
+dit_status dit_flux2_klein_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt,
+                                       int max_len, dit_cost *out, int *n_tokens, dit_error *err);
 /* Krea2Pipeline.get_text_hidden_states for one prompt (NULL = ""): its template (text/chat.h,
  * DIT_CHAT_KREA2) as a block of max_len + 29 tokens (system turn + prompt, truncated or padded)
  * then the 5 tail tokens; the hidden states taps[0..n_taps) of the text encoder (Qwen3-VL's

@@ -34,17 +34,6 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   DIT_HAND_OVER(s, m, model, dit_zimage_free);
 }
 
-/* Per forward, from the padded token counts: every block does q, k, v, out (4 D^2 MACs
- * per token) and the SwiGLU FFN (3 D Fd), 2 flop per MAC; attention does QK^T and PV
- * (2 S^2 D MACs per stream). Main layers see the unified stream, refiners their own
- * (the same formula as bench/torch_ref.py). Embedders, adaLN and the final
- * layer are not counted (< 0.1%). */
-static double zimage_flops(const dit_zimage_config *c, double n_img, double n_cap) {
-  const double D = c->dim, Fd = c->ffn_dim, L = c->n_layers, R = c->n_refiner_layers, n = n_img + n_cap;
-  const double per_tok = 2.0 * (4.0 * D * D + 3.0 * D * Fd);
-  return per_tok * (L * n + R * n_img + R * n_cap) + 4.0 * D * (L * n * n + R * n_img * n_img + R * n_cap * n_cap);
-}
-
 static void bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                            int64_t *aux_tokens, double *flops) {
   *aux_tokens = 0;
@@ -52,7 +41,7 @@ static void bench_geometry(const void *model, const dit_bench_params *p, int64_t
   const int64_t q = DIT_ZIMAGE_SEQ_MULTI, side = p->res / 8 / c->patch_size;
   *img_tokens = (side * side + q - 1) / q * q;
   *cap_tokens = ((int64_t)p->text_len + q - 1) / q * q;
-  *flops = zimage_flops(c, (double)*img_tokens, (double)*cap_tokens);
+  *flops = dit_zimage_flops(c, (double)*img_tokens, (double)*cap_tokens);
 }
 
 static dit_status bench_inputs(const void *model, const dit_bench_params *p, dit_bench_io *io, dit_error *err) {

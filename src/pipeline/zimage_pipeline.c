@@ -17,6 +17,7 @@
 #include "pipeline/family.h"
 #include "pipeline/image_prep.h"
 #include "pipeline/kl_vae.h"
+#include "pipeline/plan.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
@@ -76,16 +77,22 @@ typedef struct loop_state {
   const float *sigmas, *timesteps;
 } loop_state;
 
+/* The guidance of the step at `timestep` (0: no CFG there): the pipeline's cfg_truncation
+ * turns it off past that fraction of the schedule. */
+static double step_guidance(const dit_gen_params *p, double guidance, float timestep) {
+  const float t_norm = (1000.0f - timestep) / 1000.0f;
+  if (guidance > 0 && p->cfg_truncation <= 1.0 && (double)t_norm > p->cfg_truncation) return 0.0;
+  return guidance > 0 ? guidance : 0.0;
+}
+
 /* One denoising step i: model call (batched cond/uncond under CFG), guidance, Euler. */
 static dit_status denoise_step(void *state, int i, dit_error *err) {
   loop_state *L = state;
   const dit_gen_params *p = L->p;
-  const double guidance = L->guidance;
   const float *sigmas = L->sigmas, *timesteps = L->timesteps;
   const float t_norm = (1000.0f - timesteps[i]) / 1000.0f;
-  double g = guidance;
-  if (g > 0 && p->cfg_truncation <= 1.0 && (double)t_norm > p->cfg_truncation) g = 0.0;
-  const bool apply_cfg = guidance > 0 && g > 0;
+  const double g = step_guidance(p, L->guidance, timesteps[i]);
+  const bool apply_cfg = g > 0;
   const int nb = apply_cfg ? 2 : 1;
   dit_tensor x[2], cap[2], out[2];
   float t[2] = {t_norm, t_norm};
@@ -279,6 +286,79 @@ static dit_status zimage_generate(const dit_model_rt *rt, void *state, const dit
   return s;
 }
 
+/* The text encoder's stage: the prompt (and, under guidance, the negative prompt) encoded in
+ * turn; the features of both are held into the denoising. */
+static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, bool cfg, dit_plan *pl,
+                            int n_tok[2], dit_error *err) {
+  dit_text_encoder *t = NULL;
+  DIT_TRY(dit_text_encoder_get(rt, c, p->text_rope_bf16, &t, err));
+  const int max_len = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  dit_cost pos = {0}, neg = {0};
+  n_tok[1] = 0;
+  dit_status s = dit_zimage_prompt_cost(t->te, t->tok, p->prompt, max_len, &pos, &n_tok[0], err);
+  if (s == DIT_OK && cfg)
+    s = dit_zimage_prompt_cost(t->te, t->tok, p->negative_prompt ? p->negative_prompt : "", max_len, &neg, &n_tok[1],
+                               err);
+  const size_t feat = (size_t)dit_qwen3_get_config(t->te)->hidden_size * sizeof(float);
+  if (s != DIT_OK) {
+    dit_component_done(rt, c, DIT_SLOT_TEXT);
+    return s;
+  }
+  /* the second encode runs while the first's features are held */
+  dit_cost run = {pos.flops + neg.flops, pos.act_bytes};
+  if (cfg && neg.act_bytes + (size_t)n_tok[0] * feat > run.act_bytes) run.act_bytes = neg.act_bytes + (size_t)n_tok[0] * feat;
+  pl->text_tokens = n_tok[0];
+  run.act_bytes += dit_tok_table_bytes(t->tok);
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
+  return dit_plan_add(rt, pl, &r, err);
+}
+
+/* Text encoder, the denoising steps (batch 2 where guidance applies) and the VAE decode. */
+static dit_status zimage_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                              dit_error *err) {
+  dit_components *c = state;
+  if (p->init_image) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "plan: image-to-image is not planned yet");
+  const int W = p->width, H = p->height, steps = p->steps;
+  if (W % 16 || H % 16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of 16 for Z-Image (got %dx%d)", W,
+                      H);
+  DIT_TRY(check_grid(rt->dir, H, W, err));
+  const bool cfg = p->guidance > 0;
+  int n_tok[2];
+  DIT_TRY(plan_text(rt, c, p, cfg, pl, n_tok, err));
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
+  dit_zimage *dit = obj;
+  const int C = (int)dit_zimage_get_config(dit)->in_channels, h = 2 * (H / 16), w = 2 * (W / 16);
+  const size_t n = (size_t)C * h * w, feat = (size_t)dit_zimage_get_config(dit)->cap_feat_dim * sizeof(float);
+  float *sigmas = malloc((size_t)(steps + 1) * sizeof(float)), *timesteps = malloc((size_t)steps * sizeof(float));
+  dit_status s = sigmas && timesteps ? dit_zimage_schedule(rt->dir, steps, h, w, sigmas, timesteps, err)
+                                     : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_cost one = {0}, two = {0}, run = {0};
+  if (s == DIT_OK) s = dit_zimage_cost(dit, 1, h, w, n_tok, &one, err);
+  if (s == DIT_OK && cfg) s = dit_zimage_cost(dit, 2, h, w, n_tok, &two, err);
+  int batched = 0;
+  for (int i = 0; s == DIT_OK && i < steps; i++) batched += step_guidance(p, p->guidance, timesteps[i]) > 0;
+  pl->batch = batched ? 2 : 1;
+  /* the buffer grows to the largest call; latents, prediction and both outputs, captions */
+  const size_t loop = 4 * n * sizeof(float) + (size_t)(n_tok[0] + n_tok[1]) * feat;
+  run.flops = (steps - batched) * one.flops + batched * two.flops;
+  const size_t acts = batched ? two.act_bytes : one.act_bytes;
+  run.act_bytes = acts + loop;
+  free(sigmas);
+  free(timesteps);
+  dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, steps};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
+  dit_cost dec = {0};
+  if (s == DIT_OK) s = dit_kl_decode_cost(rt, c, C, h, w, p->vae_tile, &dec, err);
+  dec.act_bytes += loop; /* the loop's buffers live until the image is made */
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
+  return s;
+}
+
 static dit_status zimage_family_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
   (void)dir;
   (void)err;
@@ -297,6 +377,7 @@ const dit_family dit_family_zimage = {
     .open = zimage_open,
     .generate = zimage_generate,
     .close = dit_components_state_close,
+    .plan = zimage_plan,
     .latent = {16, 2, 0},
     .inputs = DIT_INPUT_INIT_IMAGE,
     .bench = dit_zimage_bench,

@@ -120,6 +120,7 @@ struct dit_tokenizer {
   int32_t post_pre[TOK_MAX_STEPS], post_post[TOK_MAX_STEPS];
   size_t n_post_pre, n_post_post;
   int32_t pad_id;             /* tokenizer_config.json's pad_token; -1 = none */
+  size_t load_peak;           /* memory its load held at the peak (dit_tok_load_bytes) */
 };
 
 /* FNV-1a over bytes: the vocabulary hash. */

@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/json.h"
+#include "core/timer.h"
 #include "text/tok_internal.h"
 
 
@@ -573,12 +575,26 @@ dit_status tok_load_json(json_t *root, const char *what, dit_tokenizer **out, di
   return DIT_OK;
 }
 
+/* The parsed tree of a tokenizer.json held in memory, per byte of the file: 5.7 measured for
+ * Qwen3's 11.4 MB file with jansson 2.14 (65 MB resident after json_load_file). */
+#define TOK_JSON_TREE_FACTOR 5.7
+
+/* After the tree of a json_bytes file is freed: the load's peak (the file's bytes, its tree
+ * and the tables) noted, and the tree's memory given back to the system. */
+static void after_load(dit_tokenizer *t, size_t json_bytes) {
+  dit_heap_trim();
+  if (t) t->load_peak = (size_t)((double)json_bytes * (1.0 + TOK_JSON_TREE_FACTOR)) + dit_tok_table_bytes(t);
+}
+
 dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *err) {
   *out = NULL;
   json_t *root;
+  struct stat sb;
+  const size_t bytes = stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
   DIT_TRY(dit_json_load_file(path, DIT_TOK_MAX_FILE_BYTES, &root, err));
   dit_status st = tok_load_json(root, path, out, err);
   json_decref(root);
+  after_load(*out, bytes);
   return st;
 }
 
@@ -591,8 +607,18 @@ dit_status dit_tok_load_buffer(const char *buf, size_t len, const char *what, di
   DIT_TRY(dit_json_parse(buf, len, what, &root, err));
   dit_status st = tok_load_json(root, what, out, err);
   json_decref(root);
+  after_load(*out, len);
   return st;
 }
+
+size_t dit_tok_table_bytes(const dit_tokenizer *t) {
+  if (!t) return 0;
+  return t->n_ids * 2 * sizeof(uint32_t) + t->pool_len + t->vocab_cap * sizeof(uint32_t) +
+         t->merge_cap * sizeof(tok_merge_slot) + t->n_added * (sizeof(tok_added) + sizeof(uint32_t)) +
+         (t->scores ? t->n_ids * sizeof(double) : 0);
+}
+
+size_t dit_tok_load_bytes(const dit_tokenizer *t) { return t ? t->load_peak : 0; }
 
 dit_status dit_tok_load(const char *tokenizer_dir, dit_tokenizer **out, dit_error *err) {
   char path[4096];

@@ -97,6 +97,10 @@ dit_status dit_tok_load_file(const char *path, dit_tokenizer **out, dit_error *e
 /* Same from len bytes of tokenizer.json content in memory (`what` names it in messages). */
 dit_status dit_tok_load_buffer(const char *buf, size_t len, const char *what, dit_tokenizer **out, dit_error *err);
 void dit_tok_free(dit_tokenizer *t);
+/* The memory its tables hold, and what its load held at the peak (the file, its parsed JSON
+ * tree, estimated from the file's size, and the tables; 0 for the vocab.json layout). */
+size_t dit_tok_table_bytes(const dit_tokenizer *t);
+size_t dit_tok_load_bytes(const dit_tokenizer *t);
 
 /* Encodes UTF-8 text WITHOUT adding special tokens (special tokens present in the text
  * are matched). Invalid UTF-8 -> DIT_ERR_INVALID_ARG naming the byte offset. NUL bytes

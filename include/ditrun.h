@@ -418,6 +418,19 @@ typedef struct dit_plan {
  * the planner does not know yet). */
 dit_status dit_model_plan(dit_ctx *ctx, const dit_gen_params *p, const dit_model_opts *o, dit_plan *out);
 
+/* Fits a generate with p and o into limit bytes (0: the memory this machine has available
+ * now, plus what this process already holds): plans it as asked, then with each component
+ * loaded for its stage only (o->keep 0), then with the VAE decoded in tiles of 128, 96, 64, 48
+ * or 32 latent pixels (the largest tile that fits; tiles change the picture slightly), and
+ * takes the first whose planned peak, plus a 5% margin for what the plan does not see (thread
+ * stacks, allocator slack: 2-5% on the machines measured), is within the limit: p->vae_tile and
+ * o->keep are set to it, *out is its plan, and what (len bytes) says what was changed ("" when
+ * nothing). When none fits: DIT_ERR_INVALID_ARG with the smallest limit that would in the
+ * message, p and o set to the smallest plan found and *out that plan (n_stages > 0). Other
+ * failures are the planner's (n_stages 0). */
+dit_status dit_model_plan_fit(dit_ctx *ctx, dit_gen_params *p, dit_model_opts *o, size_t limit, dit_plan *out,
+                              char *what, size_t len);
+
 /* ---- generation parameters as text (PNG "parameters" chunk) -------------------- */
 /* The text Stable Diffusion web UIs, civitai and most PNG-info readers parse: the prompt
  * (any number of lines), then a line "Negative prompt: ..." when there is one, then one line

@@ -131,6 +131,85 @@ static void test_peaks(const dt_args *a) {
     }
 }
 
+/* One case of fitting (in a child, as test_peaks): a limit halfway between the smallest plan
+ * and the run as asked makes the fit tile the VAE; the run then stays within the limit and its
+ * picture is within 40 dB of the untiled one. */
+static void fit_case(const char *dir, const char *tmp) {
+  dit_ctx *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_gen_params p;
+  dit_gen_params_default(&p);
+  p.model_dir = dir;
+  p.prompt = "a red circle on a blue square";
+  p.width = p.height = 512;
+  dit_model_opts o;
+  dit_model_opts_default(&o);
+  o.keep = 0;
+  dit_plan whole, small, pl;
+  CHECK(dit_model_plan(ctx, &p, &o, &whole) == DIT_OK);
+  dit_gen_params q = p;
+  q.vae_tile = 32;
+  CHECK(dit_model_plan(ctx, &q, &o, &small) == DIT_OK);
+  CHECK_MSG(small.peak_bytes < whole.peak_bytes, "tiles of 32 plan %zu, whole %zu", small.peak_bytes, whole.peak_bytes);
+  char what[256];
+  /* a limit the run fits as asked changes nothing */
+  q = p;
+  CHECK(dit_model_plan_fit(ctx, &q, &o, 2 * whole.peak_bytes, &pl, what, sizeof what) == DIT_OK);
+  CHECK(q.vae_tile == 0 && what[0] == 0 && pl.n_stages == 3);
+  /* too small for anything: refused with the smallest limit that would do */
+  CHECK(dit_model_plan_fit(ctx, &q, &o, small.peak_bytes / 2, &pl, what, sizeof what) == DIT_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(dit_ctx_last_error(ctx), "at least") != NULL, "%s", dit_ctx_last_error(ctx));
+  /* the smallest found (plans differ by what the process holds when each begins) */
+  CHECK_MSG(q.vae_tile > 0 && pl.n_stages == 3 && pl.peak_bytes < small.peak_bytes + (4u << 20), "tile %d, %zu vs %zu",
+            q.vae_tile, pl.peak_bytes, small.peak_bytes);
+  /* in between: tiled, within the limit, measured */
+  const size_t limit = (size_t)(1.05 * (double)(small.peak_bytes + whole.peak_bytes) / 2);
+  q = p;
+  CHECK(dit_model_plan_fit(ctx, &q, &o, limit, &pl, what, sizeof what) == DIT_OK);
+  CHECK_MSG(q.vae_tile > 0 && strstr(what, "tiles of") && pl.peak_bytes * 1.05 <= limit, "tile %d: %s", q.vae_tile,
+            what);
+  dit_image tiled, whole_img;
+  CHECK(hwm_reset());
+  CHECK(dit_generate(ctx, &q, &tiled, NULL) == DIT_OK);
+  const size_t got = hwm_bytes();
+  printf("  %s: --max-memory %.1f MiB chose tiles of %d: planned %.1f MiB, measured %.1f MiB (%.1f MiB as asked)\n",
+         strrchr(dir, '/') + 1, limit / 1048576.0, q.vae_tile, pl.peak_bytes / 1048576.0, got / 1048576.0,
+         whole.peak_bytes / 1048576.0);
+  CHECK_MSG(got <= limit, "measured %zu over the limit %zu", got, limit);
+  CHECK(dit_generate(ctx, &p, &whole_img, NULL) == DIT_OK);
+  char fa[4096], fb[4096];
+  dt_path(fa, sizeof fa, tmp, "fit_tiled.png");
+  dt_path(fb, sizeof fb, tmp, "fit_whole.png");
+  CHECK(dit_image_save_png(ctx, &tiled, fa, NULL, NULL, 0, 1) == DIT_OK);
+  CHECK(dit_image_save_png(ctx, &whole_img, fb, NULL, NULL, 0, 1) == DIT_OK);
+  dit_image_metrics mt;
+  CHECK(dit_compare_png(ctx, fa, fb, &mt) == DIT_OK);
+  printf("  tiled against whole: PSNR %.1f dB\n", mt.psnr);
+  CHECK_MSG(mt.psnr >= 40.0, "PSNR %.2f dB", mt.psnr);
+  dit_image_free(&tiled);
+  dit_image_free(&whole_img);
+  dit_ctx_free(ctx);
+}
+
+static void test_fit(const dt_args *a) {
+  if (!hwm_reset()) return;
+  char dir[4096];
+  dt_path(dir, sizeof dir, a->src, "models/shapes-128");
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    fit_case(dir, a->tmp);
+    fflush(stdout);
+    _exit(dt_failed ? 1 : 0);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+  CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the fitting case failed (above)");
+}
+
 static void test_refusals(const dt_args *a) {
   dit_ctx *ctx = NULL;
   dit_ctx_params cp;
@@ -186,11 +265,15 @@ static void test_cli(const dt_args *a) {
   CHECK(dt_run_output(cmd, log, out, sizeof out) == 2);
   snprintf(cmd, sizeof cmd, "'%s' plan -m '%s' --steps 0", cli, dir);
   CHECK(dt_run_output(cmd, log, out, sizeof out) == 2 && strstr(out, "ditrun plan: --steps"));
+  snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p x -W 256 -H 256 --max-memory 1K -o '%s/no.png'", cli, dir, a->tmp);
+  CHECK(dt_run_output(cmd, log, out, sizeof out) == 2 && strstr(out, "does not fit") && strstr(out, "at least"));
+  snprintf(cmd, sizeof cmd, "'%s' plan -m '%s' --max-memory 12X", cli, dir);
+  CHECK(dt_run_output(cmd, log, out, sizeof out) == 2 && strstr(out, "is not a size"));
   snprintf(cmd, sizeof cmd, "'%s' plan -m '%s' --device cuda", cli, dir);
   CHECK(dt_run_output(cmd, log, out, sizeof out) != 0 && strstr(out, "only the CPU"));
 }
 
 int main(int argc, char **argv) {
-  void (*const cases[])(const dt_args *) = {test_peaks, test_refusals, test_cli};
+  void (*const cases[])(const dt_args *) = {test_peaks, test_fit, test_refusals, test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof *cases);
 }

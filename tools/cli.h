@@ -28,6 +28,8 @@ typedef struct cli_gen_opts {
   struct cli_signals *signals;  /* held around each output's write (cli_signals.h) */
   int threads;
   int batch;                    /* -b N: images with seeds S..S+N-1 (1 = one image) */
+  unsigned keep;                /* DIT_KEEP_* the model keeps: all for a batch, none for one image */
+  size_t max_memory;            /* --max-memory: bytes (0: the machine's available memory, not enforced) */
   dit_component_file files[DIT_MAX_COMPONENT_FILES]; /* --diffusion-model, --vae, --clip-l, --t5xxl */
   dit_lora loras[DIT_MAX_LORAS];                      /* --lora */
   char lora_paths[DIT_MAX_LORAS][4096];
@@ -38,6 +40,8 @@ typedef struct cli_gen_opts {
   dit_image init, refs[DIT_MAX_REF_IMAGES];           /* read before the model loads */
 } cli_gen_opts;
 int cli_generate_parse(int argc, char **argv, cli_gen_opts *o);
+/* The model options generate (and plan) load with: o's device, precisions, keep, files, LoRAs. */
+void cli_model_opts(const cli_gen_opts *o, dit_model_opts *mo);
 
 typedef struct cli_tok_opts {
   const char *model, *text;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static bool plain_decimal(const char *s, bool allow_sign, bool allow_frac) {
   if (!s || !*s) return false;
@@ -75,6 +76,36 @@ bool cli_parse_double(const char *cmd, const char *opt, const char *s, double mi
     return false;
   }
   *out = v;
+  return true;
+}
+
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out) {
+  char num[64];
+  size_t n = 0;
+  while (s && s[n] && (isdigit((unsigned char)s[n]) || s[n] == '.') && n + 1 < sizeof num) num[n] = s[n], n++;
+  num[n] = 0;
+  const char *unit = s ? s + n : "";
+  static const char *const units[] = {"", "K", "M", "G", "T"};
+  int k = -1;
+  for (int i = 0; i < 5 && k < 0; i++) {
+    const size_t ul = strlen(units[i]);
+    if (!strncasecmp(unit, units[i], ul) &&
+        (!unit[ul] || ((!strcasecmp(unit + ul, "B") || !strcasecmp(unit + ul, "iB")) && i > 0)))
+      k = i;
+  }
+  if (!n || k < 0) {
+    fprintf(stderr, "ditrun %s: %s: '%s' is not a size (a number with K, M, G or T: 24G, 512M, 1.5GiB)\n", cmd, opt,
+            s ? s : "");
+    return false;
+  }
+  if (!decimal_text(cmd, opt, num, false, true, "a size such as 24G, 512M or 1.5GiB")) return false;
+  double v = strtod(num, NULL);
+  for (int i = 0; i < k; i++) v *= 1024.0;
+  if (!(v >= 1 && v < 1e18)) {
+    fprintf(stderr, "ditrun %s: %s: %s is out of range\n", cmd, opt, s);
+    return false;
+  }
+  *out = (size_t)v;
   return true;
 }
 

@@ -13,6 +13,9 @@
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long min, long max, int *out);
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 bool cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max, double *out);
+/* A size in bytes: a decimal number with K, M, G or T (powers of 1024; "GB", "GiB" and lower
+ * case accepted), or plain bytes: "24G", "512M", "1.5GiB". */
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out);
 
 /* The index of s in names[0..n); -1 after printing "ditrun CMD: OPTION: 's' is not A, B or C"
  * when it is none of them. */

@@ -49,6 +49,11 @@ static void usage(FILE *f) {
           "      --overwrite        replace PATH if it exists\n"
           "      --vae-tile N       decode (and encode) the VAE in tiles of N latent pixels (0 = whole); LTX-2:\n"
           "                         diffusers' tiling, N x N tiles every N - N/8 and windows of 16 frames every 8\n"
+          "      --max-memory SIZE  keep the run within SIZE of memory (24G, 512M): from its plan (`ditrun plan`),\n"
+          "                         load each component for its stage only, then tile the VAE, as needed; exit 2\n"
+          "                         with the smallest size that fits when none does. Without it the machine's\n"
+          "                         available memory is the limit the run is fitted to (Z-Image, FLUX.2 klein on\n"
+          "                         the CPU so far)\n"
           "  -i, --init-image FILE  image-to-image (Z-Image): start from this PNG/JPEG instead of noise; the size\n"
           "                         defaults to its own, floored to the model's multiple. LTX-2: image-to-video,\n"
           "                         the clip's first frame (resized to the clip's size)\n"
@@ -88,7 +93,7 @@ static void usage(FILE *f) {
 static const char *const gen_options[] = {
     "--model", "--prompt", "--negative", "--width", "--height", "--steps", "--guidance", "--cfg-truncation",
     "--cfg-normalization", "--seed", "--batch-count", "--rng", "--max-seq-len", "--text-rope-bf16", "--output",
-    "--overwrite", "--frames", "--fps", "--vae-tile", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
+    "--overwrite", "--frames", "--fps", "--vae-tile", "--max-memory", "--lora", "--threads", "--device", "--cpu-precision", "--precision", "--progress", "--quiet", "--help",
     "--diffusion-model", "--vae", "--text-encoder", "--clip-l", "--t5xxl", "--init-image", "--strength", "--image-crf", "--ref-image"};
 
 /* The single-file options and the components they stand for. */
@@ -269,6 +274,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
       if (!bad) o->ref_paths[o->p.n_ref_images++] = v;
     }
     else if (OPT(NULL, "--vae-tile")) { if (!bad && !cli_parse_int(cmd, "--vae-tile", v, 0, 4096, &o->p.vae_tile)) return 2; }
+    else if (OPT(NULL, "--max-memory")) { if (!bad && !cli_parse_size(cmd, "--max-memory", v, &o->max_memory)) return 2; }
     else if (OPT(NULL, "--threads")) { if (!bad && !cli_parse_int(cmd, "--threads", v, 1, 1024, &o->threads)) return 2; }
     else if (OPT(NULL, "--rng")) {
       if (!bad && strcmp(v, "torch-cpu")) {
@@ -289,6 +295,7 @@ int cli_generate_parse(int argc, char **argv, cli_gen_opts *o) {
 #undef OPT
     if (bad) { fprintf(stderr, "ditrun %s: %s needs a value\n", cmd, a); return 2; }
   }
+  o->keep = o->batch > 1 ? DIT_KEEP_ALL : 0; /* a batch keeps the model; one image loads each part for its stage */
   if (o->p.model_dir && !*o->p.model_dir) { fprintf(stderr, "ditrun %s: -m MODEL_DIR is empty\n", cmd); return 2; }
   if (!o->p.model_dir && !transformer_file(o)) {
     fprintf(stderr, "ditrun %s: -m MODEL_DIR is required (or --diffusion-model FILE of a model ditrun ships "
@@ -480,19 +487,45 @@ static dit_status generate_clip_one(dit_ctx *ctx, dit_model *model, cli_gen_opts
   return s;
 }
 
+void cli_model_opts(const cli_gen_opts *o, dit_model_opts *mo) {
+  dit_model_opts_default(mo);
+  mo->device = o->p.device;
+  mo->cpu_precision = o->p.cpu_precision;
+  mo->gpu_precision = o->p.gpu_precision;
+  mo->keep = o->keep;
+  mo->files = o->p.files;
+  mo->n_files = o->p.n_files;
+  mo->loras = o->p.loras;
+  mo->n_loras = o->p.n_loras;
+}
+
+/* Fits the run to --max-memory, or to the machine's available memory when none was given
+ * (dit_model_plan_fit): VAE tiling or releasing components as the plan needs. False (the
+ * exit code in *code) only when a given limit cannot be met or its plan fails. */
+static bool fit_memory(dit_ctx *ctx, cli_gen_opts *o, int *code) {
+  dit_model_opts mo;
+  cli_model_opts(o, &mo);
+  dit_plan pl;
+  char what[256];
+  dit_status s = dit_model_plan_fit(ctx, &o->p, &mo, o->max_memory, &pl, what, sizeof what);
+  if (s != DIT_OK && o->max_memory) {
+    fprintf(stderr, "ditrun generate: --max-memory: %s\n", dit_ctx_last_error(ctx));
+    *code = dit_status_exit_code(s);
+    return false;
+  }
+  o->keep = mo.keep; /* and o->p.vae_tile, set by the fit */
+  if (s == DIT_OK && what[0] && !o->quiet) fprintf(stderr, "ditrun generate: %s\n", what);
+  if (s == DIT_ERR_INVALID_ARG && pl.n_stages > 0) /* no limit given: a warning, the run goes on */
+    fprintf(stderr, "ditrun generate: warning: %s (this machine's available memory; it may swap or be stopped)\n",
+            dit_ctx_last_error(ctx));
+  return true;
+}
+
 /* Loads the model (kept resident for a batch; one image loads each component only for its
  * stage, which keeps the peak memory lowest) and makes the images. */
 static dit_status run_batch(dit_ctx *ctx, cli_gen_opts *o, const dit_gen_defaults *d, uint64_t seed0) {
   dit_model_opts mo;
-  dit_model_opts_default(&mo);
-  mo.device = o->p.device;
-  mo.cpu_precision = o->p.cpu_precision;
-  mo.gpu_precision = o->p.gpu_precision;
-  mo.keep = o->batch > 1 ? DIT_KEEP_ALL : 0;
-  mo.files = o->p.files;
-  mo.n_files = o->p.n_files;
-  mo.loras = o->p.loras;
-  mo.n_loras = o->p.n_loras;
+  cli_model_opts(o, &mo);
   dit_model *model = NULL;
   double t0 = cli_now();
   dit_status s = dit_model_load(ctx, o->p.model_dir, &mo, &model);
@@ -556,6 +589,7 @@ int cli_generate(int argc, char **argv) {
     fprintf(stderr, "ditrun generate: seed %llu (drawn at random; --seed %llu makes %s again)\n",
             (unsigned long long)seed0, (unsigned long long)seed0, o.batch > 1 ? "these images" : "this image");
   }
+  if (s == DIT_OK && !fit_memory(ctx, &o, &code)) goto done;
   if (s == DIT_OK) s = run_batch(ctx, &o, &d, seed0);
   code = dit_status_exit_code(s);
   if (s != DIT_OK) fprintf(stderr, "ditrun generate: %s\n", dit_ctx_last_error(ctx));

@@ -98,15 +98,14 @@ int cli_plan(int argc, char **argv) {
   dit_ctx *ctx = cli_start("plan", r, o.threads, &code);
   if (!ctx) return code;
   dit_model_opts mo;
-  dit_model_opts_default(&mo);
-  mo.device = o.p.device;
-  mo.cpu_precision = o.p.cpu_precision;
-  mo.gpu_precision = o.p.gpu_precision;
-  mo.keep = o.batch > 1 ? DIT_KEEP_ALL : 0; /* as generate's run_batch */
-  mo.files = o.p.files;
-  mo.n_files = o.p.n_files;
+  cli_model_opts(&o, &mo);
+  mo.loras = NULL, mo.n_loras = 0; /* not planned yet */
   dit_plan pl;
-  dit_status s = dit_model_plan(ctx, &o.p, &mo, &pl);
+  char what[256] = "";
+  /* with --max-memory: what generate would choose to fit it */
+  dit_status s = o.max_memory ? dit_model_plan_fit(ctx, &o.p, &mo, o.max_memory, &pl, what, sizeof what)
+                              : dit_model_plan(ctx, &o.p, &mo, &pl);
+  if (s == DIT_OK && what[0] && !json) printf("ditrun plan: %s\n", what);
   if (s == DIT_OK) {
     if (json) print_json(&pl);
     else print_text(&pl);

@@ -536,6 +536,20 @@ static dit_status upload_inputs(dit_clip_text *m, const clip_run *r, const int32
   return s;
 }
 
+dit_status dit_clip_text_cost(const dit_clip_text *m, int S, dit_cost *out, dit_error *err) {
+  if (!m || !out || S < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "clip_text cost: bad arguments");
+  const dit_clip_text_config *c = &m->cfg;
+  clip_run r = {.S = S};
+  dit_arena a;
+  dit_arena_init_measure(&a);
+  place(&a, c->hidden_size, c->intermediate_size, &r, err);
+  const double H = c->hidden_size, I = c->intermediate_size, n = S;
+  /* per layer: q, k, v, out and the MLP per token; QK^T and PV */
+  out->flops = c->num_layers * (2.0 * n * (4.0 * H * H + 2.0 * H * I) + 4.0 * n * n * H);
+  out->act_bytes = a.peak + (size_t)S * sizeof(int32_t); /* + upload_inputs' positions */
+  return DIT_OK;
+}
+
 dit_status dit_clip_text_encode_hidden(dit_clip_text *m, int S, const int32_t *ids, int n_layers, const int *layers,
                                        float *const *hidden, float *last_hidden, float *pooled, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "clip_text encode: no model");

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 typedef enum dit_clip_act {
@@ -85,6 +86,10 @@ size_t dit_clip_text_weight_bytes(const dit_clip_text *m);
 
 /* The pooled position of ids[0..S) under cfg's eos rule (see above). */
 int dit_clip_text_pooled_index(const dit_clip_text_config *c, int S, const int32_t *ids);
+
+/* What one encode of S ids costs (core/cost.h): FLOPs of every layer and its activation
+ * buffer. Nothing runs. */
+dit_status dit_clip_text_cost(const dit_clip_text *m, int S, dit_cost *out, dit_error *err);
 
 /* Runs the encoder on one sequence of S tokens (1 <= S <= max_position_embeddings; no
  * padding mask: padded positions are attended causally, as CLIPTextModel does without an

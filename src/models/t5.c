@@ -572,6 +572,20 @@ static dit_status check_args(const dit_t5 *m, int S, const int32_t *ids, const u
   return DIT_OK;
 }
 
+dit_status dit_t5_cost(const dit_t5 *m, int S, dit_cost *out, dit_error *err) {
+  if (!m || !out || S < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "t5 cost: bad arguments");
+  const dit_t5_config *c = &m->cfg;
+  t5_run r;
+  dit_arena ar;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, c, S, &r, err));
+  const double D = c->d_model, I = (double)c->num_heads * c->d_kv, F = c->d_ff, n = S;
+  /* per block: q, k, v, o; the feed-forward (two input matrices when gated); QK^T and PV */
+  out->flops = c->num_layers * (2.0 * n * (4.0 * D * I + (c->gated ? 3.0 : 2.0) * D * F) + 4.0 * n * n * I);
+  out->act_bytes = ar.peak + ((size_t)S * (size_t)S * sizeof(float) + 63) / 64 * 64; /* + the bias table */
+  return DIT_OK;
+}
+
 dit_status dit_t5_encode_hidden(dit_t5 *m, int S, const int32_t *ids, const uint8_t *mask, int n_layers,
                                 const int *layers, float *const *out, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "t5 encode: no model");

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 typedef struct dit_t5_config {
@@ -79,6 +80,10 @@ dit_backend *dit_t5_backend(const dit_t5 *m);
 /* Bytes of the weights when they are in one backend block (device backends, random
  * weights), else 0 (mapped from the files). */
 size_t dit_t5_weight_bytes(const dit_t5 *m);
+
+/* What one encode of S ids costs (core/cost.h): FLOPs of every block and its activation
+ * buffer plus the position-bias table. Nothing runs. */
+dit_status dit_t5_cost(const dit_t5 *m, int S, dit_cost *out, dit_error *err);
 
 /* Runs the encoder on one sequence of S tokens (host array ids [S]).
  * mask: NULL (every position attends to every other, pads included: what FluxPipeline

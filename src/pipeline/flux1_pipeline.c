@@ -22,6 +22,7 @@
 #include "pipeline/family.h"
 #include "pipeline/kl_vae.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/plan.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
 #include "text/tokenizer.h"
@@ -317,6 +318,71 @@ static dit_status flux1_generate(const dit_model_rt *rt, void *state, const dit_
   return s;
 }
 
+/* The text stage: both tokenizers and encoders load, CLIP runs on 77 ids, then T5 on max_len,
+ * each into a backend buffer copied to the prompt's host arrays. */
+static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const char *prompt, int max_len, dit_plan *pl,
+                            int *St, int *joint, int *pooled_dim, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TEXT, &obj, err));
+  flux1_text *t = obj;
+  dit_cost clip = {0}, t5 = {0};
+  int32_t *ids = NULL;
+  size_t n_ids = 0; /* the prompt's T5 tokens before padding */
+  dit_status s = dit_tok_encode_model(t->t5_tok, prompt, strlen(prompt), (size_t)max_len, &ids, &n_ids, err);
+  free(ids);
+  pl->text_tokens = (int)n_ids;
+  if (s == DIT_OK) s = dit_clip_text_cost(t->clip, CLIP_MAX_LEN, &clip, err);
+  if (s == DIT_OK) s = dit_t5_cost(t->t5, max_len, &t5, err);
+  *pooled_dim = dit_clip_text_get_config(t->clip)->hidden_size;
+  *joint = dit_t5_get_config(t->t5)->d_model;
+  *St = max_len;
+  const size_t pooled = (size_t)*pooled_dim * sizeof(float), embeds = (size_t)max_len * (size_t)*joint * sizeof(float);
+  const size_t id_bytes = (size_t)(CLIP_MAX_LEN + max_len) * sizeof(int32_t);
+  const size_t tables = dit_tok_table_bytes(t->clip_tok) + dit_tok_table_bytes(t->t5_tok);
+  const size_t a = clip.act_bytes + pooled, b = t5.act_bytes + embeds;
+  dit_cost run = {clip.flops + t5.flops, (a > b ? a : b) + pooled + embeds + id_bytes + tables};
+  /* the tokenizers load one after the other: the second's transient beside the first's tables */
+  const size_t l1 = dit_tok_load_bytes(t->clip_tok), l2 = dit_tok_table_bytes(t->clip_tok) + dit_tok_load_bytes(t->t5_tok);
+  const dit_plan_run r = {"text encoder", "text_encoder+text_encoder_2", DIT_KEEP_TEXT_ENCODER, run, 0,
+                          l1 > l2 ? l1 : l2, 1};
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
+  return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
+}
+
+/* CLIP and T5, the steps (one item: dev's guidance is embedded), the VAE decode. */
+static dit_status flux1_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                             dit_error *err) {
+  dit_components *c = state;
+  const int W = p->width, H = p->height;
+  if (W % 16 || H % 16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of 16 for FLUX.1 (got %dx%d)", W,
+                      H);
+  int St = 0, joint = 0, pooled_dim = 0;
+  DIT_TRY(plan_text(rt, c, p->prompt, p->max_sequence_length > 0 ? p->max_sequence_length : 512, pl, &St, &joint,
+                    &pooled_dim, err));
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const int lh = H / 16, lw = W / 16, C = dit_flux2_get_config(obj)->in_channels;
+  const int64_t Si = (int64_t)lh * lw;
+  dit_cost run = {0};
+  dit_status s = dit_flux_cost(obj, 1, Si, St, &run, err);
+  dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
+  /* the prompt's features, latents, prediction, noise, ids (f1_state) */
+  const size_t n = (size_t)Si * (size_t)C;
+  const size_t loop = ((size_t)pooled_dim + (size_t)St * (size_t)joint + 3 * n + 3 * (size_t)(Si + St)) * sizeof(float);
+  const size_t acts = run.act_bytes;
+  run.flops *= p->steps;
+  run.act_bytes += loop;
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
+  dit_cost dec = {0};
+  if (s == DIT_OK) s = dit_kl_decode_cost(rt, c, C / 4, 2 * lh, 2 * lw, p->vae_tile, &dec, err);
+  dec.act_bytes += loop + n * sizeof(float); /* and the unpacked latents */
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
+  return s;
+}
+
 static dit_status flux1_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
@@ -354,6 +420,7 @@ const dit_family dit_family_flux1 = {
     .open = flux1_open,
     .generate = flux1_generate,
     .close = dit_components_state_close,
+    .plan = flux1_plan,
     .latent = {16, 2, 1},
     .bench = dit_flux1_bench,
 };

@@ -6,20 +6,37 @@
 
 #include "io/safetensors.h"
 
-/* The component's stored bytes by dtype, from its files' headers (nothing else is read). */
-static dit_status weights_of(const dit_model_rt *rt, const char *component, dit_plan_stage *st, dit_error *err) {
+/* Adds the folder component's stored bytes by dtype from its files' headers (nothing else
+ * is read) to by[] and *total. */
+static dit_status add_weights(const dit_model_rt *rt, const char *component, size_t *by, size_t *total,
+                              dit_error *err) {
   dit_component_src src;
   DIT_TRY(dit_component_source(rt, component, &src, err));
   dit_weights *w = NULL;
   DIT_TRY(dit_weights_open(src.path, NULL, &w, err));
-  size_t by[DIT_DTYPE_COUNT] = {0}, total = 0;
   for (size_t i = 0; i < w->n_tensors; i++) {
     const dit_st_tensor *t = w->tensors[i];
     const size_t b = (size_t)(t->end - t->begin);
     if ((int)t->dtype >= 0 && (int)t->dtype < DIT_DTYPE_COUNT) by[t->dtype] += b;
-    total += b;
+    *total += b;
   }
   dit_weights_close(w);
+  return DIT_OK;
+}
+
+/* The stage's weights: every component of `components` ("a+b" for a stage of two folders). */
+static dit_status weights_of(const dit_model_rt *rt, const char *components, dit_plan_stage *st, dit_error *err) {
+  size_t by[DIT_DTYPE_COUNT] = {0}, total = 0;
+  for (const char *c = components; *c;) {
+    const char *end = strchr(c, '+');
+    const size_t n = end ? (size_t)(end - c) : strlen(c);
+    char name[64];
+    if (n == 0 || n >= sizeof name) return dit_errorf(err, DIT_ERR_INTERNAL, "plan: bad component list '%s'", components);
+    memcpy(name, c, n);
+    name[n] = 0;
+    DIT_TRY(add_weights(rt, name, by, &total, err));
+    c += n + (end ? 1 : 0);
+  }
   st->weight_bytes = total;
   st->weight_dtypes[0] = 0;
   size_t used = 0;

@@ -1,5 +1,5 @@
 /* The planner (dit_model_plan, `ditrun plan`) against what a generate really holds: for the
- * shipped model, the Z-Image, FLUX.2 [klein] and FLUX.1 [dev] fixtures at 128x128 and 512x512, each stage's predicted memory in
+ * shipped model, the Z-Image, FLUX.2 [klein], FLUX.1 [dev] and Krea 2 fixtures at 128x128 and 512x512, each stage's predicted memory in
  * use against the process's resident peak measured during that stage of a real generate
  * (VmHWM, reset at every stage start through /proc/self/clear_refs), within 15% as the
  * planner's promise says; the refusals; the CLI. */
@@ -109,14 +109,15 @@ static void test_peaks(const dt_args *a) {
     printf("  (this system has no /proc/self/clear_refs: the measured side cannot be taken; skipped)\n");
     return;
   }
-  char shapes[4096], tiny[4096], klein[4096], flux1[4096];
+  char shapes[4096], tiny[4096], klein[4096], flux1[4096], krea2[4096];
   dt_path(shapes, sizeof shapes, a->src, "models/shapes-128");
   dt_path(tiny, sizeof tiny, a->data, "models/zimage-tiny");
   dt_path(klein, sizeof klein, a->data, "models/flux2-klein-tiny");
   dt_path(flux1, sizeof flux1, a->data, "models/flux1-dev-tiny");
-  const char *dirs[4] = {shapes, tiny, klein, flux1};
+  dt_path(krea2, sizeof krea2, a->data, "models/krea2-turbo-tiny");
+  const char *dirs[5] = {shapes, tiny, klein, flux1, krea2};
   const int sizes[2] = {128, 512};
-  for (int d = 0; d < 4; d++)
+  for (int d = 0; d < 5; d++)
     for (int i = 0; i < 2; i++) {
       fflush(stdout);
       pid_t pid = fork();

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_KREA2_N_AXES 3 /* RoPE axes (t, h, w) */
@@ -89,6 +90,17 @@ dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err);
  * what dit_krea2_forward takes. */
 dit_status dit_krea2_encode_text(dit_krea2 *m, const dit_tensor *enc, const uint8_t *mask, dit_tensor *fused,
                                  dit_tensor *txt, dit_error *err);
+
+/* FLOPs of one item (2 per MAC): a block's q, gate and out (3 D^2) and k, v (2 D Dkv, Dkv the KV
+ * heads' width) and SwiGLU (3 D F) per token of S = L text + Si image, QK^T and PV (2 S^2 D);
+ * the text fusion's layerwise blocks over each token's T taps and refiner blocks over the L
+ * tokens (the same terms at the text width), txt_in (td D + D^2 per token). Embedders,
+ * modulations and the final layer are not counted. */
+double dit_krea2_flops(const dit_krea2_config *c, double Si, double L);
+/* What the text fusion and one forward of B items of L text and Si image tokens cost
+ * (core/cost.h): FLOPs of both and the model's buffer (grown to the larger of their plans)
+ * with its host tables. Nothing runs. */
+dit_status dit_krea2_cost(const dit_krea2 *m, int64_t B, int64_t L, int64_t Si, dit_cost *out, dit_error *err);
 
 /* One step: x [B, Si, in_channels] F32 packed latents, txt [B, L, dim] F32 from
  * dit_krea2_encode_text with the same mask (host [B * L] or NULL), t host [B] (the

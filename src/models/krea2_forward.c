@@ -561,6 +561,35 @@ dit_status dit_krea2_forward(dit_krea2 *m, const dit_tensor *x, const dit_tensor
   return s;
 }
 
+double dit_krea2_flops(const dit_krea2_config *c, double Si, double L) {
+  const double S = Si + L, D = c->dim;
+  const double Dkv = (double)c->n_kv_heads * c->head_dim, F = c->ffn_dim, T = c->n_taps, td = c->text_dim;
+  const double tkv = (double)c->text_kv_heads * c->text_head_dim, tf = c->text_ffn_dim;
+  const double blk = 2 * (3 * D * D + 2 * D * Dkv + 3 * D * F) * S + 4 * D * S * S;
+  const double tblk = 2 * (3 * td * td + 2 * td * tkv + 3 * td * tf);
+  return c->n_layers * blk + c->n_layerwise * (tblk * L * T + 4 * td * T * T * L) +
+         c->n_refiner * (tblk * L + 4 * td * L * L) + 2 * (td * D + D * D) * L;
+}
+
+dit_status dit_krea2_cost(const dit_krea2 *m, int64_t B, int64_t L, int64_t Si, dit_cost *out, dit_error *err) {
+  if (!m || !out || B < 1 || B > MAX_BATCH || L < 1 || L > MAX_TOKENS || Si < 1 || Si > MAX_TOKENS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2 cost: bad arguments");
+  const dit_krea2_config *c = &m->cfg;
+  const krea2_geom g = {B, L, Si, L + Si};
+  const size_t host_bytes = host_bytes_of(c, &g);
+  dit_arena text, fwd;
+  krea2_text_acts ta;
+  krea2_acts a;
+  dit_arena_init_measure(&text);
+  dit_arena_init_measure(&fwd);
+  DIT_TRY(plan_text(&text, c, B, L, m->as.es, &ta, err));
+  DIT_TRY(plan(&fwd, c, &g, host_bytes, m->as.es, &a, err));
+  /* the text fusion and the forward share the model's buffer, grown to the larger */
+  out->act_bytes = (text.peak > fwd.peak ? text.peak : fwd.peak) + (host_bytes + 63) / 64 * 64;
+  out->flops = (double)B * dit_krea2_flops(c, (double)Si, (double)L);
+  return DIT_OK;
+}
+
 dit_status dit_krea2_set_act_dtype(dit_krea2 *m, dit_dtype dt, dit_error *err) {
   if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "krea2: no model");
   bool changed = false;

@@ -284,14 +284,26 @@ static dit_status decoder_fwd(vae_run *r, const void *model, const float *z, flo
   return vae_output(r, &ty, out, err);
 }
 
+/* The decoder's call on nb latents of h x w (buffers kept in *keep when not NULL). */
+static vae_call decode_call(const dit_vae_qwen *m, int nb, int h, int w, int tile, vae_run **keep) {
+  const dit_vae_qwen_config *c = &m->cfg;
+  return (vae_call){m->be, m->adt, decoder_fwd, m, nb, h, w, tile, c->z_dim, 1, c->out_channels,
+                    1 << (c->n_levels - 1), "vae decode", keep};
+}
+
+dit_status dit_vae_qwen_cost(const dit_vae_qwen *m, int h, int w, int tile, dit_cost *out, dit_error *err) {
+  if (!m || !out || h < 1 || w < 1 || tile < 0) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae cost: bad arguments");
+  const vae_call call = decode_call(m, 1, h, w, tile, NULL);
+  return vae_call_cost(&call, out, err);
+}
+
 dit_status dit_vae_qwen_decode(dit_vae_qwen *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err) {
   if (!m || !z || !img) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae decode: NULL argument");
   const dit_vae_qwen_config *c = &m->cfg;
   const int64_t f = (int64_t)1 << (c->n_levels - 1);
   DIT_TRY(vae_check_decode_io(z, img, c->z_dim, c->out_channels, f, tile, err));
-  const vae_call call = {m->be, m->adt, decoder_fwd, m, (int)z->shape[0], (int)z->shape[2], (int)z->shape[3], tile,
-                         c->z_dim, 1, c->out_channels, (int)f, "vae decode",
-                         dit_backend_is_host(m->be) ? NULL : &m->keep};
+  const vae_call call = decode_call(m, (int)z->shape[0], (int)z->shape[2], (int)z->shape[3], tile,
+                                    dit_backend_is_host(m->be) ? NULL : &m->keep);
   DIT_TRY(vae_decode_checked(&call, z, img, err));
   float *px = img->data;
   const size_t in = (size_t)dit_tensor_numel(img);

@@ -10,6 +10,7 @@
 #define DIT_MODELS_VAE_QWEN_H
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_VAE_QWEN_MAX_Z 64
@@ -39,5 +40,8 @@ dit_status dit_vae_qwen_set_act_dtype(dit_vae_qwen *m, dit_dtype dt, dit_error *
  * dit_vae_kl_decode (0: whole). DIT_ERR_INVALID_ARG for bad shapes, DIT_ERR_NUMERIC for
  * NaN/Inf in z or the image. */
 dit_status dit_vae_qwen_decode(dit_vae_qwen *m, const dit_tensor *z, dit_tensor *img, int tile, dit_error *err);
+/* What one decode of an h x w latent in tiles of `tile` latent pixels (0: whole) costs
+ * (core/cost.h), as dit_vae_kl_cost_of. Nothing runs. */
+dit_status dit_vae_qwen_cost(const dit_vae_qwen *m, int h, int w, int tile, dit_cost *out, dit_error *err);
 
 #endif

@@ -66,24 +66,14 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   DIT_HAND_OVER(s, b, model, bench_free);
 }
 
-/* Per forward, in MACs times 2: a block's q, gate and out (3 D^2) and k, v (2 D Dkv, Dkv the
- * KV heads' width) and SwiGLU (3 D F) per token of S = text + image, QK^T and PV (2 S^2 D);
- * the text fusion's layerwise blocks over each token's T taps and refiner blocks over the L
- * tokens (the same terms at the text width), txt_in (td D + D^2 per token). Embedders,
- * modulations and the final layer are not counted. */
 static void bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                            int64_t *aux_tokens, double *flops) {
   *aux_tokens = 0;
   const dit_krea2_config *c = dit_krea2_get_config(((const krea2_bench *)model)->m);
-  const double Si = (double)(p->res / 16) * (p->res / 16), L = p->text_len, S = Si + L, D = c->dim;
-  const double Dkv = (double)c->n_kv_heads * c->head_dim, F = c->ffn_dim, T = c->n_taps, td = c->text_dim;
-  const double tkv = (double)c->text_kv_heads * c->text_head_dim, tf = c->text_ffn_dim;
-  const double blk = 2 * (3 * D * D + 2 * D * Dkv + 3 * D * F) * S + 4 * D * S * S;
-  const double tblk = 2 * (3 * td * td + 2 * td * tkv + 3 * td * tf);
+  const double Si = (double)(p->res / 16) * (p->res / 16);
   *img_tokens = (int64_t)Si;
   *cap_tokens = p->text_len;
-  *flops = c->n_layers * blk + c->n_layerwise * (tblk * L * T + 4 * td * T * T * L) +
-           c->n_refiner * (tblk * L + 4 * td * L * L) + 2 * (td * D + D * D) * L;
+  *flops = dit_krea2_flops(c, Si, p->text_len);
 }
 
 /* x [1, Si, 64], the tapped states [1, L, T * td] (seen as [1, L, T, td]), ids: text at 0, the

@@ -20,6 +20,7 @@
 #include "pipeline/family.h"
 #include "pipeline/krea2_pipeline.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/plan.h"
 #include "pipeline/prompt.h"
 #include "pipeline/rng_torch.h"
 #include "pipeline/scheduler.h"
@@ -288,6 +289,75 @@ static dit_status krea2_generate(const dit_model_rt *rt, void *state, const dit_
   return s;
 }
 
+/* The text stage: the prompt (and under guidance the negative one) to their tapped states,
+ * each copied into the block both are held in through the run. */
+static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, int nb, int L,
+                            dit_plan *pl, size_t *held, dit_error *err) {
+  int taps[MAX_TAPS], n_taps = 0;
+  DIT_TRY(read_taps(rt->dir, taps, &n_taps, err));
+  dit_text_encoder *t = NULL;
+  DIT_TRY(dit_text_encoder_get(rt, c, p->text_rope_bf16, &t, err));
+  dit_cost one[2];
+  memset(one, 0, sizeof one);
+  int n = 0, n_neg = 0;
+  dit_status s = dit_krea2_prompt_cost(t->te, t->tok, p->prompt, L, taps, n_taps, &one[0], &n, err);
+  if (s == DIT_OK && nb == 2)
+    s = dit_krea2_prompt_cost(t->te, t->tok, p->negative_prompt ? p->negative_prompt : "", L, taps, n_taps, &one[1],
+                              &n_neg, err);
+  const size_t per = (size_t)L * (size_t)n_taps * (size_t)dit_qwen3_get_config(t->te)->hidden_size * sizeof(float);
+  *held = (size_t)nb * (per + (size_t)L); /* krea2_text: the features and masks of both */
+  dit_cost run = {one[0].flops + one[1].flops, (one[0].act_bytes > one[1].act_bytes ? one[0].act_bytes
+                                                                                      : one[1].act_bytes) + *held};
+  run.act_bytes += dit_tok_table_bytes(t->tok);
+  pl->text_tokens = n;
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
+  return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
+}
+
+/* Text encoder; the transformer's text fusion (once) and steps, batch 2 under guidance; the
+ * Qwen-Image VAE's decode. */
+static dit_status krea2_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                             dit_error *err) {
+  dit_components *c = state;
+  const int W = p->width, H = p->height, nb = p->guidance > 0 ? 2 : 1;
+  if (W % 16 || H % 16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "width and height must be multiples of 16 for Krea 2 (got %dx%d)", W, H);
+  const int L = p->max_sequence_length > 0 ? p->max_sequence_length : 512;
+  size_t held = 0;
+  DIT_TRY(plan_text(rt, c, p, nb, L, pl, &held, err));
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const dit_krea2_config *k = dit_krea2_get_config(obj);
+  const int lh = H / 16, lw = W / 16, C = k->in_channels;
+  const int64_t Si = (int64_t)lh * lw;
+  dit_cost run = {0};
+  dit_status s = dit_krea2_cost(obj, nb, L, Si, &run, err);
+  /* k2_state: latents, prediction, noise, and nb of the input, output (device and host); the
+   * fused text on the device, and the tapped states' device copy while it is made; the ids */
+  const size_t n = (size_t)Si * (size_t)C * sizeof(float);
+  const size_t loop = held + (3 + 3 * (size_t)nb) * n + (size_t)nb * (size_t)L * (size_t)k->dim * sizeof(float) +
+                      (size_t)(L + Si) * 3 * sizeof(float);
+  const size_t acts = run.act_bytes;
+  run.act_bytes += loop + (held - (size_t)nb * (size_t)L);
+  run.flops *= p->steps; /* the text fusion once, counted with each step: under 1% at real sizes */
+  dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
+  pl->batch = nb;
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
+  if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err);
+  dit_cost dec = {0};
+  if (s == DIT_OK) {
+    s = dit_vae_qwen_cost(obj, 2 * lh, 2 * lw, p->vae_tile, &dec, err);
+    const size_t px = (size_t)H * (size_t)W;
+    dec.act_bytes += loop + n + 3 * px * sizeof(float) + 3 * px; /* z, the decoded pixels, the 8-bit image */
+    dit_component_done(rt, c, DIT_SLOT_VAE);
+  }
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
+  return s;
+}
+
 static dit_status krea2_open(const dit_model_rt *rt, void **state, dit_error *err) {
   *state = NULL;
   dit_components *c = calloc(1, sizeof *c);
@@ -321,6 +391,7 @@ const dit_family dit_family_krea2 = {
     .open = krea2_open,
     .generate = krea2_generate,
     .close = dit_components_state_close,
+    .plan = krea2_plan,
     .latent = {16, 2, 1},
     .bench = dit_krea2_bench,
 };

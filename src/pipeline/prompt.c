@@ -168,12 +168,11 @@ static dit_status tokens_of(const dit_tokenizer *tok, const char *text, int32_t 
   return s;
 }
 
-dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
-                                   const int *taps, int n_taps, float **embeds, uint8_t **mask_out, dit_error *err) {
-  *embeds = NULL;
-  *mask_out = NULL;
-  if (!te || !tok || !taps || n_taps < 1)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL text encoder, tokenizer or taps");
+/* Krea 2's ids: the template's head and the prompt, cut to the block of max_len + prefix -
+ * suffix tokens, then the tail; *n counts the head and prompt's, *S all (ids malloc'd). */
+static dit_status krea2_ids(const dit_tokenizer *tok, const char *prompt, int max_len, int32_t **ids, size_t *n,
+                            size_t *S, dit_error *err) {
+  *ids = NULL;
   if (max_len < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: max_sequence_length %d must be >= 1", max_len);
   const char *head = NULL, *tail = NULL;
   DIT_TRY(dit_chat_parts(DIT_CHAT_KREA2, &head, &tail, err));
@@ -181,32 +180,41 @@ dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, cons
   if (!text) return dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
   strcpy(text, head);
   if (prompt) strcat(text, prompt);
-  int32_t *front = NULL, *back = NULL, *ids = NULL;
+  int32_t *front = NULL, *back = NULL;
   size_t nf = 0, nb = 0;
-  float *hs = NULL, *out = NULL;
-  uint8_t *mask = NULL;
-  const size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size, L = (size_t)max_len;
   dit_status s = tokens_of(tok, text, &front, &nf, err);
   if (s == DIT_OK) s = tokens_of(tok, tail, &back, &nb, err);
-  const size_t block = L + KREA2_PREFIX_TOKENS - KREA2_SUFFIX_TOKENS; /* head + prompt, padded to it */
+  const size_t block = (size_t)max_len + KREA2_PREFIX_TOKENS - KREA2_SUFFIX_TOKENS; /* head + prompt, padded to it */
   if (s == DIT_OK && (nb != KREA2_SUFFIX_TOKENS || nf < KREA2_PREFIX_TOKENS))
     s = dit_errorf(err, DIT_ERR_FORMAT, "prompt: the tokenizer gives Krea 2's template %zu + %zu tokens, expected %d + %d",
                    nf, nb, KREA2_PREFIX_TOKENS, KREA2_SUFFIX_TOKENS);
+  *n = nf < block ? nf : block, *S = *n + nb;
+  if (s == DIT_OK && !(*ids = malloc(*S * sizeof **ids))) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
+  for (size_t i = 0; s == DIT_OK && i < *S; i++) (*ids)[i] = i < *n ? front[i] : back[i - *n];
+  free(text), free(front), free(back);
+  return s;
+}
+
+dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                   const int *taps, int n_taps, float **embeds, uint8_t **mask_out, dit_error *err) {
+  *embeds = NULL;
+  *mask_out = NULL;
+  if (!te || !tok || !taps || n_taps < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "prompt: NULL text encoder, tokenizer or taps");
+  int32_t *ids = NULL;
+  size_t n = 0, S = 0;
+  DIT_TRY(krea2_ids(tok, prompt, max_len, &ids, &n, &S, err));
+  float *hs = NULL, *out = NULL;
+  uint8_t *mask = NULL;
+  const size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size, L = (size_t)max_len;
   /* Only the real tokens run, at positions 0..S-1: the padding between prompt and tail is
    * masked out of every key, so it changes none of them, and the pipeline's position_ids
    * (cumsum(mask) - 1) give the tail the positions that follow the prompt's. The padded
    * rows' features are left 0: nothing reads them (the transformer masks them too). */
-  const size_t n = nf < block ? nf : block, S = n + nb;
+  hs = malloc((size_t)n_taps * S * H * sizeof *hs), out = calloc(L * (size_t)n_taps * H, sizeof *out);
+  mask = calloc(L, 1);
+  dit_status s = hs && out && mask ? DIT_OK : dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
   if (s == DIT_OK) {
-    ids = malloc(S * sizeof *ids);
-    hs = malloc((size_t)n_taps * S * H * sizeof *hs), out = calloc(L * (size_t)n_taps * H, sizeof *out);
-    mask = calloc(L, 1);
-    if (!ids || !hs || !out || !mask) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
-  }
-  if (s == DIT_OK) {
-    for (size_t i = 0; i < S; i++) {
-      ids[i] = i < n ? front[i] : back[i - n];
-    }
     float **host = malloc((size_t)n_taps * sizeof *host);
     if (!host) s = dit_errorf(err, DIT_ERR_NOMEM, "prompt: out of memory");
     for (int j = 0; host && j < n_taps; j++) host[j] = hs + (size_t)j * S * H;
@@ -223,12 +231,28 @@ dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, cons
         memcpy(out + (row * (size_t)n_taps + (size_t)j) * H, hs + ((size_t)j * S + i) * H, H * sizeof *out);
     }
   }
-  free(text), free(front), free(back), free(ids), free(hs);
+  free(ids), free(hs);
   if (s != DIT_OK) {
     free(out), free(mask);
     return s;
   }
   *embeds = out;
   *mask_out = mask;
+  return DIT_OK;
+}
+
+dit_status dit_krea2_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                 const int *taps, int n_taps, dit_cost *out, int *n_tokens, dit_error *err) {
+  int32_t *ids = NULL;
+  size_t n = 0, S = 0;
+  DIT_TRY(krea2_ids(tok, prompt, max_len, &ids, &n, &S, err));
+  free(ids);
+  int deepest = 0;
+  for (int j = 0; j < n_taps; j++) deepest = taps[j] > deepest ? taps[j] : deepest;
+  DIT_TRY(dit_qwen3_cost(te, 1, (int)S, deepest, false, out, err));
+  /* encode_to_host's buffers, the hidden states downloaded, the [L, taps, H] features, the mask */
+  const size_t H = (size_t)dit_qwen3_get_config(te)->hidden_size, T = (size_t)n_taps;
+  out->act_bytes += 2 * T * S * H * sizeof(float) + (size_t)max_len * (T * H * sizeof(float) + 1);
+  *n_tokens = (int)(n - KREA2_PREFIX_TOKENS);
   return DIT_OK;
 }

@@ -45,5 +45,9 @@ dit_status dit_flux2_klein_prompt_cost(const dit_qwen3 *te, const dit_tokenizer 
  * pipeline's hold the encoder's output there, which no later step reads). Free both. */
 dit_status dit_krea2_encode_prompt(dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
                                    const int *taps, int n_taps, float **embeds, uint8_t **mask, dit_error *err);
+/* What dit_krea2_encode_prompt of prompt costs (the encoder over the real ids, to the deepest
+ * tap, and its buffers) and the prompt's *n_tokens after the template's head. */
+dit_status dit_krea2_prompt_cost(const dit_qwen3 *te, const dit_tokenizer *tok, const char *prompt, int max_len,
+                                 const int *taps, int n_taps, dit_cost *out, int *n_tokens, dit_error *err);
 
 #endif

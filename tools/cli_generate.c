@@ -52,7 +52,7 @@ static void usage(FILE *f) {
           "      --max-memory SIZE  keep the run within SIZE of memory (24G, 512M): from its plan (`ditrun plan`),\n"
           "                         load each component for its stage only, then tile the VAE, as needed; exit 2\n"
           "                         with the smallest size that fits when none does. Without it the machine's\n"
-          "                         available memory is the limit the run is fitted to (Z-Image, FLUX.2 klein on\n"
+          "                         available memory is the limit the run is fitted to (the image families on\n"
           "                         the CPU so far)\n"
           "  -i, --init-image FILE  image-to-image (Z-Image): start from this PNG/JPEG instead of noise; the size\n"
           "                         defaults to its own, floored to the model's multiple. LTX-2: image-to-video,\n"

@@ -14,9 +14,11 @@ static void usage(FILE *f) {
           "  What `ditrun generate` with the same options would take, without running it: for each\n"
           "  stage (text encoder, transformer steps, VAE decode) the component's weights as stored,\n"
           "  the memory the stage allocates beyond them, its FLOPs, and the memory in use; then the\n"
-          "  run's peak. Read from the folder's configs and the weight files' headers (no weight is\n"
-          "  read). One image loads each component for its stage only; -b N > 1 keeps them all.\n"
-          "  The CPU only so far; LoRAs and image inputs are not planned yet.\n"
+          "  run's peak. From the folder's configs and the weight files' headers: components are\n"
+          "  mapped, never run. One image loads each component for its stage only; -b N > 1 keeps\n"
+          "  them all.\n"
+          "  So far the image families on the CPU; LoRAs, image inputs and LTX-2 are not planned yet.\n"
+          "      --max-memory SIZE  what generate would change to fit SIZE (24G, 512M), or why it cannot\n"
           "      --json             one JSON object on stdout\n"
           "  Sizes, steps, prompt, guidance, --vae-tile, --max-seq-len, --threads: as `ditrun generate --help`.\n");
 }

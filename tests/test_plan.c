@@ -1,8 +1,9 @@
 /* The planner (dit_model_plan, `ditrun plan`) against what a generate really holds: for the
- * shipped model, the Z-Image, FLUX.2 [klein], FLUX.1 [dev] and Krea 2 fixtures at 128x128 and 512x512, each stage's predicted memory in
- * use against the process's resident peak measured during that stage of a real generate
- * (VmHWM, reset at every stage start through /proc/self/clear_refs), within 15% as the
- * planner's promise says; the refusals; the CLI. */
+ * shipped model and the Z-Image, FLUX.2 [klein], FLUX.1 [dev] and Krea 2 fixtures at 128x128
+ * and 512x512, each stage's predicted memory in use against the process's resident peak
+ * measured during that stage of a real generate (VmHWM, reset at every stage start through
+ * /proc/self/clear_refs), within 15% as the planner's promise says; fitting a run to a limit
+ * (--max-memory); the refusals; the CLI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,16 +57,46 @@ static void on_stage(void *user, const char *stage) {
     }
 }
 
-static void check_model(const char *dir, int size) {
+/* A context and the parameters of a size x size image of the model in dir. */
+static dit_ctx *start(const char *dir, int size, dit_gen_params *p) {
   dit_ctx *ctx = NULL;
   dit_ctx_params cp;
   dit_ctx_params_default(&cp);
   CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_gen_params_default(p);
+  p->model_dir = dir;
+  p->prompt = "a red circle on a blue square";
+  p->width = p->height = size;
+  return ctx;
+}
+
+/* A case in a child process of its own (forked before this process starts any thread), so
+ * the memory one case frees stays out of the next one's measurements, as in a fresh
+ * `ditrun generate`; its checks count as one here. */
+typedef struct child_case {
+  const char *dir, *tmp;
+  int size;
+} child_case;
+
+static void in_child(void (*fn)(const child_case *), const child_case *c) {
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    fn(c);
+    fflush(stdout);
+    _exit(dt_failed ? 1 : 0);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+  CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at %d: the case failed (above)", c->dir, c->size);
+}
+
+static void check_model(const child_case *c) {
+  const char *dir = c->dir;
+  const int size = c->size;
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = dir;
-  p.prompt = "a red circle on a blue square";
-  p.width = p.height = size;
+  dit_ctx *ctx = start(dir, size, &p);
   dit_plan pl;
   dit_status s = dit_model_plan(ctx, &p, NULL, &pl);
   CHECK_MSG(s == DIT_OK, "%s %d: %s", dir, size, dit_ctx_last_error(ctx));
@@ -101,51 +132,28 @@ static void check_model(const char *dir, int size) {
   dit_ctx_free(ctx);
 }
 
-/* Each case in a child process of its own (forked before this process starts any thread),
- * so the memory a case frees stays out of the next one's measurements, as in a fresh
- * `ditrun generate`. */
 static void test_peaks(const dt_args *a) {
   if (!hwm_reset()) {
     printf("  (this system has no /proc/self/clear_refs: the measured side cannot be taken; skipped)\n");
     return;
   }
-  char shapes[4096], tiny[4096], klein[4096], flux1[4096], krea2[4096];
-  dt_path(shapes, sizeof shapes, a->src, "models/shapes-128");
-  dt_path(tiny, sizeof tiny, a->data, "models/zimage-tiny");
-  dt_path(klein, sizeof klein, a->data, "models/flux2-klein-tiny");
-  dt_path(flux1, sizeof flux1, a->data, "models/flux1-dev-tiny");
-  dt_path(krea2, sizeof krea2, a->data, "models/krea2-turbo-tiny");
-  const char *dirs[5] = {shapes, tiny, klein, flux1, krea2};
+  char dirs[5][4096];
+  dt_path(dirs[0], sizeof dirs[0], a->src, "models/shapes-128");
+  static const char *const fixtures[4] = {"models/zimage-tiny", "models/flux2-klein-tiny", "models/flux1-dev-tiny",
+                                          "models/krea2-turbo-tiny"};
+  for (int d = 0; d < 4; d++) dt_path(dirs[d + 1], sizeof dirs[d + 1], a->data, fixtures[d]);
   const int sizes[2] = {128, 512};
   for (int d = 0; d < 5; d++)
-    for (int i = 0; i < 2; i++) {
-      fflush(stdout);
-      pid_t pid = fork();
-      CHECK(pid >= 0);
-      if (pid == 0) {
-        check_model(dirs[d], sizes[i]);
-        fflush(stdout);
-        _exit(dt_failed ? 1 : 0);
-      }
-      int st = 0;
-      CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
-      CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at %d: the case failed (above)", dirs[d], sizes[i]);
-    }
+    for (int i = 0; i < 2; i++) in_child(check_model, &(child_case){dirs[d], a->tmp, sizes[i]});
 }
 
-/* One case of fitting (in a child, as test_peaks): a limit halfway between the smallest plan
- * and the run as asked makes the fit tile the VAE; the run then stays within the limit and its
- * picture is within 40 dB of the untiled one. */
-static void fit_case(const char *dir, const char *tmp) {
-  dit_ctx *ctx = NULL;
-  dit_ctx_params cp;
-  dit_ctx_params_default(&cp);
-  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+/* Fitting (in a child, as test_peaks): a limit halfway between the smallest plan and the run
+ * as asked makes the fit tile the VAE; the run then stays within the limit and its picture is
+ * at least 40 dB from the untiled one. */
+static void fit_case(const child_case *c) {
+  const char *dir = c->dir, *tmp = c->tmp;
   dit_gen_params p;
-  dit_gen_params_default(&p);
-  p.model_dir = dir;
-  p.prompt = "a red circle on a blue square";
-  p.width = p.height = 512;
+  dit_ctx *ctx = start(dir, c->size, &p);
   dit_model_opts o;
   dit_model_opts_default(&o);
   o.keep = 0;
@@ -199,17 +207,7 @@ static void test_fit(const dt_args *a) {
   if (!hwm_reset()) return;
   char dir[4096];
   dt_path(dir, sizeof dir, a->src, "models/shapes-128");
-  fflush(stdout);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    fit_case(dir, a->tmp);
-    fflush(stdout);
-    _exit(dt_failed ? 1 : 0);
-  }
-  int st = 0;
-  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
-  CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the fitting case failed (above)");
+  in_child(fit_case, &(child_case){dir, a->tmp, 512});
 }
 
 static void test_refusals(const dt_args *a) {

@@ -4,7 +4,8 @@
  * prompt to the decoded video (model space, against vae_decode.0.out0), the 8-bit frames
  * (against the pipeline's float frames, at most one level apart) and the sound (against the
  * vocoder's output). The first fixture runs with every component released after its stage,
- * the second with all kept. Then the public API: an image call on a video model and a frame
+ * the second with all kept. The same for LTX2ImageToVideoPipeline's run (reference_i2v, made by
+ * gen/make_fixtures_ltx2_i2v.py: the image images/in/rgb.png, image_crf 0). Then the public API: an image call on a video model and a frame
  * count the VAE cannot make are refused, a clip made from an image (image to video; strength
  * and a CRF above 51 refused), and a clip saved as a frames folder; the CLI's MP4 output (also
  * with --vae-tile), image to video into a frames folder, and refusals, and SIGTERM during its
@@ -112,7 +113,7 @@ static void run_fixture(const dt_args *a, const char *name, const char *stem, un
     const size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f) fclose(f);
     dit_error ie = {0};
-    CHECK_MSG(n > 0 && dit_image_decode(buf, n, rel, 0, &img, &ie) == DIT_OK, "%s: %s", path, ie.msg);
+    CHECK_MSG(n > 0 && dit_image_decode(buf, n, rel, DIT_IMAGE_DEFAULT_MAX_PIXELS, &img, &ie) == DIT_OK, "%s: %s", path, ie.msg);
   }
   dit_ctx *ctx = NULL;
   dit_ctx_params cp;
@@ -162,6 +163,8 @@ static void run_fixture(const dt_args *a, const char *name, const char *stem, un
 
 static void test_ltx20(const dt_args *a) { run_fixture(a, "ltx2-tiny", "reference", 0); }
 static void test_ltx23(const dt_args *a) { run_fixture(a, "ltx23-tiny", "reference", DIT_KEEP_ALL); }
+static void test_ltx20_i2v(const dt_args *a) { run_fixture(a, "ltx2-tiny", "reference_i2v", DIT_KEEP_ALL); }
+static void test_ltx23_i2v(const dt_args *a) { run_fixture(a, "ltx23-tiny", "reference_i2v", 0); }
 
 /* Appends stage and a comma to the buffer user (256 bytes). */
 static void record_stage(void *user, const char *stage) {
@@ -442,6 +445,7 @@ static void test_sigterm(const dt_args *a) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_public_api, test_cli, test_sigterm};
+  static void (*const cases[])(const dt_args *) = {test_ltx20,      test_ltx23, test_ltx20_i2v, test_ltx23_i2v,
+                                                   test_public_api, test_cli, test_sigterm};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

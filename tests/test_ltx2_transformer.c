@@ -262,8 +262,11 @@ static void test_cond_plumbing(const dt_args *a) {
 
 static void test_ltx20(const dt_args *a) { check_fixture(a, "ltx2-tiny", "reference"); }
 static void test_ltx23(const dt_args *a) { check_fixture(a, "ltx23-tiny", "reference"); }
+static void test_ltx20_i2v(const dt_args *a) { check_fixture(a, "ltx2-tiny", "reference_i2v"); }
+static void test_ltx23_i2v(const dt_args *a) { check_fixture(a, "ltx23-tiny", "reference_i2v"); }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_cond_plumbing};
+  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_ltx20_i2v, test_ltx23_i2v,
+                                                   test_cond_plumbing};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

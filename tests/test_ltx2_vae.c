@@ -5,8 +5,10 @@
  * its final packed latents (step_video.2.out0, unpacked) giving those latents. First the two
  * ops the decoder adds (conv3d, pixel_norm) against direct loops. Then inputs and configs the
  * decoder cannot take are refused; the tiled decode against diffusers' tiling algorithm written
- * out on the untiled decode of each tile. The encoder's size rules and the configs it refuses.
- * With DIT_TEST_DEVICE=cuda the same on the GPU (normalized MSE 1e-4: its convolutions
+ * out on the untiled decode of each tile. The encoder against diffusers (reference_i2v: the
+ * encoder alone on a 9-frame clip, and the image-to-video pipeline's image: its bilinear
+ * preprocessing, its encoding and the normalized latents), its size rules and the configs it
+ * refuses. With DIT_TEST_DEVICE=cuda the same on the GPU (normalized MSE 1e-4: its convolutions
  * round their inputs to bf16). */
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +17,9 @@
 
 #include "backend/backend.h"
 #include "fixture.h"
+#include "io/image_read.h"
 #include "models/vae_ltx2.h"
+#include "pipeline/image_prep.h"
 #include "testing.h"
 
 #define TOL 1e-4
@@ -420,26 +424,123 @@ static void test_tiled(const dt_args *a) {
 
 /* ---- the encoder ---- */
 
-/* The encoder of each tiny folder: what it makes, and the sizes it cannot take (16-pixel
- * multiples, 1 + a multiple of 4 frames). */
-static void test_encoder_sizes(const dt_args *a) {
-  const char *names[2] = {"models/ltx2-tiny/vae", "models/ltx23-tiny/vae"};
-  for (int i = 0; i < 2; i++) {
-    char vdir[1200];
-    dt_path(vdir, sizeof vdir, a->data, names[i]);
-    dit_vae_ltx2_enc *e = NULL;
-    dit_error er = {0};
-    CHECK_MSG(dit_vae_ltx2_enc_load(g_be, vdir, &e, &er) == DIT_OK, "%s: %s", names[i], er.msg);
-    if (!e) continue;
-    CHECK(dit_vae_ltx2_enc_latent_channels(e) == 8 && dit_vae_ltx2_enc_in_channels(e) == 3);
-    int F, h, w;
-    CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 48, 64, &F, &h, &w, &er) == DIT_OK && F == 1 && h == 3 && w == 4);
-    CHECK(dit_vae_ltx2_enc_latent_size(e, 9, 32, 64, &F, &h, &w, &er) == DIT_OK && F == 3 && h == 2 && w == 4);
-    CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 40, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "16"));
-    CHECK(dit_vae_ltx2_enc_latent_size(e, 3, 32, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "4"));
-    printf("%s encoder: 8 latent channels; 40 rows and 3 frames refused: %s\n", names[i], er.msg);
-    dit_vae_ltx2_enc_free(e);
+/* Encodes x [1, 3, T, H, W] (host) and compares the mean with the first latent channels of the
+ * encoder's raw output ref [1, 2 C, F, h, w]; *mean_out (when not NULL): the mean, malloc'd. */
+static void check_encode(dit_vae_ltx2_enc *e, const char *what, const float *x, const int64_t *xs, const float *ref,
+                         const int64_t *rs, float **mean_out) {
+  const int C = dit_vae_ltx2_enc_latent_channels(e);
+  int F, h, w;
+  dit_error er = {0};
+  CHECK_MSG(dit_vae_ltx2_enc_latent_size(e, (int)xs[2], (int)xs[3], (int)xs[4], &F, &h, &w, &er) == DIT_OK, "%s",
+            er.msg);
+  CHECK(rs[1] == 2 * C && rs[2] == F && rs[3] == h && rs[4] == w);
+  const size_t nx = (size_t)(xs[1] * xs[2] * xs[3] * xs[4]), nm = (size_t)C * F * h * w;
+  void *dx = dt_to_device(g_be, x, nx), *dm = NULL;
+  CHECK(dx && g_be->ops->alloc(g_be, nm * sizeof(float), &dm, &er) == DIT_OK);
+  if (dx && dm) {
+    dit_tensor tx = dev5(dx, 1, xs[1], xs[2], xs[3], xs[4]), tm = dev5(dm, 1, C, F, h, w);
+    for (int rep = 0; rep < 2; rep++) { /* the second reuses the activation buffers */
+      CHECK_MSG(dit_vae_ltx2_encode(e, &tx, &tm, &er) == DIT_OK, "%s: %s", what, er.msg);
+      float *got = dt_to_host(g_be, dm, nm);
+      if (got) { /* the reference's first C channels: the mean (the rest repeat the log-variance) */
+        const double d = dt_error_of(g_gpu, got, ref, nm);
+        CHECK_MSG(d <= TOL, "%s encode %d: %.3g", what, rep, d);
+        printf("  %s: [1,3,%lld,%lld,%lld] -> [1,%d,%d,%d,%d]: %.3g\n", what, (long long)xs[2], (long long)xs[3],
+               (long long)xs[4], C, F, h, w, d);
+        if (mean_out && rep == 1) *mean_out = got, got = NULL;
+      }
+      free(got);
+    }
+    /* refused: a mean of the wrong size, an input the encoder cannot take */
+    dit_tensor bad = dev5(dm, 1, C, F, h + 1, w);
+    CHECK(dit_vae_ltx2_encode(e, &tx, &bad, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "mean"));
   }
+  if (dx) g_be->ops->free(g_be, dx);
+  if (dm) g_be->ops->free(g_be, dm);
+}
+
+/* The pipeline's image: rgb.png resized (bilinear) and normalized as prepare_latents received it,
+ * encoded, and normalized into the first latent frame of the latents prepare_latents returned. */
+static void check_i2v_image(const dt_args *a, dit_vae_ltx2_enc *e, const char *ref) {
+  float *px = NULL, *raw = NULL, *lat = NULL, *mean = NULL;
+  int64_t ps[8], rs[8], ls[8];
+  int pn = 0, rn = 0, ln = 0;
+  if (dt_load_f32(ref, "prepare_latents.0.arg0", &px, ps, &pn) ||
+      dt_load_f32(ref, "vae_encoder.0.out0", &raw, rs, &rn) || dt_load_f32(ref, "prepare_latents.0.out0", &lat, ls, &ln)) {
+    CHECK_MSG(false, "%s: the image-to-video references are missing", ref);
+    free(px), free(raw);
+    return;
+  }
+  CHECK(pn == 4 && ps[0] == 1 && ps[1] == 3 && rn == 5 && ln == 3);
+  char path[1200];
+  dt_path(path, sizeof path, a->data, "images/in/rgb.png");
+  FILE *f = fopen(path, "rb");
+  uint8_t buf[1 << 16];
+  const size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+  if (f) fclose(f);
+  dit_image img = {0};
+  dit_error er = {0};
+  CHECK_MSG(n > 0 && dit_image_decode(buf, n, "rgb.png", DIT_IMAGE_DEFAULT_MAX_PIXELS, &img, &er) == DIT_OK, "%s", er.msg);
+  float *mine = NULL;
+  const int H = (int)ps[2], W = (int)ps[3];
+  CHECK_MSG(dit_image_to_pixels(&img, W, H, DIT_RESAMPLE_BILINEAR, &mine, &er) == DIT_OK, "%s", er.msg);
+  if (mine) {
+    const double d = dt_rel_err(mine, px, (size_t)3 * H * W);
+    CHECK_MSG(d <= 1e-7, "preprocessed image: %.3g", d);
+    printf("  image %dx%d -> %dx%d (bilinear): %.3g from diffusers' VideoProcessor\n", img.width, img.height, W, H, d);
+  }
+  const int64_t xs[5] = {1, 3, 1, H, W};
+  check_encode(e, "image", px, xs, raw, rs, &mean);
+  if (mean) { /* normalized: the first frame's tokens [h w, C] of the packed latents */
+    const int C = (int)rs[1] / 2, hw = (int)(rs[3] * rs[4]);
+    dit_vae_ltx2_enc_normalize(e, mean, hw);
+    double num = 0, den = 0;
+    for (int t = 0; t < hw; t++)
+      for (int c = 0; c < C; c++) {
+        const double r = lat[(size_t)t * C + c], g = mean[(size_t)c * hw + t];
+        num += (g - r) * (g - r), den += r * r;
+      }
+    const double d = g_gpu ? num / den : sqrt(num / den);
+    CHECK_MSG(d <= TOL, "normalized first frame: %.3g", d);
+    printf("  normalized into the first latent frame: %.3g\n", d);
+  }
+  dit_image_free(&img);
+  free(px), free(raw), free(lat), free(mean), free(mine);
+}
+
+static void check_encoder(const dt_args *a, const char *name) {
+  char dir[1024], sub[160], ref[1200], vdir[1200];
+  snprintf(sub, sizeof sub, "models/%s", name);
+  dt_path(dir, sizeof dir, a->data, sub);
+  dt_path(ref, sizeof ref, dir, "reference_i2v.safetensors");
+  dt_path(vdir, sizeof vdir, dir, "vae");
+  dit_vae_ltx2_enc *e = NULL;
+  dit_error er = {0};
+  CHECK_MSG(dit_vae_ltx2_enc_load(g_be, vdir, &e, &er) == DIT_OK, "%s: %s", name, er.msg);
+  if (!e) return;
+  printf("%s encoder (%s):\n", name, g_gpu ? "cuda, nmse" : "cpu, rel err");
+  CHECK(dit_vae_ltx2_enc_latent_channels(e) == 8 && dit_vae_ltx2_enc_in_channels(e) == 3);
+  float *x = NULL, *y = NULL;
+  int64_t xs[8], ys[8];
+  int xn = 0, yn = 0;
+  const bool have =
+      !dt_load_f32(ref, "encoder_clip.in", &x, xs, &xn) && !dt_load_f32(ref, "encoder_clip.out", &y, ys, &yn);
+  CHECK_MSG(have && xn == 5 && yn == 5, "%s: no encoder_clip reference", name);
+  if (have && xn == 5 && yn == 5) check_encode(e, "clip", x, xs, y, ys, NULL);
+  free(x), free(y);
+  check_i2v_image(a, e, ref);
+  /* sizes it cannot take: 16-pixel multiples, 1 + a multiple of 4 frames */
+  int F, h, w;
+  CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 48, 64, &F, &h, &w, &er) == DIT_OK && F == 1 && h == 3 && w == 4);
+  CHECK(dit_vae_ltx2_enc_latent_size(e, 9, 32, 64, &F, &h, &w, &er) == DIT_OK && F == 3 && h == 2 && w == 4);
+  CHECK(dit_vae_ltx2_enc_latent_size(e, 1, 40, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "16"));
+  CHECK(dit_vae_ltx2_enc_latent_size(e, 3, 32, 64, &F, &h, &w, &er) == DIT_ERR_INVALID_ARG && strstr(er.msg, "4"));
+  dit_vae_ltx2_enc_free(e);
+}
+
+static void test_encoder(const dt_args *a) {
+  check_encoder(a, "ltx2-tiny");
+  check_encoder(a, "ltx23-tiny");
 }
 
 /* ---- configs refused at load ---- */
@@ -516,6 +617,6 @@ static void test_refused_configs(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_conv3d_op, test_pixel_norm_op, test_ltx20, test_ltx23,
-                                                   test_extra, test_tiled, test_encoder_sizes, test_refused_configs};
+                                                   test_extra, test_tiled, test_encoder, test_refused_configs};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

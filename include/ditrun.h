@@ -414,7 +414,8 @@ typedef struct dit_plan {
  * none kept, as dit_generate and the CLI's one image run): per stage the weights, the
  * activations and the FLOPs, and the peak memory of the run. From the folder's configs and
  * the weight files' headers: components are opened on the host, mapped, never run (a loader
- * may read the few small tensors it keeps on the host). The CPU device only for now (DIT_ERR_UNSUPPORTED for CUDA, and for a family
+ * may read the few small tensors it keeps on the host). Not counted yet: o's LoRAs (their merged
+ * copies) and image inputs (refused). The CPU device only for now (DIT_ERR_UNSUPPORTED for CUDA, and for a family
  * the planner does not know yet). */
 dit_status dit_model_plan(dit_ctx *ctx, const dit_gen_params *p, const dit_model_opts *o, dit_plan *out);
 

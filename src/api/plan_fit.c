@@ -64,10 +64,12 @@ dit_status dit_model_plan_fit(dit_ctx *ctx, dit_gen_params *p, dit_model_opts *o
     dit_error_clear(err);
     return DIT_OK;
   }
+  char tiles[64] = "the VAE whole";
+  if (best_q.vae_tile) snprintf(tiles, sizeof tiles, "VAE tiles of %d latent pixels", best_q.vae_tile);
   return dit_errorf(err, DIT_ERR_INVALID_ARG,
-                    "the run does not fit %.0f MiB: it needs %.0f MiB as asked and %.0f MiB at the least (%s, "
-                    "VAE tiles of %d latent pixels), so at least %.0f MiB with the planner's 5%% margin",
+                    "the run does not fit %.0f MiB: it needs %.0f MiB as asked and %.0f MiB at the least (%s, %s), "
+                    "so at least %.0f MiB with the planner's 5%% margin",
                     mib(limit), mib(asked), mib(best.peak_bytes),
-                    best_o.keep ? "components kept" : "each component loaded for its stage only", best_q.vae_tile,
+                    best_o.keep ? "components kept" : "each component loaded for its stage only", tiles,
                     mib((size_t)((double)best.peak_bytes * FIT_MARGIN)) + 1);
 }

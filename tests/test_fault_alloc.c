@@ -27,15 +27,7 @@
 #include "small_model.h"
 #include "testing.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FA_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FA_ASAN 1
-#endif
-#endif
-
-#ifdef FA_ASAN
+#ifdef DT_ASAN
 #include <sanitizer/lsan_interface.h>
 #define FA_REAL(fn) __interceptor_##fn
 #else
@@ -147,7 +139,7 @@ static bool make_small_model(void) {
 static int g_leak_runs, g_bad_runs, g_ok_runs;
 
 static bool leaked(long live_before) {
-#ifdef FA_ASAN
+#ifdef DT_ASAN
   (void)live_before;
   return __lsan_do_recoverable_leak_check() != 0;
 #else

@@ -15,6 +15,15 @@
 
 #define TOLERANCE 0.15
 
+/* Whether the memory measured can be compared with the plan: not under AddressSanitizer, which
+ * adds redzones, shadow and a quarantine of freed memory (the plans and runs still go through
+ * it, for its leak and error checks). */
+#ifdef DT_ASAN
+static const bool measured = false;
+#else
+static const bool measured = true;
+#endif
+
 /* The process's resident peak since the last reset (bytes), and a reset; 0 / false where
  * /proc does not offer them. */
 static size_t hwm_bytes(void) {
@@ -122,12 +131,13 @@ static void check_model(const child_case *c) {
     printf("  %s %dx%d %-12s predicted %7.1f MiB (base %.1f + weights %.1f + allocates %.1f), measured %7.1f MiB "
            "(%+.1f%%)\n", strrchr(dir, '/') + 1, size, size, st->name, pred / 1048576, pl.base_bytes / 1048576.0,
            st->weight_bytes / 1048576.0, st->act_bytes / 1048576.0, got / 1048576, 100 * (pred - got) / got);
-    CHECK_MSG(got > 0 && pred > (1 - TOLERANCE) * got && pred < (1 + TOLERANCE) * got,
+    CHECK_MSG(!measured || (got > 0 && pred > (1 - TOLERANCE) * got && pred < (1 + TOLERANCE) * got),
               "%s at %d: stage %s predicted %.1f MiB, measured %.1f MiB", dir, size, st->name, pred / 1048576,
               got / 1048576);
     if (sp.peak[i] > measured_peak) measured_peak = sp.peak[i];
   }
-  CHECK_MSG(pl.peak_bytes > (1 - TOLERANCE) * measured_peak && pl.peak_bytes < (1 + TOLERANCE) * measured_peak,
+  CHECK_MSG(!measured ||
+                (pl.peak_bytes > (1 - TOLERANCE) * measured_peak && pl.peak_bytes < (1 + TOLERANCE) * measured_peak),
             "%s at %d: peak predicted %zu, measured %zu", dir, size, pl.peak_bytes, measured_peak);
   dit_ctx_free(ctx);
 }
@@ -187,7 +197,7 @@ static void fit_case(const child_case *c) {
   printf("  %s: --max-memory %.1f MiB chose tiles of %d: planned %.1f MiB, measured %.1f MiB (%.1f MiB as asked)\n",
          strrchr(dir, '/') + 1, limit / 1048576.0, q.vae_tile, pl.peak_bytes / 1048576.0, got / 1048576.0,
          whole.peak_bytes / 1048576.0);
-  CHECK_MSG(got <= limit, "measured %zu over the limit %zu", got, limit);
+  CHECK_MSG(!measured || got <= limit, "measured %zu over the limit %zu", got, limit);
   CHECK(dit_generate(ctx, &p, &whole_img, NULL) == DIT_OK);
   char fa[4096], fb[4096];
   dt_path(fa, sizeof fa, tmp, "fit_tiled.png");

@@ -600,14 +600,7 @@ static void test_load(void) {
   CHECK_MSG(ok + full == CLIENTS * EACH && other == 0, "every answer 200 or 429: %ld + %ld of %d", ok, full,
             CLIENTS * EACH);
   CHECK_MSG(ok >= CLIENTS, "the queue served requests under load: %ld", ok);
-#if defined(__SANITIZE_ADDRESS__)
-#define SERVER_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SERVER_UNDER_ASAN 1
-#endif
-#endif
-#ifndef SERVER_UNDER_ASAN /* AddressSanitizer keeps freed memory in quarantine: RSS only grows */
+#ifndef DT_ASAN /* AddressSanitizer keeps freed memory in quarantine: RSS only grows */
   CHECK_MSG(rss0 > 0 && rss1 < rss0 * 105 / 100, "RSS grows less than 5%%: %ld -> %ld KiB", rss0, rss1);
 #endif
   CHECK(server_stop(&s, SIGTERM, 30, NULL) == 0);

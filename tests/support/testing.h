@@ -13,6 +13,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* DT_ASAN is defined in an AddressSanitizer build: its redzones, shadow and quarantine change
+ * the memory a process holds, so measurements of it do not apply there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define DT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DT_ASAN 1
+#endif
+#endif
+
 typedef struct dt_args {
   const char *data;    /* fixture root: models/<name>/, refs/ (tests/fixtures) */
   const char *tmp;     /* scratch folder for this test (created) */

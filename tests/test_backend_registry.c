@@ -48,18 +48,20 @@ static void test_cpu_backend(const dt_args *args) {
   if (!be) return;
   CHECK(dit_backend_is_host(be));
   CHECK(!strcmp(be->ops->name, "cpu"));
-  /* every plain op is there; of the fused ops, the CPU has all but residual_layer_norm and
-   * residual_rms_mod (the last two) */
+  /* every plain op is there; of the fused ops, the CPU has all but residual_layer_norm,
+   * residual_rms_mod and rms_norm_rope_row (the last three) */
   int i = 0;
 #define EXPECT_PLAIN(name, params, args) CHECK_MSG(dit_backend_supports_op(be, i++), "cpu lacks %s", #name);
   DIT_BACKEND_LINEAR_OP(EXPECT_PLAIN)
   DIT_BACKEND_BASE_OPS(EXPECT_PLAIN)
 #undef EXPECT_PLAIN
-  CHECK(dit_backend_supports_op(be, DIT_N_OPS - 3)); /* residual_norm */
-  CHECK(!dit_backend_supports_op(be, DIT_N_OPS - 2)); /* residual_layer_norm: the unfused sequence */
-  CHECK(!dit_backend_supports_op(be, DIT_N_OPS - 1)); /* residual_rms_mod: likewise */
-  CHECK(!strcmp(dit_prof_op_name(DIT_N_OPS - 2), "residual_layer_norm"));
-  CHECK(!strcmp(dit_prof_op_name(DIT_N_OPS - 1), "residual_rms_mod"));
+  CHECK(dit_backend_supports_op(be, DIT_N_OPS - 4)); /* residual_norm */
+  CHECK(!dit_backend_supports_op(be, DIT_N_OPS - 3)); /* residual_layer_norm: the unfused sequence */
+  CHECK(!dit_backend_supports_op(be, DIT_N_OPS - 2)); /* residual_rms_mod: likewise */
+  CHECK(!dit_backend_supports_op(be, DIT_N_OPS - 1)); /* rms_norm_rope_row: likewise */
+  CHECK(!strcmp(dit_prof_op_name(DIT_N_OPS - 3), "residual_layer_norm"));
+  CHECK(!strcmp(dit_prof_op_name(DIT_N_OPS - 2), "residual_rms_mod"));
+  CHECK(!strcmp(dit_prof_op_name(DIT_N_OPS - 1), "rms_norm_rope_row"));
   CHECK(!dit_backend_supports_op(be, DIT_N_OPS));
   CHECK(!dit_backend_supports_op(be, -1));
   dit_backend_free(be);

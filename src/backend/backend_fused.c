@@ -83,6 +83,27 @@ dit_status dit_unfused_residual_rms_mod(dit_backend *be, dit_tensor *x, const di
   return scale ? be->ops->modulate(be, h, h, scale, shift, err) : DIT_OK;
 }
 
+dit_status dit_unfused_rms_norm_rope_row(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps,
+                                         const dit_tensor *cos, const dit_tensor *sin, dit_rope_mode mode,
+                                         dit_error *err) {
+  const char *op = "rms_norm_rope_row";
+  if (!x || x->ndim != 3 || !dit_tensor_is_contiguous(x))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be a contiguous [B, S, I]", op);
+  if (!cos || !sin || cos->ndim < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos and sin tables are required", op);
+  const int64_t B = x->shape[0], S = x->shape[1], I = x->shape[2], r = cos->shape[cos->ndim - 1];
+  const int64_t n = dit_tensor_numel(cos);
+  if (r <= 0 || S <= 0 || I % (2 * r) || n != S * (I / 2))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: tables of %lld x %lld do not split %lld positions of width %lld",
+                      op, (long long)(r ? n / r : 0), (long long)r, (long long)S, (long long)I);
+  dit_tensor rows;
+  DIT_TRY(as_rows(op, x, &rows, err));
+  DIT_TRY(be->ops->rms_norm(be, &rows, &rows, w, eps, err));
+  dit_tensor x4 = dit_tensor_make(x->dtype, x->data, 4, (int64_t[]){B, S * (I / (2 * r)), 1, 2 * r});
+  x4.device = x->device;
+  return be->ops->rope(be, &x4, cos, sin, mode, err);
+}
+
 /* dit_op_<op> for every fused op: the backend's op, else its unfused sequence. */
 #define FUSED_DISPATCH(name, params, args)                            \
   dit_status dit_op_##name(dit_backend *be, DIT_EXPAND params) {      \

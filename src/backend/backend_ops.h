@@ -161,7 +161,13 @@
    * scale). h may alias x only when r is NULL; it must not alias r. */                                           \
   X(residual_rms_mod, (dit_tensor *x, const dit_tensor *r, const dit_tensor *gate, dit_tensor *h,                  \
     const dit_tensor *w, const dit_tensor *scale, const dit_tensor *shift, float eps, dit_error *err),             \
-    (x, r, gate, h, w, scale, shift, eps, err))
+    (x, r, gate, h, w, scale, shift, eps, err))                                                                \
+  /* x [B,S,I] in place (contiguous): x = rope(rms_norm(x) * w) with the norm over each whole row of I              \
+   * (every head together: LTX-2's q/k norms; w [I] or NULL) and the rotation over hr = I / (2 r) chunks of          \
+   * 2 r (mode as rope): cos/sin F32 [S * hr, r], token s's I / 2 angles at rows [s hr, (s + 1) hr). */             \
+  X(rms_norm_rope_row, (dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,                      \
+    const dit_tensor *sin, dit_rope_mode mode, dit_error *err),                                                    \
+    (x, w, eps, cos, sin, mode, err))
 
 
 /* The ops after linear (the profiler forwards these generically; linear, whose calls it

@@ -37,22 +37,23 @@ void dit_ltx2_attn_scratch_sizes(const dit_ltx2_attn *a, int64_t Mq, int64_t Mk,
 
 static const dit_tensor *opt(const dit_tensor *w) { return w->data ? w : NULL; }
 
-/* RMSNorm over all heads, then split RoPE: x [B, S, I] viewed as [B, S * hr, 1, I / hr], where the
- * table [.., S * hr, r] says how many RoPE heads hr it splits I into (the attention's heads, or
+/* RMSNorm over all heads, then split RoPE (one fused op where the backend has it): x [B, S, I], where
+ * the table [.., S * hr, r] says how many RoPE heads hr it splits I into (the attention's heads, or
  * another stream's for the cross-modal attention) and r = I / hr / 2. */
 static dit_status norm_rope(dit_backend *be, const dit_act_space *as, const dit_ltx2_attn *a, float eps, void *p,
                             int64_t B, int64_t S, const dit_tensor *w, const dit_tensor *cos, const dit_tensor *sin,
                             dit_error *err) {
   int64_t I = (int64_t)a->heads * a->head_dim;
-  dit_tensor x = dit_act_2d(as, p, B * S, I);
-  DIT_TRY(dit_op_rms_norm(be, &x, &x, opt(w), eps, err));
-  if (!cos) return DIT_OK;
+  if (!cos) {
+    dit_tensor x = dit_act_2d(as, p, B * S, I);
+    return dit_op_rms_norm(be, &x, &x, opt(w), eps, err);
+  }
   const int64_t rows = cos->shape[cos->ndim - 2], r = cos->shape[cos->ndim - 1];
   if (rows % S || 2 * r * (rows / S) != I)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 attention: RoPE table [%lld, %lld] does not split %lld "
                       "positions of width %lld", (long long)rows, (long long)r, (long long)S, (long long)I);
-  dit_tensor x4 = dit_act_4d(as, p, B, rows, 1, 2 * r);
-  return dit_op_rope(be, &x4, cos, sin, DIT_ROPE_HALF, err);
+  dit_tensor x = dit_act_3d(as, p, B, S, I);
+  return dit_op_rms_norm_rope_row(be, &x, opt(w), eps, cos, sin, DIT_ROPE_HALF, err);
 }
 
 /* The per-head gate (2.3) on o, then to_out into y. */

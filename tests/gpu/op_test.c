@@ -981,6 +981,21 @@ static void t_fused_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit
   }
 }
 
+/* rms_norm_rope_row (LTX-2's q/k): x [B,S,I] normed over each whole row, split RoPE over hr chunks of
+ * 2 r, tables [S * hr, r]; the CPU runs the unfused rms_norm + rope. */
+static void t_fused_rope_row(env *e, int64_t B, int64_t S, int64_t I, int64_t hr, dit_dtype dt, bool weight) {
+  int64_t xs[3] = {B, S, I}, cs[2] = {S * hr, I / hr / 2}, ds[1] = {I};
+  pair x = act(e, dt, 3, xs, true), w = wgt(e, DIT_F32, 1, ds, 1.0f);
+  pair c = wgt(e, DIT_F32, 2, cs, 1.0f), s = wgt(e, DIT_F32, 2, cs, 1.0f);
+  OK(dit_op_rms_norm_rope_row(e->cpu, &x.c, weight ? &w.c : NULL, 1e-6f, &c.c, &s.c, DIT_ROPE_HALF, E));
+  OK(dit_op_rms_norm_rope_row(e->gpu, &x.g, weight ? &w.g : NULL, 1e-6f, &c.g, &s.g, DIT_ROPE_HALF, E));
+  char name[200];
+  snprintf(name, sizeof name, "rms_norm_rope_row [%lld,%lld,%lld] %lld chunks %s%s", (long long)B, (long long)S,
+           (long long)I, (long long)hr, dn(dt), weight ? " w" : "");
+  compare(e, name, &x, dt != DIT_F32);
+  drop(e, &x), drop(e, &w), drop(e, &c), drop(e, &s);
+}
+
 /* residual_layer_norm (rms: residual_rms_mod, with a norm weight or none) on [B,S,D] (the CPU
  * runs the unfused gated_add, layer_norm / rms_norm, modulate): with and without the residual,
  * gate, output, shift; in place (h = x, no residual). bcast: [D] vectors (batch stride 0). */
@@ -1056,6 +1071,12 @@ static void fused_tests(env *e) {
     t_fused_rope(e, 1, 9, 2, 256, DIT_BF16, DIT_BF16, false); /* 32 lanes per row */
     t_fused_rope(e, 2, 7, 3, 24, DIT_F32, DIT_F32, true);     /* 3 chunks: 4-lane teams, one lane idle */
     t_fused_rope(e, 1, 5, 2, 10, DIT_F32, DIT_F32, false);    /* D % 8 != 0: fallback */
+    t_fused_rope_row(e, 2, 37, 4096, 32, DIT_BF16, false); /* LTX-2 video q/k: 2 chunks of 8 per thread */
+    t_fused_rope_row(e, 1, 19, 2048, 32, DIT_F32, true);   /* the audio stream's width, a weight */
+    t_fused_rope_row(e, 2, 11, 2048, 16, DIT_BF16, true);  /* other-stream tables (cross-modal) */
+    t_fused_rope_row(e, 1, 7, 6144, 48, DIT_BF16, false);  /* 4 chunks of 8 per thread */
+    t_fused_rope_row(e, 1, 5, 96, 4, DIT_F32, false);      /* r = 12: 3 runs of 4 pairs a chunk */
+    t_fused_rope_row(e, 1, 5, 80, 4, DIT_F32, false);      /* r = 10: fallback */
     for (int rms = 0; rms < 2; rms++) { /* residual_layer_norm, then residual_rms_mod */
       t_fused_lnorm(e, 2, 37, 3072, DIT_BF16, false, rms); /* klein width: 2 chunks per thread */
       t_fused_lnorm(e, 1, 21, 3072, DIT_F32, false, rms);

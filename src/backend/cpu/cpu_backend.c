@@ -36,9 +36,11 @@ static void cpu_destroy(dit_backend *be) {
 
 /* Every op of DIT_BACKEND_OPS is cpu_<op>. The fused ops are bit-identical to their unfused
  * sequences (backend_fused.c), one pass per row (cpu_fused.c), so CPU numbers stay put; the
- * CPU has no fused residual_layer_norm or residual_rms_mod: their dit_op_ helpers run the sequence. */
+ * CPU has no fused residual_layer_norm, residual_rms_mod or rms_norm_rope_row: their dit_op_ helpers run
+ * the sequence. */
 #define cpu_residual_layer_norm NULL
 #define cpu_residual_rms_mod NULL
+#define cpu_rms_norm_rope_row NULL
 static const dit_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,

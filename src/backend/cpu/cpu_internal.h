@@ -120,8 +120,8 @@ dit_status cpu_rope_check(const dit_tensor *x, const dit_tensor *cos, const dit_
                           bool *shared, dit_error *err);
 
 /* Op implementations (one family per file). */
-/* The ops: cpu_<op> for every op of DIT_BACKEND_OPS (cpu_residual_layer_norm and
- * cpu_residual_rms_mod have no CPU kernel: cpu_backend.c leaves them NULL and the unfused
+/* The ops: cpu_<op> for every op of DIT_BACKEND_OPS (cpu_residual_layer_norm, cpu_residual_rms_mod
+ * and cpu_rms_norm_rope_row have no CPU kernel: cpu_backend.c leaves them NULL and the unfused
  * sequences run). */
 #define CPU_OP_DECL(name, params, args) DIT_BACKEND_OP_DECL(cpu_##name, params)
 DIT_BACKEND_OPS(CPU_OP_DECL)

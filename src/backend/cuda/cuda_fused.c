@@ -1,5 +1,5 @@
 /* Host side of the CUDA fused ops (rms_norm_rope, rms_norm_mod, residual_norm,
- * residual_layer_norm, residual_rms_mod): argument
+ * residual_layer_norm, residual_rms_mod, rms_norm_rope_row): argument
  * checks, then the row kernels of k_fused.cu where shapes and alignment allow (D % 8 == 0,
  * 16-byte aligned operands) and the backend's `fused` switch is on (env DIT_CUDA_FUSED=0
  * turns it off); otherwise the unfused sequence of plain ops (backend_fused.c). */
@@ -154,5 +154,28 @@ dit_status cu_residual_rms_mod(dit_backend *be, dit_tensor *x, const dit_tensor 
   a.eps = eps;
   LAUNCH(op, "kernel", cuk_f_norm(h ? h->data : NULL, x->data, r ? r->data : NULL, x->dtype, B, S, D, &a,
                                   cu_im(be)->stream));
+  return DIT_OK;
+}
+
+dit_status cu_rms_norm_rope_row(dit_backend *be, dit_tensor *x, const dit_tensor *w, float eps, const dit_tensor *cos,
+                                const dit_tensor *sin, dit_rope_mode mode, dit_error *err) {
+  const char *op = "cuda rms_norm_rope_row";
+  DIT_TRY(cu_check_act(op, "x", x, err));
+  if (x->ndim != 3) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, I]", op);
+  const int64_t S = x->shape[1], I = x->shape[2];
+  if (w) DIT_TRY(cu_check_w(op, "w", w, I, err));
+  DIT_TRY(cu_check_w(op, "cos", cos, -1, err));
+  DIT_TRY(cu_check_w(op, "sin", sin, -1, err));
+  const int64_t r = cos->ndim ? cos->shape[cos->ndim - 1] : 0;
+  if (cos->dtype != DIT_F32 || sin->dtype != DIT_F32 || dit_tensor_numel(sin) != dit_tensor_numel(cos))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: cos/sin must be F32 tables of one size", op);
+  /* the fast path's shapes; the unfused sequence checks (and refuses) the rest */
+  const bool fast = cu_im(be)->fused && mode == DIT_ROPE_HALF && r > 0 && r % 4 == 0 && I % (2 * r) == 0 &&
+                    I % 8 == 0 && I <= 8192 && dit_tensor_numel(cos) == S * (I / 2) && al16(x) && al16(w) &&
+                    al16(cos) && al16(sin);
+  if (!fast) return dit_unfused_rms_norm_rope_row(be, x, w, eps, cos, sin, mode, err);
+  LAUNCH(op, "kernel", cuk_f_row_norm_rope(x->data, x->dtype, x->shape[0] * S, S, I, r, w ? w->data : NULL,
+                                           w ? (int)w->dtype : 0, eps, (const float *)cos->data,
+                                           (const float *)sin->data, cu_im(be)->stream));
   return DIT_OK;
 }

@@ -317,6 +317,11 @@ cudaError_t cuk_f_lnorm(void *h, void *x, const void *r, int dt, int64_t B, int6
 cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *xstride,
                             const void *w, int wdt, float eps, const float *cos, const float *sin, int64_t csb,
                             cudaStream_t s);
+/* x rows [rows, D] in place (row tok = row % S of the tables): rms_norm over the whole row * w, then split
+ * RoPE over its D / (2 r) chunks, pairs (j, j + r), cos/sin F32 [S, D / 2]. D % 8 == 0, r % 4 == 0,
+ * D <= 8192, 16-byte aligned pointers. */
+cudaError_t cuk_f_row_norm_rope(void *x, int dt, int64_t rows, int64_t S, int64_t D, int64_t r, const void *w,
+                                int wdt, float eps, const float *cos, const float *sin, cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

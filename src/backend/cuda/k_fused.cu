@@ -1,6 +1,7 @@
 /* Row-parallel normalization kernels with 16-byte accesses, and the fused ops built on
  * them: RMSNorm (+ modulate), gated residual (of a normed or a raw r) + RMSNorm (+ modulate with
- * shift), RMSNorm + interleaved RoPE, gated residual + LayerNorm + modulate (shift and scale). Long
+ * shift), RMSNorm + interleaved RoPE per head, RMSNorm over a whole row + split RoPE, gated
+ * residual + LayerNorm + modulate (shift and scale). Long
  * rows (D/8 > 32 chunks of 8) take one block per row and keep the row in registers (each
  * input read once); short rows (attention heads) take a team of L <= 32 lanes of a warp,
  * 32/L rows per warp. Math in fp32; the residual stream is rounded to its storage type
@@ -280,5 +281,80 @@ extern "C" cudaError_t cuk_f_norm_rope(void *x, int dt, int64_t B, int64_t S, in
   a.wh = w, a.whdt = wdt, a.eps = eps;
   const kf_strides st = xstride ? kf_strides{xstride[0], xstride[1], xstride[2]} : kf_strides{S * H * D, H * D, D};
   CU_DISPATCH(dt, T, return launch_team<T>((T *)x, (const T *)x, rows, S, H, D, a, cos, sin, csb, st, s));
+  return cudaErrorInvalidValue;
+}
+
+/* RMSNorm over each whole row of D (every head together), then split RoPE over its D / (2 r) chunks (LTX-2's
+ * q/k): one block per row, chunks of 8 per thread as kf_row. The normed row, rounded to T as the unfused
+ * sequence stores it, goes through shared memory (D floats); then each thread rotates runs of 4 pairs
+ * (j, j + r) of a chunk with float4 reads of the row's tables (row tok = row % S of [S, D / 2]). r % 4 == 0. */
+template <typename T, int NC>
+__global__ void __launch_bounds__(256, NC == 4 ? 2 : 4) kf_row_rope(T *x, int64_t S, int64_t D, int64_t r,
+                                                                    const void *w, int wdt, float eps,
+                                                                    const float *cos, const float *sin) {
+  extern __shared__ float nrow[];
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x, D8 = D / 8;
+  T *xr = x + row * D;
+  float u[NC][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      ld8(xr + c * 8, u[j]);
+#pragma unroll
+      for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
+    }
+  }
+  const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + eps);
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      float wv[8];
+      if (w) ld8w(w, wdt, c * 8, wv);
+      else
+        for (int k = 0; k < 8; k++) wv[k] = 1.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++) nrow[c * 8 + k] = cu_rnd(u[j][k] * rr * wv[k], xr);
+    }
+  }
+  __syncthreads();
+  const int64_t half = D / 2, tok = row % S;
+  const float *cr = cos + tok * half, *sr = sin + tok * half;
+  for (int64_t g = threadIdx.x; g < half / 4; g += blockDim.x) {
+    const int64_t p = g * 4, h = p / r, i1 = h * 2 * r + (p - h * r), i2 = i1 + r;
+    const float4 c4 = *reinterpret_cast<const float4 *>(cr + p), s4 = *reinterpret_cast<const float4 *>(sr + p);
+    const float cc[4] = {c4.x, c4.y, c4.z, c4.w}, sv[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const float a = nrow[i1 + k], b = nrow[i2 + k];
+      cu_st(xr, i1 + k, a * cc[k] - b * sv[k]);
+      cu_st(xr, i2 + k, b * cc[k] + a * sv[k]);
+    }
+  }
+}
+
+extern "C" cudaError_t cuk_f_row_norm_rope(void *x, int dt, int64_t rows, int64_t S, int64_t D, int64_t r,
+                                           const void *w, int wdt, float eps, const float *cos, const float *sin,
+                                           cudaStream_t s) {
+  if (rows <= 0 || D <= 0) return cudaSuccess;
+  const int64_t D8 = D / 8;
+  if (D % 8 || r <= 0 || r % 4 || D % (2 * r) || S <= 0 || D8 > 1024 || rows > 0x7fffffff || !cos || !sin)
+    return cudaErrorInvalidValue;
+  const int nc = D8 <= 256 ? 1 : D8 <= 512 ? 2 : 4;
+  const unsigned threads = (unsigned)(((D8 + nc - 1) / nc + 31) / 32 * 32);
+  const size_t shm = (size_t)D * sizeof(float); /* D <= 8192: 32 KiB, under the default 48 KiB */
+  switch (nc) {
+#define ROWR(n)                                                                                                \
+  case n:                                                                                                      \
+    CU_DISPATCH(dt, T, kf_row_rope<T, n><<<(unsigned)rows, threads, shm, s>>>((T *)x, S, D, r, w, wdt, eps, cos, \
+                                                                             sin);                             \
+                return cudaGetLastError());                                                                    \
+    break;
+    ROWR(1) ROWR(2) ROWR(4)
+#undef ROWR
+  }
   return cudaErrorInvalidValue;
 }

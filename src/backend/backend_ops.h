@@ -74,6 +74,10 @@
   /* y = x * s. y may alias x. */                                                                                  \
   X(scale, (dit_tensor *y, const dit_tensor *x, float s, dit_error *err),                                          \
     (y, x, s, err))                                                                                                \
+  /* x as rows of its last dim: y[r, :] = x[r, :] * (s * g[r]), g one value per row (F32 or the act      \
+   * dtype; e.g. a per-head gate on [.., H, D]). y may alias x; g must not. */                                    \
+  X(mul_rows, (dit_tensor *y, const dit_tensor *x, const dit_tensor *g, float s, dit_error *err),                  \
+    (y, x, g, s, err))                                                                                             \
   /* Softmax over the last dim. y may alias x. */                                                                  \
   X(softmax, (dit_tensor *y, const dit_tensor *x, dit_error *err),                                                 \
     (y, x, err))                                                                                                   \

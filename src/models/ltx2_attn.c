@@ -26,13 +26,13 @@ void dit_ltx2_attn_table(dit_wtable *t, dit_ltx2_attn *a, int heads, int head_di
   if (gated) add_linear(t, &a->gate, &a->gate_b, heads, qdim, prefix, "to_gate_logits");
 }
 
-void dit_ltx2_attn_scratch_sizes(const dit_ltx2_attn *a, int64_t Mq, int64_t Mk, size_t es, size_t sizes[6]) {
+void dit_ltx2_attn_scratch_sizes(const dit_ltx2_attn *a, int64_t Mq, int64_t Mk, size_t es,
+                                 size_t sizes[DIT_LTX2_ATTN_SCRATCH]) {
   size_t I = (size_t)a->heads * (size_t)a->head_dim;
   sizes[0] = (size_t)Mq * I * es;
   sizes[1] = sizes[2] = (size_t)Mk * I * es;
   sizes[3] = (size_t)Mq * I * es;
   sizes[4] = a->gated ? (size_t)Mq * (size_t)a->heads * es : 0;
-  sizes[5] = a->gated ? (size_t)Mq * I * es : 0;
 }
 
 static const dit_tensor *opt(const dit_tensor *w) { return w->data ? w : NULL; }
@@ -60,18 +60,11 @@ static dit_status norm_rope(dit_backend *be, const dit_act_space *as, const dit_
 static dit_status finish(dit_backend *be, const dit_act_space *as, const dit_ltx2_attn *a, int64_t B, int64_t Sq,
                          const dit_tensor *x, const dit_ltx2_attn_scratch *s, dit_tensor *o, dit_tensor *y,
                          dit_error *err) {
-  const int64_t H = a->heads, D = a->head_dim, I = H * D;
-  if (a->gated) { /* o *= 2 * sigmoid(gate_logits), one gate per head */
-    dit_tensor g = dit_act_3d(as, s->g, B, Sq, H), gx = dit_act_3d(as, s->gx, B * Sq, H, D);
+  const int64_t H = a->heads, D = a->head_dim;
+  if (a->gated) { /* o *= 2 * sigmoid(gate_logits), one gate per head over its D values */
+    dit_tensor g = dit_act_3d(as, s->g, B, Sq, H), o2 = dit_act_2d(as, o->data, B * Sq * H, D);
     DIT_TRY(dit_op_linear(be, &g, x, &a->gate, &a->gate_b, DIT_ACT_SIGMOID, err));
-    DIT_TRY(dit_op_scale(be, &g, &g, 2.0f, err));
-    dit_tensor gb = dit_act_3d(as, s->g, B * Sq, H, D);
-    gb.stride[0] = H; /* [M, H] read as [M, H, D]: each head's gate over its D values */
-    gb.stride[1] = 1;
-    gb.stride[2] = 0;
-    DIT_TRY(dit_op_copy(be, &gx, &gb, err));
-    dit_tensor gx3 = dit_act_3d(as, s->gx, B, Sq, I);
-    DIT_TRY(dit_op_mul(be, o, o, &gx3, err));
+    DIT_TRY(dit_op_mul_rows(be, &o2, &o2, &g, 2.0f, err));
   }
   return dit_op_linear(be, y, o, &a->to_out, &a->to_out_b, DIT_ACT_NONE, err);
 }

@@ -27,14 +27,16 @@ typedef struct dit_ltx2_attn {
 void dit_ltx2_attn_table(dit_wtable *t, dit_ltx2_attn *a, int heads, int head_dim, bool gated, int64_t qdim,
                          int64_t kvdim, const char *prefix);
 
-/* Scratch of one call, in the activation space: q [Mq, I], k and v [Mk, I], o [Mq, I] and,
- * gated, g [Mq, heads] and gx [Mq, I] (I = heads * head_dim). */
+/* Scratch of one call, in the activation space: q [Mq, I], k and v [Mk, I], o [Mq, I] and, gated,
+ * g [Mq, heads] (I = heads * head_dim): DIT_LTX2_ATTN_SCRATCH buffers, in this order. */
 typedef struct dit_ltx2_attn_scratch {
-  void *q, *k, *v, *o, *g, *gx;
+  void *q, *k, *v, *o, *g;
 } dit_ltx2_attn_scratch;
+#define DIT_LTX2_ATTN_SCRATCH 5
 
 /* Bytes of each scratch buffer for Mq query rows and Mk key rows (activation element es). */
-void dit_ltx2_attn_scratch_sizes(const dit_ltx2_attn *a, int64_t Mq, int64_t Mk, size_t es, size_t sizes[6]);
+void dit_ltx2_attn_scratch_sizes(const dit_ltx2_attn *a, int64_t Mq, int64_t Mk, size_t es,
+                                 size_t sizes[DIT_LTX2_ATTN_SCRATCH]);
 
 /* y [B, Sq, qdim] = attention of x [B, Sq, qdim] over ctx [B, Sk, kvdim] (ctx NULL: x).
  * q_cos/q_sin and k_cos/k_sin: split-RoPE tables [B, S * heads, head_dim / 2] or

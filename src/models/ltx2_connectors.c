@@ -256,10 +256,10 @@ static dit_status plan_side(dit_arena *ar, bool real, const connector *s, int64_
   DIT_ACT_TAKE(ar, real, o->cos, (size_t)(S * W / 2) * sizeof(float));
   DIT_ACT_TAKE(ar, real, o->sin, (size_t)(S * W / 2) * sizeof(float));
   DIT_ACT_TAKE(ar, real, o->kmask, (size_t)M);
-  size_t sz[6];
+  size_t sz[DIT_LTX2_ATTN_SCRATCH];
   dit_ltx2_attn_scratch_sizes(&s->blocks[0].attn, M, M, es, sz);
-  void **p[6] = {&o->at.q, &o->at.k, &o->at.v, &o->at.o, &o->at.g, &o->at.gx};
-  for (int i = 0; i < 6; i++) {
+  void **p[DIT_LTX2_ATTN_SCRATCH] = {&o->at.q, &o->at.k, &o->at.v, &o->at.o, &o->at.g};
+  for (int i = 0; i < DIT_LTX2_ATTN_SCRATCH; i++) {
     *p[i] = NULL;
     if (sz[i]) DIT_ACT_TAKE(ar, real, *p[i], sz[i]);
   }

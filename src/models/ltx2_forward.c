@@ -49,7 +49,7 @@ static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_cal
   const size_t es = m->as.es;
   const int64_t B = c->B, T = c->text_len;
   const int64_t S[2] = {(int64_t)c->frames * c->height * c->width, c->audio_frames};
-  size_t at[6] = {0};
+  size_t at[DIT_LTX2_ATTN_SCRATCH] = {0};
   int64_t Dmax = 0;
   for (int i = 0; i < 2; i++) {
     stream_bufs *s = &b->s[i];
@@ -87,9 +87,9 @@ static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_cal
     const dit_ltx2_attn *as3[3] = {&h->attn1, &h->attn2, &h->cross};
     const int64_t keys[3] = {S[i], T, S[1 - i]};
     for (int k = 0; k < 3; k++) {
-      size_t sz[6];
+      size_t sz[DIT_LTX2_ATTN_SCRATCH];
       dit_ltx2_attn_scratch_sizes(as3[k], R, B * keys[k], es, sz);
-      for (int q = 0; q < 6; q++) at[q] = sz[q] > at[q] ? sz[q] : at[q];
+      for (int q = 0; q < DIT_LTX2_ATTN_SCRATCH; q++) at[q] = sz[q] > at[q] ? sz[q] : at[q];
     }
   }
   DIT_ACT_TAKE(ar, real, b->tt, (size_t)B * sizeof(float));
@@ -98,8 +98,8 @@ static dit_status plan(dit_arena *ar, bool real, dit_ltx2 *m, const dit_ltx2_cal
   DIT_ACT_TAKE(ar, real, b->semb, (size_t)(B * Dmax) * es);
   DIT_ACT_TAKE(ar, real, b->mod, (size_t)(9 * B * Dmax) * es);
   DIT_ACT_TAKE(ar, real, b->kmask, (size_t)(B * T));
-  void **ap[6] = {&b->at.q, &b->at.k, &b->at.v, &b->at.o, &b->at.g, &b->at.gx};
-  for (int q = 0; q < 6; q++) {
+  void **ap[DIT_LTX2_ATTN_SCRATCH] = {&b->at.q, &b->at.k, &b->at.v, &b->at.o, &b->at.g};
+  for (int q = 0; q < DIT_LTX2_ATTN_SCRATCH; q++) {
     *ap[q] = NULL;
     if (at[q]) DIT_ACT_TAKE(ar, real, *ap[q], at[q]);
   }

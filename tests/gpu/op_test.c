@@ -726,6 +726,21 @@ static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt)
   OK(dit_op_scale(e->gpu, &y.g, &a.g, 0.37f, E));
   snprintf(name, sizeof name, "scale %lld %s", (long long)a.n, dn(dt));
   compare(e, name, &y, bt);
+  for (int half = 0; half < 2; half++) { /* mul_rows over rows of D, then of D / 2 (D / 2 % 8: the scalar kernel) */
+    const int64_t R = B * S * (half + 1), W = D / (half + 1);
+    int64_t gs[1] = {R};
+    pair g = act(e, dt, 1, gs, true);
+    dit_tensor ac = dit_tensor_make(DIT_F32, a.c.data, 2, (int64_t[]){R, W});
+    dit_tensor ag = dit_tensor_make(dt, a.g.data, 2, (int64_t[]){R, W}), yc = ac, yg = ag;
+    yc.data = y.c.data, yg.data = y.g.data;
+    ag.device = yg.device = DIT_DEV_CUDA;
+    poison(e, &y);
+    OK(dit_op_mul_rows(e->cpu, &yc, &ac, &g.c, 2.0f, E));
+    OK(dit_op_mul_rows(e->gpu, &yg, &ag, &g.g, 2.0f, E));
+    snprintf(name, sizeof name, "mul_rows [%lld,%lld] %s", (long long)R, (long long)W, dn(dt));
+    compare(e, name, &y, bt);
+    drop(e, &g);
+  }
   for (int k = 0; k < 2; k++) {
     poison(e, &y);
     OK(dit_op_modulate(e->cpu, &y.c, &a.c, &sc.c, k ? &sh.c : NULL, E));

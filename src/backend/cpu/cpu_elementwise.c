@@ -169,3 +169,22 @@ dit_status cpu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float 
   for (int64_t i = 0; i < n; i++) yd[i] = xd[i] * s;
   return DIT_OK;
 }
+
+dit_status cpu_mul_rows(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *g, float s,
+                        dit_error *err) {
+  DIT_TRY(check_unary("mul_rows", y, x, err));
+  DIT_TRY(cpu_check_act("mul_rows", "g", g, err));
+  const int64_t D = x->ndim ? x->shape[x->ndim - 1] : 1, rows = D ? dit_tensor_numel(x) / D : 0;
+  if (dit_tensor_numel(g) != rows)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "mul_rows: g has %lld values for %lld rows",
+                      (long long)dit_tensor_numel(g), (long long)rows);
+  if (g->data == y->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "mul_rows: g aliases y");
+  const float *xd = x->data, *gd = g->data;
+  float *yd = y->data;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const float f = s * gd[r];
+    for (int64_t d = 0; d < D; d++) yd[r * D + d] = xd[r * D + d] * f;
+  }
+  return DIT_OK;
+}

@@ -300,6 +300,10 @@ cudaError_t cuk_v8_modulate(void *y, const void *x, int dt, int64_t B, int64_t S
                             const void *shift, int sdt, int64_t sbs, cudaStream_t s);
 cudaError_t cuk_v8_gated_add(void *x, const void *y, int dt, int64_t B, int64_t S, int64_t D, const void *gate,
                              int gdt, int64_t gbs, int tanh_gate, cudaStream_t s);
+/* y[r, :] = x[r, :] * (sc * g[r]) for rows of D (n elements; g of dtype gdt); vec: 16-byte accesses (D % 8 == 0,
+ * aligned pointers). */
+cudaError_t cuk_mul_rows(void *y, const void *x, int dt, const void *g, int gdt, int64_t n, int64_t D, float sc,
+                         int vec, cudaStream_t s);
 cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
                         const float *sin, int64_t csb, cudaStream_t s);
 /* Fused row kernels (k_fused.cu): D % 8 == 0, 16-byte aligned pointers. Rows [B*S, D]:

@@ -242,6 +242,23 @@ dit_status cu_scale(dit_backend *be, dit_tensor *y, const dit_tensor *x, float s
   return DIT_OK;
 }
 
+dit_status cu_mul_rows(dit_backend *be, dit_tensor *y, const dit_tensor *x, const dit_tensor *g, float s,
+                       dit_error *err) {
+  const char *op = "cuda mul_rows";
+  DIT_TRY(cu_check_xy(op, x, y, err));
+  DIT_TRY(cu_check_w(op, "g", g, -1, err));
+  if (g->dtype != DIT_F32 && g->dtype != DIT_BF16 && g->dtype != DIT_F16)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: g must be F32, BF16 or F16", op);
+  const int64_t D = last_dim(x), n = dit_tensor_numel(x), rows = D ? n / D : 0;
+  if (dit_tensor_numel(g) != rows)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: g has %lld values for %lld rows", op,
+                      (long long)dit_tensor_numel(g), (long long)rows);
+  if (g->data == y->data) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: g aliases y", op);
+  LAUNCH(op, "kernel", cuk_mul_rows(y->data, x->data, x->dtype, g->data, (int)g->dtype, n, D, s,
+                                    v8(be, D, x->data, y->data, NULL, NULL), st(be)));
+  return DIT_OK;
+}
+
 /* x [B,S,D] (or [S,D] as B = 1); a per-batch vector [B,D] (or [D], broadcast): batch stride. */
 dit_status cu_check_bsd(const char *op, const dit_tensor *x, const char *vn, const dit_tensor *vec, int64_t *B,
                            int64_t *S, int64_t *D, int64_t *vbs, dit_error *err) {

@@ -160,3 +160,31 @@ extern "C" cudaError_t cuk_v8_rope(void *x, int dt, int64_t B, int64_t S, int64_
   CU_DISPATCH(dt, T, k8_rope<T><<<cu_blocks(n8, 256), 256, 0, s>>>((T *)x, S, H, D, cos, sin, csb, n8));
   return cudaGetLastError();
 }
+
+/* y[r, :] = x[r, :] * (sc * g[r]) over rows of D; V = 8: 16-byte accesses (D % 8 == 0, aligned), V = 1: any. */
+template <typename T, int V>
+__global__ void k_mul_rows(T *y, const T *x, const void *g, int gdt, int64_t n, int64_t D, float sc) {
+  GS_LOOP(i, n / V) {
+    const int64_t e = i * V;
+    const float f = sc * cu_ldw(g, gdt, e / D);
+    if (V == 8) {
+      float u[8];
+      ld8(x + e, u);
+#pragma unroll
+      for (int k = 0; k < 8; k++) u[k] *= f;
+      st8(y + e, u);
+    } else {
+      cu_st(y, e, cu_ld(x, e) * f);
+    }
+  }
+}
+
+extern "C" cudaError_t cuk_mul_rows(void *y, const void *x, int dt, const void *g, int gdt, int64_t n, int64_t D,
+                                    float sc, int vec, cudaStream_t s) {
+  if (n <= 0 || D <= 0) return cudaSuccess;
+  if (vec && D % 8 == 0)
+    CU_DISPATCH(dt, T, k_mul_rows<T, 8><<<cu_blocks(n / 8, 256), 256, 0, s>>>((T *)y, (const T *)x, g, gdt, n, D, sc));
+  else
+    CU_DISPATCH(dt, T, k_mul_rows<T, 1><<<cu_blocks(n, 256), 256, 0, s>>>((T *)y, (const T *)x, g, gdt, n, D, sc));
+  return cudaGetLastError();
+}

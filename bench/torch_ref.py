@@ -22,7 +22,7 @@ runs; torch.compile (of the transformer only) only if --modes names it. Each run
 
 usage: python3 bench/torch_ref.py [--arch zimage] [--res 512 1024 2048] [--text-len 128|512] [--iters 10]
          [--height H --frames N (ltx2*: e.g. --res 768 --height 512 --frames 121)]
-         [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--fp8] [--out FILE.json]
+         [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--fp8] [--profile] [--out FILE.json]
 
 --fp8: the blocks' linears (ditrun's fp8 policy: numbered blocks, not modulation or norms) as a
 PyTorch user runs fp8 on Hopper: e4m3 weights with a per-tensor scale, activations quantized per
@@ -397,13 +397,8 @@ def run_vae(args, modes, dev, env):
             log(json.dumps(rec))
             results["runs"].append(rec)
         if args.profile:
-            from torch.profiler import ProfilerActivity, profile
             vae = vae.to(memory_format=torch.contiguous_format)
-            with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-                vae.decode(z, return_dict=False)
-                torch.cuda.synchronize()
-            print(f"res {res}: eager decode, CUDA kernels by total time")
-            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
+            profile_call(lambda: vae.decode(z, return_dict=False), f"res {res}: eager decode")
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1)
     print(f"{'res':>6} {'mode':>13} {'median ms':>10} {'peak GiB':>9}")
@@ -412,6 +407,18 @@ def run_vae(args, modes, dev, env):
             print(f"{r['res']:>6} {r['mode']:>13} {r['median_ms']:>10.2f} {r['peak_mem_bytes'] / 2**30:>9.2f}")
         else:
             print(f"{r['res']:>6} {r['mode']:>13} {r.get('error', '?')[:60]}")
+
+
+def profile_call(call, title):
+    """One more call under torch.profiler: its CUDA kernels by total time, and the kernel sum."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    ev = prof.key_averages()
+    total = sum(e.device_time_total for e in ev) / 1e3
+    print(f"{title}: CUDA kernels by total time (sum of kernel times {total:.2f} ms)")
+    print(ev.table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=100))
 
 
 def main():
@@ -433,7 +440,8 @@ def main():
     ap.add_argument("--compile-budget-s", type=float, default=300.0,
                     help="skip torch.compile for further sizes once the script has run this long")
     ap.add_argument("--vae", action="store_true", help="the VAE decoder alone (modes eager, eager-cl, compile)")
-    ap.add_argument("--profile", action="store_true", help="--vae: top CUDA kernels of one eager decode")
+    ap.add_argument("--profile", action="store_true",
+                    help="top CUDA kernels of one more call (--vae: an eager decode; forwards: each mode's)")
     ap.add_argument("--fp8", action="store_true", help="the transformer blocks' linears in fp8 (Fp8Linear)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "torch_ref.json"))
@@ -577,6 +585,8 @@ def main():
                 rec.update(bench(call, args.warmup, args.iters))
             rec["tflops"] = fl / rec["median_ms"] / 1e9
             rec["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            if args.profile:
+                profile_call(call, f"res {res}: {mode} forward")
         except Exception as e:  # report and go on with the other sizes
             rec["error"] = repr(e)[:400]
         log(json.dumps(rec))

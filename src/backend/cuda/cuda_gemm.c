@@ -102,7 +102,9 @@ static dit_status plan_build(cu_impl *im, cu_plan *p, int align, const char *op,
 
 /* Times candidate c on the call's operands: one untimed warm-up, then CU_TUNE_RUNS runs
  * between ev0 and ev1 on the stream. *ms: time per run, or -1 when cuBLASLt refuses the
- * candidate (skipped, not an error). A CUDA error (events) is returned: tuning stops. */
+ * candidate (skipped, not an error). A CUDA error (events) is returned: tuning stops. (Emptying
+ * the L2 cache before each timed run, as a forward meets its weights, chose the same algorithms
+ * for LTX-2's and Z-Image's shapes on an H100 and timed them alike: docs/PERF.md.) */
 static dit_status tune_one(cu_impl *im, const cu_plan *p, int c, const void *A, const void *B, void *D,
                            cudaEvent_t ev0, cudaEvent_t ev1, float *ms, dit_error *err) {
   const char *op = "cuda gemm tune";
@@ -125,6 +127,15 @@ static dit_status tune_one(cu_impl *im, const cu_plan *p, int c, const void *A, 
   return DIT_OK;
 }
 
+/* An algorithm's tile, stages and cluster shape ids (cuBLASLt's enums), for the tuning log. */
+static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
+  uint32_t tile = 0, stages = 0, cluster = 0;
+  size_t got = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &got);
+  snprintf(buf, len, "tile %u stages %u cluster %u", tile, stages, cluster);
+}
 
 static double tflops(const cu_plan *p, float ms) {
   return ms > 0.0f ? 2.0 * (double)p->m * (double)p->n * (double)p->k / ((double)ms * 1e9) : 0.0;
@@ -182,10 +193,13 @@ static dit_status gemm_tune(cu_impl *im, cu_plan *p, const void *A, const void *
     if (t[c] >= 0.0f && t[c] < t[best]) best = c;
   p->algo = p->cand[best];
   if (!im->opts.cuda_gemm_tune_log) return DIT_OK; /* one stderr line per tuned shape */
-  char first[64] = "refused", won[64] = "none ran";
-  if (t[0] >= 0.0f) snprintf(first, sizeof first, "%.4f ms (%.1f TFLOP/s)", (double)t[0], tflops(p, t[0]));
+  char first[128] = "refused", won[128] = "none ran", d0[64], db[64];
+  algo_desc(&p->cand[0], d0, sizeof d0);
+  algo_desc(&p->cand[best], db, sizeof db);
+  if (t[0] >= 0.0f)
+    snprintf(first, sizeof first, "%.4f ms (%.1f TFLOP/s; %s)", (double)t[0], tflops(p, t[0]), d0);
   if (ref >= 0)
-    snprintf(won, sizeof won, "#%d %.4f ms (%.1f TFLOP/s)", best, (double)t[best], tflops(p, t[best]));
+    snprintf(won, sizeof won, "#%d %.4f ms (%.1f TFLOP/s; %s)", best, (double)t[best], tflops(p, t[best]), db);
   fprintf(stderr, "ditrun: cuda gemm tune: m=%lld n=%lld k=%lld (A/B %s, D %s): %d candidates, %d with the first's "
           "result, heuristic's first %s, best %s\n", (long long)p->m, (long long)p->n, (long long)p->k,
           dit_dtype_name(p->abt), dit_dtype_name(p->dt), p->n_cand, same, first, won);

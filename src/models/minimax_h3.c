@@ -1,0 +1,154 @@
+/* MiniMax-H3 transformer: config.json, the weight table, load and free (see minimax_h3.h). The
+ * forward is in minimax_h3_forward.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "models/minimax_h3_internal.h"
+
+#define CFG_MAX_BYTES (16u << 20)
+#define MAX_DIM 65536
+#define MAX_LAYERS 1024
+
+typedef struct int_field {
+  const char *key;
+  int64_t min, max, def;
+  int *dst;
+} int_field;
+
+/* The fields with diffusers' defaults (the released geometry), then the derived ones. */
+static dit_status read_config(const json_t *j, dit_h3_config *c, const char *what, dit_error *err) {
+  const char *cls = NULL;
+  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
+  if (cls && strcmp(cls, "MiniMaxH3Transformer3DModel") != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected MiniMaxH3Transformer3DModel",
+                      what, cls);
+  const int_field f[] = {
+      {"num_attention_heads", 1, 1024, 56, &c->heads},
+      {"attention_head_dim", 2, 512, 128, &c->head_dim},
+      {"hidden_size", 1, MAX_DIM, 5376, &c->hidden},
+      {"num_layers", 1, MAX_LAYERS, 50, &c->layers},
+      {"num_refiner_layers", 0, MAX_LAYERS, 2, &c->refiner_layers},
+      {"ffn_dim", 1, 1 << 20, 14336, &c->ffn},
+      {"in_channels", 1, 4096, 24, &c->in_channels},
+      {"audio_in_channels", 1, 4096, 32, &c->audio_channels},
+      {"text_dim", 1, MAX_DIM, 5120, &c->text_dim},
+      {"freq_dim", 2, 8192, 256, &c->freq_dim},
+      {"time_embed_hidden_dim", 1, MAX_DIM, 5376, &c->time_hidden},
+      {"time_embed_dim", 1, MAX_DIM, 2688, &c->time_dim},
+      {"rope_freq_dim", 1, 256, 16, &c->rope_freq_dim},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+    int64_t v = f[i].def;
+    DIT_TRY(dit_json_int_opt(j, f[i].key, f[i].min, f[i].max, &v, what, err));
+    *f[i].dst = (int)v;
+  }
+  c->patch[0] = 1, c->patch[1] = c->patch[2] = 2;
+  const json_t *p = json_object_get(j, "patch_size");
+  if (p && !json_is_null(p)) DIT_TRY(dit_json_ints_exact(j, "patch_size", 1, 16, c->patch, 3, what, err));
+  c->rope_theta = 10000.0;
+  DIT_TRY(dit_json_double_opt(j, "rope_theta", &c->rope_theta, what, err));
+  double e[3] = {1e-5, 1e-5, 1e-5};
+  DIT_TRY(dit_json_double_opt(j, "norm_eps", &e[0], what, err));
+  DIT_TRY(dit_json_double_opt(j, "qk_norm_eps", &e[1], what, err));
+  DIT_TRY(dit_json_double_opt(j, "final_norm_eps", &e[2], what, err));
+  c->norm_eps = (float)e[0], c->qk_norm_eps = (float)e[1], c->final_norm_eps = (float)e[2];
+  if (6 * c->rope_freq_dim > c->head_dim)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_freq_dim %d rotates %d channels, more than attention_head_dim %d",
+                      what, c->rope_freq_dim, 6 * c->rope_freq_dim, c->head_dim);
+  if (c->freq_dim % 2)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: freq_dim %d is odd", what, c->freq_dim);
+  if (!(c->rope_theta > 1.0))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_theta %g is not above 1", what, c->rope_theta);
+  c->patch_dim = c->in_channels * c->patch[0] * c->patch[1] * c->patch[2];
+  return DIT_OK;
+}
+
+static void add_block(dit_wtable *t, h3_block_w *b, const dit_h3_config *c, bool ada, const char *group, int i) {
+  const int64_t H = c->hidden, I = (int64_t)c->heads * c->head_dim, F = c->ffn;
+  dit_wtable_add(t, &b->norm1, false, 1, (int64_t[]){H}, "%s.%d.norm1.weight", group, i);
+  dit_wtable_add(t, &b->norm2, false, 1, (int64_t[]){H}, "%s.%d.norm2.weight", group, i);
+  dit_wtable_add(t, &b->attn.to_q, false, 2, (int64_t[]){I, H}, "%s.%d.attn.to_q.weight", group, i);
+  dit_wtable_add(t, &b->attn.to_k, false, 2, (int64_t[]){I, H}, "%s.%d.attn.to_k.weight", group, i);
+  dit_wtable_add(t, &b->attn.to_v, false, 2, (int64_t[]){I, H}, "%s.%d.attn.to_v.weight", group, i);
+  dit_wtable_add(t, &b->attn.to_out, false, 2, (int64_t[]){H, I}, "%s.%d.attn.to_out.0.weight", group, i);
+  dit_wtable_add(t, &b->attn.norm_q, false, 1, (int64_t[]){c->head_dim}, "%s.%d.attn.norm_q.weight", group, i);
+  dit_wtable_add(t, &b->attn.norm_k, false, 1, (int64_t[]){c->head_dim}, "%s.%d.attn.norm_k.weight", group, i);
+  dit_wtable_add(t, &b->ff_in, false, 2, (int64_t[]){2 * F, H}, "%s.%d.ff.net.0.proj.weight", group, i);
+  dit_wtable_add(t, &b->ff_down, false, 2, (int64_t[]){H, F}, "%s.%d.ff.net.2.weight", group, i);
+  if (!ada) return;
+  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * H;
+  dit_wtable_add(t, &b->ada_w, false, 2, (int64_t[]){A, c->time_dim}, "%s.%d.adaln_proj.linear.weight", group, i);
+  dit_wtable_add(t, &b->ada_b, false, 1, (int64_t[]){A}, "%s.%d.adaln_proj.linear.bias", group, i);
+}
+
+static void add_linear(dit_wtable *t, dit_tensor *w, dit_tensor *b, int64_t n, int64_t k, const char *name) {
+  dit_wtable_add(t, w, false, 2, (int64_t[]){n, k}, "%s.weight", name);
+  dit_wtable_add(t, b, false, 1, (int64_t[]){n}, "%s.bias", name);
+}
+
+static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
+  dit_h3 *m = model;
+  const dit_h3_config *c = &m->cfg;
+  h3_weights *w = &m->w;
+  dit_wtable_init(t);
+  if (!w->blocks) {
+    w->refiner = calloc((size_t)c->refiner_layers + 1, sizeof *w->refiner);
+    w->blocks = calloc((size_t)c->layers, sizeof *w->blocks);
+  }
+  if (!w->refiner || !w->blocks) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory for %d blocks", c->layers);
+  const int64_t H = c->hidden;
+  add_linear(t, &w->proj_in_w, &w->proj_in_b, H, c->patch_dim, "proj_in");
+  add_linear(t, &w->aproj_in_w, &w->aproj_in_b, H, c->audio_channels, "audio_proj_in");
+  add_linear(t, &w->ctx_w, &w->ctx_b, H, c->text_dim, "context_embedder");
+  add_linear(t, &w->t1_w, &w->t1_b, c->time_hidden, c->freq_dim, "time_embedder.linear_1");
+  add_linear(t, &w->t2_w, &w->t2_b, c->time_dim, c->time_hidden, "time_embedder.linear_2");
+  dit_wtable_add(t, &w->refiner_norm, false, 1, (int64_t[]){H}, "token_refiner.final_norm.weight");
+  dit_wtable_add(t, &w->out_norm, false, 1, (int64_t[]){H}, "norm_out.norm.weight");
+  add_linear(t, &w->out_w, &w->out_b, 2 * H, c->time_dim, "norm_out.linear");
+  add_linear(t, &w->proj_out_w, &w->proj_out_b, c->patch_dim, H, "proj_out");
+  add_linear(t, &w->aproj_out_w, &w->aproj_out_b, c->audio_channels, H, "audio_proj_out");
+  for (int i = 0; i < c->refiner_layers; i++) add_block(t, &w->refiner[i], c, false, "token_refiner.refiner_blocks", i);
+  for (int i = 0; i < c->layers; i++) add_block(t, &w->blocks[i], c, true, "transformer_blocks", i);
+  return DIT_OK;
+}
+
+/* The SwiGLU projection's halves as views of the stored [2 F, H] tensor: value rows first. */
+static void split_ff(h3_block_w *b, int64_t F, int64_t H) {
+  const size_t half = (size_t)F * (size_t)H * dit_dtype_size(b->ff_in.dtype);
+  b->ff_value = dit_tensor_make(b->ff_in.dtype, b->ff_in.data, 2, (int64_t[]){F, H});
+  b->ff_gate = dit_tensor_make(b->ff_in.dtype, (char *)b->ff_in.data + half, 2, (int64_t[]){F, H});
+  b->ff_value.device = b->ff_gate.device = b->ff_in.device;
+}
+
+dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no backend or folder given");
+  char path[4096];
+  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
+  dit_h3 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  m->be = be;
+  dit_act_space_init(&m->as, be);
+  json_t *j = NULL;
+  dit_status s = dit_json_load_file(path, CFG_MAX_BYTES, &j, err);
+  if (s == DIT_OK) s = read_config(j, &m->cfg, path, err);
+  json_decref(j);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "minimax-h3", component_dir, build_table, m, true, err);
+  if (s == DIT_OK) {
+    for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden);
+    for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden);
+  }
+  DIT_HAND_OVER(s, m, out, dit_h3_free);
+}
+
+void dit_h3_free(dit_h3 *m) {
+  if (!m) return;
+  dit_act_space_release(&m->as, m->be);
+  dit_model_weights_release(m->be, &m->mw);
+  free(m->w.refiner);
+  free(m->w.blocks);
+  free(m);
+}
+
+const dit_h3_config *dit_h3_get_config(const dit_h3 *m) { return m ? &m->cfg : NULL; }

@@ -1,0 +1,277 @@
+/* MiniMax-H3 against its fixture (models/minimax-h3-tiny, made by gen/make_fixtures_minimax_h3.py
+ * from diffusers' modular pipeline at the pinned commit), fp32 on the CPU:
+ * - the conditioning: the prompt tokenized verbatim (no template, no special tokens) and the
+ *   Qwen3-VL language model's hidden_states[50] (after decoder layer 50, no final norm), through
+ *   ditrun's Qwen3 tokenizer and Qwen3 / Qwen3-VL encoder (the fixture's text encoder has 51 layers
+ *   of width 4, its embedding stored as float8_e4m3fn);
+ * - the transformer (models/minimax_h3.h): the token refiner and a one-frame, audio-free forward
+ *   (components.safetensors), and every call of the pipeline's run with its packed
+ *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "fixture.h"
+#include "models/minimax_h3.h"
+#include "models/qwen3.h"
+#include "testing.h"
+#include "text/tokenizer.h"
+
+#define TOL 1e-5    /* fp32 CPU against transformers' float32 */
+#define DIT_TOL 1e-4 /* the transformer against diffusers' float32 (the acceptance's bound); on a GPU
+                        (DIT_TEST_DEVICE=cuda) every check is a normalized MSE of 1e-4 */
+#define H3_TEXT_LAYER 50 /* MiniMax-H3's conditioning layer (the pipeline refuses fewer than 51 layers) */
+
+static bool g_gpu;
+
+static dit_backend *g_be;
+
+/* The prompt's ids as the pipeline made them, and ditrun's for the same text. */
+static void test_tokens(const dt_args *a) {
+  char dir[1024], ref[1200], sub[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  if (!rj) return;
+  const char *prompt = json_string_value(json_object_get(json_object_get(rj, "call"), "prompt"));
+  CHECK(prompt != NULL);
+  int32_t *want = NULL, *mask = NULL, *ids = NULL;
+  int64_t ws[8], ms[8];
+  int wn = 0, mn = 0;
+  CHECK(dt_load_i32(ref, "text_encoder.0.input_ids", &want, ws, &wn) == 0);
+  CHECK(dt_load_i32(ref, "text_encoder.0.attention_mask", &mask, ms, &mn) == 0);
+  dit_tokenizer *tok = NULL;
+  dit_error e = {0};
+  dt_path(sub, sizeof sub, dir, "tokenizer");
+  CHECK_MSG(dit_tok_load(sub, &tok, &e) == DIT_OK, "%s", e.msg);
+  size_t n = 0;
+  if (tok && prompt) CHECK_MSG(dit_tok_encode(tok, prompt, strlen(prompt), &ids, &n, &e) == DIT_OK, "%s", e.msg);
+  if (want && mask && ids) {
+    CHECK_MSG(wn == 2 && ws[0] == 1 && (size_t)ws[1] == n, "%zu ids, the pipeline's %lld", n, (long long)ws[1]);
+    for (size_t i = 0; i < n && (size_t)ws[1] == n; i++) {
+      CHECK_MSG(ids[i] == want[i], "id %zu: %d, the pipeline's %d", i, ids[i], want[i]);
+      CHECK(mask[i] == 1); /* one prompt, no padding */
+    }
+    printf("prompt: %zu tokens, the pipeline's ids\n", n);
+  }
+  free(want), free(mask), free(ids);
+  dit_tok_free(tok);
+  json_decref(rj);
+}
+
+/* hidden_states[50] (what the pipeline conditions on) and the post-norm last state (what it must not
+ * take, -1 here) for the pipeline's ids: the stacked reference [1, N, H, 52]. */
+static void test_encoder(const dt_args *a) {
+  char dir[1024], ref[1200], sub[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  if (!rj) return;
+  dit_qwen3 *te = NULL;
+  dit_error e = {0};
+  dt_path(sub, sizeof sub, dir, "text_encoder");
+  CHECK_MSG(dit_qwen3_load(g_be, sub, &te, &e) == DIT_OK, "%s", e.msg);
+  int32_t *ids = NULL;
+  float *hs = NULL;
+  int64_t is[8], hsh[8];
+  int in = 0, hn = 0;
+  CHECK(dt_load_i32(ref, "text_encoder.0.input_ids", &ids, is, &in) == 0);
+  CHECK(dt_load_f32(ref, "text_encoder.0.hidden_states", &hs, hsh, &hn) == 0);
+  if (te && ids && hs) {
+    const dit_qwen3_config *c = dit_qwen3_get_config(te);
+    const int N = (int)is[1], H = c->hidden_size, L = (int)hsh[3];
+    CHECK_MSG(c->num_layers == 51 && hn == 4 && hsh[1] == N && hsh[2] == H && L == 52,
+              "%d layers, hidden states [%lld, %lld, %lld, %lld]", c->num_layers, (long long)hsh[0],
+              (long long)hsh[1], (long long)hsh[2], (long long)hsh[3]);
+    const int layers[2] = {H3_TEXT_LAYER, -1}, taps[2] = {H3_TEXT_LAYER, L - 1};
+    float *got[2] = {calloc((size_t)N * H, sizeof(float)), calloc((size_t)N * H, sizeof(float))};
+    float *want = calloc((size_t)N * H, sizeof(float));
+    CHECK(got[0] && got[1] && want);
+    if (got[0] && got[1] && want && c->num_layers == 51 && L == 52) {
+      CHECK_MSG(dit_qwen3_encode(te, 1, N, ids, NULL, 2, layers, got, &e) == DIT_OK, "%s", e.msg);
+      for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < (int64_t)N * H; i++) want[i] = hs[i * L + taps[k]];
+        const double r = dt_error_of(g_gpu, got[k], want, (size_t)N * H), tol = g_gpu ? DIT_TOL : TOL;
+        printf("hidden_states[%d] (%s, %d tokens): %s %.3g\n", taps[k], k ? "after the final norm" : "the conditioning",
+               N, g_gpu ? "nmse" : "relative error", r);
+        CHECK_MSG(r <= tol, "hidden_states[%d]: error %.3g > %g", taps[k], r, tol);
+      }
+      /* the two differ (the check can tell the conditioning from the normed last state) */
+      for (int64_t i = 0; i < (int64_t)N * H; i++) want[i] = hs[i * L + L - 1];
+      CHECK(dt_error_of(g_gpu, got[0], want, (size_t)N * H) > 0.01);
+    }
+    free(got[0]), free(got[1]), free(want);
+  }
+  free(ids), free(hs);
+  dit_qwen3_free(te);
+  json_decref(rj);
+}
+
+static dit_h3 *load_h3(const dt_args *a) {
+  char dir[1024];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny/transformer");
+  dit_h3 *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_h3_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
+  return m;
+}
+
+static void check_rel(const char *what, const float *got, const float *want, size_t n, double tol) {
+  const double r = dt_error_of(g_gpu, got, want, n);
+  printf("%s: %s %.3g\n", what, g_gpu ? "nmse" : "relative error", r);
+  CHECK_MSG(r <= tol, "%s: error %.3g > %g", what, r, tol);
+}
+
+/* The token refiner (context_embedder, 2 refiner blocks, final_norm) on the one-frame case's 7 text rows. */
+static void test_refiner(const dt_args *a) {
+  char file[1200];
+  dt_path(file, sizeof file, a->data, "models/minimax-h3-tiny/components.safetensors");
+  dit_h3 *m = load_h3(a);
+  float *txt = dt_load_f32_n(file, "dit_image_encoder_hidden_states", 7 * 4);
+  float *want = dt_load_f32_n(file, "dit_image_refiner_out", 7 * 24), *got = calloc(7 * 24, sizeof(float));
+  dit_error e = {0};
+  if (m && txt && want && got) {
+    CHECK(dit_h3_get_config(m)->hidden == 24 && dit_h3_get_config(m)->text_dim == 4);
+    CHECK_MSG(dit_h3_refine_text(m, 7, txt, got, &e) == DIT_OK, "%s", e.msg);
+    check_rel("token refiner (7 rows)", got, want, 7 * 24, DIT_TOL);
+  }
+  free(txt), free(want), free(got);
+  dit_h3_free(m);
+}
+
+/* One call's layout from `file`: prefix names the tensors (pfx + "position_ids" ...), or the reference's
+ * shared layout tensors when shared. Returns the call with malloc'd arrays in bufs (freed by the caller). */
+typedef struct h3_case {
+  dit_h3_call c;
+  float *text, *video, *audio, *ts, *pos32;
+  double *pos;
+  int32_t *ti, *tags, *tidx, *vidx, *aidx;
+} h3_case;
+
+static void case_free(h3_case *k) {
+  free(k->text), free(k->video), free(k->audio), free(k->ts), free(k->pos32), free(k->pos);
+  free(k->ti), free(k->tags), free(k->tidx), free(k->vidx), free(k->aidx);
+}
+
+static int load_i32(const char *file, const char *name, int32_t **out, int64_t *n) {
+  int64_t sh[8];
+  int nd = 0;
+  if (dt_load_i32(file, name, out, sh, &nd) != 0) return -1;
+  *n = 1;
+  for (int i = 0; i < nd; i++) *n *= sh[i];
+  return 0;
+}
+
+static int load_f32(const char *file, const char *name, float **out, int64_t *n) {
+  int64_t sh[8];
+  int nd = 0;
+  if (dt_load_f32(file, name, out, sh, &nd) != 0) return -1;
+  *n = 1;
+  for (int i = 0; i < nd; i++) *n *= sh[i];
+  return 0;
+}
+
+/* names[]: text, video, audio (NULL: none), timestep, timestep_indices, token_tags, position_ids, text /
+ * video / audio indices. */
+static bool case_load(const char *file, const char *const names[10], h3_case *k) {
+  memset(k, 0, sizeof *k);
+  int64_t n[10] = {0};
+  int bad = load_f32(file, names[0], &k->text, &n[0]) | load_f32(file, names[1], &k->video, &n[1]);
+  if (names[2]) bad |= load_f32(file, names[2], &k->audio, &n[2]);
+  bad |= load_f32(file, names[3], &k->ts, &n[3]) | load_i32(file, names[4], &k->ti, &n[4]);
+  bad |= load_i32(file, names[5], &k->tags, &n[5]) | load_f32(file, names[6], &k->pos32, &n[6]);
+  bad |= load_i32(file, names[7], &k->tidx, &n[7]) | load_i32(file, names[8], &k->vidx, &n[8]);
+  if (names[9]) bad |= load_i32(file, names[9], &k->aidx, &n[9]);
+  CHECK(!bad);
+  if (bad) return false;
+  /* the pipeline's positions are float64; the model casts them to float32 first, so float32 loses nothing */
+  k->pos = malloc((size_t)n[6] * sizeof *k->pos);
+  if (!k->pos) return false;
+  for (int64_t i = 0; i < n[6]; i++) k->pos[i] = k->pos32[i];
+  k->c = (dit_h3_call){.n_text = n[7], .n_video = n[8], .n_audio = names[9] ? n[9] : 0, .text = k->text,
+                       .video = k->video, .audio = k->audio, .n_timesteps = (int)n[3], .timesteps = k->ts,
+                       .timestep_index = k->ti, .tags = k->tags, .positions = k->pos, .text_index = k->tidx,
+                       .video_index = k->vidx, .audio_index = k->aidx};
+  return true;
+}
+
+/* The one-frame, audio-free layout of components.safetensors (7 text rows, 6 video rows, timestep 0.3). */
+static void test_one_frame(const dt_args *a) {
+  char file[1200];
+  dt_path(file, sizeof file, a->data, "models/minimax-h3-tiny/components.safetensors");
+  dit_h3 *m = load_h3(a);
+  const char *const names[10] = {"dit_image_encoder_hidden_states", "dit_image_hidden_states", NULL,
+                                 "dit_image_timestep", "dit_image_timestep_indices", "dit_image_token_tags",
+                                 "dit_image_position_ids", "dit_image_text_indices", "dit_image_video_indices", NULL};
+  h3_case k;
+  if (m && case_load(file, names, &k)) {
+    const int64_t pd = dit_h3_get_config(m)->patch_dim;
+    float *want = dt_load_f32_n(file, "dit_image_out", (size_t)(k.c.n_video * pd));
+    float *got = calloc((size_t)(k.c.n_video * pd), sizeof(float));
+    dit_error e = {0};
+    if (want && got) {
+      CHECK_MSG(dit_h3_forward(m, &k.c, got, NULL, &e) == DIT_OK, "%s", e.msg);
+      check_rel("one frame, no audio (7 text + 6 video rows)", got, want, (size_t)(k.c.n_video * pd), DIT_TOL);
+      /* layouts the model refuses by name: a row placed twice, a tag and a timestep index out of range */
+      const int32_t v0 = k.vidx[0];
+      k.vidx[0] = k.tidx[0];
+      CHECK(dit_h3_forward(m, &k.c, got, NULL, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "already placed"));
+      printf("a row placed twice: %s\n", e.msg);
+      k.vidx[0] = v0;
+      k.tags[3] = 3;
+      CHECK(dit_h3_forward(m, &k.c, got, NULL, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "row 3 has tag 3"));
+      k.tags[3] = 1, k.ti[5] = 1;
+      CHECK(dit_h3_forward(m, &k.c, got, NULL, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "timestep index 1"));
+      printf("a timestep index out of range: %s\n", e.msg);
+    }
+    free(want), free(got);
+  }
+  case_free(&k);
+  dit_h3_free(m);
+}
+
+/* Every transformer call of the pipeline's run: 25 text + 414 audio + 74 video rows. */
+static void test_calls(const dt_args *a) {
+  char dir[1024], ref[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  dit_h3 *m = load_h3(a);
+  for (int i = 0; rj && m && i < 3; i++) {
+    char nm[6][64];
+    snprintf(nm[0], 64, "transformer.%d.hidden_states", i);
+    snprintf(nm[1], 64, "transformer.%d.audio_hidden_states", i);
+    snprintf(nm[2], 64, "transformer.%d.timestep", i);
+    snprintf(nm[3], 64, "transformer.%d.timestep_indices", i);
+    snprintf(nm[4], 64, "transformer.%d.out0", i);
+    snprintf(nm[5], 64, "transformer.%d.out1", i);
+    const char *const names[10] = {"prompt_embeds", nm[0], nm[1], nm[2], nm[3], "token_tags", "position_ids",
+                                   "text_indices", "video_indices", "audio_indices"};
+    h3_case k;
+    if (!case_load(ref, names, &k)) {
+      case_free(&k);
+      break;
+    }
+    const dit_h3_config *g = dit_h3_get_config(m);
+    const size_t nv = (size_t)(k.c.n_video * g->patch_dim), na = (size_t)(k.c.n_audio * g->audio_channels);
+    float *wv = dt_load_f32_n(ref, nm[4], nv), *wa = dt_load_f32_n(ref, nm[5], na);
+    float *gv = calloc(nv, sizeof(float)), *ga = calloc(na, sizeof(float));
+    dit_error e = {0};
+    if (wv && wa && gv && ga) {
+      CHECK_MSG(dit_h3_forward(m, &k.c, gv, ga, &e) == DIT_OK, "%s", e.msg);
+      char what[128];
+      snprintf(what, sizeof what, "call %d (%d timestep%s): video", i, k.c.n_timesteps, k.c.n_timesteps > 1 ? "s" : "");
+      check_rel(what, gv, wv, nv, DIT_TOL);
+      snprintf(what, sizeof what, "call %d: audio", i);
+      check_rel(what, ga, wa, na, DIT_TOL);
+    }
+    free(wv), free(wa), free(gv), free(ga);
+    case_free(&k);
+  }
+  dit_h3_free(m);
+  json_decref(rj);
+}
+
+int main(int argc, char **argv) {
+  static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder, test_refiner, test_one_frame,
+                                                   test_calls};
+  return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
+}

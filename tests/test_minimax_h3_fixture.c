@@ -229,6 +229,15 @@ static void test_one_frame(const dt_args *a) {
   dit_h3_free(m);
 }
 
+/* Call i of the pipeline's run (names: its tensor names, kept while k is used). */
+static bool call_case(const char *ref, int i, char nm[6][64], h3_case *k) {
+  const char *fmt[6] = {"hidden_states", "audio_hidden_states", "timestep", "timestep_indices", "out0", "out1"};
+  for (int j = 0; j < 6; j++) snprintf(nm[j], 64, "transformer.%d.%s", i, fmt[j]);
+  const char *const names[10] = {"prompt_embeds", nm[0], nm[1], nm[2], nm[3], "token_tags", "position_ids",
+                                 "text_indices", "video_indices", "audio_indices"};
+  return case_load(ref, names, k);
+}
+
 /* Every transformer call of the pipeline's run: 25 text + 414 audio + 74 video rows. */
 static void test_calls(const dt_args *a) {
   char dir[1024], ref[1200];
@@ -237,16 +246,8 @@ static void test_calls(const dt_args *a) {
   dit_h3 *m = load_h3(a);
   for (int i = 0; rj && m && i < 3; i++) {
     char nm[6][64];
-    snprintf(nm[0], 64, "transformer.%d.hidden_states", i);
-    snprintf(nm[1], 64, "transformer.%d.audio_hidden_states", i);
-    snprintf(nm[2], 64, "transformer.%d.timestep", i);
-    snprintf(nm[3], 64, "transformer.%d.timestep_indices", i);
-    snprintf(nm[4], 64, "transformer.%d.out0", i);
-    snprintf(nm[5], 64, "transformer.%d.out1", i);
-    const char *const names[10] = {"prompt_embeds", nm[0], nm[1], nm[2], nm[3], "token_tags", "position_ids",
-                                   "text_indices", "video_indices", "audio_indices"};
     h3_case k;
-    if (!case_load(ref, names, &k)) {
+    if (!call_case(ref, i, nm, &k)) {
       case_free(&k);
       break;
     }
@@ -270,8 +271,63 @@ static void test_calls(const dt_args *a) {
   json_decref(rj);
 }
 
+/* The fold: the run's distinct timesteps folded once; every call then gives what it gave unfolded (the
+ * acceptance: identical up to float reassociation, 1e-6), and a timestep outside the fold is refused. */
+static void test_fold(const dt_args *a) {
+  char dir[1024], ref[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  dit_h3 *m = load_h3(a);
+  h3_case k[3];
+  char nm[3][6][64];
+  float *out[3][2][2] = {{{NULL}}}; /* [call][unfolded, folded][video, audio] */
+  float ts[8];
+  int n = 0, loaded = 0;
+  dit_error e = {0};
+  for (int i = 0; rj && m && i < 3 && call_case(ref, i, nm[i], &k[i]); i++, loaded++)
+    for (int j = 0; j < k[i].c.n_timesteps; j++) {
+      bool seen = false;
+      for (int q = 0; q < n; q++) seen = seen || ts[q] == k[i].c.timesteps[j];
+      if (!seen && n < 8) ts[n++] = k[i].c.timesteps[j];
+    }
+  CHECK(loaded == 3);
+  const dit_h3_config *g = m ? dit_h3_get_config(m) : NULL;
+  for (int f = 0; g && loaded == 3 && f < 2; f++) {
+    if (f) {
+      dit_h3_fold_info info;
+      CHECK_MSG(dit_h3_fold(m, n, ts, &info, &e) == DIT_OK, "%s", e.msg);
+      printf("fold of %d timesteps: %zu bytes of tables in %.3f ms\n", n, info.table_bytes, info.build_s * 1e3);
+    }
+    for (int i = 0; i < 3; i++) {
+      const size_t nv = (size_t)(k[i].c.n_video * g->patch_dim), na = (size_t)(k[i].c.n_audio * g->audio_channels);
+      out[i][f][0] = calloc(nv, sizeof(float)), out[i][f][1] = calloc(na, sizeof(float));
+      if (out[i][f][0] && out[i][f][1])
+        CHECK_MSG(dit_h3_forward(m, &k[i].c, out[i][f][0], out[i][f][1], &e) == DIT_OK, "%s", e.msg);
+      if (!f) continue;
+      const double ev = dt_rel_err(out[i][1][0], out[i][0][0], nv), ea = dt_rel_err(out[i][1][1], out[i][0][1], na);
+      printf("call %d folded against unfolded: video %.3g, audio %.3g\n", i, ev, ea);
+      CHECK_MSG(ev <= 1e-6 && ea <= 1e-6, "call %d folded: %.3g / %.3g", i, ev, ea);
+    }
+  }
+  if (g && loaded == 3) { /* a schedule that changed after the fold */
+    const float t0 = k[2].ts[0];
+    k[2].ts[0] = t0 + 0.01f;
+    CHECK(dit_h3_forward(m, &k[2].c, out[2][1][0], out[2][1][1], &e) == DIT_ERR_INVALID_ARG &&
+          strstr(e.msg, "folded"));
+    printf("a timestep outside the fold: %s\n", e.msg);
+    k[2].ts[0] = t0;
+    dit_h3_unfold(m); /* and unfolded again, the call runs */
+    CHECK(dit_h3_forward(m, &k[2].c, out[2][1][0], out[2][1][1], &e) == DIT_OK);
+  }
+  for (int i = 0; i < loaded; i++) case_free(&k[i]);
+  for (int i = 0; i < 3; i++)
+    for (int f = 0; f < 2; f++) free(out[i][f][0]), free(out[i][f][1]);
+  dit_h3_free(m);
+  json_decref(rj);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder, test_refiner, test_one_frame,
-                                                   test_calls};
+                                                   test_calls, test_fold};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

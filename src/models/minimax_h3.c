@@ -144,6 +144,7 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
 
 void dit_h3_free(dit_h3 *m) {
   if (!m) return;
+  dit_h3_unfold(m);
   dit_act_space_release(&m->as, m->be);
   dit_model_weights_release(m->be, &m->mw);
   free(m->w.refiner);

@@ -74,6 +74,21 @@ typedef struct dit_h3_call {
  * a tag or timestep index out of range, non-finite positions). */
 dit_status dit_h3_forward(dit_h3 *m, const dit_h3_call *c, float *video_out, float *audio_out, dit_error *err);
 
+/* The fold: every block's timestep-only modulation (adaln_proj(SiLU(temb))) and norm_out's shift / scale,
+ * evaluated once for the n distinct timesteps a request will use (a schedule's), kept as tables
+ * (layers x n x 18 H values); later forwards index them instead of running the projections, and a
+ * forward whose timesteps are not all among them is refused (DIT_ERR_INVALID_ARG naming the timestep).
+ * A new fold replaces the last. info (may be NULL) gets the tables' bytes and build time. The projection
+ * weights stay loaded (released_bytes 0): not holding them is the next step. */
+typedef struct dit_h3_fold_info {
+  size_t table_bytes;
+  size_t released_bytes;
+  double build_s;
+} dit_h3_fold_info;
+dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_info *info, dit_error *err);
+/* Drops the fold (forwards compute the modulation again). */
+void dit_h3_unfold(dit_h3 *m);
+
 /* The token refiner alone (context_embedder, the refiner blocks, final_norm) on n text rows:
  * out [n, hidden] (host). */
 dit_status dit_h3_refine_text(dit_h3 *m, int64_t n, const float *text, float *out, dit_error *err);

@@ -6,10 +6,12 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/timer.h"
 #include "models/minimax_h3_internal.h"
 
 #define MAX_ROWS ((int64_t)1 << 22)
 #define MAX_TIMESTEPS 64
+#define MAX_FOLD 1024 /* timesteps one fold holds (a 50-step video + audio schedule has at most 98) */
 #define TIME_MAX_PERIOD 10000.0f /* Timesteps(flip_sin_to_cos=True, downscale_freq_shift=0) */
 
 /* A run of consecutive packed rows [start, start + len) that share one key (a modulation row). */
@@ -46,14 +48,15 @@ static void layout_free(h3_layout *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* Runs of rows with equal key(row) into *out (n of them). */
-static dit_status make_runs(const dit_h3_call *c, int64_t S, bool with_tag, h3_run **out, int64_t *n,
+/* Runs of rows with equal key(row) into *out (n of them); a row's timestep is map[timestep_index] (its row
+ * of the modulation tables). */
+static dit_status make_runs(const dit_h3_call *c, const int *map, int64_t S, bool with_tag, h3_run **out, int64_t *n,
                             dit_error *err) {
   h3_run *r = malloc((size_t)S * sizeof *r);
   if (!r) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for %lld rows", (long long)S);
   int64_t k = 0;
   for (int64_t i = 0; i < S; i++) {
-    const int64_t key = with_tag ? (int64_t)c->timestep_index[i] * DIT_H3_MODALITIES + c->tags[i] : c->timestep_index[i];
+    const int64_t t = map[c->timestep_index[i]], key = with_tag ? t * DIT_H3_MODALITIES + c->tags[i] : t;
     if (k && r[k - 1].key == key) r[k - 1].len++;
     else r[k++] = (h3_run){i, 1, key};
   }
@@ -84,7 +87,21 @@ static dit_status make_spans(const int32_t *idx, int64_t n, int64_t S, uint8_t *
   return DIT_OK;
 }
 
-static dit_status check_call(const dit_h3_call *c, h3_layout *l, dit_error *err) {
+/* Each call timestep's row of the modulation tables: its own index, or its place in the fold. */
+static dit_status timestep_map(const dit_h3 *m, const dit_h3_call *c, int *map, dit_error *err) {
+  for (int i = 0; i < c->n_timesteps; i++) {
+    map[i] = m->fold ? -1 : i;
+    for (int j = 0; m->fold && j < m->n_fold; j++)
+      if (m->fold_t[j] == c->timesteps[i]) map[i] = j;
+    if (map[i] < 0)
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 forward: timestep %.9g is not one of the %d the "
+                        "modulation was folded for (fold the request's schedule again)", (double)c->timesteps[i],
+                        m->n_fold);
+  }
+  return DIT_OK;
+}
+
+static dit_status check_call(const dit_h3 *m, const dit_h3_call *c, h3_layout *l, dit_error *err) {
   memset(l, 0, sizeof *l);
   if (!c || !c->text || !c->video || !c->timesteps || !c->timestep_index || !c->tags || !c->positions ||
       (c->n_audio && !c->audio))
@@ -108,6 +125,8 @@ static dit_status check_call(const dit_h3_call *c, h3_layout *l, dit_error *err)
         return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 forward: row %lld's position is not a finite value "
                           "below 1e7", (long long)i);
   }
+  int map[MAX_TIMESTEPS];
+  DIT_TRY(timestep_map(m, c, map, err));
   uint8_t *seen = calloc((size_t)S, 1);
   if (!seen) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   l->S = S;
@@ -117,8 +136,8 @@ static dit_status check_call(const dit_h3_call *c, h3_layout *l, dit_error *err)
   dit_status s = DIT_OK;
   for (int i = 0; s == DIT_OK && i < 3; i++) s = make_spans(idx[i], n[i], S, seen, names[i], &l->spans[i], &l->n_spans[i], err);
   free(seen); /* S rows claimed once each by S indices: every row is placed */
-  if (s == DIT_OK) s = make_runs(c, S, true, &l->mod_runs, &l->n_mod, err);
-  if (s == DIT_OK) s = make_runs(c, S, false, &l->out_runs, &l->n_out, err);
+  if (s == DIT_OK) s = make_runs(c, map, S, true, &l->mod_runs, &l->n_mod, err);
+  if (s == DIT_OK) s = make_runs(c, map, S, false, &l->out_runs, &l->n_out, err);
   if (s != DIT_OK) layout_free(l);
   return s;
 }
@@ -255,33 +274,45 @@ static dit_tensor mod_vec(const dit_h3 *m, void *table, int64_t r, int64_t width
 /* Per run of rows sharing a modulation row: x += gate * r (when r), then h = RMSNorm(x) * w * (1 + scale) +
  * shift (when h): the six vectors of row key sit at columns 0..5 H of the block's [n_t * 3, 6 H] table
  * (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp). g, sc, sh: which of them. */
-static dit_status mod_runs(dit_h3 *m, const h3_layout *l, const h3_acts *a, void *r, int g, bool h, const dit_tensor *w,
-                           int sc, int sh, dit_error *err) {
+static dit_status mod_runs(dit_h3 *m, const h3_layout *l, const h3_acts *a, void *mod, void *r, int g, bool h,
+                           const dit_tensor *w, int sc, int sh, dit_error *err) {
   const int64_t H = m->cfg.hidden;
   for (int64_t i = 0; i < l->n_mod; i++) {
     const h3_run *u = &l->mod_runs[i];
     dit_tensor x = dit_act_3d(&m->as, dit_act_el(&m->as, a->x, u->start * H), 1, u->len, H);
     dit_tensor rr = dit_act_3d(&m->as, r ? dit_act_el(&m->as, r, u->start * H) : NULL, 1, u->len, H);
     dit_tensor hh = dit_act_3d(&m->as, dit_act_el(&m->as, a->h, u->start * H), 1, u->len, H);
-    dit_tensor gv = mod_vec(m, a->mod, u->key, 6 * H, g * H), scv = mod_vec(m, a->mod, u->key, 6 * H, sc * H);
-    dit_tensor shv = mod_vec(m, a->mod, u->key, 6 * H, sh * H);
+    dit_tensor gv = mod_vec(m, mod, u->key, 6 * H, g * H), scv = mod_vec(m, mod, u->key, 6 * H, sc * H);
+    dit_tensor shv = mod_vec(m, mod, u->key, 6 * H, sh * H);
     DIT_TRY(dit_op_residual_rms_mod(m->be, &x, r ? &rr : NULL, r ? &gv : NULL, h ? &hh : NULL, w, &scv, &shv,
                                     m->cfg.norm_eps, err));
   }
   return DIT_OK;
 }
 
-/* One block: its modulation table [n_t * 3, 6 H] from SiLU(temb), then the two modulated branches. */
-static dit_status block(dit_h3 *m, const h3_block_w *b, const h3_layout *l, int nt, const h3_acts *a, dit_error *err) {
+/* Block i's modulation table [n_t * 3, 6 H]: from the fold, or adaln_proj(SiLU(temb)) into a->mod. */
+static dit_status block_table(dit_h3 *m, int i, int nt, const h3_acts *a, void **mod, dit_error *err) {
   const dit_h3_config *g = &m->cfg;
-  dit_tensor st = dit_act_2d(&m->as, a->stemb, nt, g->time_dim);
-  dit_tensor mod = dit_act_2d(&m->as, a->mod, nt, (int64_t)DIT_H3_MODALITIES * 6 * g->hidden);
-  DIT_TRY(dit_op_linear(m->be, &mod, &st, &b->ada_w, &b->ada_b, DIT_ACT_NONE, err));
-  DIT_TRY(mod_runs(m, l, a, NULL, 2, true, &b->norm1, 1, 0, err));
+  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * g->hidden;
+  if (m->fold) {
+    *mod = dit_act_el(&m->as, m->fold, (int64_t)i * m->n_fold * A);
+    return DIT_OK;
+  }
+  *mod = a->mod;
+  dit_tensor st = dit_act_2d(&m->as, a->stemb, nt, g->time_dim), t = dit_act_2d(&m->as, a->mod, nt, A);
+  return dit_op_linear(m->be, &t, &st, &m->w.blocks[i].ada_w, &m->w.blocks[i].ada_b, DIT_ACT_NONE, err);
+}
+
+/* One block: its modulation table, then the two modulated branches. */
+static dit_status block(dit_h3 *m, int i, const h3_layout *l, int nt, const h3_acts *a, dit_error *err) {
+  const h3_block_w *b = &m->w.blocks[i];
+  void *mod = NULL;
+  DIT_TRY(block_table(m, i, nt, a, &mod, err));
+  DIT_TRY(mod_runs(m, l, a, mod, NULL, 2, true, &b->norm1, 1, 0, err));
   DIT_TRY(attention(m, &b->attn, l->S, true, a, a->r, err));
-  DIT_TRY(mod_runs(m, l, a, a->r, 2, true, &b->norm2, 4, 3, err));
+  DIT_TRY(mod_runs(m, l, a, mod, a->r, 2, true, &b->norm2, 4, 3, err));
   DIT_TRY(mlp(m, b, l->S, a, a->r, err));
-  return mod_runs(m, l, a, a->r, 5, false, NULL, 4, 3, err);
+  return mod_runs(m, l, a, mod, a->r, 5, false, NULL, 4, 3, err);
 }
 
 /* One modality's rows uploaded (F32) and projected into a->proj[i]; the text then refined. */
@@ -336,14 +367,19 @@ static dit_status epilogue(dit_h3 *m, const dit_h3_call *c, const h3_layout *l, 
   const dit_h3_config *g = &m->cfg;
   const h3_weights *w = &m->w;
   const int64_t H = g->hidden, S = l->S, pd = g->patch_dim, ac = g->audio_channels;
-  dit_tensor st = dit_act_2d(&m->as, a->stemb, c->n_timesteps, g->time_dim);
-  dit_tensor om = dit_act_2d(&m->as, a->omod, c->n_timesteps, 2 * H);
-  DIT_TRY(dit_op_linear(be, &om, &st, &w->out_w, &w->out_b, DIT_ACT_NONE, err));
+  void *omod = a->omod; /* [n_t, 2 H]: shift | scale per timestep */
+  if (m->fold) {
+    omod = dit_act_el(&m->as, m->fold, (int64_t)g->layers * m->n_fold * DIT_H3_MODALITIES * 6 * H);
+  } else {
+    dit_tensor st = dit_act_2d(&m->as, a->stemb, c->n_timesteps, g->time_dim);
+    dit_tensor om = dit_act_2d(&m->as, a->omod, c->n_timesteps, 2 * H);
+    DIT_TRY(dit_op_linear(be, &om, &st, &w->out_w, &w->out_b, DIT_ACT_NONE, err));
+  }
   for (int64_t i = 0; i < l->n_out; i++) {
     const h3_run *u = &l->out_runs[i];
     dit_tensor x = dit_act_3d(&m->as, dit_act_el(&m->as, a->x, u->start * H), 1, u->len, H);
     dit_tensor h = dit_act_3d(&m->as, dit_act_el(&m->as, a->h, u->start * H), 1, u->len, H);
-    dit_tensor shift = mod_vec(m, a->omod, u->key, 2 * H, 0), scale = mod_vec(m, a->omod, u->key, 2 * H, H);
+    dit_tensor shift = mod_vec(m, omod, u->key, 2 * H, 0), scale = mod_vec(m, omod, u->key, 2 * H, H);
     DIT_TRY(dit_op_residual_rms_mod(be, &x, NULL, NULL, &h, &w->out_norm, &scale, &shift, g->final_norm_eps, err));
   }
   dit_tensor h = dit_act_2d(&m->as, a->h, S, H);
@@ -377,15 +413,15 @@ dit_status dit_h3_forward(dit_h3 *m, const dit_h3_call *c, float *video_out, flo
   if (!m || !video_out || (c && c->n_audio && !audio_out))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 forward: NULL argument");
   h3_layout l;
-  DIT_TRY(check_call(c, &l, err));
+  DIT_TRY(check_call(m, c, &l, err));
   h3_acts a;
   dit_status s = bind(m, c, l.S, &a, err);
   if (s == DIT_OK) s = upload_rope(m, c, l.S, &a, err);
-  if (s == DIT_OK) s = time_embed(m, c, &a, err);
+  if (s == DIT_OK && !m->fold) s = time_embed(m, c, &a, err);
   for (int i = 0; s == DIT_OK && i < 3; i++) s = project(m, c, i, &a, err);
   if (s == DIT_OK) s = place(m, &l, &a, err);
   for (int i = 0; s == DIT_OK && i < m->cfg.layers; i++) {
-    s = block(m, &m->w.blocks[i], &l, c->n_timesteps, &a, err);
+    s = block(m, i, &l, c->n_timesteps, &a, err);
     if (s != DIT_OK) dit_error_prefix(err, "minimax-h3 block %d", i);
   }
   if (s == DIT_OK) s = epilogue(m, c, &l, &a, video_out, audio_out, err);
@@ -410,4 +446,59 @@ dit_status dit_h3_refine_text(dit_h3 *m, int64_t n, const float *text, float *ou
                                                                                   (int64_t[]){n, g->hidden});
   DIT_TRY(dit_op_copy(m->be, &dst, &src, err));
   return m->be->ops->download(m->be, out, a.r, (size_t)(n * g->hidden) * sizeof(float), err);
+}
+
+void dit_h3_unfold(dit_h3 *m) {
+  if (!m) return;
+  if (m->fold) m->be->ops->free(m->be, m->fold);
+  free(m->fold_t);
+  m->fold = NULL, m->fold_t = NULL, m->n_fold = 0;
+}
+
+/* The tables of the fold for n timesteps into block (see dit_h3_fold), timed by the caller. */
+static dit_status fold_tables(dit_h3 *m, int n, const float *ts, void *block, dit_error *err) {
+  const dit_h3_config *g = &m->cfg;
+  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * g->hidden;
+  const dit_h3_call c = {.n_timesteps = n, .timesteps = ts};
+  h3_acts a;
+  DIT_TRY(bind(m, &c, 1, &a, err));
+  DIT_TRY(time_embed(m, &c, &a, err));
+  dit_tensor st = dit_act_2d(&m->as, a.stemb, n, g->time_dim);
+  for (int i = 0; i < g->layers; i++) {
+    dit_tensor t = dit_act_2d(&m->as, dit_act_el(&m->as, block, (int64_t)i * n * A), n, A);
+    DIT_TRY(dit_op_linear(m->be, &t, &st, &m->w.blocks[i].ada_w, &m->w.blocks[i].ada_b, DIT_ACT_NONE, err));
+  }
+  dit_tensor o = dit_act_2d(&m->as, dit_act_el(&m->as, block, (int64_t)g->layers * n * A), n, 2 * g->hidden);
+  DIT_TRY(dit_op_linear(m->be, &o, &st, &m->w.out_w, &m->w.out_b, DIT_ACT_NONE, err));
+  return m->be->ops->sync(m->be, err);
+}
+
+dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_info *info, dit_error *err) {
+  if (!m || !timesteps || n < 1 || n > MAX_FOLD)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: %d timesteps (1..%d)", n, MAX_FOLD);
+  for (int i = 0; i < n; i++) {
+    if (!isfinite(timesteps[i]))
+      return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: timestep %d is not finite", i);
+    for (int j = 0; j < i; j++)
+      if (timesteps[j] == timesteps[i])
+        return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: timestep %.9g is given twice", (double)timesteps[i]);
+  }
+  dit_h3_unfold(m);
+  const dit_h3_config *g = &m->cfg;
+  const size_t bytes = ((size_t)g->layers * DIT_H3_MODALITIES * 6 + 2) * (size_t)n * (size_t)g->hidden * m->as.es;
+  const double t0 = dit_time_now();
+  void *block = NULL;
+  float *ts = malloc((size_t)n * sizeof *ts);
+  dit_status s = ts ? m->be->ops->alloc(m->be, bytes, &block, err)
+                    : dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3 fold: out of memory");
+  if (s == DIT_OK) s = fold_tables(m, n, timesteps, block, err);
+  if (s != DIT_OK) {
+    if (block) m->be->ops->free(m->be, block);
+    free(ts);
+    return s;
+  }
+  memcpy(ts, timesteps, (size_t)n * sizeof *ts);
+  m->fold = block, m->fold_t = ts, m->n_fold = n;
+  if (info) *info = (dit_h3_fold_info){bytes, 0, dit_time_now() - t0};
+  return DIT_OK;
 }

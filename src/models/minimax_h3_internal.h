@@ -36,6 +36,11 @@ struct dit_h3 {
   dit_model_weights mw;
   h3_weights w;
   dit_act_space as;
+  /* the fold (dit_h3_fold): one backend block with every block's modulation table [n_fold * 3, 6 H], then
+   * norm_out's [n_fold, 2 H] (activation dtype); NULL: not folded */
+  void *fold;
+  float *fold_t; /* the folded timesteps [n_fold] (host) */
+  int n_fold;
 };
 
 #endif

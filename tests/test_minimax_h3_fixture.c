@@ -296,7 +296,9 @@ static void test_fold(const dt_args *a) {
     if (f) {
       dit_h3_fold_info info;
       CHECK_MSG(dit_h3_fold(m, n, ts, &info, &e) == DIT_OK, "%s", e.msg);
-      printf("fold of %d timesteps: %zu bytes of tables in %.3f ms\n", n, info.table_bytes, info.build_s * 1e3);
+      printf("fold of %d timesteps: %zu bytes of tables from %zu bytes of projections in %.3f ms\n", n,
+             info.table_bytes, info.streamed_bytes, info.build_s * 1e3);
+      CHECK(info.streamed_bytes == dit_h3_modulation_bytes(m) && info.streamed_bytes == 2 * (432 * 12 + 432) * 2);
     }
     for (int i = 0; i < 3; i++) {
       const size_t nv = (size_t)(k[i].c.n_video * g->patch_dim), na = (size_t)(k[i].c.n_audio * g->audio_channels);

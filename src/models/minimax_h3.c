@@ -1,5 +1,6 @@
 /* MiniMax-H3 transformer: config.json, the weight table, load and free (see minimax_h3.h). The
  * forward is in minimax_h3_forward.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +110,48 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   add_linear(t, &w->proj_out_w, &w->proj_out_b, c->patch_dim, H, "proj_out");
   add_linear(t, &w->aproj_out_w, &w->aproj_out_b, c->audio_channels, H, "audio_proj_out");
   for (int i = 0; i < c->refiner_layers; i++) add_block(t, &w->refiner[i], c, false, "token_refiner.refiner_blocks", i);
-  for (int i = 0; i < c->layers; i++) add_block(t, &w->blocks[i], c, true, "transformer_blocks", i);
+  for (int i = 0; i < c->layers; i++) add_block(t, &w->blocks[i], c, false, "transformer_blocks", i);
+  return DIT_OK;
+}
+
+/* "transformer_blocks.<i>.adaln_proj." for every block, NULL-ended, in one allocation (free() it). */
+static char **ada_prefixes(int layers) {
+  char **p = malloc((size_t)(layers + 1) * (sizeof *p + 48));
+  if (!p) return NULL;
+  char *text = (char *)(p + layers + 1);
+  for (int i = 0; i < layers; i++, text += 48) {
+    snprintf(text, 48, "transformer_blocks.%d.adaln_proj.", i);
+    p[i] = text;
+  }
+  p[layers] = NULL;
+  return p;
+}
+
+/* The modulation projections bound to their own mapping of the checkpoint (see minimax_h3_internal.h). */
+static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
+  DIT_TRY(dit_weights_open(dir, NULL, &m->ada_files, err));
+  dit_wtable t;
+  dit_wtable_init(&t);
+  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * m->cfg.hidden;
+  for (int i = 0; i < m->cfg.layers; i++) {
+    h3_block_w *b = &m->w.blocks[i];
+    dit_wtable_add(&t, &b->ada_w, false, 2, (int64_t[]){A, m->cfg.time_dim}, "transformer_blocks.%d.adaln_proj.linear.weight", i);
+    dit_wtable_add(&t, &b->ada_b, false, 1, (int64_t[]){A}, "transformer_blocks.%d.adaln_proj.linear.bias", i);
+  }
+  static const char *const others[] = {"", NULL}; /* the rest is bound by the main table */
+  dit_status s = dit_wtable_bind(&t, m->ada_files, "", others, err);
+  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "minimax-h3: %s", dir);
+    return s;
+  }
+  for (int i = 0; i < m->cfg.layers; i++) {
+    const h3_block_w *b = &m->w.blocks[i];
+    const size_t wb = (dit_tensor_nbytes(&b->ada_w) + 255) / 256 * 256, bb = dit_tensor_nbytes(&b->ada_b);
+    m->ada_bytes += dit_tensor_nbytes(&b->ada_w) + bb;
+    if (wb + bb > m->ada_block_bytes) m->ada_block_bytes = wb + bb;
+  }
   return DIT_OK;
 }
 
@@ -134,7 +176,13 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
   dit_status s = dit_json_load_file(path, CFG_MAX_BYTES, &j, err);
   if (s == DIT_OK) s = read_config(j, &m->cfg, path, err);
   json_decref(j);
+  char **ada = s == DIT_OK ? ada_prefixes(m->cfg.layers) : NULL;
+  if (s == DIT_OK && !ada) s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  m->mw.ignore = (const char *const *)ada;
   if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "minimax-h3", component_dir, build_table, m, true, err);
+  m->mw.ignore = NULL;
+  free(ada);
+  if (s == DIT_OK) s = bind_ada(m, component_dir, err);
   if (s == DIT_OK) {
     for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden);
     for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden);
@@ -145,6 +193,8 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
 void dit_h3_free(dit_h3 *m) {
   if (!m) return;
   dit_h3_unfold(m);
+  if (m->ada_scratch) m->be->ops->free(m->be, m->ada_scratch);
+  if (m->ada_files) dit_weights_close(m->ada_files);
   dit_act_space_release(&m->as, m->be);
   dit_model_weights_release(m->be, &m->mw);
   free(m->w.refiner);
@@ -153,3 +203,5 @@ void dit_h3_free(dit_h3 *m) {
 }
 
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m) { return m ? &m->cfg : NULL; }
+size_t dit_h3_weight_bytes(const dit_h3 *m) { return m ? m->mw.wbytes : 0; }
+size_t dit_h3_modulation_bytes(const dit_h3 *m) { return m ? m->ada_bytes : 0; }

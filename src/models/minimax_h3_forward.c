@@ -290,6 +290,22 @@ static dit_status mod_runs(dit_h3 *m, const h3_layout *l, const h3_acts *a, void
   return DIT_OK;
 }
 
+/* out = adaln_proj of block i on st: the mapped weights as they are on the CPU; on a device, the block's
+ * weight and bias uploaded into the scratch first (after the previous use of it has run). */
+static dit_status ada_linear(dit_h3 *m, int i, const dit_tensor *st, dit_tensor *out, dit_error *err) {
+  dit_backend *be = m->be;
+  const h3_block_w *b = &m->w.blocks[i];
+  if (dit_backend_is_host(be)) return dit_op_linear(be, out, st, &b->ada_w, &b->ada_b, DIT_ACT_NONE, err);
+  if (!m->ada_scratch) DIT_TRY(be->ops->alloc(be, m->ada_block_bytes, &m->ada_scratch, err));
+  const size_t wb = dit_tensor_nbytes(&b->ada_w), off = (wb + 255) / 256 * 256;
+  DIT_TRY(be->ops->sync(be, err));
+  DIT_TRY(be->ops->upload(be, m->ada_scratch, b->ada_w.data, wb, err));
+  DIT_TRY(be->ops->upload(be, (char *)m->ada_scratch + off, b->ada_b.data, dit_tensor_nbytes(&b->ada_b), err));
+  dit_tensor w = dit_act_mk(&m->as, b->ada_w.dtype, m->ada_scratch, 2, b->ada_w.shape);
+  dit_tensor bias = dit_act_mk(&m->as, b->ada_b.dtype, (char *)m->ada_scratch + off, 1, b->ada_b.shape);
+  return dit_op_linear(be, out, st, &w, &bias, DIT_ACT_NONE, err);
+}
+
 /* Block i's modulation table [n_t * 3, 6 H]: from the fold, or adaln_proj(SiLU(temb)) into a->mod. */
 static dit_status block_table(dit_h3 *m, int i, int nt, const h3_acts *a, void **mod, dit_error *err) {
   const dit_h3_config *g = &m->cfg;
@@ -300,7 +316,7 @@ static dit_status block_table(dit_h3 *m, int i, int nt, const h3_acts *a, void *
   }
   *mod = a->mod;
   dit_tensor st = dit_act_2d(&m->as, a->stemb, nt, g->time_dim), t = dit_act_2d(&m->as, a->mod, nt, A);
-  return dit_op_linear(m->be, &t, &st, &m->w.blocks[i].ada_w, &m->w.blocks[i].ada_b, DIT_ACT_NONE, err);
+  return ada_linear(m, i, &st, &t, err);
 }
 
 /* One block: its modulation table, then the two modulated branches. */
@@ -466,7 +482,7 @@ static dit_status fold_tables(dit_h3 *m, int n, const float *ts, void *block, di
   dit_tensor st = dit_act_2d(&m->as, a.stemb, n, g->time_dim);
   for (int i = 0; i < g->layers; i++) {
     dit_tensor t = dit_act_2d(&m->as, dit_act_el(&m->as, block, (int64_t)i * n * A), n, A);
-    DIT_TRY(dit_op_linear(m->be, &t, &st, &m->w.blocks[i].ada_w, &m->w.blocks[i].ada_b, DIT_ACT_NONE, err));
+    DIT_TRY(ada_linear(m, i, &st, &t, err));
   }
   dit_tensor o = dit_act_2d(&m->as, dit_act_el(&m->as, block, (int64_t)g->layers * n * A), n, 2 * g->hidden);
   DIT_TRY(dit_op_linear(m->be, &o, &st, &m->w.out_w, &m->w.out_b, DIT_ACT_NONE, err));
@@ -492,6 +508,8 @@ dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_inf
   dit_status s = ts ? m->be->ops->alloc(m->be, bytes, &block, err)
                     : dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3 fold: out of memory");
   if (s == DIT_OK) s = fold_tables(m, n, timesteps, block, err);
+  if (m->ada_scratch) m->be->ops->free(m->be, m->ada_scratch); /* folded forwards read no projection */
+  m->ada_scratch = NULL;
   if (s != DIT_OK) {
     if (block) m->be->ops->free(m->be, block);
     free(ts);
@@ -499,6 +517,6 @@ dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_inf
   }
   memcpy(ts, timesteps, (size_t)n * sizeof *ts);
   m->fold = block, m->fold_t = ts, m->n_fold = n;
-  if (info) *info = (dit_h3_fold_info){bytes, 0, dit_time_now() - t0};
+  if (info) *info = (dit_h3_fold_info){bytes, m->ada_bytes, dit_time_now() - t0};
   return DIT_OK;
 }

@@ -36,6 +36,12 @@ struct dit_h3 {
   dit_model_weights mw;
   h3_weights w;
   dit_act_space as;
+  /* every block's adaln_proj weights (the modulation projections, 39% of the real model), bound to the
+   * checkpoint's own mapping and never copied into backend memory: a device backend streams each block's
+   * through ada_scratch (allocated while in use) when it evaluates them */
+  dit_weights *ada_files;
+  void *ada_scratch;
+  size_t ada_bytes, ada_block_bytes; /* all of them; the largest block's weight + bias (aligned) */
   /* the fold (dit_h3_fold): one backend block with every block's modulation table [n_fold * 3, 6 H], then
    * norm_out's [n_fold, 2 H] (activation dtype); NULL: not folded */
   void *fold;

@@ -51,7 +51,7 @@ static size_t block_bytes(const dit_wtable *t) {
 
 /* Binds t from w->files, checks the dtypes when asked, then on a device backend uploads. */
 static dit_status bind_place(dit_backend *be, dit_model_weights *w, dit_wtable *t, bool check_float, dit_error *err) {
-  DIT_TRY(dit_wtable_bind(t, w->files, w->prefix ? w->prefix : "", NULL, err));
+  DIT_TRY(dit_wtable_bind(t, w->files, w->prefix ? w->prefix : "", w->ignore, err));
   DIT_TRY(dit_wtable_check_weights(t, !check_float, true, err));
   w->wparams = table_params(t);
   if (dit_backend_is_host(be)) return DIT_OK;

@@ -18,6 +18,8 @@ typedef struct dit_model_weights {
   uint64_t wparams;   /* elements of the bound tensors (parameters) */
   unsigned upload;    /* set before loading: a device copy's conversions (DIT_UPLOAD_*, backend.h) */
   const char *prefix; /* set before loading: the stored names are this + the table's (NULL: none) */
+  const char *const *ignore; /* set before loading: stored names under these prefixes stay unbound (NULL:
+                                none; NULL-ended), e.g. tensors a model reads from the file itself */
   /* set before loading (NULL: none): renames an opened checkpoint saved under other names */
   dit_status (*rename)(dit_weights *files, dit_error *err);
   char *source;       /* the file or folder the checkpoint was opened from (a LoRA swap reads base

@@ -4,9 +4,14 @@
  *   Qwen3-VL language model's hidden_states[50] (after decoder layer 50, no final norm), through
  *   ditrun's Qwen3 tokenizer and Qwen3 / Qwen3-VL encoder (the fixture's text encoder has 51 layers
  *   of width 4, its embedding stored as float8_e4m3fn);
+ * - the packed layout (pipeline/minimax_h3_layout.h): the run's positions, tags and indices, and the grids at
+ *   the real 768x1344 canvas;
+ * - the schedulers (pipeline/minimax_h3_sched.h): both schedules bit for bit (4 and 50 sigmas) and every
+ *   scheduler step of the run;
  * - the transformer (models/minimax_h3.h): the token refiner and a one-frame, audio-free forward
  *   (components.safetensors), and every call of the pipeline's run with its packed
  *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,8 @@
 #include "fixture.h"
 #include "models/minimax_h3.h"
 #include "models/qwen3.h"
+#include "pipeline/minimax_h3_layout.h"
+#include "pipeline/minimax_h3_sched.h"
 #include "testing.h"
 #include "text/tokenizer.h"
 
@@ -328,8 +335,122 @@ static void test_fold(const dt_args *a) {
   json_decref(rj);
 }
 
+/* n float32 values against doubles cast to float32 (the transformer casts the positions so). */
+static bool same_f32(const float *want, const double *got, int64_t n, int64_t stride) {
+  for (int64_t i = 0; i < n; i++)
+    if (want[i] != (float)got[i * stride]) return false;
+  return true;
+}
+
+/* The run's layout (25 text, 2 x 207 audio, 37 frames of 1 x 2 patches) and the grids at the real canvas. */
+static void test_layout(const dt_args *a) {
+  char dir[1024], ref[1200], comp[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  dt_path(comp, sizeof comp, dir, "components.safetensors");
+  const json_t *r = json_object_get(rj, "resolved");
+  dit_h3_layout_in in = {.n_text = dt_json_int(r, "num_text_tokens"), .frames = dt_json_int(r, "num_latent_frames"),
+                         .lh = dt_json_int(r, "latent_height"), .lw = dt_json_int(r, "latent_width"), .patch_h = 2,
+                         .patch_w = 2, .audio_latents = dt_json_int(r, "num_audio_latents"), .audio_channels = 2};
+  dit_h3_layout l;
+  dit_error e = {0};
+  if (!rj) return;
+  CHECK_MSG(dit_h3_layout_make(&in, &l, &e) == DIT_OK, "%s", e.msg);
+  CHECK(l.S == dt_json_int(r, "sequence_length"));
+  float *pos = NULL;
+  int32_t *tags = NULL, *idx[3] = {NULL, NULL, NULL};
+  int64_t n = 0, ni[3] = {0, 0, 0};
+  CHECK(load_f32(ref, "position_ids", &pos, &n) == 0 && load_i32(ref, "token_tags", &tags, &n) == 0);
+  CHECK(load_i32(ref, "text_indices", &idx[0], &ni[0]) == 0 && load_i32(ref, "audio_indices", &idx[1], &ni[1]) == 0 &&
+        load_i32(ref, "video_indices", &idx[2], &ni[2]) == 0);
+  if (pos && tags && idx[0] && idx[1] && idx[2] && n == l.S) {
+    CHECK_MSG(same_f32(pos, l.positions, 3 * l.S, 1), "the positions differ from the pipeline's");
+    CHECK(!memcmp(tags, l.tags, (size_t)l.S * sizeof *tags));
+    CHECK(ni[0] == l.n_text && !memcmp(idx[0], l.text_index, (size_t)ni[0] * sizeof(int32_t)));
+    CHECK(ni[1] == l.n_audio && !memcmp(idx[1], l.audio_index, (size_t)ni[1] * sizeof(int32_t)));
+    CHECK(ni[2] == l.n_video && !memcmp(idx[2], l.video_index, (size_t)ni[2] * sizeof(int32_t)));
+    printf("layout: %lld rows (%lld text, %lld audio, %lld video), the pipeline's positions, tags and indices\n",
+           (long long)l.S, (long long)l.n_text, (long long)l.n_audio, (long long)l.n_video);
+  }
+  /* the real canvas: 768x1344 -> 48x84 latents (patch 2: 24 x 42), 37 latent frames, origin 0 */
+  double g[64];
+  float *want = NULL;
+  int64_t nw = 0;
+  const double sa = sqrt(48.0 * 84.0);
+  dit_h3_spatial_grid(48, 2, sa, g);
+  CHECK(load_f32(comp, "pos_real_h", &want, &nw) == 0 && nw == 24 && same_f32(want, g, 24, 1));
+  free(want), want = NULL;
+  dit_h3_spatial_grid(84, 2, sa, g);
+  CHECK(load_f32(comp, "pos_real_w", &want, &nw) == 0 && nw == 42 && same_f32(want, g, 42, 1));
+  free(want), want = NULL;
+  dit_h3_temporal_grid(37, 0.0, g);
+  CHECK(load_f32(comp, "pos_real_t", &want, &nw) == 0 && nw == 37 && same_f32(want, g, 37, 1));
+  free(want);
+  in.lw = 5; /* not divisible by the patch */
+  dit_h3_layout bad;
+  CHECK(dit_h3_layout_make(&in, &bad, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "not divisible"));
+  free(pos), free(tags), free(idx[0]), free(idx[1]), free(idx[2]);
+  dit_h3_layout_free(&l);
+  json_decref(rj);
+}
+
+/* Both schedules (the run's 4 sigmas, and 50) bit for bit, and every step of the run. */
+static void test_scheduler(const dt_args *a) {
+  char dir[1024], ref[1200], comp[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  dt_path(comp, sizeof comp, dir, "components.safetensors");
+  const json_t *sj = json_object_get(rj, "schedulers");
+  const double shift[2] = {json_real_value(json_object_get(sj, "video_shift")),
+                           json_real_value(json_object_get(sj, "audio_shift"))};
+  const char *kind[2] = {"video", "audio"};
+  dit_error e = {0};
+  for (int k = 0; rj && k < 2; k++) {
+    CHECK(shift[k] > 0);
+    float sig[DIT_H3_MAX_SIGMAS], ts[DIT_H3_MAX_SIGMAS];
+    for (int r = 0; r < 2; r++) {
+      const int n = r ? 50 : 4;
+      int ns = 0;
+      char sn[64], tn[64];
+      snprintf(sn, sizeof sn, r ? "sched_%s_sigmas_50" : "sigmas_%s", kind[k]);
+      snprintf(tn, sizeof tn, r ? "sched_%s_timesteps_50" : "timesteps_%s", kind[k]);
+      const char *file = r ? comp : ref;
+      CHECK_MSG(dit_h3_sched_set(shift[k], n, sig, &ns, ts, &e) == DIT_OK, "%s", e.msg);
+      float *ws = dt_load_f32_n(file, sn, (size_t)ns), *wt = dt_load_f32_n(file, tn, (size_t)(ns - 1));
+      if (ws && wt) {
+        CHECK_MSG(!memcmp(ws, sig, (size_t)ns * sizeof *sig), "%s: the sigmas differ", sn);
+        CHECK_MSG(!memcmp(wt, ts, (size_t)(ns - 1) * sizeof *ts), "%s: the timesteps differ", tn);
+        printf("%s schedule of %d sigmas (shift %g): bit for bit\n", kind[k], ns, shift[k]);
+      }
+      free(ws), free(wt);
+    }
+    int ns = 0;
+    CHECK(dit_h3_sched_set(shift[k], 4, sig, &ns, ts, &e) == DIT_OK && ns == 4);
+    for (int i = 0; i < 3; i++) { /* the run's steps: rows [n, C] */
+      char nm[3][64];
+      snprintf(nm[0], 64, "step_%s.%d.sample", kind[k], i);
+      snprintf(nm[1], 64, "step_%s.%d.model_output", kind[k], i);
+      snprintf(nm[2], 64, "step_%s.%d.out0", kind[k], i);
+      const size_t n = k ? 414 * 4 : 74 * 16;
+      float *x = dt_load_f32_n(ref, nm[0], n), *v = dt_load_f32_n(ref, nm[1], n), *want = dt_load_f32_n(ref, nm[2], n);
+      if (x && v && want) {
+        dit_h3_sched_step(x, v, n, ts[i], sig[i], sig[i + 1]);
+        const double r = dt_rel_err(x, want, n);
+        CHECK_MSG(r <= 1e-6, "%s: %.3g", nm[2], r);
+        if (i == 2) printf("%s steps 0..2: last relative error %.3g\n", kind[k], r);
+      }
+      free(x), free(v), free(want);
+    }
+  }
+  int ns = 0;
+  float sig[DIT_H3_MAX_SIGMAS], ts[DIT_H3_MAX_SIGMAS];
+  CHECK(dit_h3_sched_set(12.0, 1, sig, &ns, ts, &e) == DIT_ERR_INVALID_ARG);
+  CHECK(dit_h3_sched_set(0.0, 4, sig, &ns, ts, &e) == DIT_ERR_INVALID_ARG);
+  json_decref(rj);
+}
+
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder, test_refiner, test_one_frame,
-                                                   test_calls, test_fold};
+  static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
+                                                   test_one_frame, test_calls, test_fold};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

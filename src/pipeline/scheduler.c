@@ -133,9 +133,8 @@ double dit_flux2_empirical_mu(int image_seq_len, int steps) {
  * (steps - 1 - i) for the second. torch's binary computes each as one fused multiply-add
  * (GCC contracts it in the AVX2/AVX-512 kernels); with two roundings the 28- and 50-step
  * Z-Image schedules differ from the reference by 1-2 ulp, with fmaf() they match exactly. */
-void dit_zimage_default_sigmas(int steps, float *out) {
+void dit_torch_linspace_f32(float start, float end, int steps, float *out) {
   if (steps <= 0) return;
-  const float start = 1.0f, end = (float)(1.0 / (double)steps);
   if (steps == 1) {
     out[0] = start;
     return;
@@ -149,6 +148,10 @@ void dit_zimage_default_sigmas(int steps, float *out) {
       out[i] = fmaf(-step, (float)(steps - i - 1), end);
     }
   }
+}
+
+void dit_zimage_default_sigmas(int steps, float *out) {
+  if (steps > 0) dit_torch_linspace_f32(1.0f, (float)(1.0 / (double)steps), steps, out);
 }
 
 /* np.linspace(start, stop, num) in float64: i * step + start, the last set to stop. */

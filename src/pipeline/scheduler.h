@@ -67,6 +67,8 @@ double dit_flux2_empirical_mu(int image_seq_len, int steps);
  * Z-Image: torch.linspace(1.0, 1/steps, steps) in float32 (torch's two-sided CPU formula).
  * FLUX.2:  np.linspace(1.0, 1/steps, steps) in float64, rounded to float32. */
 void dit_zimage_default_sigmas(int steps, float *out);
+/* torch.linspace(start, end, steps) in float32 on the CPU (its two-sided formula, fused multiply-adds). */
+void dit_torch_linspace_f32(float start, float end, int steps, float *out);
 void dit_flux2_default_sigmas(int steps, float *out);
 
 /* A pipeline's mu for image_seq_len latent tokens and steps (sc: the folder's scheduler). */

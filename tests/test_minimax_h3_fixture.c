@@ -93,8 +93,13 @@ static void test_encoder(const dt_args *a) {
     float *got[2] = {calloc((size_t)N * H, sizeof(float)), calloc((size_t)N * H, sizeof(float))};
     float *want = calloc((size_t)N * H, sizeof(float));
     CHECK(got[0] && got[1] && want);
-    if (got[0] && got[1] && want && c->num_layers == 51 && L == 52) {
-      CHECK_MSG(dit_qwen3_encode(te, 1, N, ids, NULL, 2, layers, got, &e) == DIT_OK, "%s", e.msg);
+    void *dev[2] = {NULL, NULL}; /* the encoder writes backend memory (host memory on the CPU) */
+    const size_t bytes = (size_t)N * H * sizeof(float);
+    for (int k = 0; g_gpu && k < 2; k++) CHECK(g_be->ops->alloc(g_be, bytes, &dev[k], &e) == DIT_OK);
+    if (got[0] && got[1] && want && c->num_layers == 51 && L == 52 && (!g_gpu || (dev[0] && dev[1]))) {
+      float *const outs[2] = {g_gpu ? dev[0] : got[0], g_gpu ? dev[1] : got[1]};
+      CHECK_MSG(dit_qwen3_encode(te, 1, N, ids, NULL, 2, layers, outs, &e) == DIT_OK, "%s", e.msg);
+      for (int k = 0; g_gpu && k < 2; k++) CHECK(g_be->ops->download(g_be, got[k], dev[k], bytes, &e) == DIT_OK);
       for (int k = 0; k < 2; k++) {
         for (int64_t i = 0; i < (int64_t)N * H; i++) want[i] = hs[i * L + taps[k]];
         const double r = dt_error_of(g_gpu, got[k], want, (size_t)N * H), tol = g_gpu ? DIT_TOL : TOL;
@@ -106,6 +111,8 @@ static void test_encoder(const dt_args *a) {
       for (int64_t i = 0; i < (int64_t)N * H; i++) want[i] = hs[i * L + L - 1];
       CHECK(dt_error_of(g_gpu, got[0], want, (size_t)N * H) > 0.01);
     }
+    for (int k = 0; k < 2; k++)
+      if (dev[k]) g_be->ops->free(g_be, dev[k]);
     free(got[0]), free(got[1]), free(want);
   }
   free(ids), free(hs);

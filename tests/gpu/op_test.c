@@ -765,17 +765,22 @@ static void t_elementwise(env *e, int64_t B, int64_t S, int64_t D, dit_dtype dt)
   drop(e, &a), drop(e, &b), drop(e, &y), drop(e, &sc), drop(e, &sh);
 }
 
-static void t_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, dit_dtype dt, bool shared) {
-  int64_t xs[4] = {B, S, H, D}, cs3[3] = {B, S, D / 2}, cs2[2] = {S, D / 2};
+/* RoPE on x [B,S,H,D], or on a strided view of each head's leading R channels (R < D: partial RoPE, as
+ * MiniMax-H3's); the whole buffer is compared, so writes past the view show. */
+static void t_rope(env *e, int64_t B, int64_t S, int64_t H, int64_t D, int64_t R, dit_dtype dt, bool shared) {
+  int64_t xs[4] = {B, S, H, D}, cs3[3] = {B, S, R / 2}, cs2[2] = {S, R / 2};
   for (int mode = 0; mode < 2; mode++) {
     pair x = act(e, dt, 4, xs, true);
     pair c = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
     pair s = shared ? wgt(e, DIT_F32, 2, cs2, 1.0f) : wgt(e, DIT_F32, 3, cs3, 1.0f);
-    OK(dit_op_rope(e->cpu, &x.c, &c.c, &s.c, (dit_rope_mode)mode, E));
-    OK(dit_op_rope(e->gpu, &x.g, &c.g, &s.g, (dit_rope_mode)mode, E));
+    dit_tensor vc = x.c, vg = x.g;
+    vc.shape[3] = vg.shape[3] = R; /* the strides stay the buffer's */
+    OK(dit_op_rope(e->cpu, &vc, &c.c, &s.c, (dit_rope_mode)mode, E));
+    OK(dit_op_rope(e->gpu, &vg, &c.g, &s.g, (dit_rope_mode)mode, E));
     char name[160];
-    snprintf(name, sizeof name, "rope %s [%lld,%lld,%lld,%lld] %s%s", mode ? "half" : "interleaved", (long long)B,
-             (long long)S, (long long)H, (long long)D, dn(dt), shared ? " shared-table" : "");
+    snprintf(name, sizeof name, "rope %s [%lld,%lld,%lld,%lld]%s %s%s", mode ? "half" : "interleaved", (long long)B,
+             (long long)S, (long long)H, (long long)D, R < D ? " leading channels" : "", dn(dt),
+             shared ? " shared-table" : "");
     compare(e, name, &x, dt != DIT_F32);
     drop(e, &x), drop(e, &c), drop(e, &s);
   }
@@ -1332,9 +1337,10 @@ static void small_tests(env *e) {
     t_norms(e, 9, 1000, DIT_BF16, DIT_BF16);
     t_elementwise(e, 2, 50, 96, DIT_F32);
     t_elementwise(e, 2, 33, 40, DIT_BF16);
-    t_rope(e, 2, 13, 3, 64, DIT_F32, false);
-    t_rope(e, 1, 29, 5, 128, DIT_F32, true);
-    t_rope(e, 2, 13, 3, 32, DIT_BF16, false);
+    t_rope(e, 2, 13, 3, 64, 64, DIT_F32, false);
+    t_rope(e, 1, 29, 5, 128, 128, DIT_F32, true);
+    t_rope(e, 2, 13, 3, 32, 32, DIT_BF16, false);
+    t_rope(e, 1, 21, 4, 128, 96, DIT_BF16, true); /* MiniMax-H3: 96 of 128 channels */
     t_norms(e, 77, 128, DIT_BF16, DIT_BF16); /* short rows: team kernel (16 lanes per row) */
     t_norms(e, 50, 40, DIT_F32, DIT_F32);    /* 5 chunks: 8-lane teams */
     t_norms(e, 20, 256, DIT_F32, DIT_BF16);  /* 32 lanes per row */

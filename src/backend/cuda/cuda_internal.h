@@ -225,9 +225,10 @@ cudaError_t cuk_group_norm(void *y, const void *x, int dt, int64_t B, int64_t C,
                            const void *w, int wdt, const void *b, int bdt, float eps, int silu, void *ws,
                            cudaStream_t s);
 cudaError_t cuk_softmax(void *y, const void *x, int dt, int64_t rows, int64_t D, cudaStream_t s);
-/* x [B,S,H,D] in place; cos/sin F32 [*, S, D/2] with batch stride csb (0: broadcast). */
-cudaError_t cuk_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
-                     const float *sin, int64_t csb, int mode, cudaStream_t s);
+/* x [B,S,H,D] in place (xstride: element strides of B, S, H; NULL: contiguous); cos/sin F32 [*, S, D/2] with
+ * batch stride csb (0: broadcast). */
+cudaError_t cuk_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *xstride,
+                     const float *cos, const float *sin, int64_t csb, int mode, cudaStream_t s);
 /* y [N,D] = table[ids]; a bad id sets *flag = 1 and zeroes its row. idt: I32 or I64. */
 cudaError_t cuk_embedding(void *y, int ydt, const void *table, int tdt, int64_t V, int64_t D, const void *ids,
                           int idt, int64_t N, int *flag, cudaStream_t s);

@@ -154,18 +154,18 @@ dit_status cu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, c
 dit_status cu_rope(dit_backend *be, dit_tensor *x, const dit_tensor *cos, const dit_tensor *sin,
                        dit_rope_mode mode, dit_error *err) {
   const char *op = "cuda rope";
-  DIT_TRY(cu_check_act(op, "x", x, err));
-  if (x->ndim != 4 || x->shape[3] % 2 != 0)
-    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
+  DIT_TRY(cu_check_strided4(op, "x", x, err)); /* strided views too: a head's leading channels (partial RoPE) */
+  if (x->shape[3] % 2 != 0) return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: x must be [B, S, H, D] with D even", op);
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], D = x->shape[3];
   int64_t csb = 0;
   DIT_TRY(cu_check_rope_tables(op, x, cos, sin, &csb, err));
-  if (mode == DIT_ROPE_INTERLEAVED && v8(be, D, x->data, cos->data, sin->data, NULL)) {
+  const bool dense = dit_tensor_is_contiguous(x);
+  if (dense && mode == DIT_ROPE_INTERLEAVED && v8(be, D, x->data, cos->data, sin->data, NULL)) {
     LAUNCH(op, "kernel", cuk_v8_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
                                      (const float *)sin->data, csb, st(be)));
     return DIT_OK;
   }
-  LAUNCH(op, "kernel", cuk_rope(x->data, x->dtype, B, S, H, D, (const float *)cos->data,
+  LAUNCH(op, "kernel", cuk_rope(x->data, x->dtype, B, S, H, D, dense ? NULL : x->stride, (const float *)cos->data,
                                 (const float *)sin->data, csb, (int)mode, st(be)));
   return DIT_OK;
 }

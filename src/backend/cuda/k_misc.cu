@@ -126,29 +126,30 @@ extern "C" cudaError_t cuk_timestep(void *y, int ydt, const float *t, int64_t N,
   return cudaGetLastError();
 }
 
-/* One thread per rotated pair. */
+/* One thread per rotated pair; row (b, s, h) of x at b * xb + s * xs + h * xh (strided views). */
 template <typename T>
-__global__ void k_rope(T *x, int64_t S, int64_t H, int64_t D, const float *cos, const float *sin, int64_t csb,
-                       int mode, int64_t n) {
+__global__ void k_rope(T *x, int64_t S, int64_t H, int64_t D, int64_t xb, int64_t xs, int64_t xh, const float *cos,
+                       const float *sin, int64_t csb, int mode, int64_t n) {
   int64_t half = D / 2;
   GS_LOOP(i, n) {
     int64_t p = i % half, row = i / half; /* row = (b*S + s)*H + h */
-    int64_t sidx = (row / H) % S, b = row / (H * S);
+    int64_t h = row % H, sidx = (row / H) % S, b = row / (H * S);
     int64_t ci = b * csb + sidx * half + p;
     float c = cos[ci], sn = sin[ci];
     int64_t i0 = mode == 0 ? 2 * p : p, i1 = mode == 0 ? 2 * p + 1 : p + half;
-    T *r = x + row * D;
+    T *r = x + b * xb + sidx * xs + h * xh;
     float x0 = cu_ld(r, i0), x1 = cu_ld(r, i1);
     cu_st(r, i0, x0 * c - x1 * sn);
     cu_st(r, i1, x0 * sn + x1 * c);
   }
 }
 
-extern "C" cudaError_t cuk_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const float *cos,
-                                const float *sin, int64_t csb, int mode, cudaStream_t s) {
+extern "C" cudaError_t cuk_rope(void *x, int dt, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *xstride,
+                                const float *cos, const float *sin, int64_t csb, int mode, cudaStream_t s) {
   int64_t n = B * S * H * (D / 2);
   if (n <= 0) return cudaSuccess;
-  CU_DISPATCH(dt, T, k_rope<T><<<cu_blocks(n, 256), 256, 0, s>>>((T *)x, S, H, D, cos, sin, csb, mode, n));
+  const int64_t xb = xstride ? xstride[0] : S * H * D, xs = xstride ? xstride[1] : H * D, xh = xstride ? xstride[2] : D;
+  CU_DISPATCH(dt, T, k_rope<T><<<cu_blocks(n, 256), 256, 0, s>>>((T *)x, S, H, D, xb, xs, xh, cos, sin, csb, mode, n));
   return cudaGetLastError();
 }
 

@@ -34,11 +34,20 @@ static bool g_gpu;
 
 static dit_backend *g_be;
 
+/* The fixture folder's reference.json (NULL and a failed check when unreadable); ref, comp (when not NULL):
+ * the paths of reference.safetensors and components.safetensors; dir (when not NULL) the folder's. */
+static json_t *fixture(const dt_args *a, char dir[1024], char ref[1200], char comp[1200]) {
+  char d[1024];
+  dt_path(d, sizeof d, a->data, "models/minimax-h3-tiny");
+  if (dir) memcpy(dir, d, sizeof d);
+  if (comp) dt_path(comp, 1200, d, "components.safetensors");
+  return dt_load_reference(d, ref, 1200);
+}
+
 /* The prompt's ids as the pipeline made them, and ditrun's for the same text. */
 static void test_tokens(const dt_args *a) {
   char dir[1024], ref[1200], sub[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  json_t *rj = fixture(a, dir, ref, NULL);
   if (!rj) return;
   const char *prompt = json_string_value(json_object_get(json_object_get(rj, "call"), "prompt"));
   CHECK(prompt != NULL);
@@ -70,8 +79,7 @@ static void test_tokens(const dt_args *a) {
  * take, -1 here) for the pipeline's ids: the stacked reference [1, N, H, 52]. */
 static void test_encoder(const dt_args *a) {
   char dir[1024], ref[1200], sub[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  json_t *rj = fixture(a, dir, ref, NULL);
   if (!rj) return;
   dit_qwen3 *te = NULL;
   dit_error e = {0};
@@ -166,22 +174,20 @@ static void case_free(h3_case *k) {
   free(k->ti), free(k->tags), free(k->tidx), free(k->vidx), free(k->aidx);
 }
 
-static int load_i32(const char *file, const char *name, int32_t **out, int64_t *n) {
+/* Tensor `name` of file as float32 (f32) or int32 (i32, when f32 is NULL), and its element count. */
+static int load_n(const char *file, const char *name, float **f32, int32_t **i32, int64_t *n) {
   int64_t sh[8];
   int nd = 0;
-  if (dt_load_i32(file, name, out, sh, &nd) != 0) return -1;
+  if ((f32 ? dt_load_f32(file, name, f32, sh, &nd) : dt_load_i32(file, name, i32, sh, &nd)) != 0) return -1;
   *n = 1;
   for (int i = 0; i < nd; i++) *n *= sh[i];
   return 0;
 }
-
+static int load_i32(const char *file, const char *name, int32_t **out, int64_t *n) {
+  return load_n(file, name, NULL, out, n);
+}
 static int load_f32(const char *file, const char *name, float **out, int64_t *n) {
-  int64_t sh[8];
-  int nd = 0;
-  if (dt_load_f32(file, name, out, sh, &nd) != 0) return -1;
-  *n = 1;
-  for (int i = 0; i < nd; i++) *n *= sh[i];
-  return 0;
+  return load_n(file, name, out, NULL, n);
 }
 
 /* names[]: text, video, audio (NULL: none), timestep, timestep_indices, token_tags, position_ids, text /
@@ -254,9 +260,8 @@ static bool call_case(const char *ref, int i, char nm[6][64], h3_case *k) {
 
 /* Every transformer call of the pipeline's run: 25 text + 414 audio + 74 video rows. */
 static void test_calls(const dt_args *a) {
-  char dir[1024], ref[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  char ref[1200];
+  json_t *rj = fixture(a, NULL, ref, NULL);
   dit_h3 *m = load_h3(a);
   for (int i = 0; rj && m && i < 3; i++) {
     char nm[6][64];
@@ -288,9 +293,8 @@ static void test_calls(const dt_args *a) {
 /* The fold: the run's distinct timesteps folded once; every call then gives what it gave unfolded (the
  * acceptance: identical up to float reassociation, 1e-6), and a timestep outside the fold is refused. */
 static void test_fold(const dt_args *a) {
-  char dir[1024], ref[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
+  char ref[1200];
+  json_t *rj = fixture(a, NULL, ref, NULL);
   dit_h3 *m = load_h3(a);
   h3_case k[3];
   char nm[3][6][64];
@@ -351,10 +355,8 @@ static bool same_f32(const float *want, const double *got, int64_t n, int64_t st
 
 /* The run's layout (25 text, 2 x 207 audio, 37 frames of 1 x 2 patches) and the grids at the real canvas. */
 static void test_layout(const dt_args *a) {
-  char dir[1024], ref[1200], comp[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
-  dt_path(comp, sizeof comp, dir, "components.safetensors");
+  char ref[1200], comp[1200];
+  json_t *rj = fixture(a, NULL, ref, comp);
   const json_t *r = json_object_get(rj, "resolved");
   dit_h3_layout_in in = {.n_text = dt_json_int(r, "num_text_tokens"), .frames = dt_json_int(r, "num_latent_frames"),
                          .lh = dt_json_int(r, "latent_height"), .lw = dt_json_int(r, "latent_width"), .patch_h = 2,
@@ -403,10 +405,8 @@ static void test_layout(const dt_args *a) {
 
 /* Both schedules (the run's 4 sigmas, and 50) bit for bit, and every step of the run. */
 static void test_scheduler(const dt_args *a) {
-  char dir[1024], ref[1200], comp[1200];
-  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
-  json_t *rj = dt_load_reference(dir, ref, sizeof ref);
-  dt_path(comp, sizeof comp, dir, "components.safetensors");
+  char ref[1200], comp[1200];
+  json_t *rj = fixture(a, NULL, ref, comp);
   const json_t *sj = json_object_get(rj, "schedulers");
   const double shift[2] = {json_real_value(json_object_get(sj, "video_shift")),
                            json_real_value(json_object_get(sj, "audio_shift"))};

@@ -25,6 +25,22 @@ __device__ __forceinline__ void out_mod(float *u, float rr, const cu_rowargs &a,
   for (int k = 0; k < 8; k++) u[k] = u[k] * rr * w[k] * (1.0f + sc[k]) + sf[k];
 }
 
+/* This thread's chunks t + j * blockDim.x (j < NC) of 8 elements of row xr into u, and the sum of their squares. */
+template <typename T, int NC>
+__device__ __forceinline__ float row_load(const T *xr, int64_t D8, float (*u)[8]) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NC; j++) {
+    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+    if (c < D8) {
+      ld8(xr + c * 8, u[j]);
+#pragma unroll
+      for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
+    }
+  }
+  return ss;
+}
+
 /* One block per row; thread t owns chunks t + j * blockDim.x (j < NC) of 8 elements. */
 /* Register budget: NC <= 2 (rows up to 4096) 64 registers, 4 blocks of 256 per SM; NC = 4 128; NC = 8 (rows
  * over 8192, 1024 threads) 64 and spills (no model here has such rows). */
@@ -76,15 +92,7 @@ __global__ void __launch_bounds__(NC == 8 ? 1024 : 256, NC == 8 ? 1 : NC == 4 ? 
     }
     if (!h) return; /* uniform over the block */
   } else {
-#pragma unroll
-    for (int j = 0; j < NC; j++) {
-      int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
-      if (c < D8) {
-        ld8(xr + c * 8, u[j]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
-      }
-    }
+    ss = row_load<T, NC>(xr, D8, u);
   }
   const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + a.eps);
   T *hr = h + row * D;
@@ -297,16 +305,7 @@ __global__ void __launch_bounds__(256, NC == 4 ? 2 : 4) kf_row_rope(T *x, int64_
   const int64_t row = blockIdx.x, D8 = D / 8;
   T *xr = x + row * D;
   float u[NC][8];
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < NC; j++) {
-    int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
-    if (c < D8) {
-      ld8(xr + c * 8, u[j]);
-#pragma unroll
-      for (int k = 0; k < 8; k++) ss += u[j][k] * u[j][k];
-    }
-  }
+  const float ss = row_load<T, NC>(xr, D8, u);
   const float rr = rsqrtf(cu_block_sum(ss, sh) / (float)D + eps);
 #pragma unroll
   for (int j = 0; j < NC; j++) {

@@ -10,7 +10,8 @@
  *   scheduler step of the run;
  * - the transformer (models/minimax_h3.h): the token refiner and a one-frame, audio-free forward
  *   (components.safetensors), and every call of the pipeline's run with its packed
- *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors). */
+ *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors);
+ * - the video VAE's ViT decoder (models/vae_minimax_h3.h) on one latent frame, untiled. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "fixture.h"
 #include "models/minimax_h3.h"
 #include "models/qwen3.h"
+#include "models/vae_minimax_h3.h"
 #include "pipeline/minimax_h3_layout.h"
 #include "pipeline/minimax_h3_sched.h"
 #include "testing.h"
@@ -456,8 +458,28 @@ static void test_scheduler(const dt_args *a) {
   json_decref(rj);
 }
 
+/* post_quant_conv + the ViT decoder on one latent frame [4, 1, 4, 6] -> [3, 4, 16, 24] (components' vae_dec1). */
+static void test_vae_decoder(const dt_args *a) {
+  char dir[1024], file[1200];
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny/vae");
+  dt_path(file, sizeof file, a->data, "models/minimax-h3-tiny/components.safetensors");
+  dit_h3_vae *v = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_h3_vae_load(g_be, dir, &v, &e) == DIT_OK, "%s", e.msg);
+  float *z = dt_load_f32_n(file, "vae_dec1_z", 4 * 1 * 4 * 6), *want = dt_load_f32_n(file, "vae_dec1_out", 3 * 4 * 16 * 24);
+  float *got = calloc(3 * 4 * 16 * 24, sizeof(float));
+  if (v && z && want && got) {
+    const dit_h3_vae_config *c = dit_h3_vae_get_config(v);
+    CHECK(c->patch == 4 && c->patch_t == 4 && c->latent_channels == 4 && c->registers == 4);
+    CHECK_MSG(dit_h3_vae_decode_clip(v, 1, 4, 6, z, got, &e) == DIT_OK, "%s", e.msg);
+    check_rel("VAE decoder, one latent frame -> 4 frames of 16x24", got, want, 3 * 4 * 16 * 24, DIT_TOL);
+  }
+  free(z), free(want), free(got);
+  dit_h3_vae_free(v);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
-                                                   test_one_frame, test_calls, test_fold};
+                                                   test_one_frame, test_calls, test_fold, test_vae_decoder};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

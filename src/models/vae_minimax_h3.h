@@ -1,0 +1,37 @@
+/* MiniMax-H3's video VAE decoder (diffusers AutoencoderKLMiniMaxH3): post_quant_conv (a 1x1x1 conv) and
+ * the non-causal ViT decoder: every latent voxel one token (proj_in), 4 learned register tokens and one
+ * zero token appended, blocks of pre-norm attention (biased q/k/v/out, per-head RMSNorm without weight,
+ * rotate-half RoPE over each head's leading channels from (t, h, w) positions in [-1, 1)) and a biased
+ * SwiGLU MLP, each branch scaled per channel into the residual; LayerNorm, proj_out into pt x p x p pixel
+ * blocks. Its output is ImageNet-normalized RGB (the pipeline maps it to [0, 1]). This first slice decodes
+ * one clip of latents whole: the temporal chunks and the spatial tiles of the pipeline's decode are not
+ * built yet. */
+#ifndef DIT_MODELS_VAE_MINIMAX_H3_H
+#define DIT_MODELS_VAE_MINIMAX_H3_H
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+#define DIT_H3_VAE_MAX_CHANNELS 256
+
+typedef struct dit_h3_vae_config {
+  int latent_channels, out_channels;
+  int patch, patch_t;       /* spatial and temporal compression (products of the down factors) */
+  int layers, heads, head_dim, registers, ffn_mult;
+  double rope_theta, rope_dim_ratio;
+  float eps;
+  float latents_mean[DIT_H3_VAE_MAX_CHANNELS], latents_std[DIT_H3_VAE_MAX_CHANNELS];
+} dit_h3_vae_config;
+
+typedef struct dit_h3_vae dit_h3_vae;
+
+/* Loads the vae folder (config.json + weights; the encoder's tensors are left alone). */
+dit_status dit_h3_vae_load(dit_backend *be, const char *dir, dit_h3_vae **out, dit_error *err);
+void dit_h3_vae_free(dit_h3_vae *v);
+const dit_h3_vae_config *dit_h3_vae_get_config(const dit_h3_vae *v);
+
+/* post_quant_conv + the ViT decoder on latents z [C, T, h, w] (host, as the model takes them: already
+ * denormalized) into out [out_channels, T * patch_t, h * patch, w * patch] (host). */
+dit_status dit_h3_vae_decode_clip(dit_h3_vae *v, int T, int h, int w, const float *z, float *out, dit_error *err);
+
+#endif

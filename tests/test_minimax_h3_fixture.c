@@ -475,6 +475,25 @@ static void test_vae_decoder(const dt_args *a) {
     check_rel("VAE decoder, one latent frame -> 4 frames of 16x24", got, want, 3 * 4 * 16 * 24, DIT_TOL);
   }
   free(z), free(want), free(got);
+  /* the whole decode at the pipeline's defaults: 7 latent frames -> 22 (one temporal chunk and its tail) */
+  z = dt_load_f32_n(file, "vae_dec7_z", 4 * 7 * 2 * 4), want = dt_load_f32_n(file, "vae_dec7_out", 3 * 22 * 8 * 16);
+  got = calloc(3 * 22 * 8 * 16, sizeof(float));
+  if (v && z && want && got) {
+    CHECK(dit_h3_vae_frames(v, 7) == 22 && dit_h3_vae_frames(v, 12) == 39 && dit_h3_vae_frames(v, 37) == 124);
+    CHECK_MSG(dit_h3_vae_decode(v, 7, 2, 4, z, DIT_H3_VAE_TILING_DEFAULT, got, &e) == DIT_OK, "%s", e.msg);
+    check_rel("VAE decode, 7 latent frames -> 22 frames of 8x16", got, want, 3 * 22 * 8 * 16, DIT_TOL);
+  }
+  free(z), free(want), free(got);
+  /* one clip spatially tiled (tiles of 16 px, overlaps >= 8: 2 x 4 tiles over 24 x 36, overlaps 8 / 12, 8, 8) */
+  z = dt_load_f32_n(file, "vae_tiled_z", 4 * 1 * 6 * 9), want = dt_load_f32_n(file, "vae_tiled_out", 3 * 4 * 24 * 36);
+  got = calloc(3 * 4 * 24 * 36, sizeof(float));
+  if (v && z && want && got) {
+    CHECK_MSG(dit_h3_vae_decode_clip_tiled(v, 1, 6, 9, z, (dit_h3_vae_tiling){16, 8}, got, &e) == DIT_OK, "%s", e.msg);
+    check_rel("VAE clip in 2 x 4 tiles of 16 px, 24x36", got, want, 3 * 4 * 24 * 36, DIT_TOL);
+    CHECK(dit_h3_vae_decode_clip_tiled(v, 1, 6, 9, z, (dit_h3_vae_tiling){18, 8}, got, &e) == DIT_ERR_INVALID_ARG);
+    printf("tiles off the latent grid: %s\n", e.msg);
+  }
+  free(z), free(want), free(got);
   dit_h3_vae_free(v);
 }
 

@@ -82,6 +82,8 @@ static dit_status read_config(const json_t *j, const char *what, dit_h3_vae_conf
       {"decoder_attention_head_dim", 2, 512, 64, &c->head_dim},
       {"decoder_num_register_tokens", 0, 1024, 4, &c->registers},
       {"decoder_ffn_mult", 1, 64, 4, &c->ffn_mult},
+      {"clip_length", 1, 1024, 17, &c->clip_length},
+      {"token_drop", 0, 1024, 3, &c->token_drop},
   };
   for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
     int64_t v = f[i].def;

@@ -11,7 +11,8 @@
  * - the transformer (models/minimax_h3.h): the token refiner and a one-frame, audio-free forward
  *   (components.safetensors), and every call of the pipeline's run with its packed
  *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors);
- * - the video VAE's ViT decoder (models/vae_minimax_h3.h) on one latent frame, untiled. */
+ * - the video VAE (models/vae_minimax_h3.h): the ViT decoder on one latent frame, the whole decode (temporal
+ *   chunks) and one clip in spatial tiles; the audio VAE's decoder (models/vae_minimax_h3_audio.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "models/minimax_h3.h"
 #include "models/qwen3.h"
 #include "models/vae_minimax_h3.h"
+#include "models/vae_minimax_h3_audio.h"
 #include "pipeline/minimax_h3_layout.h"
 #include "pipeline/minimax_h3_sched.h"
 #include "testing.h"
@@ -497,8 +499,30 @@ static void test_vae_decoder(const dt_args *a) {
   dit_h3_vae_free(v);
 }
 
+/* The audio VAE's decode of the run's stereo latents [2, 4, 207] -> [2, 1, 828] (reference.safetensors). */
+static void test_audio_decoder(const dt_args *a) {
+  char dir[1024], ref[1200];
+  json_t *rj = fixture(a, NULL, ref, NULL);
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny/audio_vae");
+  dit_h3_audio *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_h3_audio_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
+  float *z = dt_load_f32_n(ref, "audio_vae_decode.0.arg0", 2 * 4 * 207), *want = dt_load_f32_n(ref, "audio_vae_decode.0.out0", 2 * 828);
+  float *got = calloc(2 * 828, sizeof(float));
+  if (m && z && want && got) {
+    const dit_h3_audio_config *c = dit_h3_audio_get_config(m);
+    CHECK(c->hop == 4 && c->sample_rate == 32000 && c->latent_channels == 4);
+    CHECK_MSG(dit_h3_audio_decode(m, 2, 207, z, got, &e) == DIT_OK, "%s", e.msg);
+    check_rel("audio VAE decode, 2 x 207 latents -> 2 x 828 samples", got, want, 2 * 828, DIT_TOL);
+  }
+  free(z), free(want), free(got);
+  dit_h3_audio_free(m);
+  json_decref(rj);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
-                                                   test_one_frame, test_calls, test_fold, test_vae_decoder};
+                                                   test_one_frame, test_calls, test_fold, test_vae_decoder,
+                                                   test_audio_decoder};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

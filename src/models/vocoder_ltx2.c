@@ -244,17 +244,41 @@ static dit_status read_config(const json_t *j, const char *what, dit_vocoder_ltx
 
 /* ---- the weight table ---- */
 
-static void add_conv(dit_wtable *t, voc_conv *cv, int ci, int co, int k, int d, bool bias, const char *base) {
+/* A generator's checkpoint names: diffusers' LTX-2 vocoders, or BigVGAN's own with weight norm (MiniMax-H3's
+ * audio decoder): each field a printf pattern after the generator's prefix. */
+typedef struct voc_names {
+  const char *conv_in, *up, *res, *act1, *act2, *down, *act_out, *conv_out;
+  int act_stride; /* resblock k's activations: act1 and act2 of index act_stride * k (+ 1 for BigVGAN's) */
+  bool weight_norm;
+} voc_names;
+
+static const voc_names k_ltx2_names = {"conv_in",  "upsamplers.%d", "resnets", "acts1.%d", "acts2.%d", "downsample",
+                                       "act_out", "conv_out",      1,         false};
+static const voc_names k_bigvgan_names = {"conv_pre",   "ups.%d.0", "resblocks", "activations.%d", "activations.%d",
+                                          "downsample.lowpass", "activation_post", "conv_post", 2, true};
+
+/* The weight of a conv named base: "base.weight", or weight norm's "base.weight_v" and "base.weight_g". */
+static void add_weight(dit_wtable *t, dit_tensor *w, dit_tensor *g, int64_t d0, int64_t d1, int64_t k, bool wn,
+                       const char *base) {
+  if (!wn) {
+    dit_wtable_add(t, w, false, 3, (int64_t[]){d0, d1, k}, "%s.weight", base);
+    return;
+  }
+  dit_wtable_add(t, w, false, 3, (int64_t[]){d0, d1, k}, "%s.weight_v", base);
+  dit_wtable_add(t, g, false, 3, (int64_t[]){d0, 1, 1}, "%s.weight_g", base);
+}
+
+static void add_conv(dit_wtable *t, voc_conv *cv, int ci, int co, int k, int d, bool bias, bool wn, const char *base) {
   cv->ci = ci, cv->co = co, cv->k = k, cv->d = d;
   cv->pad_l = d * (k - 1) / 2, cv->pad_r = d * (k - 1) - cv->pad_l;
-  dit_wtable_add(t, &cv->rw, false, 3, (int64_t[]){co, ci, k}, "%s.weight", base);
+  add_weight(t, &cv->rw, &cv->rg, co, ci, k, wn, base);
   if (bias) dit_wtable_add(t, &cv->rb, false, 1, (int64_t[]){co}, "%s.bias", base);
 }
 
 /* act: leaky ReLU (slope) or snake(-beta), anti-aliased when aa ("base.act.alpha" and the
  * filters) or plain ("base.alpha"). */
 static void add_act(dit_wtable *t, voc_act *a, const dit_voc_gen_config *c, int C, bool snake, bool beta, bool aa,
-                    float slope, const char *base) {
+                    float slope, const char *down, const char *base) {
   memset(a, 0, sizeof *a);
   a->snake = snake, a->aa = snake && aa, a->slope = slope, a->C = C;
   if (!snake) return;
@@ -267,17 +291,25 @@ static void add_act(dit_wtable *t, voc_act *a, const dit_voc_gen_config *c, int 
   a->up_off = K - 1 + pad * r - (pad * r + (K - r) / 2);
   a->down_off = K / 2 + K % 2 - 1;
   dit_wtable_add(t, &a->rfu, true, 3, (int64_t[]){1, 1, K}, "%s.upsample.filter", base);
-  dit_wtable_add(t, &a->rfd, true, 3, (int64_t[]){1, 1, K}, "%s.downsample.filter", base);
+  dit_wtable_add(t, &a->rfd, true, 3, (int64_t[]){1, 1, K}, "%s.%s.filter", base, down);
+}
+
+/* name = pre + the pattern fmt with one index. */
+static void part(char *n, size_t len, const char *pre, const char *fmt, int i) {
+  char tail[96];
+  snprintf(tail, sizeof tail, fmt, i);
+  snprintf(n, len, "%s%s", pre, tail);
 }
 
 static dit_status build_gen(voc_gen *g, const dit_voc_gen_config *c, dit_wtable *t, const char *pre,
-                            dit_error *err) {
+                            const voc_names *nm, dit_error *err) {
   g->c = *c;
   g->res = calloc((size_t)(c->n_up * c->n_res), sizeof *g->res);
   if (!g->res) return dit_errorf(err, DIT_ERR_NOMEM, "vocoder: out of memory");
-  char n[192];
-  snprintf(n, sizeof n, "%sconv_in", pre);
-  add_conv(t, &g->conv_in, c->in_channels, c->hidden_channels, 7, 1, true, n);
+  char n[192], r0[96];
+  const bool wn = nm->weight_norm;
+  part(n, sizeof n, pre, nm->conv_in, 0);
+  add_conv(t, &g->conv_in, c->in_channels, c->hidden_channels, 7, 1, true, wn, n);
   /* diffusers' ResBlock appends acts1's last LeakyReLU again as each acts2 (same slope, same
    * numerics); with snake(-beta) every activation has its own parameters */
   const bool snake = c->act != DIT_VOC_LEAKY_RELU, beta = c->act == DIT_VOC_SNAKEBETA;
@@ -286,38 +318,43 @@ static dit_status build_gen(voc_gen *g, const dit_voc_gen_config *c, dit_wtable 
     voc_upconv *u = &g->up[l];
     u->ci = ch, u->co = ch / 2, u->K = c->up_kernel[l], u->s = c->up_factor[l];
     u->J = (u->K + u->s - 1) / u->s, u->pad = (u->K - u->s) / 2;
-    dit_wtable_add(t, &u->rw, false, 3, (int64_t[]){u->ci, u->co, u->K}, "%supsamplers.%d.weight", pre, l);
-    dit_wtable_add(t, &u->rb, false, 1, (int64_t[]){u->co}, "%supsamplers.%d.bias", pre, l);
+    part(n, sizeof n, pre, nm->up, l);
+    add_weight(t, &u->rw, &u->rg, u->ci, u->co, u->K, wn, n);
+    dit_wtable_add(t, &u->rb, false, 1, (int64_t[]){u->co}, "%s.bias", n);
     ch /= 2;
     for (int i = 0; i < c->n_res; i++) {
       voc_res *r = &g->res[l * c->n_res + i];
       const int idx = l * c->n_res + i;
       r->n = c->n_dil[i];
+      snprintf(r0, sizeof r0, "%s%s.%d", pre, nm->res, idx);
       for (int k = 0; k < r->n; k++) {
-        snprintf(n, sizeof n, "%sresnets.%d.convs1.%d", pre, idx, k);
-        add_conv(t, &r->c1[k], ch, ch, c->res_kernel[i], c->dil[i][k], true, n);
-        snprintf(n, sizeof n, "%sresnets.%d.convs2.%d", pre, idx, k);
-        add_conv(t, &r->c2[k], ch, ch, c->res_kernel[i], 1, true, n);
-        snprintf(n, sizeof n, "%sresnets.%d.acts1.%d", pre, idx, k);
-        add_act(t, &r->a1[k], c, ch, snake, beta, c->antialias, c->slope, n);
-        snprintf(n, sizeof n, "%sresnets.%d.acts2.%d", pre, idx, k);
-        add_act(t, &r->a2[k], c, ch, snake, beta, c->antialias, c->slope, n);
+        part(n, sizeof n, r0, ".convs1.%d", k);
+        add_conv(t, &r->c1[k], ch, ch, c->res_kernel[i], c->dil[i][k], true, wn, n);
+        part(n, sizeof n, r0, ".convs2.%d", k);
+        add_conv(t, &r->c2[k], ch, ch, c->res_kernel[i], 1, true, wn, n);
+        char a[96];
+        snprintf(a, sizeof a, ".%s", nm->act1);
+        part(n, sizeof n, r0, a, nm->act_stride * k);
+        add_act(t, &r->a1[k], c, ch, snake, beta, c->antialias, c->slope, nm->down, n);
+        snprintf(a, sizeof a, ".%s", nm->act2);
+        part(n, sizeof n, r0, a, nm->act_stride * k + (nm->act_stride > 1));
+        add_act(t, &r->a2[k], c, ch, snake, beta, c->antialias, c->slope, nm->down, n);
       }
     }
   }
-  snprintf(n, sizeof n, "%sact_out", pre); /* snake: always anti-aliased snake-beta; else slope 0.01 */
-  add_act(t, &g->act_out, c, ch, snake, true, true, 0.01f, n);
-  snprintf(n, sizeof n, "%sconv_out", pre);
-  add_conv(t, &g->conv_out, ch, c->out_channels, 7, 1, c->final_bias, n);
+  part(n, sizeof n, pre, nm->act_out, 0); /* snake: always anti-aliased snake-beta; else slope 0.01 */
+  add_act(t, &g->act_out, c, ch, snake, true, true, 0.01f, nm->down, n);
+  part(n, sizeof n, pre, nm->conv_out, 0);
+  add_conv(t, &g->conv_out, ch, c->out_channels, 7, 1, c->final_bias, wn, n);
   return DIT_OK;
 }
 
 static dit_status build(dit_vocoder_ltx2 *m, dit_wtable *t, dit_error *err) {
   const dit_vocoder_ltx2_config *c = &m->cfg;
   m->n_gen = c->bwe ? 2 : 1;
-  DIT_TRY(build_gen(&m->gen[0], &c->voc, t, c->bwe ? "vocoder." : "", err));
+  DIT_TRY(build_gen(&m->gen[0], &c->voc, t, c->bwe ? "vocoder." : "", &k_ltx2_names, err));
   if (!c->bwe) return DIT_OK;
-  DIT_TRY(build_gen(&m->gen[1], &c->bwe_gen, t, "bwe_generator.", err));
+  DIT_TRY(build_gen(&m->gen[1], &c->bwe_gen, t, "bwe_generator.", &k_ltx2_names, err));
   const int F = c->filter_length / 2 + 1;
   dit_wtable_add(t, &m->rstft, false, 3, (int64_t[]){2 * F, 1, c->filter_length}, "mel_stft.stft_fn.forward_basis");
   dit_wtable_add(t, &m->rmel, false, 2, (int64_t[]){c->num_mel_channels, F}, "mel_stft.mel_basis");
@@ -503,8 +540,60 @@ static void pack_all(voc_pack *p, dit_vocoder_ltx2 *m) {
   pack_hann(p, m);
 }
 
+/* Weight norm folded (torch's _weight_norm: v * (g / |v|), the norm over all but the stored first dim), in F32
+ * on the host: w then points at the folded copy (kept in m->wn until the weights are packed). */
+static dit_status fold_one(dit_vocoder_ltx2 *m, dit_tensor *w, const dit_tensor *g, dit_error *err) {
+  if (!g->data) return DIT_OK;
+  const int64_t rows = w->shape[0], n = dit_tensor_numel(w), per = n / rows;
+  float *f = malloc((size_t)n * sizeof *f), *gv = malloc((size_t)rows * sizeof *gv);
+  float **list = realloc(m->wn, (size_t)(m->n_wn + 1) * sizeof *list);
+  if (list) m->wn = list;
+  if (!f || !gv || !list) {
+    free(f), free(gv);
+    return dit_errorf(err, DIT_ERR_NOMEM, "vocoder: out of memory for the weight norm");
+  }
+  dit_convert_to_f32(f, w->data, w->dtype, (size_t)n);
+  dit_convert_to_f32(gv, g->data, g->dtype, (size_t)rows);
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < per; i++) ss += (double)f[r * per + i] * f[r * per + i];
+    const float scale = gv[r] / (float)sqrt(ss);
+    for (int64_t i = 0; i < per; i++) f[r * per + i] *= scale;
+  }
+  free(gv);
+  m->wn[m->n_wn++] = f;
+  *w = dit_tensor_make(DIT_F32, f, w->ndim, w->shape);
+  return DIT_OK;
+}
+
+static dit_status fold_weight_norm(dit_vocoder_ltx2 *m, dit_error *err) {
+  for (int i = 0; i < m->n_gen; i++) {
+    voc_gen *g = &m->gen[i];
+    DIT_TRY(fold_one(m, &g->conv_in.rw, &g->conv_in.rg, err));
+    DIT_TRY(fold_one(m, &g->conv_out.rw, &g->conv_out.rg, err));
+    for (int l = 0; l < g->c.n_up; l++) {
+      DIT_TRY(fold_one(m, &g->up[l].rw, &g->up[l].rg, err));
+      for (int k = 0; k < g->c.n_res; k++) {
+        voc_res *r = &g->res[l * g->c.n_res + k];
+        for (int d = 0; d < r->n; d++) {
+          DIT_TRY(fold_one(m, &r->c1[d].rw, &r->c1[d].rg, err));
+          DIT_TRY(fold_one(m, &r->c2[d].rw, &r->c2[d].rg, err));
+        }
+      }
+    }
+  }
+  return DIT_OK;
+}
+
+static void free_folds(dit_vocoder_ltx2 *m) {
+  for (int i = 0; i < m->n_wn; i++) free(m->wn[i]);
+  free(m->wn);
+  m->wn = NULL, m->n_wn = 0;
+}
+
 static dit_status upload_packed(dit_vocoder_ltx2 *m, dit_error *err) {
   dit_backend *be = m->be;
+  DIT_TRY(fold_weight_norm(m, err));
   voc_pack p = {NULL, NULL, 0, dit_backend_device(be)};
   pack_all(&p, m);
   const size_t bytes = p.off ? p.off : 256;
@@ -519,6 +608,7 @@ static dit_status upload_packed(dit_vocoder_ltx2 *m, dit_error *err) {
     if (!host) s = be->ops->upload(be, m->wblock, p.host, bytes, err);
   }
   if (!host) free(p.host);
+  free_folds(m);
   const float zero = 0.0f; /* the padding's source, read through views whose strides are all 0 */
   if (s == DIT_OK) s = be->ops->alloc(be, sizeof zero, &m->zeros, err);
   if (s == DIT_OK) s = be->ops->upload(be, m->zeros, &zero, sizeof zero, err);
@@ -565,8 +655,39 @@ dit_status dit_vocoder_ltx2_load(dit_backend *be, const char *folder, dit_vocode
   DIT_HAND_OVER(s, m, out, dit_vocoder_ltx2_free);
 }
 
+dit_status dit_vocoder_bigvgan_load(dit_backend *be, const char *dir, const char *prefix, const char *const *ignore,
+                                   const dit_voc_gen_config *c, int sample_rate, dit_vocoder_ltx2 **out,
+                                   dit_error *err) {
+  if (!out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "bigvgan load: NULL output");
+  *out = NULL;
+  if (!be || !dir || !c || !prefix) return dit_errorf(err, DIT_ERR_INVALID_ARG, "bigvgan load: NULL argument");
+  if (c->n_up < 1 || c->n_up > DIT_VOC_MAX_UP || c->n_res < 1 || c->n_res > DIT_VOC_MAX_RES || c->in_channels < 1 ||
+      c->out_channels < 1 || sample_rate < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "bigvgan load: geometry out of range");
+  DIT_TRY(gen_refusals(c, "", dir, err));
+  dit_vocoder_ltx2 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "vocoder: out of memory");
+  m->be = be;
+  m->cfg.voc = *c;
+  m->cfg.output_sampling_rate = m->cfg.input_sampling_rate = sample_rate;
+  m->n_gen = 1;
+  dit_wtable t;
+  dit_wtable_init(&t);
+  dit_status s = build_gen(&m->gen[0], c, &t, prefix, &k_bigvgan_names, err);
+  if (s == DIT_OK) s = dit_weights_open(dir, NULL, &m->weights, err);
+  if (s == DIT_OK) s = dit_wtable_bind(&t, m->weights, "", ignore, err);
+  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
+  if (s == DIT_OK) s = upload_packed(m, err);
+  dit_weights_close(m->weights);
+  m->weights = NULL;
+  dit_wtable_free(&t);
+  if (s != DIT_OK) dit_error_prefix(err, "bigvgan load: %s", dir);
+  DIT_HAND_OVER(s, m, out, dit_vocoder_ltx2_free);
+}
+
 void dit_vocoder_ltx2_free(dit_vocoder_ltx2 *m) {
   if (!m) return;
+  free_folds(m);
   if (m->act) m->be->ops->free(m->be, m->act);
   if (m->zeros) m->be->ops->free(m->be, m->zeros);
   if (m->wblock) m->be->ops->free(m->be, m->wblock);

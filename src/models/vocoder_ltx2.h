@@ -70,6 +70,15 @@ typedef struct dit_vocoder_ltx2 dit_vocoder_ltx2;
  * diffusers' defaults) and folder's safetensors weights into be. Options it cannot run are
  * refused with DIT_ERR_UNSUPPORTED naming the config field. On failure *out is NULL. */
 dit_status dit_vocoder_ltx2_load(dit_backend *be, const char *folder, dit_vocoder_ltx2 **out, dit_error *err);
+/* A BigVGAN generator under BigVGAN's own names with weight norm (MiniMax-H3's audio decoder): prefix +
+ * conv_pre, ups.<l>.0, resblocks.<i>.convs1 / convs2.<k> with activations.<2k> / <2k + 1> (anti-aliased
+ * snake-beta: act.alpha / act.beta, upsample.filter, downsample.lowpass.filter), activation_post, conv_post;
+ * each weight_g / weight_v folded at load into weight_v g / |weight_v| (F32). c gives its geometry (no config
+ * file of its own); the file's other tensors must start with one of ignore. Runs as the LTX-2.0 vocoder does
+ * (dit_vocoder_ltx2_run), at sample_rate. */
+dit_status dit_vocoder_bigvgan_load(dit_backend *be, const char *dir, const char *prefix, const char *const *ignore,
+                                   const dit_voc_gen_config *c, int sample_rate, dit_vocoder_ltx2 **out,
+                                   dit_error *err);
 void dit_vocoder_ltx2_free(dit_vocoder_ltx2 *m);
 const dit_vocoder_ltx2_config *dit_vocoder_ltx2_get_config(const dit_vocoder_ltx2 *m);
 

@@ -10,6 +10,7 @@
  * the checkpoint), packed w [co, k * ci] and b [co] (b.data NULL: no bias). */
 typedef struct voc_conv {
   dit_tensor rw, rb, w, b;
+  dit_tensor rg; /* weight norm (rg.data set): rw holds v, rg g [co, 1, 1]; w = v g / |v| per output channel */
   int ci, co, k, d;    /* channels, kernel, dilation */
   int pad_l, pad_r;    /* zero padding */
 } voc_conv;
@@ -20,6 +21,7 @@ typedef struct voc_conv {
  * polyphase GEMM give samples q * s + r; the output starts at sample pad. */
 typedef struct voc_upconv {
   dit_tensor rw, rb, w, b;
+  dit_tensor rg; /* weight norm: g [ci, 1, 1] over rw's rows (the stored tensor's first dim) */
   int ci, co, K, s, J, pad;
 } voc_upconv;
 
@@ -61,6 +63,8 @@ struct dit_vocoder_ltx2 {
   dit_weights *weights; /* the checkpoint, open while loading */
   void *wblock;         /* the packed weights (backend memory) */
   void *zeros;          /* one F32 zero (backend memory): the padding's source, all strides 0 */
+  float **wn;           /* the weight-normed weights folded to F32 on the host while packing (n_wn) */
+  int n_wn;
   void *act;            /* the activation arena (backend memory), act_bytes */
   size_t act_bytes;
 };

@@ -12,7 +12,9 @@
  *   (components.safetensors), and every call of the pipeline's run with its packed
  *   [text | audio | video] layout, one or two distinct timesteps (reference.safetensors);
  * - the video VAE (models/vae_minimax_h3.h): the ViT decoder on one latent frame, the whole decode (temporal
- *   chunks) and one clip in spatial tiles; the audio VAE's decoder (models/vae_minimax_h3_audio.h). */
+ *   chunks) and one clip in spatial tiles; the audio VAE's decoder (models/vae_minimax_h3_audio.h);
+ * - the whole t2va run (pipeline/minimax_h3_pipeline.h) against the pipeline's: the latents, the frames and
+ *   the sound. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include "models/vae_minimax_h3.h"
 #include "models/vae_minimax_h3_audio.h"
 #include "pipeline/minimax_h3_layout.h"
+#include "pipeline/minimax_h3_pipeline.h"
 #include "pipeline/minimax_h3_sched.h"
 #include "testing.h"
 #include "text/tokenizer.h"
@@ -520,9 +523,56 @@ static void test_audio_decoder(const dt_args *a) {
   json_decref(rj);
 }
 
+/* The whole run on the call of reference.json (8x16, 124 frames, 4 sigmas, seed 42). */
+static void test_pipeline(const dt_args *a) {
+  char dir[1024], ref[1200];
+  json_t *rj = fixture(a, dir, ref, NULL);
+  if (!rj) return;
+  const json_t *call = json_object_get(rj, "call");
+  const dit_h3_request r = {.prompt = json_string_value(json_object_get(call, "prompt")),
+                            .height = dt_json_int(call, "height"), .width = dt_json_int(call, "width"),
+                            .frames = dt_json_int(call, "num_frames"), .steps = dt_json_int(call, "num_inference_steps"),
+                            .seed = (uint64_t)dt_json_int(rj, "seed")};
+  dit_h3_parts p;
+  dit_h3_result out;
+  dit_error e = {0};
+  CHECK_MSG(dit_h3_parts_load(g_be, dir, &p, &e) == DIT_OK, "%s", e.msg);
+  if (!p.tr) {
+    json_decref(rj);
+    return;
+  }
+  CHECK_MSG(dit_h3_generate(g_be, &p, &r, &out, &e) == DIT_OK, "%s", e.msg);
+  if (out.video && out.audio) {
+    CHECK(out.frames == 124 && out.height == 8 && out.width == 16 && out.channels == 2 && out.samples == 828);
+    float *wl = dt_load_f32_n(ref, "latents", 4 * 37 * 2 * 4), *wal = dt_load_f32_n(ref, "audio_latents", 2 * 4 * 207);
+    float *wv = dt_load_f32_n(ref, "video", 124 * 8 * 16 * 3), *wa = dt_load_f32_n(ref, "audio", 2 * 828);
+    if (wl && wal && wv && wa) {
+      check_rel("run: video latents after 3 steps", out.latents, wl, 4 * 37 * 2 * 4, DIT_TOL);
+      check_rel("run: audio latents after 3 steps", out.audio_latents, wal, 2 * 4 * 207, DIT_TOL);
+      check_rel("run: frames [124, 8, 16, 3] in [0, 1]", out.video, wv, 124 * 8 * 16 * 3, DIT_TOL);
+      check_rel("run: sound [2, 828]", out.audio, wa, 2 * 828, DIT_TOL);
+      int worst = 0;
+      for (size_t k = 0; k < (size_t)124 * 8 * 16 * 3; k++) {
+        const int d = abs((int)lrintf(out.video[k] * 255.0f) - (int)lrintf(wv[k] * 255.0f));
+        worst = d > worst ? d : worst;
+      }
+      CHECK_MSG(g_gpu || worst <= 1, "8-bit frames: %d levels apart", worst);
+      printf("run: 8-bit frames at most %d level(s) from the pipeline's\n", worst);
+    }
+    free(wl), free(wal), free(wv), free(wa);
+  }
+  dit_h3_request bad = r;
+  bad.frames = 100;
+  CHECK(dit_h3_generate(g_be, &p, &bad, &out, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "107 is the next"));
+  printf("100 frames: %s\n", e.msg);
+  dit_h3_result_free(&out);
+  dit_h3_parts_free(&p);
+  json_decref(rj);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
                                                    test_one_frame, test_calls, test_fold, test_vae_decoder,
-                                                   test_audio_decoder};
+                                                   test_audio_decoder, test_pipeline};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -142,6 +142,7 @@ void dit_h3_audio_free(dit_h3_audio *a) {
 }
 
 const dit_h3_audio_config *dit_h3_audio_get_config(const dit_h3_audio *a) { return a ? &a->cfg : NULL; }
+int64_t dit_h3_audio_samples(const dit_h3_audio *a, int T) { return a ? dit_vocoder_ltx2_output_samples(a->voc, T) : 0; }
 
 dit_status dit_h3_audio_decode(dit_h3_audio *a, int B, int T, const float *z, float *out, dit_error *err) {
   if (!a || !z || !out || B < 1 || B > 16 || T < 1 || T > (1 << 20))

@@ -23,6 +23,8 @@ dit_status dit_h3_audio_load(dit_backend *be, const char *dir, dit_h3_audio **ou
 void dit_h3_audio_free(dit_h3_audio *a);
 const dit_h3_audio_config *dit_h3_audio_get_config(const dit_h3_audio *a);
 
+/* Samples per channel the decode of T latents gives (T * hop). */
+int64_t dit_h3_audio_samples(const dit_h3_audio *a, int T);
 /* decode: z [B, latent_channels, T] (host, denormalized) into out [B, T * hop] (host), in [-1, 1]. */
 dit_status dit_h3_audio_decode(dit_h3_audio *a, int B, int T, const float *z, float *out, dit_error *err);
 

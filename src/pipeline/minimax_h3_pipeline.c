@@ -1,0 +1,293 @@
+/* MiniMax-H3's t2va run (see minimax_h3_pipeline.h). */
+#include "pipeline/minimax_h3_pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "pipeline/minimax_h3_layout.h"
+#include "pipeline/minimax_h3_sched.h"
+#include "pipeline/rng_torch.h"
+
+#define MAX_PROMPT_TOKENS 4096
+#define MAX_SIDE 8192
+
+static const float k_pixel_mean[3] = {0.485f, 0.456f, 0.406f}, k_pixel_std[3] = {0.229f, 0.224f, 0.225f};
+
+/* scheduler_config.json's shift (MiniMaxH3Scheduler). */
+static dit_status read_shift(const char *dir, const char *sub, double def, double *out, dit_error *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s/scheduler_config.json", dir, sub);
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, 1u << 20, &j, err));
+  const char *cls = NULL;
+  dit_status s = dit_json_string_opt(j, "_class_name", &cls, path, err);
+  if (s == DIT_OK && cls && strcmp(cls, "MiniMaxH3Scheduler") != 0)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "%s: _class_name \"%s\" is not MiniMaxH3Scheduler", path, cls);
+  *out = def;
+  if (s == DIT_OK) s = dit_json_double_opt(j, "shift", out, path, err);
+  if (s == DIT_OK && !(*out > 0.0)) s = dit_errorf(err, DIT_ERR_FORMAT, "%s: shift %g is not positive", path, *out);
+  json_decref(j);
+  return s;
+}
+
+dit_status dit_h3_parts_load(dit_backend *be, const char *dir, dit_h3_parts *p, dit_error *err) {
+  memset(p, 0, sizeof *p);
+  char sub[4096];
+  dit_status s = DIT_OK;
+#define SUB(name) (snprintf(sub, sizeof sub, "%s/%s", dir, name), sub)
+  if (s == DIT_OK) s = dit_tok_load(SUB("tokenizer"), &p->tok, err);
+  if (s == DIT_OK) s = dit_qwen3_load(be, SUB("text_encoder"), &p->te, err);
+  if (s == DIT_OK && dit_qwen3_get_config(p->te)->num_layers <= DIT_H3_TEXT_LAYER)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "%s/text_encoder: %d layers; MiniMax-H3 conditions on hidden_states[%d]", dir,
+                   dit_qwen3_get_config(p->te)->num_layers, DIT_H3_TEXT_LAYER);
+  if (s == DIT_OK) s = dit_h3_load(be, SUB("transformer"), &p->tr, err);
+  if (s == DIT_OK && dit_qwen3_get_config(p->te)->hidden_size != dit_h3_get_config(p->tr)->text_dim)
+    s = dit_errorf(err, DIT_ERR_FORMAT, "%s: the text encoder's width %d is not the transformer's text_dim %d", dir,
+                   dit_qwen3_get_config(p->te)->hidden_size, dit_h3_get_config(p->tr)->text_dim);
+  if (s == DIT_OK) s = dit_h3_vae_load(be, SUB("vae"), &p->vae, err);
+  if (s == DIT_OK) s = dit_h3_audio_load(be, SUB("audio_vae"), &p->audio, err);
+#undef SUB
+  if (s == DIT_OK) s = read_shift(dir, "scheduler", 12.0, &p->video_shift, err);
+  if (s == DIT_OK) s = read_shift(dir, "audio_scheduler", 3.0, &p->audio_shift, err);
+  if (s != DIT_OK) dit_h3_parts_free(p);
+  return s;
+}
+
+void dit_h3_parts_free(dit_h3_parts *p) {
+  if (!p) return;
+  dit_tok_free(p->tok);
+  dit_qwen3_free(p->te);
+  dit_h3_free(p->tr);
+  dit_h3_vae_free(p->vae);
+  dit_h3_audio_free(p->audio);
+  memset(p, 0, sizeof *p);
+}
+
+void dit_h3_result_free(dit_h3_result *r) {
+  if (!r) return;
+  free(r->video), free(r->audio), free(r->latents), free(r->audio_latents);
+  memset(r, 0, sizeof *r);
+}
+
+/* The prompt verbatim (no template, no special tokens) through the text encoder: *embeds [n, hidden] (host). */
+static dit_status encode_prompt(dit_backend *be, const dit_h3_parts *p, const char *prompt, float **embeds, int *n,
+                                dit_error *err) {
+  int32_t *ids = NULL;
+  size_t count = 0;
+  DIT_TRY(dit_tok_encode(p->tok, prompt, strlen(prompt), &ids, &count, err));
+  if (count < 1 || count > MAX_PROMPT_TOKENS) {
+    free(ids);
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: the prompt has %zu tokens (1..%d)", count,
+                      MAX_PROMPT_TOKENS);
+  }
+  const int H = dit_qwen3_get_config(p->te)->hidden_size, layer = DIT_H3_TEXT_LAYER;
+  const size_t bytes = count * (size_t)H * sizeof(float);
+  float *host = malloc(bytes);
+  void *dev = NULL;
+  dit_status s = host ? be->ops->alloc(be, bytes, &dev, err) : dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  float *const outs[1] = {dev};
+  if (s == DIT_OK) s = dit_qwen3_encode(p->te, 1, (int)count, ids, NULL, 1, &layer, outs, err);
+  if (s == DIT_OK) s = be->ops->download(be, host, dev, bytes, err);
+  if (dev) be->ops->free(be, dev);
+  free(ids);
+  if (s != DIT_OK) {
+    free(host);
+    return s;
+  }
+  *embeds = host, *n = (int)count;
+  return DIT_OK;
+}
+
+/* The request's geometry. */
+typedef struct h3_geom {
+  int T, lh, lw, Na, pt, ph, pw, C, Ca, pd; /* latent frames, latent size, audio latents, patch, channels */
+} h3_geom;
+
+static dit_status geometry(const dit_h3_parts *p, const dit_h3_request *r, h3_geom *g, dit_error *err) {
+  const dit_h3_config *tc = dit_h3_get_config(p->tr);
+  const dit_h3_vae_config *vc = dit_h3_vae_get_config(p->vae);
+  const int ratio = vc->patch, clip = vc->clip_length, keep = (clip + vc->patch_t - 1) / vc->patch_t;
+  g->pt = tc->patch[0], g->ph = tc->patch[1], g->pw = tc->patch[2], g->C = tc->in_channels;
+  g->Ca = tc->audio_channels, g->pd = tc->patch_dim;
+  if (r->height < 1 || r->width < 1 || r->height > MAX_SIDE || r->width > MAX_SIDE || r->height % (ratio * g->ph) ||
+      r->width % (ratio * g->pw))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: %dx%d is not a size in multiples of %d x %d up to %d",
+                      r->width, r->height, ratio * g->pw, ratio * g->ph, MAX_SIDE);
+  if (r->frames < keep || r->frames % clip != keep) {
+    int next = r->frames < 1 ? 1 : r->frames;
+    while (next % clip != keep) next++;
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: %d frames; the video VAE takes %d n + %d (%d is the next)",
+                      r->frames, clip, keep, next);
+  }
+  g->T = (r->frames - keep) / clip * keep + 2, g->lh = r->height / ratio, g->lw = r->width / ratio;
+  g->Na = (int)lround((double)r->frames / DIT_H3_FPS * DIT_H3_AUDIO_LATENTS_PER_SECOND);
+  if (g->T % g->pt || g->C != vc->latent_channels || g->Ca != dit_h3_audio_get_config(p->audio)->latent_channels)
+    return dit_errorf(err, DIT_ERR_FORMAT, "minimax-h3: the transformer's channels (%d video, %d audio) do not match "
+                      "the VAEs'", g->C, g->Ca);
+  if (r->steps < 2 || r->steps > DIT_H3_MAX_SIGMAS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: %d steps (2..%d, the terminal sigma included)", r->steps,
+                      DIT_H3_MAX_SIGMAS);
+  return DIT_OK;
+}
+
+/* Video latents [C, T, lh, lw] <-> rows [(T/pt)(lh/ph)(lw/pw), C pt ph pw] (patchify_video_latents; inverse: rows
+ * into lat). */
+static void patchify(const h3_geom *g, float *lat, float *rows, bool inverse) {
+  const int ft = g->T / g->pt, fh = g->lh / g->ph, fw = g->lw / g->pw;
+  for (int f = 0; f < ft; f++)
+    for (int i = 0; i < fh; i++)
+      for (int j = 0; j < fw; j++)
+        for (int c = 0; c < g->C; c++)
+          for (int a = 0; a < g->pt; a++)
+            for (int b = 0; b < g->ph; b++)
+              for (int d = 0; d < g->pw; d++) {
+                const size_t row = ((size_t)f * fh + i) * fw + j, col = (((size_t)c * g->pt + a) * g->ph + b) * g->pw + d;
+                const size_t li = (((size_t)c * g->T + f * g->pt + a) * g->lh + i * g->ph + b) * g->lw + j * g->pw + d;
+                if (inverse) lat[li] = rows[row * g->pd + col];
+                else rows[row * g->pd + col] = lat[li];
+              }
+}
+
+/* The denoising state: the packed rows of both modalities and the layout they sit in. */
+typedef struct h3_run_state {
+  dit_h3_layout lay;
+  float *text, *video, *audio, *vout, *aout; /* [N, text_dim], rows, rows, the forward's outputs */
+  int32_t *ti;                               /* each row's timestep index */
+  float sig_v[DIT_H3_MAX_SIGMAS], ts_v[DIT_H3_MAX_SIGMAS], sig_a[DIT_H3_MAX_SIGMAS], ts_a[DIT_H3_MAX_SIGMAS];
+  int evals;                                 /* model evaluations: the shorter schedule's */
+} h3_run_state;
+
+static void state_free(h3_run_state *st) {
+  dit_h3_layout_free(&st->lay);
+  free(st->text), free(st->video), free(st->audio), free(st->vout), free(st->aout), free(st->ti);
+}
+
+/* Schedules, the fold over both schedules' timesteps, the noise (video latents, then the audio rows). */
+static dit_status prepare(const dit_h3_parts *p, const dit_h3_request *r, const h3_geom *g, h3_run_state *st,
+                          dit_error *err) {
+  int nv = 0, na = 0;
+  DIT_TRY(dit_h3_sched_set(p->video_shift, r->steps, st->sig_v, &nv, st->ts_v, err));
+  DIT_TRY(dit_h3_sched_set(p->audio_shift, r->steps, st->sig_a, &na, st->ts_a, err));
+  st->evals = (nv < na ? nv : na) - 1;
+  float fold[2 * DIT_H3_MAX_SIGMAS];
+  int nf = 0;
+  for (int i = 0; i < 2 * st->evals; i++) {
+    const float t = i < st->evals ? st->ts_v[i] : st->ts_a[i - st->evals];
+    bool seen = false;
+    for (int k = 0; k < nf; k++) seen = seen || fold[k] == t;
+    if (!seen) fold[nf++] = t;
+  }
+  DIT_TRY(dit_h3_fold(p->tr, nf, fold, NULL, err));
+  const size_t nlat = (size_t)g->C * g->T * g->lh * g->lw, na_rows = (size_t)DIT_H3_AUDIO_CHANNELS * g->Na;
+  float *lat = malloc(nlat * sizeof *lat);
+  st->video = malloc(nlat * sizeof *st->video); /* as many rows x columns as latent values */
+  st->audio = malloc(na_rows * (size_t)g->Ca * sizeof *st->audio);
+  st->vout = malloc(nlat * sizeof *st->vout);
+  st->aout = malloc(na_rows * (size_t)g->Ca * sizeof *st->aout);
+  if (!lat || !st->video || !st->audio || !st->vout || !st->aout) {
+    free(lat);
+    return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for the latents");
+  }
+  dit_torch_rng rng;
+  dit_torch_rng_seed(&rng, r->seed);
+  dit_torch_randn(&rng, lat, nlat);
+  dit_torch_randn(&rng, st->audio, na_rows * (size_t)g->Ca);
+  patchify(g, lat, st->video, false);
+  free(lat);
+  return DIT_OK;
+}
+
+/* One step: the rows' timesteps (text and video rows the video's, audio rows the audio's; the distinct values
+ * sorted), the forward, each modality's Euler step. */
+static dit_status step(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, int i, dit_error *err) {
+  const float tv = st->ts_v[i], ta = st->ts_a[i];
+  float ts[2] = {tv < ta ? tv : ta, tv < ta ? ta : tv};
+  const int nt = tv == ta ? 1 : 2, iv = nt == 1 || tv < ta ? 0 : 1, ia = nt == 1 || ta < tv ? 0 : 1;
+  for (int64_t k = 0; k < st->lay.S; k++) st->ti[k] = st->lay.tags[k] == 2 ? ia : iv;
+  const dit_h3_call c = {.n_text = st->lay.n_text, .n_video = st->lay.n_video, .n_audio = st->lay.n_audio,
+                         .text = st->text, .video = st->video, .audio = st->audio, .n_timesteps = nt,
+                         .timesteps = ts, .timestep_index = st->ti, .tags = st->lay.tags,
+                         .positions = st->lay.positions, .text_index = st->lay.text_index,
+                         .video_index = st->lay.video_index, .audio_index = st->lay.audio_index};
+  DIT_TRY(dit_h3_forward(p->tr, &c, st->vout, st->aout, err));
+  dit_h3_sched_step(st->video, st->vout, (size_t)(st->lay.n_video * g->pd), tv, st->sig_v[i], st->sig_v[i + 1]);
+  dit_h3_sched_step(st->audio, st->aout, (size_t)(st->lay.n_audio * g->Ca), ta, st->sig_a[i], st->sig_a[i + 1]);
+  return DIT_OK;
+}
+
+/* The latents unpacked and denormalized, both decoded; the video mapped to [0, 1], frames last. */
+static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, dit_h3_result *out,
+                         dit_error *err) {
+  const dit_h3_vae_config *vc = dit_h3_vae_get_config(p->vae);
+  const dit_h3_audio_config *ac = dit_h3_audio_get_config(p->audio);
+  const size_t plane = (size_t)g->lh * g->lw, nlat = (size_t)g->C * g->T * plane;
+  out->latents = malloc(nlat * sizeof(float));
+  out->audio_latents = malloc((size_t)DIT_H3_AUDIO_CHANNELS * g->Ca * g->Na * sizeof(float));
+  float *z = malloc(nlat * sizeof *z), *za = malloc((size_t)DIT_H3_AUDIO_CHANNELS * g->Ca * g->Na * sizeof *za);
+  const int F = dit_h3_vae_frames(p->vae, g->T), H = g->lh * vc->patch, W = g->lw * vc->patch;
+  float *pix = malloc((size_t)3 * F * H * W * sizeof *pix);
+  out->video = malloc((size_t)F * H * W * 3 * sizeof(float));
+  out->samples = dit_h3_audio_samples(p->audio, g->Na);
+  dit_status s = DIT_OK;
+  if (!out->latents || !out->audio_latents || !z || !za || !pix || !out->video)
+    s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for the decode");
+  if (s == DIT_OK) {
+    patchify(g, out->latents, st->video, true);
+    for (size_t k = 0; k < nlat; k++) {
+      const int c = (int)(k / ((size_t)g->T * plane));
+      z[k] = out->latents[k] * vc->latents_std[c] + vc->latents_mean[c];
+    }
+    for (int ch = 0; ch < DIT_H3_AUDIO_CHANNELS; ch++) /* rows [ch * Na + t, c] -> [ch, c, t] */
+      for (int c = 0; c < g->Ca; c++)
+        for (int t = 0; t < g->Na; t++) {
+          const float v = st->audio[((size_t)ch * g->Na + t) * g->Ca + c];
+          out->audio_latents[((size_t)ch * g->Ca + c) * g->Na + t] = v;
+          za[((size_t)ch * g->Ca + c) * g->Na + t] = v * ac->latents_std[c] + ac->latents_mean[c];
+        }
+    s = dit_h3_vae_decode(p->vae, g->T, g->lh, g->lw, z, DIT_H3_VAE_TILING_DEFAULT, pix, err);
+  }
+  if (s == DIT_OK) {
+    const size_t fp = (size_t)H * W;
+    for (int c = 0; c < 3; c++)
+      for (size_t k = 0; k < (size_t)F * fp; k++) {
+        float v = pix[(size_t)c * F * fp + k] * k_pixel_std[c] + k_pixel_mean[c];
+        v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+        out->video[k * 3 + (size_t)c] = v;
+      }
+    out->frames = F, out->height = H, out->width = W;
+    out->audio = malloc((size_t)DIT_H3_AUDIO_CHANNELS * out->samples * sizeof(float));
+    s = out->audio ? dit_h3_audio_decode(p->audio, DIT_H3_AUDIO_CHANNELS, g->Na, za, out->audio, err)
+                   : dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for the sound");
+    out->channels = DIT_H3_AUDIO_CHANNELS, out->sample_rate = ac->sample_rate;
+  }
+  free(z), free(za), free(pix);
+  return s;
+}
+
+dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
+                           dit_error *err) {
+  if (!out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: NULL result");
+  memset(out, 0, sizeof *out);
+  if (!be || !p || !p->tr || !r || !r->prompt) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: NULL argument");
+  h3_geom g;
+  DIT_TRY(geometry(p, r, &g, err));
+  h3_run_state st;
+  memset(&st, 0, sizeof st);
+  int n = 0;
+  dit_status s = encode_prompt(be, p, r->prompt, &st.text, &n, err);
+  const dit_h3_layout_in li = {.n_text = n, .frames = g.T, .lh = g.lh, .lw = g.lw, .patch_h = g.ph, .patch_w = g.pw,
+                               .audio_latents = g.Na, .audio_channels = DIT_H3_AUDIO_CHANNELS};
+  if (s == DIT_OK) s = dit_h3_layout_make(&li, &st.lay, err);
+  if (s == DIT_OK && !(st.ti = malloc((size_t)st.lay.S * sizeof *st.ti)))
+    s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  if (s == DIT_OK) s = prepare(p, r, &g, &st, err);
+  for (int i = 0; s == DIT_OK && i < st.evals; i++) s = step(p, &g, &st, i, err);
+  if (s == DIT_OK) s = decode(p, &g, &st, out, err);
+  dit_h3_unfold(p->tr);
+  state_free(&st);
+  if (s != DIT_OK) dit_h3_result_free(out);
+  return s;
+}

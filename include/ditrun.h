@@ -235,7 +235,8 @@ typedef struct dit_gen_defaults {
   double guidance;
   int size_multiple;            /* width and height must be multiples of this */
   int frames;                   /* video families: frames of a clip (0: the family makes images) */
-  int frames_multiple;          /* video families: frames must be 1 + a multiple of this */
+  int frames_multiple;          /* video families: frames must be frames_offset + a multiple of this */
+  int frames_offset;            /* (LTX-2: 1 + a multiple of 8; MiniMax-H3: 5 + a multiple of 17) */
   double fps;                   /* video families: frames per second */
   char prompt[1024];            /* a sample prompt from ditrun.json; "" when none */
   unsigned from_model_file;     /* DIT_DEFAULT_* bits set by ditrun.json */

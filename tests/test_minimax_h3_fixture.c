@@ -14,13 +14,16 @@
  * - the video VAE (models/vae_minimax_h3.h): the ViT decoder on one latent frame, the whole decode (temporal
  *   chunks) and one clip in spatial tiles; the audio VAE's decoder (models/vae_minimax_h3_audio.h);
  * - the whole t2va run (pipeline/minimax_h3_pipeline.h) against the pipeline's: the latents, the frames and
- *   the sound. */
+ *   the sound; and the same through the public API (the registry's family: defaults, 8-bit frames and
+ *   interleaved sound) and the CLI (an MP4, and frame counts refused before any model runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
+#include "ditrun.h"
 #include "fixture.h"
 #include "models/minimax_h3.h"
 #include "models/qwen3.h"
@@ -570,9 +573,77 @@ static void test_pipeline(const dt_args *a) {
   json_decref(rj);
 }
 
+/* The family through the public API and the CLI: the folder's defaults, the run as a dit_clip, bad requests. */
+static void test_family(const dt_args *a) {
+  char dir[1024], ref[1200];
+  json_t *rj = fixture(a, dir, ref, NULL);
+  if (!rj) return;
+  dit_ctx *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_model_opts mo;
+  dit_model_opts_default(&mo);
+  mo.device = g_gpu ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU;
+  dit_model *m = NULL;
+  CHECK_MSG(dit_model_load(ctx, dir, &mo, &m) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  if (m) {
+    dit_gen_defaults d;
+    dit_model_get_defaults(m, &d);
+    CHECK(!strcmp(d.family, "minimax-h3") && d.frames == 124 && d.frames_multiple == 17 && d.frames_offset == 5 &&
+          d.fps == 24.0 && d.steps == 49 && d.size_multiple == 8);
+    /* the 16:9 canvas of 768 x 1344 px (the index's short edge and area) rounded to the tiny model's multiple 8 */
+    CHECK_MSG(d.height == 760 && d.width == 1352, "canvas %dx%d", d.width, d.height);
+    const json_t *call = json_object_get(rj, "call");
+    dit_gen_params p;
+    dit_gen_params_default(&p);
+    p.prompt = json_string_value(json_object_get(call, "prompt"));
+    p.width = 16, p.height = 8, p.frames = 124, p.steps = 3, p.seed = (uint64_t)dt_json_int(rj, "seed");
+    dit_clip c = {0};
+    CHECK_MSG(dit_model_generate_clip(m, &p, &c, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    float *wv = dt_load_f32_n(ref, "video", 124 * 8 * 16 * 3), *wa = dt_load_f32_n(ref, "audio", 2 * 828);
+    if (c.rgb && c.samples && wv && wa) {
+      CHECK(c.n_frames == 124 && c.width == 16 && c.height == 8 && c.fps == 24.0 && c.channels == 2 && c.n_samples == 828);
+      int worst = 0;
+      for (size_t k = 0; k < (size_t)124 * 8 * 16 * 3; k++) {
+        const int dv = abs((int)c.rgb[k] - (int)lrintf(wv[k] * 255.0f));
+        worst = dv > worst ? dv : worst;
+      }
+      double se = 0, sr = 0;
+      for (int i = 0; i < 828; i++)
+        for (int ch = 0; ch < 2; ch++) {
+          const double dd = (double)c.samples[i * 2 + ch] - wa[ch * 828 + i];
+          se += dd * dd, sr += (double)wa[ch * 828 + i] * wa[ch * 828 + i];
+        }
+      CHECK_MSG(g_gpu ? worst <= 12 : worst <= 1, "clip frames %d levels apart", worst);
+      CHECK_MSG(sqrt(se / sr) <= (g_gpu ? 1e-2 : DIT_TOL), "clip sound %.3g", sqrt(se / sr));
+      printf("public API: 124 frames within %d level(s), sound within %.3g\n", worst, sqrt(se / sr));
+    }
+    free(wv), free(wa);
+    dit_clip_free(&c);
+    p.guidance = 2.0, p.guidance_set = 1;
+    CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "distilled"));
+    dit_model_free(m);
+  }
+  dit_ctx_free(ctx);
+  char cmd[4096], out[1200], log[1200], msg[512], f1[1400];
+  dt_path(out, sizeof out, a->tmp, "h3_clip"); /* a frames folder: PNG frames and audio.wav (no FFmpeg needed) */
+  dt_path(log, sizeof log, a->tmp, "h3_cli.log");
+  snprintf(f1, sizeof f1, "%s/frame_00107.png", out);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/ditrun' generate -m '%s' -p 'a fox' --width 16 --height 8 --frames 107 "
+           "--steps 2 --quiet -o '%s'", out, a->bin, dir, out);
+  int rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 0 && access(f1, F_OK) == 0, "frames folder: rc %d: %s", rc, msg);
+  snprintf(cmd, sizeof cmd, "'%s/ditrun' generate -m '%s' -p 'a fox' --frames 100 -o '%s.mp4'", a->bin, dir, out);
+  rc = dt_run_output(cmd, log, msg, sizeof msg);
+  CHECK_MSG(rc == 2 && strstr(msg, "5 + a multiple of 17"), "--frames 100: rc %d: %s", rc, msg);
+  printf("--frames 100: %s", msg);
+  json_decref(rj);
+}
+
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
                                                    test_one_frame, test_calls, test_fold, test_vae_decoder,
-                                                   test_audio_decoder, test_pipeline};
+                                                   test_audio_decoder, test_pipeline, test_family};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -95,6 +95,27 @@ static void test_bad_indexes(const dt_args *a) {
   expect_index(a, "dup_key", "{\"_class_name\":\"P\",\"vae\":[\"a\",\"b\"],\"vae\":[\"a\",\"b\"]}", DIT_ERR_FORMAT,
                "duplicate");
   expect_index(a, "missing", NULL, DIT_ERR_FORMAT, "no model_index.json");
+  /* a modular pipeline's [library, class, spec] entries: own-named subfolders only; [null, null, spec] skipped */
+  expect_index(a, "modular_ok",
+               "{\"_class_name\":\"P\",\"vae\":[\"diffusers\",\"V\",{\"subfolder\":\"vae\"}],"
+               "\"ref\":[null,null,{\"subfolder\":\"\"}],\"tok\":[\"t\",\"T\",{}]}",
+               DIT_OK, NULL);
+  expect_index(a, "modular_elsewhere", "{\"_class_name\":\"P\",\"vae\":[\"diffusers\",\"V\",{\"subfolder\":\"../x\"}]}",
+               DIT_ERR_UNSUPPORTED, "another subfolder");
+  expect_index(a, "modular_sub_num", "{\"_class_name\":\"P\",\"vae\":[\"diffusers\",\"V\",{\"subfolder\":3}]}",
+               DIT_ERR_UNSUPPORTED, "another subfolder");
+  { /* the file itself: modular_model_index.json when model_index.json is absent */
+    char dir[4096], file[4352];
+    snprintf(dir, sizeof dir, "%s/modular_file", a->tmp);
+    mkdir(dir, 0777);
+    snprintf(file, sizeof file, "%s/modular_model_index.json", dir);
+    write_text(file, "{\"_class_name\":\"M\",\"transformer\":[\"diffusers\",\"T\",{\"subfolder\":\"transformer\"}]}");
+    dit_error err = {0};
+    dit_model_dir *d = NULL;
+    CHECK_MSG(dit_model_dir_open(dir, &d, &err) == DIT_OK, "%s", err.msg);
+    CHECK(d && !strcmp(d->pipeline, "M") && d->n_components == 1 && !strcmp(d->components[0].cls, "T"));
+    dit_model_dir_close(d);
+  }
   /* over the 1 MiB cap */
   size_t n = (1u << 20) + 16;
   char *big = malloc(n + 1);

@@ -393,9 +393,10 @@ static bool video_opts_ok(cli_gen_opts *o, const dit_gen_defaults *d) {
     return false;
   }
   const int f = o->p.frames ? o->p.frames : d->frames, k = d->frames_multiple > 0 ? d->frames_multiple : 1;
-  if ((f - 1) % k) {
-    fprintf(stderr, "ditrun generate: --frames %d: this model takes 1 + a multiple of %d frames (%d or %d)\n", f, k,
-            (f - 1) / k * k + 1, (f - 1) / k * k + 1 + k);
+  const int off = d->frames_offset > 0 ? d->frames_offset : 1, below = f < off ? off : (f - off) / k * k + off;
+  if (f < off || (f - off) % k) {
+    fprintf(stderr, "ditrun generate: --frames %d: this model takes %d + a multiple of %d frames (%d or %d)\n", f, off,
+            k, below, below + k);
     return false;
   }
   if (ends_with(o->out, ".png") || ends_with(o->out, ".jpg")) {

@@ -41,9 +41,20 @@ void dit_model_dir_close(dit_model_dir *d) {
 
 /* Reads one "name": [library, class] member into the next component slot. Members that
  * are not 2-arrays of strings (versions, flags, [null, null]) are skipped; a 2-array
- * with one string and one non-string is malformed. */
+ * with one string and one non-string is malformed. A modular pipeline's index
+ * (modular_model_index.json) gives [library, class, spec]: the spec's subfolder, when it
+ * names one, must be the member's own name (the component's folder is always root/name). */
 static dit_status add_component(dit_model_dir *d, const char *file, const char *key, const json_t *v, dit_error *err) {
-  if (!json_is_array(v) || json_array_size(v) != 2) return DIT_OK;
+  if (json_is_array(v) && json_array_size(v) == 3 && json_is_object(json_array_get(v, 2))) {
+    if (!json_is_string(json_array_get(v, 0)) && !json_is_string(json_array_get(v, 1)))
+      return DIT_OK; /* [null, null, spec]: a component this checkout does not hold */
+    const json_t *sub = json_object_get(json_array_get(v, 2), "subfolder");
+    if (sub && !json_is_null(sub) && (!json_is_string(sub) || strcmp(json_string_value(sub), key) != 0))
+      return dit_errorf(err, DIT_ERR_UNSUPPORTED, "%s: component \"%.64s\" lives in another subfolder (%.64s)", file,
+                        key, json_is_string(sub) ? json_string_value(sub) : "not a string");
+  } else if (!json_is_array(v) || json_array_size(v) != 2) {
+    return DIT_OK;
+  }
   const json_t *lib = json_array_get(v, 0), *cls = json_array_get(v, 1);
   if (!json_is_string(lib) && !json_is_string(cls)) return DIT_OK;
   if (!json_is_string(lib) || !json_is_string(cls))
@@ -84,8 +95,11 @@ dit_status dit_model_dir_open(const char *path, dit_model_dir **out, dit_error *
   char file[4096];
   if ((size_t)snprintf(file, sizeof file, "%s/model_index.json", path) >= sizeof file)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: path too long", path);
-  if (stat(file, &st) != 0 && errno == ENOENT)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: no model_index.json here (not a diffusers model folder)", path);
+  if (stat(file, &st) != 0 && errno == ENOENT) { /* a modular pipeline's folder (ModularPipeline.save_pretrained) */
+    snprintf(file, sizeof file, "%s/modular_model_index.json", path);
+    if (stat(file, &st) != 0 && errno == ENOENT)
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: no model_index.json here (not a diffusers model folder)", path);
+  }
   dit_model_dir *d = calloc(1, sizeof *d);
   if (!d || !(d->root = strdup(path))) {
     free(d);

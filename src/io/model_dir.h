@@ -26,7 +26,9 @@ typedef struct dit_model_dir {
   char *files[DIT_MAX_COMPONENTS]; /* a single weights file standing in for component i, or NULL */
 } dit_model_dir;
 
-/* Opens a folder with model_index.json. Component names must be plain folder names. */
+/* Opens a folder with model_index.json (or a modular pipeline's modular_model_index.json, whose
+ * [library, class, spec] components must live in their own-named subfolders). Component names
+ * must be plain folder names. */
 dit_status dit_model_dir_open(const char *path, dit_model_dir **out, dit_error *err);
 void dit_model_dir_close(dit_model_dir *d);
 const dit_component *dit_model_dir_component(const dit_model_dir *d, const char *name);

@@ -13,7 +13,8 @@
   X(flux2_klein)        \
   X(flux1)              \
   X(krea2)              \
-  X(ltx2)
+  X(ltx2)               \
+  X(minimax_h3)
 
 #define DIT_FAMILY_DECLARE(n) extern const dit_family dit_family_##n;
 #define DIT_FAMILY_REF(n) &dit_family_##n,

@@ -296,7 +296,7 @@ static dit_status ltx2_defaults(const dit_model_dir *dir, dit_gen_defaults *d, d
   d->steps = 30;
   d->guidance = 3.0;
   d->size_multiple = sp;
-  d->frames = 121, d->frames_multiple = st, d->fps = 24.0;
+  d->frames = 121, d->frames_multiple = st, d->frames_offset = 1, d->fps = 24.0;
   return DIT_OK;
 }
 

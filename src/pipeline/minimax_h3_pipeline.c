@@ -6,8 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/timer.h"
 #include "io/json.h"
+#include "io/model_dir.h"
+#include "io/png.h"
+#include "pipeline/family.h"
 #include "pipeline/minimax_h3_layout.h"
+#include "pipeline/pipeline_common.h"
 #include "pipeline/minimax_h3_sched.h"
 #include "pipeline/rng_torch.h"
 
@@ -277,17 +282,138 @@ dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_
   h3_run_state st;
   memset(&st, 0, sizeof st);
   int n = 0;
+  out->t[0] = dit_time_now();
   dit_status s = encode_prompt(be, p, r->prompt, &st.text, &n, err);
+  out->t[1] = dit_time_now();
   const dit_h3_layout_in li = {.n_text = n, .frames = g.T, .lh = g.lh, .lw = g.lw, .patch_h = g.ph, .patch_w = g.pw,
                                .audio_latents = g.Na, .audio_channels = DIT_H3_AUDIO_CHANNELS};
   if (s == DIT_OK) s = dit_h3_layout_make(&li, &st.lay, err);
   if (s == DIT_OK && !(st.ti = malloc((size_t)st.lay.S * sizeof *st.ti)))
     s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   if (s == DIT_OK) s = prepare(p, r, &g, &st, err);
+  out->t[2] = dit_time_now();
   for (int i = 0; s == DIT_OK && i < st.evals; i++) s = step(p, &g, &st, i, err);
+  out->t[3] = dit_time_now();
   if (s == DIT_OK) s = decode(p, &g, &st, out, err);
+  out->t[4] = dit_time_now();
+  out->steps = st.evals;
   dit_h3_unfold(p->tr);
   state_free(&st);
   if (s != DIT_OK) dit_h3_result_free(out);
   return s;
 }
+
+/* ---- the registry row (family.h) ---- */
+
+/* resolve_canvas_size(16, 9, multiple, short_edge, max_pixels): the canvas a request without a size gets. */
+static void canvas_16_9(int multiple, double short_edge, double max_pixels, int *h, int *w) {
+  const double ratio = 16.0 / 9.0;
+  double width = short_edge * ratio, height = short_edge;
+  if (width * height > max_pixels) {
+    const double scale = sqrt(max_pixels / (width * height));
+    width *= scale, height *= scale;
+  }
+  const int hh = (int)rint(height / multiple) * multiple, ww = (int)rint(width / multiple) * multiple;
+  *h = hh > multiple ? hh : multiple, *w = ww > multiple ? ww : multiple;
+}
+
+/* The canvas multiple: the VAE's spatial compression times the transformer's patch (from their configs). */
+static dit_status canvas_multiple(const dit_model_dir *dir, int *out, dit_error *err) {
+  json_t *vae = NULL, *tr = NULL;
+  DIT_TRY(dit_model_dir_component_config(dir, "vae", &vae, err));
+  dit_status s = dit_model_dir_component_config(dir, "transformer", &tr, err);
+  int ratio = 1, patch = 2;
+  const json_t *f = json_object_get(vae, "spatial_downsample_factors");
+  if (s == DIT_OK && !json_is_array(f)) ratio = 16; /* the class default (2, 2, 2, 2, 1, 1) */
+  for (size_t i = 0; s == DIT_OK && json_is_array(f) && i < json_array_size(f) && i < 16; i++) {
+    const json_int_t v = json_integer_value(json_array_get(f, i));
+    if (v < 1 || v > 16) s = dit_errorf(err, DIT_ERR_FORMAT, "%s/vae: spatial_downsample_factors[%zu] is not 1..16", dir->root, i);
+    ratio *= (int)v;
+  }
+  const json_t *p = json_object_get(tr, "patch_size");
+  if (s == DIT_OK && json_is_array(p) && json_array_size(p) == 3) patch = (int)json_integer_value(json_array_get(p, 2));
+  if (s == DIT_OK && (patch < 1 || patch > 16 || ratio > 1024))
+    s = dit_errorf(err, DIT_ERR_FORMAT, "%s: the VAE's compression %d or the transformer's patch %d is out of range",
+                   dir->root, ratio, patch);
+  json_decref(vae), json_decref(tr);
+  *out = ratio * patch;
+  return s;
+}
+
+/* The modular pipeline's defaults: its 16:9 canvas, 124 frames (5 + 17 n) at 24 fps, 49 model evaluations
+ * (diffusers' num_inference_steps 50 counts the terminal sigma), no guidance (distilled). */
+static dit_status h3_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit_error *err) {
+  int m = 0;
+  DIT_TRY(canvas_multiple(dir, &m, err));
+  double short_edge = 768, max_pixels = 768 * 1344;
+  DIT_TRY(dit_json_double_opt(dir->index, "canvas_short_edge", &short_edge, dir->root, err));
+  DIT_TRY(dit_json_double_opt(dir->index, "canvas_max_pixels", &max_pixels, dir->root, err));
+  memset(d, 0, sizeof *d);
+  d->family = "minimax-h3";
+  canvas_16_9(m, short_edge, max_pixels, &d->height, &d->width);
+  d->steps = 49;
+  d->guidance = 0.0;
+  d->size_multiple = m;
+  d->frames = 124, d->frames_multiple = 17, d->frames_offset = 5, d->fps = DIT_H3_FPS;
+  return DIT_OK;
+}
+
+static dit_status h3_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  *state = NULL;
+  dit_h3_parts *p = calloc(1, sizeof *p);
+  if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = dit_h3_parts_load(rt->dev, rt->dir->root, p, err);
+  DIT_HAND_OVER(s, p, state, free);
+}
+
+static void h3_close(void *state) {
+  dit_h3_parts_free(state);
+  free(state);
+}
+
+static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
+                                   dit_gen_stats *st, dit_error *err) {
+  if (p->guidance > 0.0)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: the model is guidance-distilled: no --guidance");
+  if (p->fps > 0.0 && p->fps != DIT_H3_FPS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 makes %d fps (--fps %g)", DIT_H3_FPS, p->fps);
+  const dit_h3_request r = {.prompt = p->prompt ? p->prompt : "", .height = p->height, .width = p->width,
+                            .frames = p->frames, .steps = p->steps + 1, .seed = p->seed};
+  dit_h3_result res;
+  DIT_TRY(dit_h3_generate(rt->dev, state, &r, &res, err));
+  memset(out, 0, sizeof *out);
+  const size_t n = (size_t)res.frames * res.height * res.width * 3;
+  out->rgb = malloc(n);
+  out->samples = malloc((size_t)res.samples * res.channels * sizeof(float));
+  dit_status s = out->rgb && out->samples ? dit_image_to_u8(res.video, n, out->rgb, err)
+                                          : dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for the clip");
+  if (s == DIT_OK) {
+    out->width = res.width, out->height = res.height, out->n_frames = res.frames, out->fps = DIT_H3_FPS;
+    out->channels = res.channels, out->sample_rate = res.sample_rate, out->n_samples = res.samples;
+    for (int64_t i = 0; i < res.samples; i++) /* [channels, samples] -> interleaved */
+      for (int c = 0; c < res.channels; c++) out->samples[i * res.channels + c] = res.audio[(int64_t)c * res.samples + i];
+  }
+  const double t[5] = {res.t[0], res.t[1], res.t[2], res.t[3], res.t[4]};
+  const int steps = res.steps;
+  dit_h3_result_free(&res);
+  if (s != DIT_OK) {
+    dit_clip_free(out);
+    return s;
+  }
+  if (st) dit_fill_stats(st, t, steps);
+  return DIT_OK;
+}
+
+static const char *const h3_pipelines[] = {"MiniMaxH3ModularPipeline", NULL};
+
+const dit_family dit_family_minimax_h3 = {
+    .name = "minimax-h3",
+    .title = "MiniMax-H3 (video with stereo sound)",
+    .pipelines = h3_pipelines,
+    .chat = DIT_CHAT_NONE,
+    .defaults = h3_defaults,
+    .open = h3_open,
+    .generate_clip = h3_generate_clip,
+    .close = h3_close,
+    .latent = {32, 1, 1},
+};

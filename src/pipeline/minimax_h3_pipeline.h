@@ -53,6 +53,9 @@ typedef struct dit_h3_result {
   float *audio;       /* [channels, samples] in [-1, 1] */
   float *latents;       /* the denoised video latents [C, T, h, w] (before the VAE's denormalization) */
   float *audio_latents; /* the denoised audio latents [channels, C, Na] */
+  double t[5];          /* dit_time_now() at the start, after the text, after the fold and noise, after the
+                           steps, after the decode (pipeline_common.h's dit_fill_stats reads them) */
+  int steps;            /* model evaluations run */
 } dit_h3_result;
 
 dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,

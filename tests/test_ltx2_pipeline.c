@@ -179,14 +179,7 @@ static void test_public_api(const dt_args *a) {
   char dir[1024], out[1200];
   dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny");
   dit_ctx *ctx = NULL;
-  dit_ctx_params cp;
-  dit_ctx_params_default(&cp);
-  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
-  dit_model_opts mo;
-  dit_model_opts_default(&mo);
-  mo.device = g_gpu ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU;
-  dit_model *m = NULL;
-  CHECK_MSG(dit_model_load(ctx, dir, &mo, &m) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  dit_model *m = dt_model_open(dir, g_gpu, &ctx);
   if (m) {
     dit_gen_defaults d;
     dit_model_get_defaults(m, &d);

@@ -818,3 +818,17 @@ void dt_check_image(const char *ref_file, const char *name, const dit_image *img
   CHECK_MSG(maxd <= 1, "%s: image differs by %d 8-bit levels", label, maxd);
   free(ref);
 }
+
+dit_model *dt_model_open(const char *dir, bool gpu, dit_ctx **ctx) {
+  *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, ctx) == DIT_OK);
+  if (!*ctx) return NULL;
+  dit_model_opts mo;
+  dit_model_opts_default(&mo);
+  mo.device = gpu ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU;
+  dit_model *m = NULL;
+  CHECK_MSG(dit_model_load(*ctx, dir, &mo, &m) == DIT_OK, "%s: %s", dir, dit_ctx_last_error(*ctx));
+  return m;
+}

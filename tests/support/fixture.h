@@ -145,6 +145,9 @@ dit_status dt_backend_from_env(dit_backend **be, bool *gpu, dit_error *err);
  * freed after); 1 when that backend cannot be made. */
 int dt_main_on_env_backend(int argc, char **argv, void (*const *cases)(const dt_args *), size_t n, dit_backend **be,
                            bool *gpu);
+/* A context (*ctx, freed by the caller also on failure) and the model folder dir opened through the public
+ * API on the GPU (gpu) or the CPU; NULL and a failed check naming the error when it cannot be loaded. */
+dit_model *dt_model_open(const char *dir, bool gpu, dit_ctx **ctx);
 /* obj[key] as an int (0 when absent or not an integer). */
 int dt_json_int(const json_t *obj, const char *key);
 

@@ -223,9 +223,20 @@ static dit_status step(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st
   return DIT_OK;
 }
 
+typedef struct h3_step_ctx {
+  const dit_h3_parts *p;
+  const h3_geom *g;
+  h3_run_state *st;
+} h3_step_ctx;
+
+static dit_status step_fn(void *ctx, int i, dit_error *err) {
+  h3_step_ctx *c = ctx;
+  return step(c->p, c->g, c->st, i, err);
+}
+
 /* The latents unpacked and denormalized, both decoded; the video mapped to [0, 1], frames last. */
-static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, dit_h3_result *out,
-                         dit_error *err) {
+static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, const dit_gen_params *progress,
+                         dit_h3_result *out, dit_error *err) {
   const dit_h3_vae_config *vc = dit_h3_vae_get_config(p->vae);
   const dit_h3_audio_config *ac = dit_h3_audio_get_config(p->audio);
   const size_t plane = (size_t)g->lh * g->lw, nlat = (size_t)g->C * g->T * plane;
@@ -252,6 +263,7 @@ static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *
           out->audio_latents[((size_t)ch * g->Ca + c) * g->Na + t] = v;
           za[((size_t)ch * g->Ca + c) * g->Na + t] = v * ac->latents_std[c] + ac->latents_mean[c];
         }
+    dit_stage_begin(progress, "VAE decode");
     s = dit_h3_vae_decode(p->vae, g->T, g->lh, g->lw, z, DIT_H3_VAE_TILING_DEFAULT, pix, err);
   }
   if (s == DIT_OK) {
@@ -263,6 +275,7 @@ static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *
         out->video[k * 3 + (size_t)c] = v;
       }
     out->frames = F, out->height = H, out->width = W;
+    dit_stage_begin(progress, "sound");
     out->audio = malloc((size_t)DIT_H3_AUDIO_CHANNELS * out->samples * sizeof(float));
     s = out->audio ? dit_h3_audio_decode(p->audio, DIT_H3_AUDIO_CHANNELS, g->Na, za, out->audio, err)
                    : dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory for the sound");
@@ -283,6 +296,7 @@ dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_
   memset(&st, 0, sizeof st);
   int n = 0;
   out->t[0] = dit_time_now();
+  dit_stage_begin(r->progress, "text encoder");
   dit_status s = encode_prompt(be, p, r->prompt, &st.text, &n, err);
   out->t[1] = dit_time_now();
   const dit_h3_layout_in li = {.n_text = n, .frames = g.T, .lh = g.lh, .lw = g.lw, .patch_h = g.ph, .patch_w = g.pw,
@@ -292,9 +306,10 @@ dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_
     s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   if (s == DIT_OK) s = prepare(p, r, &g, &st, err);
   out->t[2] = dit_time_now();
-  for (int i = 0; s == DIT_OK && i < st.evals; i++) s = step(p, &g, &st, i, err);
+  h3_step_ctx sc = {p, &g, &st};
+  if (s == DIT_OK) s = dit_sampler_run(r->rt, r->progress, st.evals, step_fn, &sc, NULL, 0, err);
   out->t[3] = dit_time_now();
-  if (s == DIT_OK) s = decode(p, &g, &st, out, err);
+  if (s == DIT_OK) s = decode(p, &g, &st, r->progress, out, err);
   out->t[4] = dit_time_now();
   out->steps = st.evals;
   dit_h3_unfold(p->tr);
@@ -378,7 +393,7 @@ static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const di
   if (p->fps > 0.0 && p->fps != DIT_H3_FPS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 makes %d fps (--fps %g)", DIT_H3_FPS, p->fps);
   const dit_h3_request r = {.prompt = p->prompt ? p->prompt : "", .height = p->height, .width = p->width,
-                            .frames = p->frames, .steps = p->steps + 1, .seed = p->seed};
+                            .frames = p->frames, .steps = p->steps + 1, .seed = p->seed, .rt = rt, .progress = p};
   dit_h3_result res;
   DIT_TRY(dit_h3_generate(rt->dev, state, &r, &res, err));
   memset(out, 0, sizeof *out);

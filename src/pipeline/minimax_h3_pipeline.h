@@ -16,6 +16,7 @@
 #include "models/qwen3.h"
 #include "models/vae_minimax_h3.h"
 #include "models/vae_minimax_h3_audio.h"
+#include "pipeline/model_rt.h"
 #include "text/tokenizer.h"
 
 #define DIT_H3_TEXT_LAYER 50 /* the conditioning: hidden_states[50] (the pipeline refuses fewer than 51 layers) */
@@ -43,6 +44,10 @@ typedef struct dit_h3_request {
   int frames;         /* 17 n + 5 (other counts are refused, naming the nearest) */
   int steps;          /* num_inference_steps as diffusers counts it: sigmas, the terminal 0 included */
   uint64_t seed;
+  /* optional (NULL: none): the runtime (its log) and the caller's stage / step callbacks (a step's latents
+   * are not shown: on_step gets none) */
+  const dit_model_rt *rt;
+  const dit_gen_params *progress;
 } dit_h3_request;
 
 typedef struct dit_h3_result {

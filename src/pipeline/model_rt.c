@@ -130,8 +130,8 @@ dit_status dit_sampler_run(const dit_model_rt *rt, const dit_gen_params *p, int 
       return s;
     }
     double dt = dit_time_now() - t0;
-    dit_log(rt->ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dt);
-    if (p->on_step && p->on_step(p->user, i, steps, latents, n, dt) != 0)
+    if (rt) dit_log(rt->ctx, DIT_LOG_DEBUG, "step %d/%d: %.3f s", i + 1, steps, dt);
+    if (p && p->on_step && p->on_step(p->user, i, steps, latents, n, dt) != 0)
       return dit_errorf(err, DIT_ERR_CANCELLED, "cancelled by the step callback after step %d of %d", i + 1, steps);
   }
   return DIT_OK;

@@ -137,7 +137,8 @@ typedef dit_status (*dit_denoise_fn)(void *state, int i, dit_error *err);
 
 /* The sampler loop every family runs: steps calls of step(state, i), each timed; after each
  * the caller's on_step sees latents[0..n) and may cancel (nonzero: DIT_ERR_CANCELLED). A
- * failing step's message is prefixed with "denoising step i of N". */
+ * failing step's message is prefixed with "denoising step i of N". rt and p may be NULL (no
+ * log; no callbacks). */
 dit_status dit_sampler_run(const dit_model_rt *rt, const dit_gen_params *p, int steps, dit_denoise_fn step,
                            void *state, const float *latents, size_t n, dit_error *err);
 

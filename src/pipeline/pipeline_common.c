@@ -77,5 +77,5 @@ void dit_unpack_latents_2x2(const float *tokens, int C, int lh, int lw, float *c
 }
 
 void dit_stage_begin(const dit_gen_params *p, const char *stage) {
-  if (p->on_stage) p->on_stage(p->user, stage);
+  if (p && p->on_stage) p->on_stage(p->user, stage);
 }

@@ -98,7 +98,8 @@ dit_status dit_model_dir_open(const char *path, dit_model_dir **out, dit_error *
   if (stat(file, &st) != 0 && errno == ENOENT) { /* a modular pipeline's folder (ModularPipeline.save_pretrained) */
     snprintf(file, sizeof file, "%s/modular_model_index.json", path);
     if (stat(file, &st) != 0 && errno == ENOENT)
-      return dit_errorf(err, DIT_ERR_FORMAT, "%s: no model_index.json here (not a diffusers model folder)", path);
+      return dit_errorf(err, DIT_ERR_FORMAT, "%s: no model_index.json (or modular_model_index.json) here (not a "
+                        "diffusers model folder)", path);
   }
   dit_model_dir *d = calloc(1, sizeof *d);
   if (!d || !(d->root = strdup(path))) {

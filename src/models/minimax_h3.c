@@ -135,7 +135,8 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
   const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * m->cfg.hidden;
   for (int i = 0; i < m->cfg.layers; i++) {
     h3_block_w *b = &m->w.blocks[i];
-    dit_wtable_add(&t, &b->ada_w, false, 2, (int64_t[]){A, m->cfg.time_dim}, "transformer_blocks.%d.adaln_proj.linear.weight", i);
+    dit_wtable_add(&t, &b->ada_w, false, 2, (int64_t[]){A, m->cfg.time_dim},
+                   "transformer_blocks.%d.adaln_proj.linear.weight", i);
     dit_wtable_add(&t, &b->ada_b, false, 1, (int64_t[]){A}, "transformer_blocks.%d.adaln_proj.linear.bias", i);
   }
   static const char *const others[] = {"", NULL}; /* the rest is bound by the main table */

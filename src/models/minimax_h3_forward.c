@@ -134,7 +134,8 @@ static dit_status check_call(const dit_h3 *m, const dit_h3_call *c, h3_layout *l
   const int64_t n[3] = {c->n_text, c->n_video, c->n_audio};
   const char *names[3] = {"text", "video", "audio"};
   dit_status s = DIT_OK;
-  for (int i = 0; s == DIT_OK && i < 3; i++) s = make_spans(idx[i], n[i], S, seen, names[i], &l->spans[i], &l->n_spans[i], err);
+  for (int i = 0; s == DIT_OK && i < 3; i++)
+    s = make_spans(idx[i], n[i], S, seen, names[i], &l->spans[i], &l->n_spans[i], err);
   free(seen); /* S rows claimed once each by S indices: every row is placed */
   if (s == DIT_OK) s = make_runs(c, map, S, true, &l->mod_runs, &l->n_mod, err);
   if (s == DIT_OK) s = make_runs(c, map, S, false, &l->out_runs, &l->n_out, err);
@@ -337,7 +338,8 @@ static dit_status project(dit_h3 *m, const dit_h3_call *c, int i, const h3_acts 
   const h3_weights *w = &m->w;
   const int64_t n[3] = {c->n_text, c->n_video, c->n_audio}, wd[3] = {g->text_dim, g->patch_dim, g->audio_channels};
   const float *src[3] = {c->text, c->video, c->audio};
-  const dit_tensor *pw[3] = {&w->ctx_w, &w->proj_in_w, &w->aproj_in_w}, *pb[3] = {&w->ctx_b, &w->proj_in_b, &w->aproj_in_b};
+  const dit_tensor *pw[3] = {&w->ctx_w, &w->proj_in_w, &w->aproj_in_w};
+  const dit_tensor *pb[3] = {&w->ctx_b, &w->proj_in_b, &w->aproj_in_b};
   if (!n[i]) return DIT_OK;
   DIT_TRY(m->be->ops->upload(m->be, a->in[i], src[i], (size_t)(n[i] * wd[i]) * sizeof(float), err));
   dit_tensor in = dit_act_mk(&m->as, DIT_F32, a->in[i], 2, (int64_t[]){n[i], wd[i]});
@@ -497,7 +499,8 @@ dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_inf
       return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: timestep %d is not finite", i);
     for (int j = 0; j < i; j++)
       if (timesteps[j] == timesteps[i])
-        return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: timestep %.9g is given twice", (double)timesteps[i]);
+        return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 fold: timestep %.9g is given twice",
+                          (double)timesteps[i]);
   }
   dit_h3_unfold(m);
   const dit_h3_config *g = &m->cfg;

@@ -230,7 +230,8 @@ static dit_status bufs_alloc(dit_h3_vae *v, int64_t N, int64_t M, h3v_bufs *b, d
   const int64_t C = c->latent_channels, D = (int64_t)c->heads * c->head_dim, F = (int64_t)c->ffn_mult * D;
   const int64_t W = (int64_t)(c->head_dim * c->rope_dim_ratio) / 2;
   const int64_t P = (int64_t)c->out_channels * c->patch_t * c->patch * c->patch;
-  const int64_t n[14] = {N * C, N * C, M * D, M * D, M * D, M * D, M * D, M * D, M * D, M * F, M * F, M * W, M * W, N * P};
+  const int64_t n[14] = {N * C, N * C, M * D, M * D, M * D, M * D, M * D,
+                         M * D, M * D, M * F, M * F, M * W, M * W, N * P};
   size_t total = 0;
   for (int i = 0; i < 14; i++) total += ((size_t)n[i] * sizeof(float) + 255) / 256 * 256;
   DIT_TRY(v->be->ops->alloc(v->be, total, &b->block, err));

@@ -149,7 +149,8 @@ static void patchify(const h3_geom *g, float *lat, float *rows, bool inverse) {
           for (int a = 0; a < g->pt; a++)
             for (int b = 0; b < g->ph; b++)
               for (int d = 0; d < g->pw; d++) {
-                const size_t row = ((size_t)f * fh + i) * fw + j, col = (((size_t)c * g->pt + a) * g->ph + b) * g->pw + d;
+                const size_t row = ((size_t)f * fh + i) * fw + j;
+                const size_t col = (((size_t)c * g->pt + a) * g->ph + b) * g->pw + d;
                 const size_t li = (((size_t)c * g->T + f * g->pt + a) * g->lh + i * g->ph + b) * g->lw + j * g->pw + d;
                 if (inverse) lat[li] = rows[row * g->pd + col];
                 else rows[row * g->pd + col] = lat[li];
@@ -342,7 +343,8 @@ static dit_status canvas_multiple(const dit_model_dir *dir, int *out, dit_error 
   if (s == DIT_OK && !json_is_array(f)) ratio = 16; /* the class default (2, 2, 2, 2, 1, 1) */
   for (size_t i = 0; s == DIT_OK && json_is_array(f) && i < json_array_size(f) && i < 16; i++) {
     const json_int_t v = json_integer_value(json_array_get(f, i));
-    if (v < 1 || v > 16) s = dit_errorf(err, DIT_ERR_FORMAT, "%s/vae: spatial_downsample_factors[%zu] is not 1..16", dir->root, i);
+    if (v < 1 || v > 16)
+      s = dit_errorf(err, DIT_ERR_FORMAT, "%s/vae: spatial_downsample_factors[%zu] is not 1..16", dir->root, i);
     ratio *= (int)v;
   }
   const json_t *p = json_object_get(tr, "patch_size");
@@ -406,7 +408,8 @@ static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const di
     out->width = res.width, out->height = res.height, out->n_frames = res.frames, out->fps = DIT_H3_FPS;
     out->channels = res.channels, out->sample_rate = res.sample_rate, out->n_samples = res.samples;
     for (int64_t i = 0; i < res.samples; i++) /* [channels, samples] -> interleaved */
-      for (int c = 0; c < res.channels; c++) out->samples[i * res.channels + c] = res.audio[(int64_t)c * res.samples + i];
+      for (int c = 0; c < res.channels; c++)
+        out->samples[i * res.channels + c] = res.audio[(int64_t)c * res.samples + i];
   }
   const double t[5] = {res.t[0], res.t[1], res.t[2], res.t[3], res.t[4]};
   const int steps = res.steps;

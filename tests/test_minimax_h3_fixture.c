@@ -20,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
 #include "ditrun.h"
 #include "fixture.h"
+#include "io/safetensors.h"
 #include "models/minimax_h3.h"
 #include "models/qwen3.h"
 #include "models/vae_minimax_h3.h"
@@ -225,15 +227,18 @@ static bool case_load(const char *file, const char *const names[10], h3_case *k)
 }
 
 /* The one-frame, audio-free layout of components.safetensors (7 text rows, 6 video rows, timestep 0.3). */
+/* The one-frame, audio-free case of components.safetensors. */
+static const char *const one_frame_names[10] = {
+    "dit_image_encoder_hidden_states", "dit_image_hidden_states", NULL, "dit_image_timestep",
+    "dit_image_timestep_indices", "dit_image_token_tags", "dit_image_position_ids", "dit_image_text_indices",
+    "dit_image_video_indices", NULL};
+
 static void test_one_frame(const dt_args *a) {
   char file[1200];
   dt_path(file, sizeof file, a->data, "models/minimax-h3-tiny/components.safetensors");
   dit_h3 *m = load_h3(a);
-  const char *const names[10] = {"dit_image_encoder_hidden_states", "dit_image_hidden_states", NULL,
-                                 "dit_image_timestep", "dit_image_timestep_indices", "dit_image_token_tags",
-                                 "dit_image_position_ids", "dit_image_text_indices", "dit_image_video_indices", NULL};
   h3_case k;
-  if (m && case_load(file, names, &k)) {
+  if (m && case_load(file, one_frame_names, &k)) {
     const int64_t pd = dit_h3_get_config(m)->patch_dim;
     float *want = dt_load_f32_n(file, "dit_image_out", (size_t)(k.c.n_video * pd));
     float *got = calloc((size_t)(k.c.n_video * pd), sizeof(float));
@@ -257,6 +262,134 @@ static void test_one_frame(const dt_args *a) {
   }
   case_free(&k);
   dit_h3_free(m);
+}
+
+/* ---- MiniMax's release checkpoint (fused, per-head interleaved qkv_proj, mlp.fc1 as [gate; value], its own
+ * module names): written here from the fixture's diffusers file by this test's own table (the inverse of
+ * diffusers' convert_minimax_h3_to_diffusers.py), then loaded by ditrun. ---- */
+static const dit_wrename to_release[] = {
+    {"^transformer_blocks.", "^blocks.", NULL},
+    {"^token_refiner.refiner_blocks.", "^token_refiner.blocks.", NULL},
+    {"^time_embedder.linear_1.", "^time_embedder.proj_in.", NULL},
+    {"^time_embedder.linear_2.", "^time_embedder.proj_out.", NULL},
+    {"^proj_in.", "^video_patch_proj.", NULL},
+    {"^audio_proj_in.", "^audio_patch_proj.", NULL},
+    {"^context_embedder.", "^condition_proj.", NULL},
+    {"^norm_out.norm.", "^final_layer.norm.", NULL},
+    {"^norm_out.linear.", "^final_layer.adaln_proj.linear.", NULL},
+    {"^proj_out.", "^final_layer.video_out.", NULL},
+    {"^audio_proj_out.", "^final_layer.audio_out.", NULL},
+    {".attn.norm_q.", ".attn.q_norm.", NULL},
+    {".attn.norm_k.", ".attn.k_norm.", NULL},
+    {".attn.to_out.0.", ".attn.out_proj.", NULL},
+    {".ff.net.0.proj.", ".mlp.fc1.", NULL},
+    {".ff.net.2.", ".mlp.fc2.", NULL},
+};
+
+/* The pieces of the release file made from the diffusers file f (qkv: the q, k and v of each head in turn, or
+ * with bad_qkv only q and k; fc1: the gate half first); *n of them, plus the dropped rope.inv_freq. */
+static dt_st_piece *release_pieces(const dit_st_file *f, int head_dim, bool bad_qkv, size_t *n) {
+  dt_st_piece *p = calloc(f->n_tensors + 1, sizeof *p);
+  *n = 0;
+  for (size_t i = 0; p && i < f->n_tensors; i++) {
+    const char *nm = f->tensors[i].name;
+    const size_t len = strlen(nm), q = strlen(".attn.to_q.weight");
+    if (len > q && (!strcmp(nm + len - q, ".attn.to_k.weight") || !strcmp(nm + len - q, ".attn.to_v.weight")))
+      continue;
+    dt_st_piece *o = &p[(*n)++];
+    dit_wname_rename(to_release, sizeof to_release / sizeof *to_release, false, nm, o->name, sizeof o->name);
+    snprintf(o->src[0], sizeof o->src[0], "%s", nm);
+    o->n_src = 1;
+    if (len > q && !strcmp(nm + len - q, ".attn.to_q.weight")) {
+      snprintf(o->name + strlen(o->name) - strlen("to_q.weight"), 32, "qkv_proj.weight");
+      for (int k = 1; k < 3; k++) snprintf(o->src[k], sizeof o->src[k], "%.*sto_%c.weight", (int)(len - 11), nm, "qkv"[k]);
+      o->n_src = bad_qkv ? 2 : 3, o->group = head_dim;
+    } else if (strstr(nm, ".ff.net.0.proj.weight")) {
+      snprintf(o->src[1], sizeof o->src[1], "%s", nm);
+      o->n_src = 2, o->half[0] = 2, o->half[1] = 1;
+    }
+  }
+  if (p) { /* a buffer the release ships and diffusers recomputes: any vector stands in for it */
+    snprintf(p[*n].name, sizeof p[*n].name, "rope.inv_freq");
+    snprintf(p[*n].src[0], sizeof p[*n].src[0], "transformer_blocks.0.attn.norm_q.weight");
+    p[(*n)++].n_src = 1;
+  }
+  return p;
+}
+
+/* dir/config.json from the fixture's with its fields renamed as the release names them (release) or with one
+ * field under both names, disagreeing; dir/model.safetensors from release_pieces. 0 on success. */
+static int write_release(const char *fixture_dir, const char *dir, bool bad_qkv, bool disagree) {
+  char src[1200], cfg[1200], dst[1200];
+  dt_path(src, sizeof src, fixture_dir, "transformer/diffusion_pytorch_model.safetensors");
+  dt_path(cfg, sizeof cfg, fixture_dir, "transformer/config.json");
+  dt_path(dst, sizeof dst, dir, "config.json");
+  json_error_t je;
+  json_t *j = json_load_file(cfg, 0, &je);
+  mkdir(dir, 0755);
+  if (!j) return -1;
+  static const char *const names[][2] = {{"num_refiner_layers", "token_refiner_num_layers"},
+                                         {"ffn_dim", "ffn_hidden_size"},
+                                         {"in_channels", "latents_dim"},
+                                         {"freq_dim", "timestep_input_dim"},
+                                         {"rope_freq_dim", "rope_inv_freq_len"}};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    json_object_set(j, names[i][1], json_object_get(j, names[i][0]));
+    if (!disagree) json_object_del(j, names[i][0]);
+  }
+  if (disagree) json_object_set_new(j, "ffn_hidden_size", json_integer(dt_json_int(j, "ffn_dim") * 2));
+  const int head_dim = dt_json_int(j, "attention_head_dim");
+  int rc = json_dump_file(j, dst, JSON_INDENT(2));
+  json_decref(j);
+  dit_st_file *f = NULL;
+  dit_error e = {0};
+  if (rc || dit_st_open(src, NULL, &f, &e) != DIT_OK) return -1;
+  size_t n = 0;
+  dt_st_piece *p = release_pieces(f, head_dim, bad_qkv, &n);
+  dit_st_close(f);
+  dt_path(dst, sizeof dst, dir, "model.safetensors");
+  rc = p ? dt_st_compose(src, dst, p, n) : -1;
+  free(p);
+  return rc;
+}
+
+/* The release checkpoint loads to the same model: the one-frame forward bit for bit (unfolded, so the
+ * modulation is read through its own remapped mapping too); a QKV layout that is not the release's, and a
+ * config whose two names for one field disagree, are refused by name. */
+static void test_release_names(const dt_args *a) {
+  char fdir[1024], file[1200], dir[1200];
+  dt_path(fdir, sizeof fdir, a->data, "models/minimax-h3-tiny");
+  dt_path(file, sizeof file, fdir, "components.safetensors");
+  dt_path(dir, sizeof dir, a->tmp, "h3_release");
+  CHECK(write_release(fdir, dir, false, false) == 0);
+  dit_h3 *want = load_h3(a), *got = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_h3_load(g_be, dir, &got, &e) == DIT_OK, "%s", e.msg);
+  h3_case k;
+  if (want && got && case_load(file, one_frame_names, &k)) {
+    const size_t n = (size_t)(k.c.n_video * dit_h3_get_config(want)->patch_dim);
+    float *o[2] = {calloc(n, sizeof(float)), calloc(n, sizeof(float))};
+    CHECK(o[0] && o[1] && dit_h3_forward(want, &k.c, o[0], NULL, &e) == DIT_OK &&
+          dit_h3_forward(got, &k.c, o[1], NULL, &e) == DIT_OK);
+    CHECK_MSG(o[0] && o[1] && !memcmp(o[0], o[1], n * sizeof(float)), "release checkpoint: %.3g from diffusers'",
+              o[0] && o[1] ? dt_rel_err(o[1], o[0], n) : -1.0);
+    printf("the release's checkpoint (interleaved qkv, [gate; value], its names): the same forward bit for bit\n");
+    free(o[0]), free(o[1]);
+    case_free(&k);
+  }
+  dit_h3_free(want), dit_h3_free(got);
+  got = NULL;
+  CHECK(write_release(fdir, dir, true, false) == 0);
+  CHECK(dit_h3_load(g_be, dir, &got, &e) == DIT_ERR_FORMAT && strstr(e.msg, "QKV layout is not recognized") && !got);
+  printf("q and k only: %s\n", e.msg);
+  CHECK(write_release(fdir, dir, false, true) == 0);
+  CHECK(dit_h3_load(g_be, dir, &got, &e) == DIT_ERR_FORMAT && strstr(e.msg, "disagree") && !got);
+  printf("two names for one field: %s\n", e.msg);
+  char st[1400];
+  snprintf(st, sizeof st, "%s/model.safetensors", dir); /* neither layout: block 0 without q, k, v */
+  CHECK(write_release(fdir, dir, false, false) == 0 && dt_st_rewrite(st, st, "blocks.0.attn.qkv_proj.weight", NULL) == 0);
+  CHECK(dit_h3_load(g_be, dir, &got, &e) == DIT_ERR_FORMAT && strstr(e.msg, "neither") && !got);
+  printf("no q, k, v in block 0: %s\n", e.msg);
 }
 
 /* Call i of the pipeline's run (names: its tensor names, kept while k is used). */
@@ -636,7 +769,7 @@ static void test_family(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
-                                                   test_one_frame, test_calls, test_fold, test_vae_decoder,
+                                                   test_one_frame, test_release_names, test_calls, test_fold, test_vae_decoder,
                                                    test_audio_decoder, test_pipeline, test_family};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -642,7 +642,7 @@ static dit_weights *remap_case(const dit_wremap *r, dit_status want, const char 
 static void test_remap(void) {
   /* prefix, renames (every occurrence, in order), a split in row ranges, a drop */
   static const dit_wrename ren[] = {{"layers.", "blk.", NULL}, {"blk.0.", "first.", NULL}};
-  static const dit_wsplit sp[] = {{".attention.to_out.0.weight", 2, {".oa", ".ob"}, NULL}};
+  static const dit_wsplit sp[] = {{".attention.to_out.0.weight", 2, {".oa", ".ob"}, NULL, 0}};
   static const char *const drop[] = {"x_pad_token", NULL};
   dit_wremap r = {"noise_", ren, 2, sp, 1, drop, NULL};
   dit_weights *w = remap_case(&r, DIT_OK, NULL);
@@ -661,9 +661,32 @@ static void test_remap(void) {
     dit_weights_close(w);
   }
   /* rows not a multiple of the parts; two tensors renamed to one name */
-  static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}, NULL}};
+  static const dit_wsplit odd[] = {{".feed_forward.w1.weight", 3, {".a", ".b", ".c"}, NULL, 0}};
   dit_wremap r2 = {NULL, NULL, 0, odd, 1, NULL, NULL};
   remap_case(&r2, DIT_ERR_FORMAT, "341 rows");
+  /* interleaved: rows in groups of 2 x 16, part i the i-th 16 rows of each group (gathered copies) */
+  static const dit_wsplit il[] = {{"layers.0.attention.to_out.0.weight", 2, {"oa", "ob"}, NULL, 16}};
+  dit_wremap r4 = {NULL, NULL, 0, il, 1, NULL, NULL};
+  dit_weights *base = remap_case(&(dit_wremap){NULL, NULL, 0, NULL, 0, NULL, NULL}, DIT_OK, NULL);
+  w = remap_case(&r4, DIT_OK, NULL);
+  const dit_st_tensor *src = base ? dit_weights_find(base, "layers.0.attention.to_out.0.weight") : NULL;
+  const dit_st_tensor *pa = w ? dit_weights_find(w, "oa") : NULL;
+  const dit_st_tensor *pb = w ? dit_weights_find(w, "ob") : NULL;
+  CHECK(src && pa && pb && pa->shape[0] == src->shape[0] / 2 && pa->end - pa->begin == (src->end - src->begin) / 2);
+  if (src && pa && pb) {
+    const size_t row = (size_t)(src->end - src->begin) / (size_t)src->shape[0];
+    bool same = true;
+    for (int64_t r = 0; r < pa->shape[0]; r++) { /* row r of part p is row (r / 16) * 32 + p * 16 + r % 16 */
+      const int64_t from = r / 16 * 32 + r % 16;
+      same = same && !memcmp((const char *)pa->data + r * row, (const char *)src->data + from * row, row) &&
+             !memcmp((const char *)pb->data + r * row, (const char *)src->data + (from + 16) * row, row);
+    }
+    CHECK_MSG(same, "interleaved split: a part's rows are not the source's");
+  }
+  dit_weights_close(w), dit_weights_close(base);
+  static const dit_wsplit il_odd[] = {{"layers.0.attention.to_out.0.weight", 2, {"oa", "ob"}, NULL, 48}};
+  dit_wremap r5 = {NULL, NULL, 0, il_odd, 1, NULL, NULL};
+  remap_case(&r5, DIT_ERR_FORMAT, "not groups of 2 x 48 rows");
   static const dit_wrename clash[] = {{"to_k", "to_q", NULL}};
   dit_wremap r3 = {NULL, clash, 1, NULL, 0, NULL, NULL};
   remap_case(&r3, DIT_ERR_FORMAT, "to_q.weight\" after renaming");

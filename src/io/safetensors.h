@@ -121,6 +121,11 @@ typedef struct dit_wsplit {
   int n;                /* ... is n tensors of equal rows (dim 0), in order, */
   const char *parts[4]; /* named with parts[i] in place of the suffix */
   const char *within;   /* NULL, or: only for names starting with this (the split's side's names) */
+  int64_t group_rows;   /* 0: the parts are n row ranges back to back (views of the stored data);
+                           else the rows come in groups of n x group_rows, part i being rows
+                           [i group_rows, (i+1) group_rows) of every group (MiniMax-H3's release
+                           stores q, k and v interleaved per head): gathered into copies the set
+                           owns. Import only: no export fuses such a split */
 } dit_wsplit;
 
 /* src renamed by the rules r[0..n): in order, each from -> to; or backward, each to -> from
@@ -168,8 +173,8 @@ typedef struct dit_wexport {
  * when it does not fit. */
 bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from, const char *to);
 /* Rewrites w's names by r (the tensors become views with the new names; a split part
- * covers its rows of the original's bytes). A split tensor whose dim 0 is not a multiple
- * of n, a name longer than DIT_WNAME_MAX, or two tensors ending with one name is
+ * covers its rows of the original's bytes, or a gathered copy, see group_rows). A split tensor
+ * whose dim 0 is not a multiple of n (of n x group_rows), a name longer than DIT_WNAME_MAX, or two tensors ending with one name is
  * DIT_ERR_FORMAT naming them. The per-tensor scales of a split fp8 weight ("X.scale_weight",
  * "X.weight_scale" and the input scales beside "X.weight") are copied to each part's name.
  * May be applied once per set. */

@@ -78,10 +78,16 @@ static dit_status push(dit_weights *w, size_t cap, const dit_st_tensor *src, con
 /* Appends the n row-range parts of t named stem + parts[i]. */
 static dit_status push_split(dit_weights *w, size_t cap, const dit_st_tensor *t, const char *name, size_t stem,
                              const dit_wsplit *sp, dit_error *err) {
-  if (t->ndim < 1 || t->shape[0] % sp->n)
+  const int64_t unit = (int64_t)sp->n * (sp->group_rows > 0 ? sp->group_rows : 1);
+  if (t->ndim < 1 || t->shape[0] % unit) {
+    if (sp->group_rows > 0)
+      return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\" (%d dims, %lld rows) is not groups of %d x %lld rows",
+                        t->name, t->ndim, t->ndim ? (long long)t->shape[0] : 0LL, sp->n, (long long)sp->group_rows);
     return dit_errorf(err, DIT_ERR_FORMAT, "tensor \"%s\" (%d dims, %lld rows) cannot be split in %d equal parts",
                       t->name, t->ndim, t->ndim ? (long long)t->shape[0] : 0LL, sp->n);
-  uint64_t part = (t->end - t->begin) / (uint64_t)sp->n;
+  }
+  const uint64_t part = (t->end - t->begin) / (uint64_t)sp->n;
+  const uint64_t run = sp->group_rows > 0 ? (t->end - t->begin) / (uint64_t)t->shape[0] * (uint64_t)sp->group_rows : 0;
   for (int i = 0; i < sp->n; i++) {
     char pn[DIT_WNAME_MAX];
     if (snprintf(pn, sizeof pn, "%.*s%s", (int)stem, name, sp->parts[i]) >= (int)sizeof pn)
@@ -91,6 +97,13 @@ static dit_status push_split(dit_weights *w, size_t cap, const dit_st_tensor *t,
     v.begin = t->begin + part * (uint64_t)i;
     v.end = v.begin + part;
     v.data = (const char *)t->data + part * (uint64_t)i;
+    if (run) { /* part i: run bytes of every group of n runs */
+      char *copy = dit_weights_alloc(w, part ? (size_t)part : 1);
+      if (!copy) return dit_errorf(err, DIT_ERR_NOMEM, "tensor \"%s\": no memory for its part %d", t->name, i);
+      for (uint64_t g = 0; g < part / run; g++)
+        memcpy(copy + g * run, (const char *)t->data + (g * (uint64_t)sp->n + (uint64_t)i) * run, (size_t)run);
+      v.data = copy;
+    }
     DIT_TRY(push(w, cap, &v, pn, err));
   }
   return DIT_OK;

@@ -469,12 +469,12 @@ static const dit_wrename flux1_bfl_renames[] = {
 #define ADD_QKV(x) {".attn.add_q_proj." x, ".attn.add_k_proj." x, ".attn.add_v_proj." x}
 #define QKV_MLP(x) {".attn.to_q." x, ".attn.to_k." x, ".attn.to_v." x, ".proj_mlp." x}
 static const dit_wsplit flux1_bfl_splits[] = {
-    {".attn.img_qkv.weight", 3, QKV("weight"), "transformer_blocks."},
-    {".attn.txt_qkv.weight", 3, ADD_QKV("weight"), "transformer_blocks."},
-    {".attn.to_qkv_mlp.weight", 4, QKV_MLP("weight"), "single_transformer_blocks."},
-    {".attn.img_qkv.bias", 3, QKV("bias"), "transformer_blocks."},
-    {".attn.txt_qkv.bias", 3, ADD_QKV("bias"), "transformer_blocks."},
-    {".attn.to_qkv_mlp.bias", 4, QKV_MLP("bias"), "single_transformer_blocks."},
+    {".attn.img_qkv.weight", 3, QKV("weight"), "transformer_blocks.", 0},
+    {".attn.txt_qkv.weight", 3, ADD_QKV("weight"), "transformer_blocks.", 0},
+    {".attn.to_qkv_mlp.weight", 4, QKV_MLP("weight"), "single_transformer_blocks.", 0},
+    {".attn.img_qkv.bias", 3, QKV("bias"), "transformer_blocks.", 0},
+    {".attn.txt_qkv.bias", 3, ADD_QKV("bias"), "transformer_blocks.", 0},
+    {".attn.to_qkv_mlp.bias", 4, QKV_MLP("bias"), "single_transformer_blocks.", 0},
 };
 #undef QKV
 #undef ADD_QKV

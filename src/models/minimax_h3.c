@@ -15,9 +15,11 @@ typedef struct int_field {
   const char *key;
   int64_t min, max, def;
   int *dst;
+  const char *release; /* the name in MiniMax's own config, where it differs (NULL: the same) */
 } int_field;
 
-/* The fields with diffusers' defaults (the released geometry), then the derived ones. */
+/* The fields with diffusers' defaults (the released geometry), under diffusers' names or the release's
+ * (both present: they must agree), then the derived ones. */
 static dit_status read_config(const json_t *j, dit_h3_config *c, const char *what, dit_error *err) {
   const char *cls = NULL;
   DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
@@ -25,23 +27,30 @@ static dit_status read_config(const json_t *j, dit_h3_config *c, const char *wha
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected MiniMaxH3Transformer3DModel",
                       what, cls);
   const int_field f[] = {
-      {"num_attention_heads", 1, 1024, 56, &c->heads},
-      {"attention_head_dim", 2, 512, 128, &c->head_dim},
-      {"hidden_size", 1, MAX_DIM, 5376, &c->hidden},
-      {"num_layers", 1, MAX_LAYERS, 50, &c->layers},
-      {"num_refiner_layers", 0, MAX_LAYERS, 2, &c->refiner_layers},
-      {"ffn_dim", 1, 1 << 20, 14336, &c->ffn},
-      {"in_channels", 1, 4096, 24, &c->in_channels},
-      {"audio_in_channels", 1, 4096, 32, &c->audio_channels},
-      {"text_dim", 1, MAX_DIM, 5120, &c->text_dim},
-      {"freq_dim", 2, 8192, 256, &c->freq_dim},
-      {"time_embed_hidden_dim", 1, MAX_DIM, 5376, &c->time_hidden},
-      {"time_embed_dim", 1, MAX_DIM, 2688, &c->time_dim},
-      {"rope_freq_dim", 1, 256, 16, &c->rope_freq_dim},
+      {"num_attention_heads", 1, 1024, 56, &c->heads, NULL},
+      {"attention_head_dim", 2, 512, 128, &c->head_dim, NULL},
+      {"hidden_size", 1, MAX_DIM, 5376, &c->hidden, NULL},
+      {"num_layers", 1, MAX_LAYERS, 50, &c->layers, NULL},
+      {"num_refiner_layers", 0, MAX_LAYERS, 2, &c->refiner_layers, "token_refiner_num_layers"},
+      {"ffn_dim", 1, 1 << 20, 14336, &c->ffn, "ffn_hidden_size"},
+      {"in_channels", 1, 4096, 24, &c->in_channels, "latents_dim"},
+      {"audio_in_channels", 1, 4096, 32, &c->audio_channels, "audio_latents_dim"},
+      {"text_dim", 1, MAX_DIM, 5120, &c->text_dim, NULL},
+      {"freq_dim", 2, 8192, 256, &c->freq_dim, "timestep_input_dim"},
+      {"time_embed_hidden_dim", 1, MAX_DIM, 5376, &c->time_hidden, "time_embed_hidden_size"},
+      {"time_embed_dim", 1, MAX_DIM, 2688, &c->time_dim, NULL},
+      {"rope_freq_dim", 1, 256, 16, &c->rope_freq_dim, "rope_inv_freq_len"},
   };
   for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    int64_t v = f[i].def;
+    int64_t v = f[i].def, r = f[i].def;
     DIT_TRY(dit_json_int_opt(j, f[i].key, f[i].min, f[i].max, &v, what, err));
+    if (f[i].release) DIT_TRY(dit_json_int_opt(j, f[i].release, f[i].min, f[i].max, &r, what, err));
+    if (f[i].release && json_object_get(j, f[i].release)) {
+      if (json_object_get(j, f[i].key) && v != r)
+        return dit_errorf(err, DIT_ERR_FORMAT, "%s: \"%s\" %lld and \"%s\" %lld disagree", what, f[i].key,
+                          (long long)v, f[i].release, (long long)r);
+      v = r;
+    }
     *f[i].dst = (int)v;
   }
   c->patch[0] = 1, c->patch[1] = c->patch[2] = 2;
@@ -65,7 +74,7 @@ static dit_status read_config(const json_t *j, dit_h3_config *c, const char *wha
   return DIT_OK;
 }
 
-static void add_block(dit_wtable *t, h3_block_w *b, const dit_h3_config *c, bool ada, const char *group, int i) {
+static void add_block(dit_wtable *t, h3_block_w *b, const dit_h3_config *c, bool swapped_ff, const char *group, int i) {
   const int64_t H = c->hidden, I = (int64_t)c->heads * c->head_dim, F = c->ffn;
   dit_wtable_add(t, &b->norm1, false, 1, (int64_t[]){H}, "%s.%d.norm1.weight", group, i);
   dit_wtable_add(t, &b->norm2, false, 1, (int64_t[]){H}, "%s.%d.norm2.weight", group, i);
@@ -76,11 +85,9 @@ static void add_block(dit_wtable *t, h3_block_w *b, const dit_h3_config *c, bool
   dit_wtable_add(t, &b->attn.norm_q, false, 1, (int64_t[]){c->head_dim}, "%s.%d.attn.norm_q.weight", group, i);
   dit_wtable_add(t, &b->attn.norm_k, false, 1, (int64_t[]){c->head_dim}, "%s.%d.attn.norm_k.weight", group, i);
   dit_wtable_add(t, &b->ff_in, false, 2, (int64_t[]){2 * F, H}, "%s.%d.ff.net.0.proj.weight", group, i);
+  if (swapped_ff && t->n && t->entries[t->n - 1].dst == &b->ff_in)
+    t->entries[t->n - 1].halves_swapped = true; /* the release's [gate; value] under diffusers' name */
   dit_wtable_add(t, &b->ff_down, false, 2, (int64_t[]){H, F}, "%s.%d.ff.net.2.weight", group, i);
-  if (!ada) return;
-  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * H;
-  dit_wtable_add(t, &b->ada_w, false, 2, (int64_t[]){A, c->time_dim}, "%s.%d.adaln_proj.linear.weight", group, i);
-  dit_wtable_add(t, &b->ada_b, false, 1, (int64_t[]){A}, "%s.%d.adaln_proj.linear.bias", group, i);
 }
 
 static void add_linear(dit_wtable *t, dit_tensor *w, dit_tensor *b, int64_t n, int64_t k, const char *name) {
@@ -109,9 +116,73 @@ static dit_status build_table(void *model, dit_wtable *t, dit_error *err) {
   add_linear(t, &w->out_w, &w->out_b, 2 * H, c->time_dim, "norm_out.linear");
   add_linear(t, &w->proj_out_w, &w->proj_out_b, c->patch_dim, H, "proj_out");
   add_linear(t, &w->aproj_out_w, &w->aproj_out_b, c->audio_channels, H, "audio_proj_out");
-  for (int i = 0; i < c->refiner_layers; i++) add_block(t, &w->refiner[i], c, false, "token_refiner.refiner_blocks", i);
-  for (int i = 0; i < c->layers; i++) add_block(t, &w->blocks[i], c, false, "transformer_blocks", i);
+  const bool sw = m->release_names;
+  for (int i = 0; i < c->refiner_layers; i++) add_block(t, &w->refiner[i], c, sw, "token_refiner.refiner_blocks", i);
+  for (int i = 0; i < c->layers; i++) add_block(t, &w->blocks[i], c, sw, "transformer_blocks", i);
   return DIT_OK;
+}
+
+/* MiniMax's release checkpoint under diffusers' names, as diffusers' convert_minimax_h3_to_diffusers.py maps
+ * it: modules renamed; each block's fused qkv_proj, whose rows are per head [q; k; v], gathered into to_q, to_k
+ * and to_v; mlp.fc1 kept whole under ff.net.0.proj ([gate; value] where diffusers stores [value; gate]: the
+ * table marks it, split_ff takes its halves the other way round); rope.inv_freq (recomputed) left out. */
+static const dit_wrename release_renames[] = {
+    {"^blocks.", "^transformer_blocks.", NULL},
+    {"^token_refiner.blocks.", "^token_refiner.refiner_blocks.", NULL},
+    {"^time_embedder.proj_in.", "^time_embedder.linear_1.", NULL},
+    {"^time_embedder.proj_out.", "^time_embedder.linear_2.", NULL},
+    {"^video_patch_proj.", "^proj_in.", NULL},
+    {"^audio_patch_proj.", "^audio_proj_in.", NULL},
+    {"^condition_proj.", "^context_embedder.", NULL},
+    {"^final_layer.norm.", "^norm_out.norm.", NULL},
+    {"^final_layer.adaln_proj.linear.", "^norm_out.linear.", NULL},
+    {"^final_layer.video_out.", "^proj_out.", NULL},
+    {"^final_layer.audio_out.", "^audio_proj_out.", NULL},
+    {".attn.q_norm.", ".attn.norm_q.", NULL},
+    {".attn.k_norm.", ".attn.norm_k.", NULL},
+    {".attn.out_proj.", ".attn.to_out.0.", NULL},
+    {".mlp.fc1.", ".ff.net.0.proj.", NULL},
+    {".mlp.fc2.", ".ff.net.2.", NULL},
+};
+#define RELEASE_QKV "blocks.0.attn.qkv_proj.weight"
+#define RELEASE_QNORM "blocks.0.attn.q_norm.weight"
+
+/* The rename hook for the release (dit_model_weights.rename, and the modulation's own mapping): the
+ * interleave's group is one head, whose size the q norm's weight gives. */
+static dit_status rename_release(dit_weights *w, dit_error *err) {
+  const dit_st_tensor *qn = dit_weights_find(w, RELEASE_QNORM);
+  if (!qn || qn->ndim != 1 || qn->shape[0] < 1)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s is missing or not a vector: the heads' size is unknown", RELEASE_QNORM);
+  const dit_wsplit split = {".attn.qkv_proj.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"},
+                            NULL, qn->shape[0]};
+  static const char *const drop[] = {"rope.inv_freq", NULL};
+  const dit_wremap r = {NULL, release_renames, sizeof release_renames / sizeof *release_renames, &split, 1, drop, NULL};
+  return dit_weights_remap(w, &r, err);
+}
+
+/* Which names dir's checkpoint uses (*release: MiniMax's own), refusing a QKV layout that is neither. */
+static dit_status probe_names(const char *dir, const dit_h3_config *c, bool *release, dit_error *err) {
+  dit_weights *w = NULL;
+  DIT_TRY(dit_weights_open(dir, NULL, &w, err));
+  const dit_st_tensor *qkv = dit_weights_find(w, RELEASE_QKV), *qn = dit_weights_find(w, RELEASE_QNORM);
+  const int64_t I = (int64_t)c->heads * c->head_dim;
+  dit_status s = DIT_OK;
+  *release = !dit_weights_find(w, "transformer_blocks.0.attn.to_q.weight") && qkv;
+  if (*release && (qkv->ndim != 2 || qkv->shape[0] != 3 * I || qkv->shape[1] != c->hidden || !qn ||
+                   qn->ndim != 1 || qn->shape[0] != c->head_dim))
+    s = dit_errorf(err, DIT_ERR_FORMAT,
+                   "minimax-h3: %s: %s is %lld x %lld with a q norm of %lld: not %d heads of %d rows of q, k and v "
+                   "each over %d inputs (3 x %lld rows): the QKV layout is not recognized",
+                   dir, RELEASE_QKV, (long long)qkv->shape[0], qkv->ndim > 1 ? (long long)qkv->shape[1] : 0LL,
+                   qn && qn->ndim == 1 ? (long long)qn->shape[0] : 0LL, c->heads, c->head_dim, c->hidden,
+                   (long long)I);
+  else if (!*release && !dit_weights_find(w, "transformer_blocks.0.attn.to_q.weight"))
+    s = dit_errorf(err, DIT_ERR_FORMAT,
+                   "minimax-h3: %s: neither diffusers' transformer_blocks.0.attn.to_q/to_k/to_v nor the release's "
+                   "fused %s: the QKV layout is not recognized",
+                   dir, RELEASE_QKV);
+  dit_weights_close(w);
+  return s;
 }
 
 /* "transformer_blocks.<i>.adaln_proj." for every block, NULL-ended, in one allocation (free() it). */
@@ -130,6 +201,13 @@ static char **ada_prefixes(int layers) {
 /* The modulation projections bound to their own mapping of the checkpoint (see minimax_h3_internal.h). */
 static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->ada_files, err));
+  if (m->release_names) {
+    dit_status s = rename_release(m->ada_files, err);
+    if (s != DIT_OK) {
+      dit_error_prefix(err, "minimax-h3: %s", dir);
+      return s;
+    }
+  }
   dit_wtable t;
   dit_wtable_init(&t);
   const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * m->cfg.hidden;
@@ -156,27 +234,36 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
   return DIT_OK;
 }
 
-/* The SwiGLU projection's halves as views of the stored [2 F, H] tensor: value rows first. */
-static void split_ff(h3_block_w *b, int64_t F, int64_t H) {
+/* The SwiGLU projection's halves as views of the stored [2 F, H] tensor: value rows first (gate first in
+ * the release's). */
+static void split_ff(h3_block_w *b, int64_t F, int64_t H, bool gate_first) {
   const size_t half = (size_t)F * (size_t)H * dit_dtype_size(b->ff_in.dtype);
-  b->ff_value = dit_tensor_make(b->ff_in.dtype, b->ff_in.data, 2, (int64_t[]){F, H});
-  b->ff_gate = dit_tensor_make(b->ff_in.dtype, (char *)b->ff_in.data + half, 2, (int64_t[]){F, H});
+  char *first = b->ff_in.data, *second = (char *)b->ff_in.data + half;
+  b->ff_value = dit_tensor_make(b->ff_in.dtype, gate_first ? second : first, 2, (int64_t[]){F, H});
+  b->ff_gate = dit_tensor_make(b->ff_in.dtype, gate_first ? first : second, 2, (int64_t[]){F, H});
   b->ff_value.device = b->ff_gate.device = b->ff_in.device;
+}
+
+dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_error *err) {
+  char path[4096];
+  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
+  dit_status s = read_config(j, c, path, err);
+  json_decref(j);
+  return s;
 }
 
 dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err) {
   *out = NULL;
   if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no backend or folder given");
-  char path[4096];
-  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
   dit_h3 *m = calloc(1, sizeof *m);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   m->be = be;
   dit_act_space_init(&m->as, be);
-  json_t *j = NULL;
-  dit_status s = dit_json_load_file(path, CFG_MAX_BYTES, &j, err);
-  if (s == DIT_OK) s = read_config(j, &m->cfg, path, err);
-  json_decref(j);
+  dit_status s = dit_h3_read_config(component_dir, &m->cfg, err);
+  if (s == DIT_OK) s = probe_names(component_dir, &m->cfg, &m->release_names, err);
+  if (s == DIT_OK && m->release_names) m->mw.rename = rename_release;
   char **ada = s == DIT_OK ? ada_prefixes(m->cfg.layers) : NULL;
   if (s == DIT_OK && !ada) s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   m->mw.ignore = (const char *const *)ada;
@@ -185,8 +272,9 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
   free(ada);
   if (s == DIT_OK) s = bind_ada(m, component_dir, err);
   if (s == DIT_OK) {
-    for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden);
-    for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden);
+    const bool gf = m->release_names;
+    for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden, gf);
+    for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden, gf);
   }
   DIT_HAND_OVER(s, m, out, dit_h3_free);
 }

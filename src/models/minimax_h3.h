@@ -47,8 +47,12 @@ typedef struct dit_h3_config {
 
 typedef struct dit_h3 dit_h3;
 
-/* Loads component_dir/config.json and its weights (stored dtype, mapped on the CPU). Errors name
- * the field or tensor. On failure *out is NULL. */
+/* component_dir/config.json alone (diffusers' field names, or the release's where they differ). */
+dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_error *err);
+/* Loads component_dir/config.json and its weights (stored dtype, mapped on the CPU): diffusers'
+ * checkpoint, or MiniMax's release (fused per-head interleaved qkv_proj, its module names), recognized
+ * by its names; a QKV layout that is neither is refused. Errors name the field or tensor. On failure
+ * *out is NULL. */
 dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err);
 void dit_h3_free(dit_h3 *m);
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m);

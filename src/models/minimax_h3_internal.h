@@ -35,6 +35,8 @@ struct dit_h3 {
   dit_h3_config cfg;
   dit_model_weights mw;
   h3_weights w;
+  bool release_names; /* the checkpoint is MiniMax's release (fused, per-head interleaved qkv_proj; mlp.fc1
+                         as [gate; value]), read through rename_release (minimax_h3.c) */
   dit_act_space as;
   /* every block's adaln_proj weights (the modulation projections, 39% of the real model), bound to the
    * checkpoint's own mapping and never copied into backend memory: a device backend streams each block's

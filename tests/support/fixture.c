@@ -373,6 +373,7 @@ typedef struct out_t {
   const dit_st_tensor *src[3];
   int n_src;
   dit_st_tensor half[3]; /* a source's half, when a piece takes one */
+  int64_t group;          /* rows of each source in turn (0: each source whole, in order) */
 } out_t;
 
 static void out_from(out_t *o, const char *name, const dit_st_tensor *t) {
@@ -386,6 +387,13 @@ static void out_from(out_t *o, const char *name, const dit_st_tensor *t) {
 static dit_status out_fill(void *user, size_t i, void *dst, size_t nbytes, dit_error *err) {
   const out_t *o = (const out_t *)user + i;
   size_t at = 0;
+  if (o->group > 0) { /* group rows of each source in turn */
+    const size_t run = (size_t)(o->src[0]->end - o->src[0]->begin) / (size_t)o->src[0]->shape[0] * (size_t)o->group;
+    for (int64_t g = 0; g < o->src[0]->shape[0] / o->group; g++)
+      for (int k = 0; k < o->n_src && at + run <= nbytes; k++, at += run)
+        memcpy((char *)dst + at, (const char *)o->src[k]->data + (size_t)g * run, run);
+    return at == nbytes ? DIT_OK : dit_errorf(err, DIT_ERR_INTERNAL, "fixture writer: %s: data size", o->name);
+  }
   for (int k = 0; k < o->n_src; k++) {
     const size_t nb = (size_t)(o->src[k]->end - o->src[k]->begin);
     if (at + nb > nbytes) break;
@@ -474,10 +482,11 @@ static int compose_one(out_t *o, const dit_st_file *f, const dt_st_piece *p) {
     if (!b || b->ndim < 1 || b->dtype != a->dtype || b->ndim != a->ndim ||
         memcmp(b->shape + 1, a->shape + 1, (size_t)(a->ndim - 1) * 8))
       return -1;
+    if (p->group > 0 && (b->shape[0] != a->shape[0] || b->shape[0] % p->group)) return -1;
     o->shape[0] += b->shape[0];
   }
   snprintf(o->name, sizeof o->name, "%s", p->name);
-  o->dtype = o->src[0]->dtype, o->ndim = o->src[0]->ndim, o->n_src = p->n_src;
+  o->dtype = o->src[0]->dtype, o->ndim = o->src[0]->ndim, o->n_src = p->n_src, o->group = p->group;
   memcpy(o->shape + 1, o->src[0]->shape + 1, (size_t)(o->ndim - 1) * 8);
   return 0;
 }

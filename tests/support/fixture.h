@@ -91,12 +91,15 @@ typedef int (*dt_st_rename_fn)(void *user, const char *name, char *out, size_t l
 int dt_st_rename(const char *src, const char *dst, dt_st_rename_fn fn, void *user);
 /* One tensor of a file dt_st_compose writes: its name and the tensors of the source whose
  * data, back to back (rows of the same dtype and trailing dims), make it; half[k] 1 or 2
- * takes only the first or second half of source k's rows (0: all of them). */
+ * takes only the first or second half of source k's rows (0: all of them); group > 0
+ * interleaves them instead: group rows of each source in turn (sources of equal rows, a
+ * multiple of group), as MiniMax-H3's release stores q, k and v per head. */
 typedef struct dt_st_piece {
   char name[256];
   char src[3][256];
   int n_src;
   int half[3];
+  int group;
 } dt_st_piece;
 /* Writes dst with the n pieces (in that order), from the tensors of src. 0, or -1 on
  * failure (a missing source, mismatched parts, an I/O error). */

@@ -746,6 +746,20 @@ static void test_family(const dt_args *a) {
       printf("public API: 124 frames within %d level(s), sound within %.3g\n", worst, sqrt(se / sr));
     }
     free(wv), free(wa);
+    /* nothing kept: each stage loads its component and releases it after; the same clip */
+    dit_model_opts mo;
+    dit_model_opts_default(&mo);
+    mo.device = g_gpu ? DIT_DEVICE_CUDA : DIT_DEVICE_CPU, mo.keep = 0;
+    dit_model *lean = NULL;
+    dit_clip c2 = {0};
+    CHECK_MSG(dit_model_load(ctx, dir, &mo, &lean) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    if (lean) CHECK_MSG(dit_model_generate_clip(lean, &p, &c2, NULL) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    CHECK(c.rgb && c2.rgb && c2.n_frames == c.n_frames && c2.n_samples == c.n_samples &&
+          !memcmp(c.rgb, c2.rgb, (size_t)c.n_frames * c.width * c.height * 3) &&
+          !memcmp(c.samples, c2.samples, (size_t)c.n_samples * c.channels * sizeof(float)));
+    printf("nothing kept between stages: the same clip\n");
+    dit_clip_free(&c2);
+    dit_model_free(lean);
     dit_clip_free(&c);
     p.guidance = 2.0, p.guidance_set = 1;
     CHECK(dit_model_generate_clip(m, &p, &c, NULL) == DIT_ERR_INVALID_ARG && strstr(dit_ctx_last_error(ctx), "distilled"));

@@ -185,19 +185,24 @@ static dit_status finish(dit_h3_vae *v, dit_error *err) {
   return s;
 }
 
+dit_status dit_h3_vae_read_config(const char *dir, dit_h3_vae_config *c, dit_error *err) {
+  char path[4096];
+  DIT_TRY(dit_model_config_path("h3 vae load", dir, path, sizeof path, err));
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, 16u << 20, &j, err));
+  dit_status s = read_config(j, path, c, err);
+  json_decref(j);
+  return s;
+}
+
 dit_status dit_h3_vae_load(dit_backend *be, const char *dir, dit_h3_vae **out, dit_error *err) {
   if (!out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 vae load: NULL output");
   *out = NULL;
   if (!be || !dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 vae load: NULL backend or folder");
-  char path[4096];
-  DIT_TRY(dit_model_config_path("h3 vae load", dir, path, sizeof path, err));
   dit_h3_vae *v = calloc(1, sizeof *v);
   if (!v) return dit_errorf(err, DIT_ERR_NOMEM, "h3 vae: out of memory");
   v->be = be;
-  json_t *j = NULL;
-  dit_status s = dit_json_load_file(path, 16u << 20, &j, err);
-  if (s == DIT_OK) s = read_config(j, path, &v->cfg, err);
-  json_decref(j);
+  dit_status s = dit_h3_vae_read_config(dir, &v->cfg, err);
   dit_wtable t;
   dit_wtable_init(&t);
   if (s == DIT_OK) s = build(v, &t, err);

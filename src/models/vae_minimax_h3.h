@@ -26,6 +26,8 @@ typedef struct dit_h3_vae_config {
 
 typedef struct dit_h3_vae dit_h3_vae;
 
+/* The vae folder's config.json alone. */
+dit_status dit_h3_vae_read_config(const char *dir, dit_h3_vae_config *c, dit_error *err);
 /* Loads the vae folder (config.json + weights; the encoder's tensors are left alone). */
 dit_status dit_h3_vae_load(dit_backend *be, const char *dir, dit_h3_vae **out, dit_error *err);
 void dit_h3_vae_free(dit_h3_vae *v);

@@ -114,20 +114,30 @@ static dit_status load_proj(dit_h3_audio *a, const char *dir, dit_error *err) {
   return s;
 }
 
+static dit_status config_of(const char *dir, dit_h3_audio_config *c, dit_voc_gen_config *g, dit_error *err) {
+  char path[4096];
+  DIT_TRY(dit_model_config_path("h3 audio load", dir, path, sizeof path, err));
+  json_t *j = NULL;
+  DIT_TRY(dit_json_load_file(path, 16u << 20, &j, err));
+  dit_status s = read_config(j, path, c, g, err);
+  json_decref(j);
+  return s;
+}
+
+dit_status dit_h3_audio_read_config(const char *dir, dit_h3_audio_config *c, dit_error *err) {
+  dit_voc_gen_config g;
+  return config_of(dir, c, &g, err);
+}
+
 dit_status dit_h3_audio_load(dit_backend *be, const char *dir, dit_h3_audio **out, dit_error *err) {
   if (!out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 audio load: NULL output");
   *out = NULL;
   if (!be || !dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 audio load: NULL backend or folder");
-  char path[4096];
-  DIT_TRY(dit_model_config_path("h3 audio load", dir, path, sizeof path, err));
   dit_h3_audio *a = calloc(1, sizeof *a);
   if (!a) return dit_errorf(err, DIT_ERR_NOMEM, "h3 audio: out of memory");
   a->be = be;
-  json_t *j = NULL;
   dit_voc_gen_config g;
-  dit_status s = dit_json_load_file(path, 16u << 20, &j, err);
-  if (s == DIT_OK) s = read_config(j, path, &a->cfg, &g, err);
-  json_decref(j);
+  dit_status s = config_of(dir, &a->cfg, &g, err);
   if (s == DIT_OK) s = load_proj(a, dir, err);
   static const char *const ignore[] = {"encoder.", "pre_block.", "mean_proj.", "logs_proj.", "dec_in_proj.", NULL};
   if (s == DIT_OK) s = dit_vocoder_bigvgan_load(be, dir, "decoder.", ignore, &g, a->cfg.sample_rate, &a->voc, err);

@@ -19,6 +19,8 @@ typedef struct dit_h3_audio_config {
 
 typedef struct dit_h3_audio dit_h3_audio;
 
+/* The audio_vae folder's config.json alone. */
+dit_status dit_h3_audio_read_config(const char *dir, dit_h3_audio_config *c, dit_error *err);
 dit_status dit_h3_audio_load(dit_backend *be, const char *dir, dit_h3_audio **out, dit_error *err);
 void dit_h3_audio_free(dit_h3_audio *a);
 const dit_h3_audio_config *dit_h3_audio_get_config(const dit_h3_audio *a);

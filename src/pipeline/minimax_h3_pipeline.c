@@ -38,37 +38,71 @@ static dit_status read_shift(const char *dir, const char *sub, double def, doubl
   return s;
 }
 
+dit_status dit_h3_parts_configs(const char *dir, dit_h3_parts *p, dit_error *err) {
+  char sub[4096];
+#define SUB(name) (snprintf(sub, sizeof sub, "%s/%s", dir, name), sub)
+  DIT_TRY(dit_h3_read_config(SUB("transformer"), &p->tc, err));
+  DIT_TRY(dit_h3_vae_read_config(SUB("vae"), &p->vc, err));
+  DIT_TRY(dit_h3_audio_read_config(SUB("audio_vae"), &p->ac, err));
+#undef SUB
+  DIT_TRY(read_shift(dir, "scheduler", 12.0, &p->video_shift, err));
+  return read_shift(dir, "audio_scheduler", 3.0, &p->audio_shift, err);
+}
+
 dit_status dit_h3_parts_load(dit_backend *be, const char *dir, dit_h3_parts *p, dit_error *err) {
   memset(p, 0, sizeof *p);
   char sub[4096];
-  dit_status s = DIT_OK;
+  dit_status s = dit_h3_parts_configs(dir, p, err);
 #define SUB(name) (snprintf(sub, sizeof sub, "%s/%s", dir, name), sub)
   if (s == DIT_OK) s = dit_tok_load(SUB("tokenizer"), &p->tok, err);
   if (s == DIT_OK) s = dit_qwen3_load(be, SUB("text_encoder"), &p->te, err);
-  if (s == DIT_OK && dit_qwen3_get_config(p->te)->num_layers <= DIT_H3_TEXT_LAYER)
-    s = dit_errorf(err, DIT_ERR_FORMAT, "%s/text_encoder: %d layers; MiniMax-H3 conditions on hidden_states[%d]", dir,
-                   dit_qwen3_get_config(p->te)->num_layers, DIT_H3_TEXT_LAYER);
   if (s == DIT_OK) s = dit_h3_load(be, SUB("transformer"), &p->tr, err);
-  if (s == DIT_OK && dit_qwen3_get_config(p->te)->hidden_size != dit_h3_get_config(p->tr)->text_dim)
-    s = dit_errorf(err, DIT_ERR_FORMAT, "%s: the text encoder's width %d is not the transformer's text_dim %d", dir,
-                   dit_qwen3_get_config(p->te)->hidden_size, dit_h3_get_config(p->tr)->text_dim);
   if (s == DIT_OK) s = dit_h3_vae_load(be, SUB("vae"), &p->vae, err);
   if (s == DIT_OK) s = dit_h3_audio_load(be, SUB("audio_vae"), &p->audio, err);
 #undef SUB
-  if (s == DIT_OK) s = read_shift(dir, "scheduler", 12.0, &p->video_shift, err);
-  if (s == DIT_OK) s = read_shift(dir, "audio_scheduler", 3.0, &p->audio_shift, err);
   if (s != DIT_OK) dit_h3_parts_free(p);
   return s;
 }
 
 void dit_h3_parts_free(dit_h3_parts *p) {
   if (!p) return;
-  dit_tok_free(p->tok);
-  dit_qwen3_free(p->te);
-  dit_h3_free(p->tr);
-  dit_h3_vae_free(p->vae);
-  dit_h3_audio_free(p->audio);
+  if (!p->slots) {
+    dit_tok_free(p->tok);
+    dit_qwen3_free(p->te);
+    dit_h3_free(p->tr);
+    dit_h3_vae_free(p->vae);
+    dit_h3_audio_free(p->audio);
+  }
   memset(p, 0, sizeof *p);
+}
+
+/* The family's decoders: both VAEs, one component (DIT_SLOT_VAE). */
+typedef struct h3_decoders {
+  dit_h3_vae *vae;
+  dit_h3_audio *audio;
+} h3_decoders;
+
+/* The component of a stage into p: from the family's slot (loaded when not resident), or already there. */
+static dit_status part_get(dit_h3_parts *p, int slot, dit_error *err) {
+  if (p->slots) {
+    void *obj = NULL;
+    DIT_TRY(dit_component_get(p->rt, p->slots, slot, &obj, err));
+    if (slot == DIT_SLOT_TEXT) p->tok = ((dit_text_encoder *)obj)->tok, p->te = ((dit_text_encoder *)obj)->te;
+    if (slot == DIT_SLOT_TRANSFORMER) p->tr = obj;
+    if (slot == DIT_SLOT_VAE) p->vae = ((h3_decoders *)obj)->vae, p->audio = ((h3_decoders *)obj)->audio;
+  }
+  const bool there = slot == DIT_SLOT_TEXT ? p->tok && p->te : slot == DIT_SLOT_TRANSFORMER ? p->tr != NULL
+                                                                                           : p->vae && p->audio;
+  return there ? DIT_OK : dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: a component is not loaded");
+}
+
+/* After its stage: the family's slot hands the component back (freed unless kept). */
+static void part_done(dit_h3_parts *p, int slot) {
+  if (!p->slots) return;
+  dit_component_done(p->rt, p->slots, slot);
+  if (slot == DIT_SLOT_TEXT) p->tok = NULL, p->te = NULL;
+  if (slot == DIT_SLOT_TRANSFORMER) p->tr = NULL;
+  if (slot == DIT_SLOT_VAE) p->vae = NULL, p->audio = NULL;
 }
 
 void dit_h3_result_free(dit_h3_result *r) {
@@ -80,6 +114,13 @@ void dit_h3_result_free(dit_h3_result *r) {
 /* The prompt verbatim (no template, no special tokens) through the text encoder: *embeds [n, hidden] (host). */
 static dit_status encode_prompt(dit_backend *be, const dit_h3_parts *p, const char *prompt, float **embeds, int *n,
                                 dit_error *err) {
+  const dit_qwen3_config *qc = dit_qwen3_get_config(p->te);
+  if (qc->num_layers <= DIT_H3_TEXT_LAYER)
+    return dit_errorf(err, DIT_ERR_FORMAT, "minimax-h3: the text encoder has %d layers; the model conditions on "
+                      "hidden_states[%d]", qc->num_layers, DIT_H3_TEXT_LAYER);
+  if (qc->hidden_size != p->tc.text_dim)
+    return dit_errorf(err, DIT_ERR_FORMAT, "minimax-h3: the text encoder's width %d is not the transformer's "
+                      "text_dim %d", qc->hidden_size, p->tc.text_dim);
   int32_t *ids = NULL;
   size_t count = 0;
   DIT_TRY(dit_tok_encode(p->tok, prompt, strlen(prompt), &ids, &count, err));
@@ -88,7 +129,7 @@ static dit_status encode_prompt(dit_backend *be, const dit_h3_parts *p, const ch
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: the prompt has %zu tokens (1..%d)", count,
                       MAX_PROMPT_TOKENS);
   }
-  const int H = dit_qwen3_get_config(p->te)->hidden_size, layer = DIT_H3_TEXT_LAYER;
+  const int H = qc->hidden_size, layer = DIT_H3_TEXT_LAYER;
   const size_t bytes = count * (size_t)H * sizeof(float);
   float *host = malloc(bytes);
   void *dev = NULL;
@@ -112,8 +153,8 @@ typedef struct h3_geom {
 } h3_geom;
 
 static dit_status geometry(const dit_h3_parts *p, const dit_h3_request *r, h3_geom *g, dit_error *err) {
-  const dit_h3_config *tc = dit_h3_get_config(p->tr);
-  const dit_h3_vae_config *vc = dit_h3_vae_get_config(p->vae);
+  const dit_h3_config *tc = &p->tc;
+  const dit_h3_vae_config *vc = &p->vc;
   const int ratio = vc->patch, clip = vc->clip_length, keep = (clip + vc->patch_t - 1) / vc->patch_t;
   g->pt = tc->patch[0], g->ph = tc->patch[1], g->pw = tc->patch[2], g->C = tc->in_channels;
   g->Ca = tc->audio_channels, g->pd = tc->patch_dim;
@@ -129,7 +170,7 @@ static dit_status geometry(const dit_h3_parts *p, const dit_h3_request *r, h3_ge
   }
   g->T = (r->frames - keep) / clip * keep + 2, g->lh = r->height / ratio, g->lw = r->width / ratio;
   g->Na = (int)lround((double)r->frames / DIT_H3_FPS * DIT_H3_AUDIO_LATENTS_PER_SECOND);
-  if (g->T % g->pt || g->C != vc->latent_channels || g->Ca != dit_h3_audio_get_config(p->audio)->latent_channels)
+  if (g->T % g->pt || g->C != vc->latent_channels || g->Ca != p->ac.latent_channels)
     return dit_errorf(err, DIT_ERR_FORMAT, "minimax-h3: the transformer's channels (%d video, %d audio) do not match "
                       "the VAEs'", g->C, g->Ca);
   if (r->steps < 2 || r->steps > DIT_H3_MAX_SIGMAS)
@@ -286,11 +327,11 @@ static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *
   return s;
 }
 
-dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
+dit_status dit_h3_generate(dit_backend *be, dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
                            dit_error *err) {
   if (!out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: NULL result");
   memset(out, 0, sizeof *out);
-  if (!be || !p || !p->tr || !r || !r->prompt) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: NULL argument");
+  if (!be || !p || !r || !r->prompt) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: NULL argument");
   h3_geom g;
   DIT_TRY(geometry(p, r, &g, err));
   h3_run_state st;
@@ -298,22 +339,28 @@ dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_
   int n = 0;
   out->t[0] = dit_time_now();
   dit_stage_begin(r->progress, "text encoder");
-  dit_status s = encode_prompt(be, p, r->prompt, &st.text, &n, err);
+  dit_status s = part_get(p, DIT_SLOT_TEXT, err);
+  if (s == DIT_OK) s = encode_prompt(be, p, r->prompt, &st.text, &n, err);
+  part_done(p, DIT_SLOT_TEXT);
   out->t[1] = dit_time_now();
   const dit_h3_layout_in li = {.n_text = n, .frames = g.T, .lh = g.lh, .lw = g.lw, .patch_h = g.ph, .patch_w = g.pw,
                                .audio_latents = g.Na, .audio_channels = DIT_H3_AUDIO_CHANNELS};
   if (s == DIT_OK) s = dit_h3_layout_make(&li, &st.lay, err);
   if (s == DIT_OK && !(st.ti = malloc((size_t)st.lay.S * sizeof *st.ti)))
     s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  if (s == DIT_OK) s = part_get(p, DIT_SLOT_TRANSFORMER, err);
   if (s == DIT_OK) s = prepare(p, r, &g, &st, err);
   out->t[2] = dit_time_now();
   h3_step_ctx sc = {p, &g, &st};
   if (s == DIT_OK) s = dit_sampler_run(r->rt, r->progress, st.evals, step_fn, &sc, NULL, 0, err);
   out->t[3] = dit_time_now();
+  if (p->tr) dit_h3_unfold(p->tr);
+  part_done(p, DIT_SLOT_TRANSFORMER);
+  if (s == DIT_OK) s = part_get(p, DIT_SLOT_VAE, err);
   if (s == DIT_OK) s = decode(p, &g, &st, r->progress, out, err);
+  part_done(p, DIT_SLOT_VAE);
   out->t[4] = dit_time_now();
   out->steps = st.evals;
-  dit_h3_unfold(p->tr);
   state_free(&st);
   if (s != DIT_OK) dit_h3_result_free(out);
   return s;
@@ -375,17 +422,51 @@ static dit_status h3_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit
   return DIT_OK;
 }
 
-static dit_status h3_open(const dit_model_rt *rt, void **state, dit_error *err) {
-  *state = NULL;
-  dit_h3_parts *p = calloc(1, sizeof *p);
-  if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
-  dit_status s = dit_h3_parts_load(rt->dev, rt->dir->root, p, err);
-  DIT_HAND_OVER(s, p, state, free);
+/* The family's components, each in its slot (the text encoder Z-Image's kind: the folder's tokenizer and
+ * Qwen3-VL language model). */
+static dit_status h3_dit_prepare(const dit_model_rt *rt, dit_h3 *m, dit_error *err) {
+  (void)rt, (void)m, (void)err; /* F32 activations everywhere (the transformer's bf16 path is not built) */
+  return DIT_OK;
+}
+DIT_COMPONENT_KIND(h3_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_h3, dit_h3_load, h3_dit_prepare,
+                   dit_h3_free);
+
+static void decoders_free(void *obj) {
+  h3_decoders *d = obj;
+  if (!d) return;
+  dit_h3_vae_free(d->vae);
+  dit_h3_audio_free(d->audio);
+  free(d);
 }
 
-static void h3_close(void *state) {
-  dit_h3_parts_free(state);
-  free(state);
+static dit_status decoders_load(const dit_model_rt *rt, void **obj, dit_error *err) {
+  char path[4096];
+  h3_decoders *d = calloc(1, sizeof *d);
+  if (!d) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  dit_status s = dit_model_dir_component_path(rt->dir, "vae", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_h3_vae_load(rt->dev, path, &d->vae, err);
+  if (s == DIT_OK) s = dit_model_dir_component_path(rt->dir, "audio_vae", path, sizeof path, err);
+  if (s == DIT_OK) s = dit_h3_audio_load(rt->dev, path, &d->audio, err);
+  DIT_HAND_OVER(s, d, obj, decoders_free);
+}
+
+static const dit_component_kind h3_decoders_kind = {"VAE decode", DIT_KEEP_VAE, decoders_load, decoders_free, false,
+                                                    NULL};
+
+/* The family's state: its slots (first, for dit_components_state_close) and the parts a run reads. */
+typedef struct h3_state {
+  dit_components c;
+  dit_h3_parts p;
+} h3_state;
+
+static dit_status h3_open(const dit_model_rt *rt, void **state, dit_error *err) {
+  *state = NULL;
+  h3_state *h = calloc(1, sizeof *h);
+  if (!h) return dit_errorf(err, DIT_ERR_NOMEM, "out of memory");
+  h->p.rt = rt, h->p.slots = &h->c;
+  dit_status s = dit_h3_parts_configs(rt->dir->root, &h->p, err);
+  if (s == DIT_OK) s = dit_components_start_with(rt, &h->c, &dit_qwen3_text_encoder, &h3_dit, &h3_decoders_kind, err);
+  DIT_HAND_OVER(s, h, state, free);
 }
 
 static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
@@ -397,7 +478,7 @@ static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const di
   const dit_h3_request r = {.prompt = p->prompt ? p->prompt : "", .height = p->height, .width = p->width,
                             .frames = p->frames, .steps = p->steps + 1, .seed = p->seed, .rt = rt, .progress = p};
   dit_h3_result res;
-  DIT_TRY(dit_h3_generate(rt->dev, state, &r, &res, err));
+  DIT_TRY(dit_h3_generate(rt->dev, &((h3_state *)state)->p, &r, &res, err));
   memset(out, 0, sizeof *out);
   const size_t n = (size_t)res.frames * res.height * res.width * 3;
   out->rgb = malloc(n);
@@ -432,6 +513,6 @@ const dit_family dit_family_minimax_h3 = {
     .defaults = h3_defaults,
     .open = h3_open,
     .generate_clip = h3_generate_clip,
-    .close = h3_close,
+    .close = dit_components_state_close,
     .latent = {32, 1, 1},
 };

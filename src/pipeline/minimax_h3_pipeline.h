@@ -3,8 +3,9 @@
  * layout, noise from one torch CPU generator (video latents first, then the audio rows), the two schedules
  * folded into the transformer's modulation once, one forward per step (no guidance: the model is distilled),
  * each modality stepped down its own schedule, then both decoded (the video VAE tiled as the pipeline does,
- * pixels mapped from ImageNet normalization to [0, 1]; the audio VAE per stereo channel). The folder's
- * components are loaded by dit_h3_parts_load. The registry family and the CLI are not built yet. */
+ * pixels mapped from ImageNet normalization to [0, 1]; the audio VAE per stereo channel). The components
+ * are all loaded by dit_h3_parts_load, or taken stage by stage from the registry family's slots
+ * (dit_family_minimax_h3, family.h), which load and release them as the runtime's keep bits say. */
 #ifndef DIT_PIPELINE_MINIMAX_H3_PIPELINE_H
 #define DIT_PIPELINE_MINIMAX_H3_PIPELINE_H
 
@@ -30,11 +31,21 @@ typedef struct dit_h3_parts {
   dit_h3 *tr;
   dit_h3_vae *vae;
   dit_h3_audio *audio;
+  dit_h3_config tc;                /* the components' configs, read before any weights */
+  dit_h3_vae_config vc;
+  dit_h3_audio_config ac;
   double video_shift, audio_shift; /* the two schedulers' shift */
+  /* NULL: the components above are all loaded (dit_h3_parts_load). Else the family's: each stage takes
+   * its component from these slots (DIT_SLOT_TEXT: a dit_text_encoder; DIT_SLOT_TRANSFORMER: the dit_h3;
+   * DIT_SLOT_VAE: both VAEs), loaded when not resident, and hands it back after (freed unless rt keeps it) */
+  const dit_model_rt *rt;
+  dit_components *slots;
 } dit_h3_parts;
 
+/* The folder's configs and schedulers' shifts into p (no weights; the slots are left as they are). */
+dit_status dit_h3_parts_configs(const char *dir, dit_h3_parts *p, dit_error *err);
 /* The folder's components (tokenizer/, text_encoder/, transformer/, vae/, audio_vae/, scheduler/,
- * audio_scheduler/) on be. On failure nothing stays loaded. */
+ * audio_scheduler/) on be, all loaded. On failure nothing stays loaded. */
 dit_status dit_h3_parts_load(dit_backend *be, const char *dir, dit_h3_parts *p, dit_error *err);
 void dit_h3_parts_free(dit_h3_parts *p);
 
@@ -63,7 +74,7 @@ typedef struct dit_h3_result {
   int steps;            /* model evaluations run */
 } dit_h3_result;
 
-dit_status dit_h3_generate(dit_backend *be, const dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
+dit_status dit_h3_generate(dit_backend *be, dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
                            dit_error *err);
 void dit_h3_result_free(dit_h3_result *r);
 

@@ -717,6 +717,60 @@ static void test_rename_rules(void) {
   CHECK(!dit_wname_rename(r, 5, false, "double.0.norm.q.w", small, sizeof small)); /* does not fit */
 }
 
+/* Rss of the process's mapping that holds p (kB, from /proc/self/smaps); -1 where it cannot be read. */
+static long mapping_rss_kb(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  long rss = -1;
+  bool in = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    else if (in && !strncmp(line, "Rss:", 4))
+      rss = strtol(line + 4, NULL, 10);
+  }
+  fclose(f);
+  return rss;
+}
+
+/* Pages released from the resident set: the mapping's Rss falls by about the tensor's size, and the data
+ * reads the same afterwards (from the file again). */
+static void test_release_pages(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/zimage-tiny/transformer", g_args->data);
+  dit_weights *w = NULL;
+  dit_error err = {0};
+  CHECK_MSG(dit_weights_open(path, NULL, &w, &err) == DIT_OK, "%s", err.msg);
+  const dit_st_tensor *t = w ? dit_weights_find(w, "layers.0.feed_forward.w1.weight") : NULL;
+  CHECK(t != NULL);
+  if (!t) {
+    dit_weights_close(w);
+    return;
+  }
+  const size_t n = (size_t)(t->end - t->begin);
+  unsigned char *copy = malloc(n);
+  volatile unsigned sum = 0;
+  for (size_t i = 0; copy && i < n; i++) sum += copy[i] = ((const unsigned char *)t->data)[i]; /* every page in */
+  const long before = mapping_rss_kb(t->data);
+  dit_weights_release_pages(w, t->data, n);
+  const long after = mapping_rss_kb(t->data);
+  if (before < 0 || after < 0) {
+    printf("  (no /proc/self/smaps: the resident side is not checked)\n");
+  } else {
+    printf("released %zu bytes of a mapping: Rss %ld kB -> %ld kB\n", n, before, after);
+    CHECK_MSG(before - after >= (long)(n / 1024) - 8, "Rss %ld -> %ld kB for %zu bytes", before, after, n);
+  }
+  CHECK(copy && !memcmp(copy, t->data, n));
+  unsigned char heap[64] = {1, 2, 3};
+  dit_weights_release_pages(w, heap, sizeof heap); /* outside the mappings: untouched */
+  CHECK(heap[0] == 1 && heap[2] == 3);
+  free(copy);
+  (void)sum;
+  dit_weights_close(w);
+}
+
 int main(int argc, char **argv) {
   dt_args a;
   dt_init(argc, argv, &a);
@@ -732,5 +786,6 @@ int main(int argc, char **argv) {
   test_fp8_scales(&a);
   test_remap();
   test_rename_rules();
+  test_release_pages();
   return dt_finish();
 }

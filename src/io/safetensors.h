@@ -96,6 +96,11 @@ const dit_st_tensor *dit_weights_find(const dit_weights *w, const char *name);
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err);
 /* 64-byte aligned memory owned (and freed) by w; NULL when out of memory. */
 void *dit_weights_alloc(dit_weights *w, size_t bytes);
+/* Drops the whole pages of [p, p + n) from the process's resident set when they lie in one of
+ * w's file mappings (they are read from the file again if touched later); memory outside the
+ * mappings (aligned or gathered copies) is left as it is. For weights read once (a model's
+ * modulation projections after their fold). */
+void dit_weights_release_pages(const dit_weights *w, const void *p, size_t n);
 
 /* ---- writing (st_write.c) ----
  * Writes path (through a temporary file in its folder, renamed when complete; an existing

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/gguf.h"
 #include "io/json.h"
@@ -259,6 +261,21 @@ void *dit_weights_alloc(dit_weights *w, size_t bytes) {
   void *p = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
   if (p) w->owned[w->n_owned++] = p;
   return p;
+}
+
+void dit_weights_release_pages(const dit_weights *w, const void *p, size_t n) {
+  const long page = sysconf(_SC_PAGESIZE);
+  if (!w || !p || !n || page <= 0) return;
+  const uintptr_t a = (uintptr_t)p, b = a + n;
+  for (size_t i = 0; i < w->n_files; i++) {
+    const dit_st_file *f = w->files[i];
+    const uintptr_t m = (uintptr_t)f->map;
+    if (!f->mapped || a < m || b > m + f->map_size) continue;
+    const uintptr_t lo = (a + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    const uintptr_t hi = b / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure changes nothing */
+    return;
+  }
 }
 
 dit_status dit_weights_tensor(dit_weights *w, const dit_st_tensor *st, dit_tensor *out, dit_error *err) {

@@ -520,6 +520,11 @@ dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_inf
   }
   memcpy(ts, timesteps, (size_t)n * sizeof *ts);
   m->fold = block, m->fold_t = ts, m->n_fold = n;
+  for (int i = 0; i < g->layers; i++) { /* the projections' pages leave the resident set (they stay mapped) */
+    const h3_block_w *b = &m->w.blocks[i];
+    dit_weights_release_pages(m->ada_files, b->ada_w.data, dit_tensor_nbytes(&b->ada_w));
+    dit_weights_release_pages(m->ada_files, b->ada_b.data, dit_tensor_nbytes(&b->ada_b));
+  }
   if (info) *info = (dit_h3_fold_info){bytes, m->ada_bytes, dit_time_now() - t0};
   return DIT_OK;
 }

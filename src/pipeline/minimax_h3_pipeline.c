@@ -227,7 +227,12 @@ static dit_status prepare(const dit_h3_parts *p, const dit_h3_request *r, const 
     for (int k = 0; k < nf; k++) seen = seen || fold[k] == t;
     if (!seen) fold[nf++] = t;
   }
-  DIT_TRY(dit_h3_fold(p->tr, nf, fold, NULL, err));
+  dit_h3_fold_info info;
+  DIT_TRY(dit_h3_fold(p->tr, nf, fold, &info, err));
+  if (r->rt)
+    dit_log(r->rt->ctx, DIT_LOG_INFO, "modulation folded for %d timesteps in %.1f ms: %.1f MiB of tables from %.1f MiB "
+            "of projections, which stay out of %s memory", nf, info.build_s * 1e3, info.table_bytes / 1048576.0,
+            info.streamed_bytes / 1048576.0, dit_rt_on_device(r->rt) ? "device" : "resident");
   const size_t nlat = (size_t)g->C * g->T * g->lh * g->lw, na_rows = (size_t)DIT_H3_AUDIO_CHANNELS * g->Na;
   float *lat = malloc(nlat * sizeof *lat);
   st->video = malloc(nlat * sizeof *st->video); /* as many rows x columns as latent values */

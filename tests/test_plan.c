@@ -1,6 +1,6 @@
 /* The planner (dit_model_plan, `ditrun plan`) against what a generate really holds: for the
  * shipped model and the Z-Image, FLUX.2 [klein], FLUX.1 [dev] and Krea 2 fixtures at 128x128
- * and 512x512, each stage's predicted memory in use against the process's resident peak
+ * and 512x512, and MiniMax-H3's (a clip of 124 frames with sound at 256x128 and 512x256), each stage's predicted memory in use against the process's resident peak
  * measured during that stage of a real generate (VmHWM, reset at every stage start through
  * /proc/self/clear_refs), within 15% as the planner's promise says; fitting a run to a limit
  * (--max-memory); the refusals; the CLI. */
@@ -85,6 +85,7 @@ static dit_ctx *start(const char *dir, int size, dit_gen_params *p) {
 typedef struct child_case {
   const char *dir, *tmp;
   int size;
+  int width, frames; /* a clip (frames > 0): width x size, frames */
 } child_case;
 
 static void in_child(void (*fn)(const child_case *), const child_case *c) {
@@ -101,11 +102,40 @@ static void in_child(void (*fn)(const child_case *), const child_case *c) {
   CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at %d: the case failed (above)", c->dir, c->size);
 }
 
+/* The generate the plan describes, measured stage by stage (sp): an image through dit_generate, or a clip
+ * through a model loaded with nothing kept, as dit_model_plan assumes without options. */
+static dit_status measured_run(dit_ctx *ctx, dit_gen_params *p, stage_peaks *sp) {
+  p->on_stage = on_stage;
+  p->user = sp;
+  dit_status s;
+  CHECK(hwm_reset());
+  if (p->frames > 0) {
+    dit_model_opts o;
+    dit_model_opts_default(&o);
+    o.keep = 0;
+    dit_model *m = NULL;
+    dit_clip clip = {0};
+    s = dit_model_load(ctx, p->model_dir, &o, &m);
+    if (s == DIT_OK) s = dit_model_generate_clip(m, p, &clip, NULL);
+    close_stage(sp);
+    dit_clip_free(&clip);
+    dit_model_free(m);
+  } else {
+    dit_image img;
+    s = dit_generate(ctx, p, &img, NULL);
+    close_stage(sp);
+    if (s == DIT_OK) dit_image_free(&img);
+  }
+  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  return s;
+}
+
 static void check_model(const child_case *c) {
   const char *dir = c->dir;
   const int size = c->size;
   dit_gen_params p;
   dit_ctx *ctx = start(dir, size, &p);
+  if (c->frames > 0) p.width = c->width, p.frames = c->frames, p.steps = 2;
   dit_plan pl;
   dit_status s = dit_model_plan(ctx, &p, NULL, &pl);
   CHECK_MSG(s == DIT_OK, "%s %d: %s", dir, size, dit_ctx_last_error(ctx));
@@ -113,23 +143,17 @@ static void check_model(const child_case *c) {
     dit_ctx_free(ctx);
     return;
   }
-  CHECK(pl.n_stages == 3 && pl.width == size && pl.height == size && pl.steps > 0 && pl.text_tokens > 0);
+  CHECK(pl.n_stages == 3 && pl.width == p.width && pl.height == size && pl.steps > 0 && pl.text_tokens > 0);
   CHECK(pl.stage[1].runs == pl.steps && pl.stage[1].flops > 0 && pl.flops >= pl.stage[1].flops);
+  CHECK(pl.frames == c->frames);
   stage_peaks sp = {.at = -1};
-  p.on_stage = on_stage;
-  p.user = &sp;
-  dit_image img;
-  CHECK(hwm_reset());
-  s = dit_generate(ctx, &p, &img, NULL);
-  close_stage(&sp);
-  CHECK_MSG(s == DIT_OK, "%s", dit_ctx_last_error(ctx));
-  dit_image_free(&img);
+  s = measured_run(ctx, &p, &sp);
   size_t measured_peak = 0;
   for (int i = 0; i < 3 && s == DIT_OK; i++) {
     const dit_plan_stage *st = &pl.stage[i];
     const double pred = (double)st->peak_bytes, got = (double)sp.peak[i];
     printf("  %s %dx%d %-12s predicted %7.1f MiB (base %.1f + weights %.1f + allocates %.1f), measured %7.1f MiB "
-           "(%+.1f%%)\n", strrchr(dir, '/') + 1, size, size, st->name, pred / 1048576, pl.base_bytes / 1048576.0,
+           "(%+.1f%%)\n", strrchr(dir, '/') + 1, p.width, size, st->name, pred / 1048576, pl.base_bytes / 1048576.0,
            st->weight_bytes / 1048576.0, st->act_bytes / 1048576.0, got / 1048576, 100 * (pred - got) / got);
     CHECK_MSG(!measured || (got > 0 && pred > (1 - TOLERANCE) * got && pred < (1 + TOLERANCE) * got),
               "%s at %d: stage %s predicted %.1f MiB, measured %.1f MiB", dir, size, st->name, pred / 1048576,
@@ -154,7 +178,12 @@ static void test_peaks(const dt_args *a) {
   for (int d = 0; d < 4; d++) dt_path(dirs[d + 1], sizeof dirs[d + 1], a->data, fixtures[d]);
   const int sizes[2] = {128, 512};
   for (int d = 0; d < 5; d++)
-    for (int i = 0; i < 2; i++) in_child(check_model, &(child_case){dirs[d], a->tmp, sizes[i]});
+    for (int i = 0; i < 2; i++) in_child(check_model, &(child_case){dirs[d], a->tmp, sizes[i], 0, 0});
+  /* a clip with sound: MiniMax-H3's tiny fixture, 124 frames at 256x128 and 512x256 (the video VAE in tiles) */
+  char h3[4096];
+  dt_path(h3, sizeof h3, a->data, "models/minimax-h3-tiny");
+  in_child(check_model, &(child_case){h3, a->tmp, 128, 256, 124});
+  in_child(check_model, &(child_case){h3, a->tmp, 256, 512, 124});
 }
 
 /* Fitting (in a child, as test_peaks): a limit halfway between the smallest plan and the run
@@ -221,7 +250,7 @@ static void test_fit(const dt_args *a) {
   if (!hwm_reset()) return;
   char dir[4096];
   dt_path(dir, sizeof dir, a->src, "models/shapes-128");
-  in_child(fit_case, &(child_case){dir, a->tmp, 512});
+  in_child(fit_case, &(child_case){dir, a->tmp, 512, 0, 0});
 }
 
 static void test_refusals(const dt_args *a) {

@@ -141,6 +141,10 @@ dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *e
  * "avx2", "neon" (AArch64) or "portable" (the best the CPU has, narrowed by the
  * environment's DIT_CPU_ISA; create refuses one the CPU lacks). */
 const char *dit_cpu_isa_name(const dit_backend *be);
+/* The workspace the CPU backend's attention op allocates while it runs over B x Hq heads of Sq
+ * queries and Sk keys of D channels (each thread's packed K and V), for planners; 0 for another
+ * backend (a device's workspace is its own). */
+size_t dit_cpu_attention_workspace(const dit_backend *be, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t D);
 /* The paths DIT_CPU_ISA may name in this build, as a comma-separated list. */
 const char *dit_cpu_isa_names(void);
 /* CPU backend only: the precision of its linear layers (DIT_CPU_PRECISION_FP32, the

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_H3_MODALITIES 3 /* row tags: 0 video, 1 text, 2 audio */
@@ -99,6 +100,15 @@ size_t dit_h3_modulation_bytes(const dit_h3 *m);
 dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_info *info, dit_error *err);
 /* Drops the fold (forwards compute the modulation again). */
 void dit_h3_unfold(dit_h3 *m);
+
+/* The FLOPs of one forward over n_text + n_video + n_audio rows (its GEMMs and attention; folded: no
+ * modulation projections). */
+double dit_h3_flops(const dit_h3_config *g, int64_t n_text, int64_t n_video, int64_t n_audio);
+/* What a folded forward of that many rows costs (core/cost.h), as the forward's own plan carves it: flops, and
+ * act_bytes the activation space (kept with the model), the fold's tables for n_fold timesteps and the host
+ * memory a call allocates. */
+dit_status dit_h3_cost(const dit_h3 *m, int64_t n_text, int64_t n_video, int64_t n_audio, int n_fold, dit_cost *out,
+                       dit_error *err);
 
 /* The token refiner alone (context_embedder, the refiner blocks, final_norm) on n text rows:
  * out [n, hidden] (host). */

@@ -418,6 +418,18 @@ static dit_status epilogue(dit_h3 *m, const dit_h3_call *c, const h3_layout *l, 
   return s;
 }
 
+/* The host memory a call allocates beyond the activation space, at its peak: the layout's spans and runs
+ * (at most one per row each: check_call, make_spans, make_runs), then the largest of the RoPE tables
+ * (upload_rope), the attention's workspace (att bytes, while it runs) and the downloaded outputs (epilogue). */
+static size_t call_host_bytes(const dit_h3_config *g, int64_t S, bool audio, size_t att) {
+  const size_t rows = (size_t)S, cols = (size_t)(audio && g->audio_channels > g->patch_dim ? g->audio_channels
+                                                                                           : g->patch_dim);
+  const size_t layout = rows * sizeof(h3_span) + 2 * rows * sizeof(h3_run);
+  const size_t rope = 2 * rows * (size_t)(3 * g->rope_freq_dim) * sizeof(float), outs = rows * cols * sizeof(float);
+  const size_t most = rope > outs ? rope : outs;
+  return layout + (att > most ? att : most);
+}
+
 /* Plans the call's buffers: measures, fits the activation space, then binds them. */
 static dit_status bind(dit_h3 *m, const dit_h3_call *c, int64_t S, h3_acts *a, dit_error *err) {
   dit_arena ar;
@@ -446,6 +458,43 @@ dit_status dit_h3_forward(dit_h3 *m, const dit_h3_call *c, float *video_out, flo
   if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
   layout_free(&l);
   return s;
+}
+
+double dit_h3_flops(const dit_h3_config *g, int64_t n_text, int64_t n_video, int64_t n_audio) {
+  const double H = g->hidden, I = (double)g->heads * g->head_dim, F = g->ffn, t = (double)n_text;
+  const double S = t + (double)n_video + (double)n_audio, row = 2.0 * (4.0 * H * I + 3.0 * F * H);
+  const double io = 2.0 * H * (t * g->text_dim + (double)n_video * g->patch_dim + (double)n_audio * g->audio_channels +
+                               S * (g->patch_dim + g->audio_channels));
+  return g->refiner_layers * (t * row + 4.0 * t * t * I) + g->layers * (S * row + 4.0 * S * S * I) + io;
+}
+
+/* The fold's tables: every block's [n, 3 x 6 H] and norm_out's [n, 2 H] (activation dtype). */
+static size_t fold_bytes(const dit_h3 *m, int n) {
+  const dit_h3_config *g = &m->cfg;
+  return ((size_t)g->layers * DIT_H3_MODALITIES * 6 + 2) * (size_t)n * (size_t)g->hidden * m->as.es;
+}
+
+dit_status dit_h3_cost(const dit_h3 *m, int64_t n_text, int64_t n_video, int64_t n_audio, int n_fold, dit_cost *out,
+                       dit_error *err) {
+  if (!m || !out || n_text < 1 || n_video < 1 || n_audio < 0 || n_fold < 1 || n_fold > MAX_FOLD ||
+      n_text + n_video + n_audio > MAX_ROWS)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 cost: bad arguments");
+  const dit_h3_config *g = &m->cfg;
+  const int64_t S = n_text + n_video + n_audio;
+  const dit_h3_call c = {.n_text = n_text, .n_video = n_video, .n_audio = n_audio, .n_timesteps = 2};
+  const dit_h3_call f = {.n_timesteps = n_fold}; /* the fold's own pass (one row, every timestep) */
+  dit_arena ar, af;
+  h3_acts a;
+  dit_arena_init_measure(&ar);
+  dit_arena_init_measure(&af);
+  DIT_TRY(plan(&ar, false, m, &c, S, &a, err));
+  DIT_TRY(plan(&af, false, m, &f, 1, &a, err));
+  const size_t space = ar.peak > af.peak ? ar.peak : af.peak;
+  const size_t att = dit_cpu_attention_workspace(m->be, 1, S, S, g->heads, g->head_dim);
+  const size_t host = call_host_bytes(g, S, n_audio > 0, att);
+  out->act_bytes = space + fold_bytes(m, n_fold) + (host + 63) / 64 * 64;
+  out->flops = dit_h3_flops(g, n_text, n_video, n_audio);
+  return DIT_OK;
 }
 
 dit_status dit_h3_refine_text(dit_h3 *m, int64_t n, const float *text, float *out, dit_error *err) {
@@ -504,7 +553,7 @@ dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_inf
   }
   dit_h3_unfold(m);
   const dit_h3_config *g = &m->cfg;
-  const size_t bytes = ((size_t)g->layers * DIT_H3_MODALITIES * 6 + 2) * (size_t)n * (size_t)g->hidden * m->as.es;
+  const size_t bytes = fold_bytes(m, n);
   const double t0 = dit_time_now();
   void *block = NULL;
   float *ts = malloc((size_t)n * sizeof *ts);

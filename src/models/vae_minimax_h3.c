@@ -230,15 +230,38 @@ typedef struct h3v_bufs {
   float *zt, *t1, *x, *hn, *q, *k, *v, *o, *r, *fa, *fb, *cos, *sin, *po;
 } h3v_bufs;
 
-static dit_status bufs_alloc(dit_h3_vae *v, int64_t N, int64_t M, h3v_bufs *b, dit_error *err) {
-  const dit_h3_vae_config *c = &v->cfg;
+/* The 14 buffers' floats for N voxel tokens of M in all; returns the block's bytes. */
+static size_t bufs_sizes(const dit_h3_vae_config *c, int64_t N, int64_t M, int64_t n[14]) {
   const int64_t C = c->latent_channels, D = (int64_t)c->heads * c->head_dim, F = (int64_t)c->ffn_mult * D;
   const int64_t W = (int64_t)(c->head_dim * c->rope_dim_ratio) / 2;
   const int64_t P = (int64_t)c->out_channels * c->patch_t * c->patch * c->patch;
-  const int64_t n[14] = {N * C, N * C, M * D, M * D, M * D, M * D, M * D,
+  const int64_t k[14] = {N * C, N * C, M * D, M * D, M * D, M * D, M * D,
                          M * D, M * D, M * F, M * F, M * W, M * W, N * P};
   size_t total = 0;
-  for (int i = 0; i < 14; i++) total += ((size_t)n[i] * sizeof(float) + 255) / 256 * 256;
+  for (int i = 0; i < 14; i++) total += ((size_t)(n[i] = k[i]) * sizeof(float) + 255) / 256 * 256;
+  return total;
+}
+
+void dit_h3_vae_clip_cost(const dit_h3_vae *v, int T, int h, int w, dit_cost *out) {
+  const dit_h3_vae_config *c = &v->cfg;
+  const int64_t N = (int64_t)T * h * w, M = N + c->registers + 1, D = (int64_t)c->heads * c->head_dim;
+  const int64_t W = (int64_t)(c->head_dim * c->rope_dim_ratio) / 2, C = c->latent_channels;
+  const int64_t P = (int64_t)c->out_channels * c->patch_t * c->patch * c->patch, F = (int64_t)c->ffn_mult * D;
+  int64_t n[14];
+  const size_t block = bufs_sizes(c, N, M, n), rope = (size_t)(2 * M * W) * sizeof(float);
+  const size_t zt = (size_t)(N * C > D ? N * C : D) * sizeof(float), px = (size_t)(N * P) * sizeof(float);
+  size_t host = rope > zt ? rope : zt; /* one at a time: the tables, the tokens, the attention's workspace, */
+  const size_t att = dit_cpu_attention_workspace(v->be, 1, M, M, c->heads, c->head_dim);
+  host = att > host ? att : host;
+  out->act_bytes = block + (px > host ? px : host); /* the pixels */
+  const double m = (double)M, d = (double)D;
+  out->flops = c->layers * (2.0 * m * (4.0 * d * d + 3.0 * d * (double)F) + 4.0 * m * m * d) +
+               2.0 * (double)N * ((double)C * C + (double)C * d + d * (double)P);
+}
+
+static dit_status bufs_alloc(dit_h3_vae *v, int64_t N, int64_t M, h3v_bufs *b, dit_error *err) {
+  int64_t n[14];
+  const size_t total = bufs_sizes(&v->cfg, N, M, n);
   DIT_TRY(v->be->ops->alloc(v->be, total, &b->block, err));
   float **p[14] = {&b->zt, &b->t1, &b->x, &b->hn, &b->q, &b->k, &b->v, &b->o, &b->r, &b->fa, &b->fb, &b->cos, &b->sin, &b->po};
   char *at = b->block;

@@ -10,6 +10,7 @@
 #define DIT_MODELS_VAE_MINIMAX_H3_H
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_H3_VAE_MAX_CHANNELS 256
@@ -49,6 +50,12 @@ typedef struct dit_h3_vae_tiling {
  * dit_h3_vae_decode_clip's. */
 dit_status dit_h3_vae_decode_clip_tiled(dit_h3_vae *v, int T, int h, int w, const float *z, dit_h3_vae_tiling t,
                                         float *out, dit_error *err);
+/* What dit_h3_vae_decode costs (core/cost.h) with tiling t: the FLOPs of every clip and tile, and the
+ * memory it allocates at its peak (the chunk, clip and overlap frames, the raw tiles, and one clip's
+ * buffers); dit_h3_vae_clip_cost: one clip of T x h x w latents alone (its buffers and host tables). */
+dit_status dit_h3_vae_cost(const dit_h3_vae *v, int T, int h, int w, dit_h3_vae_tiling t, dit_cost *out,
+                           dit_error *err);
+void dit_h3_vae_clip_cost(const dit_h3_vae *v, int T, int h, int w, dit_cost *out);
 /* Pixel frames the decode of T latent frames gives (17 n + 5 for T = 5 n + 2); 0 for T < 1. */
 int dit_h3_vae_frames(const dit_h3_vae *v, int T);
 /* diffusers' decode: z [C, T, h, w] (host, denormalized) into out [out_channels, dit_h3_vae_frames(T), h * patch,

@@ -154,6 +154,13 @@ void dit_h3_audio_free(dit_h3_audio *a) {
 const dit_h3_audio_config *dit_h3_audio_get_config(const dit_h3_audio *a) { return a ? &a->cfg : NULL; }
 int64_t dit_h3_audio_samples(const dit_h3_audio *a, int T) { return a ? dit_vocoder_ltx2_output_samples(a->voc, T) : 0; }
 
+void dit_h3_audio_cost(const dit_h3_audio *a, int B, int T, dit_cost *out) {
+  dit_vocoder_ltx2_cost(a->voc, T, out);
+  const size_t mel = (size_t)B * a->cfg.latent_dim * T * sizeof(float);
+  out->act_bytes += 2 * mel + (size_t)B * (size_t)dit_vocoder_ltx2_output_samples(a->voc, T) * sizeof(float);
+  out->flops = B * (out->flops + 2.0 * a->cfg.latent_dim * a->cfg.latent_channels * T);
+}
+
 dit_status dit_h3_audio_decode(dit_h3_audio *a, int B, int T, const float *z, float *out, dit_error *err) {
   if (!a || !z || !out || B < 1 || B > 16 || T < 1 || T > (1 << 20))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 audio decode: bad arguments");

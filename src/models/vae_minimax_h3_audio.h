@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_H3_AUDIO_MAX_CHANNELS 256
@@ -22,6 +23,9 @@ typedef struct dit_h3_audio dit_h3_audio;
 /* The audio_vae folder's config.json alone. */
 dit_status dit_h3_audio_read_config(const char *dir, dit_h3_audio_config *c, dit_error *err);
 dit_status dit_h3_audio_load(dit_backend *be, const char *dir, dit_h3_audio **out, dit_error *err);
+/* What dit_h3_audio_decode of B channels of T latents costs (core/cost.h): the projection and vocoder FLOPs;
+ * the mel frames (host and backend), the waveform and the vocoder's arena (kept with the model). */
+void dit_h3_audio_cost(const dit_h3_audio *a, int B, int T, dit_cost *out);
 void dit_h3_audio_free(dit_h3_audio *a);
 const dit_h3_audio_config *dit_h3_audio_get_config(const dit_h3_audio *a);
 

@@ -136,6 +136,54 @@ int dit_h3_vae_frames(const dit_h3_vae *v, int T) {
   return chunks * keep + (tail > 0 ? tail : 0) - pad_frames(c, &g, T, pad);
 }
 
+/* One clip of T x h x w latents as dit_h3_vae_decode_clip_tiled decodes it: its FLOPs, and its memory at the
+ * peak (the last tile's decode: every raw tile held, the tile's latents, a clip's buffers). */
+static dit_status tiled_cost(const dit_h3_vae *v, int T, int h, int w, dit_h3_vae_tiling t, dit_cost *out,
+                             dit_error *err) {
+  const dit_h3_vae_config *c = dit_h3_vae_get_config(v);
+  const int p = c->patch, H = h * p, W = w * p, F = T * c->patch_t;
+  int ys[MAX_TILES], yl[MAX_TILES], yo[MAX_TILES], xs[MAX_TILES], xl[MAX_TILES], xo[MAX_TILES];
+  const int ny = t.tile_px > 0 ? split_tiles(H, t.tile_px, t.min_overlap_px, p, ys, yl, yo) : 1;
+  const int nx = t.tile_px > 0 ? split_tiles(W, t.tile_px, t.min_overlap_px, p, xs, xl, xo) : 1;
+  if (ny < 0 || nx < 0 || (t.tile_px > 0 && (t.tile_px % p || t.min_overlap_px < 0 || t.min_overlap_px >= t.tile_px)))
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 vae cost: tiles of %d px (overlap %d) over %dx%d px", t.tile_px,
+                      t.min_overlap_px, H, W);
+  if (ny == 1 && nx == 1) {
+    dit_h3_vae_clip_cost(v, T, h, w, out);
+    return DIT_OK;
+  }
+  size_t tiles = 0, clip = 0;
+  out->flops = 0;
+  for (int i = 0; i < ny; i++)
+    for (int j = 0; j < nx; j++) {
+      dit_cost one;
+      dit_h3_vae_clip_cost(v, T, yl[i] / p, xl[j] / p, &one);
+      tiles += (size_t)c->out_channels * F * yl[i] * xl[j] * sizeof(float);
+      clip = one.act_bytes > clip ? one.act_bytes : clip;
+      out->flops += one.flops;
+    }
+  out->act_bytes = tiles + clip + (size_t)c->latent_channels * T * (t.tile_px / p) * (t.tile_px / p) * sizeof(float);
+  return DIT_OK;
+}
+
+dit_status dit_h3_vae_cost(const dit_h3_vae *v, int T, int h, int w, dit_h3_vae_tiling t, dit_cost *out,
+                           dit_error *err) {
+  const dit_h3_vae_config *c = dit_h3_vae_get_config(v);
+  if (!c || !out || T < 1 || h < 1 || w < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 vae cost: bad arguments");
+  const h3t_geom g = geom(c);
+  int pad, chunks;
+  temporal_plan(c, &g, T, &pad, &chunks);
+  if (chunks < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "h3 vae cost: %d latent frames make no chunk", T);
+  const int ct = g.tcs + g.tok_overlap, cf = ct * c->patch_t;
+  const size_t plane = (size_t)h * c->patch * w * c->patch, zplane = (size_t)h * w;
+  dit_cost one;
+  DIT_TRY(tiled_cost(v, ct, h, w, t, &one, err));
+  out->flops = chunks * one.flops;
+  out->act_bytes = one.act_bytes + ((size_t)c->latent_channels * ct * zplane + 2 * (size_t)c->out_channels * cf * plane) *
+                                       sizeof(float); /* the chunk's latents, its clip and the overlap frames */
+  return DIT_OK;
+}
+
 dit_status dit_h3_vae_decode(dit_h3_vae *v, int T, int h, int w, const float *z, dit_h3_vae_tiling t, float *out,
                              dit_error *err) {
   const dit_h3_vae_config *c = dit_h3_vae_get_config(v);

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -95,6 +96,9 @@ int dit_vocoder_ltx2_in_channels(const dit_vocoder_ltx2 *m);
  * one after another; the activation buffers stay allocated for the next call that fits
  * (dit_vocoder_ltx2_free releases them). DIT_ERR_INVALID_ARG for NULL or mis-shaped tensors. */
 dit_status dit_vocoder_ltx2_run(dit_vocoder_ltx2 *m, const dit_tensor *mel, dit_tensor *out, dit_error *err);
+/* One item of T mel frames (core/cost.h): the generators' convolution FLOPs (the BWE's STFTs not counted) and
+ * the activation arena a run allocates (kept with the vocoder until it is freed). */
+void dit_vocoder_ltx2_cost(const dit_vocoder_ltx2 *m, int64_t T, dit_cost *out);
 
 /* LTX2VocoderWithBWE only (DIT_ERR_UNSUPPORTED otherwise): the causal log-mel its BWE stage
  * takes of a waveform (MelSTFT per audio channel after zero padding to a multiple of the

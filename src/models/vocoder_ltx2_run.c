@@ -96,6 +96,42 @@ static void needs(const dit_vocoder_ltx2 *m, int64_t T, int64_t *nd) {
   gen_needs(&m->gen[1], Np / hop, nd);
 }
 
+/* The arena's bytes per buffer for T (carve's sizes: R, T1 and T2 as large as ACC). */
+static void slot_bytes(const dit_vocoder_ltx2 *m, int64_t T, size_t *bytes) {
+  int64_t nd[B_N];
+  needs(m, T, nd);
+  for (int i = 0; i < B_N; i++) bytes[i] = (size_t)(i == B_R || i == B_T1 || i == B_T2 ? nd[B_ACC] : nd[i]) * 4;
+}
+
+/* The FLOPs of generator g on T input frames: its convolutions (as GEMMs) and transposed convolutions. */
+static double gen_flops(const voc_gen *g, int64_t T) {
+  double f = 2.0 * (double)T * 7.0 * g->c.in_channels * g->c.hidden_channels;
+  for (int l = 0; l < g->c.n_up; l++) {
+    const voc_upconv *u = &g->up[l];
+    const int64_t To = (T - 1) * u->s - 2 * u->pad + u->K;
+    f += 2.0 * (double)To * u->J * u->ci * u->co;
+    T = To;
+    for (int i = 0; i < g->c.n_res; i++) {
+      const voc_res *r = &g->res[l * g->c.n_res + i];
+      for (int k = 0; k < r->n; k++)
+        f += 2.0 * (double)T * ((double)r->c1[k].k + r->c2[k].k) * u->co * u->co;
+    }
+  }
+  return f + 2.0 * (double)T * 7.0 * g->conv_out.ci * g->conv_out.co;
+}
+
+void dit_vocoder_ltx2_cost(const dit_vocoder_ltx2 *m, int64_t T, dit_cost *out) {
+  size_t bytes[B_N];
+  slot_bytes(m, T, bytes);
+  out->act_bytes = 0;
+  for (int i = 0; i < B_N; i++) out->act_bytes += (bytes[i] + 255) & ~(size_t)255; /* dit_backend_fit_slots' */
+  out->flops = gen_flops(&m->gen[0], T);
+  if (m->cfg.bwe) {
+    const int64_t N = voc_gen_out_len(&m->gen[0], T), hop = m->cfg.hop_length;
+    out->flops += gen_flops(&m->gen[1], (N + hop - 1) / hop); /* the STFTs and resampling not counted */
+  }
+}
+
 /* ---- tensors over the arena ---- */
 
 static dit_tensor ten(const voc_ctx *x, const float *p, int nd, const int64_t *shape) {
@@ -285,11 +321,9 @@ static dit_status bwe(voc_ctx *x, int64_t N, dit_tensor *out, dit_error *err) {
  * when they do not fit. */
 static dit_status carve(dit_vocoder_ltx2 *m, int64_t T, voc_ctx *x, dit_error *err) {
   *x = (voc_ctx){m, m->be, dit_backend_device(m->be), {0}};
-  int64_t nd[B_N];
   size_t bytes[B_N];
   char *slot[B_N];
-  needs(m, T, nd);
-  for (int i = 0; i < B_N; i++) bytes[i] = (size_t)(i == B_R || i == B_T1 || i == B_T2 ? nd[B_ACC] : nd[i]) * 4;
+  slot_bytes(m, T, bytes);
   DIT_TRY(dit_backend_fit_slots(m->be, bytes, B_N, &m->act, &m->act_bytes, slot, err));
   for (int i = 0; i < B_N; i++) x->b[i] = (float *)slot[i];
   return DIT_OK;

@@ -12,8 +12,9 @@
 #include "io/png.h"
 #include "pipeline/family.h"
 #include "pipeline/minimax_h3_layout.h"
-#include "pipeline/pipeline_common.h"
 #include "pipeline/minimax_h3_sched.h"
+#include "pipeline/pipeline_common.h"
+#include "pipeline/plan.h"
 #include "pipeline/rng_torch.h"
 
 #define MAX_PROMPT_TOKENS 4096
@@ -212,6 +213,19 @@ static void state_free(h3_run_state *st) {
   free(st->text), free(st->video), free(st->audio), free(st->vout), free(st->aout), free(st->ti);
 }
 
+/* The distinct timesteps of both schedules' first evals (video's first) into out: the fold's; returns their
+ * count. */
+static int distinct_timesteps(const float *tv, const float *ta, int evals, float *out) {
+  int n = 0;
+  for (int i = 0; i < 2 * evals; i++) {
+    const float t = i < evals ? tv[i] : ta[i - evals];
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen = seen || out[k] == t;
+    if (!seen) out[n++] = t;
+  }
+  return n;
+}
+
 /* Schedules, the fold over both schedules' timesteps, the noise (video latents, then the audio rows). */
 static dit_status prepare(const dit_h3_parts *p, const dit_h3_request *r, const h3_geom *g, h3_run_state *st,
                           dit_error *err) {
@@ -220,13 +234,7 @@ static dit_status prepare(const dit_h3_parts *p, const dit_h3_request *r, const 
   DIT_TRY(dit_h3_sched_set(p->audio_shift, r->steps, st->sig_a, &na, st->ts_a, err));
   st->evals = (nv < na ? nv : na) - 1;
   float fold[2 * DIT_H3_MAX_SIGMAS];
-  int nf = 0;
-  for (int i = 0; i < 2 * st->evals; i++) {
-    const float t = i < st->evals ? st->ts_v[i] : st->ts_a[i - st->evals];
-    bool seen = false;
-    for (int k = 0; k < nf; k++) seen = seen || fold[k] == t;
-    if (!seen) fold[nf++] = t;
-  }
+  const int nf = distinct_timesteps(st->ts_v, st->ts_a, st->evals, fold);
   dit_h3_fold_info info;
   DIT_TRY(dit_h3_fold(p->tr, nf, fold, &info, err));
   if (r->rt)
@@ -281,9 +289,17 @@ static dit_status step_fn(void *ctx, int i, dit_error *err) {
   return step(c->p, c->g, c->st, i, err);
 }
 
+/* The video VAE's tiling for a request (see dit_h3_request.vae_tile). */
+static dit_h3_vae_tiling tiling_of(const dit_h3_parts *p, int vae_tile) {
+  if (vae_tile <= 0) return DIT_H3_VAE_TILING_DEFAULT;
+  const int px = vae_tile * p->vc.patch;
+  return (dit_h3_vae_tiling){px, px / 4};
+}
+
 /* The latents unpacked and denormalized, both decoded; the video mapped to [0, 1], frames last. */
-static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, const dit_gen_params *progress,
+static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *st, const dit_h3_request *r,
                          dit_h3_result *out, dit_error *err) {
+  const dit_gen_params *progress = r->progress;
   const dit_h3_vae_config *vc = dit_h3_vae_get_config(p->vae);
   const dit_h3_audio_config *ac = dit_h3_audio_get_config(p->audio);
   const size_t plane = (size_t)g->lh * g->lw, nlat = (size_t)g->C * g->T * plane;
@@ -311,7 +327,7 @@ static dit_status decode(const dit_h3_parts *p, const h3_geom *g, h3_run_state *
           za[((size_t)ch * g->Ca + c) * g->Na + t] = v * ac->latents_std[c] + ac->latents_mean[c];
         }
     dit_stage_begin(progress, "VAE decode");
-    s = dit_h3_vae_decode(p->vae, g->T, g->lh, g->lw, z, DIT_H3_VAE_TILING_DEFAULT, pix, err);
+    s = dit_h3_vae_decode(p->vae, g->T, g->lh, g->lw, z, tiling_of(p, r->vae_tile), pix, err);
   }
   if (s == DIT_OK) {
     const size_t fp = (size_t)H * W;
@@ -362,7 +378,7 @@ dit_status dit_h3_generate(dit_backend *be, dit_h3_parts *p, const dit_h3_reques
   if (p->tr) dit_h3_unfold(p->tr);
   part_done(p, DIT_SLOT_TRANSFORMER);
   if (s == DIT_OK) s = part_get(p, DIT_SLOT_VAE, err);
-  if (s == DIT_OK) s = decode(p, &g, &st, r->progress, out, err);
+  if (s == DIT_OK) s = decode(p, &g, &st, r, out, err);
   part_done(p, DIT_SLOT_VAE);
   out->t[4] = dit_time_now();
   out->steps = st.evals;
@@ -474,6 +490,102 @@ static dit_status h3_open(const dit_model_rt *rt, void **state, dit_error *err) 
   DIT_HAND_OVER(s, h, state, free);
 }
 
+/* ---- the plan (plan.h): text encoder, transformer steps, both decoders ---- */
+
+/* The text stage: the prompt's ids through the encoder to hidden_states[50], the host copy kept (*n tokens). */
+static dit_status plan_text(const dit_model_rt *rt, dit_h3_parts *P, const char *prompt, dit_plan *pl, int *n,
+                            dit_error *err) {
+  DIT_TRY(part_get(P, DIT_SLOT_TEXT, err));
+  int32_t *ids = NULL;
+  size_t count = 0;
+  dit_cost run = {0};
+  dit_status s = dit_tok_encode(P->tok, prompt, strlen(prompt), &ids, &count, err);
+  free(ids);
+  if (s == DIT_OK && (count < 1 || count > MAX_PROMPT_TOKENS))
+    s = dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: the prompt has %zu tokens (1..%d)", count, MAX_PROMPT_TOKENS);
+  if (s == DIT_OK) s = dit_qwen3_cost(P->te, 1, (int)count, DIT_H3_TEXT_LAYER, false, &run, err);
+  /* encode_prompt's backend buffer and host copy, the ids; the tokenizer's tables */
+  run.act_bytes += 2 * count * (size_t)P->tc.text_dim * sizeof(float) + count * sizeof(int32_t);
+  run.act_bytes += dit_tok_table_bytes(P->tok);
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(P->tok), 1};
+  part_done(P, DIT_SLOT_TEXT);
+  *n = (int)count;
+  pl->text_tokens = (int)count;
+  return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
+}
+
+/* The denoising loop's host state (h3_run_state, the layout) with n text rows; the schedules' evaluations and
+ * the distinct timesteps the fold holds. */
+static dit_status plan_loop(const dit_h3_parts *P, const dit_h3_request *r, const h3_geom *g, const dit_h3_layout *l,
+                             int *evals, int *n_fold, size_t *bytes, dit_error *err) {
+  float sv[DIT_H3_MAX_SIGMAS], tv[DIT_H3_MAX_SIGMAS], sa[DIT_H3_MAX_SIGMAS], ta[DIT_H3_MAX_SIGMAS];
+  float fold[2 * DIT_H3_MAX_SIGMAS];
+  int nv = 0, na = 0;
+  DIT_TRY(dit_h3_sched_set(P->video_shift, r->steps, sv, &nv, tv, err));
+  DIT_TRY(dit_h3_sched_set(P->audio_shift, r->steps, sa, &na, ta, err));
+  *evals = (nv < na ? nv : na) - 1;
+  *n_fold = distinct_timesteps(tv, ta, *evals, fold);
+  const size_t S = (size_t)l->S, nlat = (size_t)l->n_video * g->pd, na_rows = (size_t)l->n_audio * g->Ca;
+  *bytes = (size_t)l->n_text * P->tc.text_dim * sizeof(float) + 2 * (nlat + na_rows) * sizeof(float) +
+           S * (3 * sizeof(double) + 3 * sizeof(int32_t)); /* text, rows and outputs; the layout and ti */
+  return DIT_OK;
+}
+
+/* The decode stage: both decoders' costs, the buffers decode() and the clip hold (the loop's state too). */
+static dit_status plan_decode(dit_h3_parts *P, const h3_geom *g, int vae_tile, size_t loop, dit_cost *out,
+                              dit_error *err) {
+  DIT_TRY(part_get(P, DIT_SLOT_VAE, err));
+  const int F = dit_h3_vae_frames(P->vae, g->T);
+  const size_t px = (size_t)F * g->lh * P->vc.patch * g->lw * P->vc.patch * 3 * sizeof(float);
+  const size_t nlat = (size_t)g->C * g->T * g->lh * g->lw * sizeof(float);
+  const size_t alat = (size_t)DIT_H3_AUDIO_CHANNELS * g->Ca * g->Na * sizeof(float);
+  dit_cost v = {0}, a = {0};
+  dit_status s = dit_h3_vae_cost(P->vae, g->T, g->lh, g->lw, tiling_of(P, vae_tile), &v, err);
+  dit_h3_audio_cost(P->audio, DIT_H3_AUDIO_CHANNELS, g->Na, &a);
+  /* held: the loop's state, the latents and z of both; then the video decodes into pix (the frames' buffer is
+   * not written yet), and the sound decodes beside pix and the frames */
+  const size_t held = loop + 2 * nlat + 2 * alat;
+  const size_t sound = (size_t)DIT_H3_AUDIO_CHANNELS * dit_h3_audio_samples(P->audio, g->Na) * sizeof(float);
+  const size_t video_peak = px + v.act_bytes, sound_peak = 2 * px + sound + a.act_bytes;
+  out->flops = v.flops + a.flops;
+  out->act_bytes = held + (video_peak > sound_peak ? video_peak : sound_peak);
+  part_done(P, DIT_SLOT_VAE);
+  return s;
+}
+
+static dit_status h3_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                          dit_error *err) {
+  dit_h3_parts *P = &((h3_state *)state)->p;
+  const dit_h3_request r = {.prompt = p->prompt ? p->prompt : "", .height = p->height, .width = p->width,
+                            .frames = p->frames, .steps = p->steps + 1};
+  h3_geom g;
+  DIT_TRY(geometry(P, &r, &g, err));
+  int n = 0, evals = 0, n_fold = 0;
+  DIT_TRY(plan_text(rt, P, r.prompt, pl, &n, err));
+  const dit_h3_layout_in li = {.n_text = n, .frames = g.T, .lh = g.lh, .lw = g.lw, .patch_h = g.ph, .patch_w = g.pw,
+                               .audio_latents = g.Na, .audio_channels = DIT_H3_AUDIO_CHANNELS};
+  dit_h3_layout l;
+  DIT_TRY(dit_h3_layout_make(&li, &l, err));
+  size_t loop = 0;
+  dit_cost run = {0};
+  dit_status s = plan_loop(P, &r, &g, &l, &evals, &n_fold, &loop, err);
+  if (s == DIT_OK) s = part_get(P, DIT_SLOT_TRANSFORMER, err);
+  if (s == DIT_OK) s = dit_h3_cost(P->tr, l.n_text, l.n_video, l.n_audio, n_fold, &run, err);
+  dit_h3_layout_free(&l);
+  const size_t kept = run.act_bytes; /* the activation space stays with a kept transformer (the tables do not) */
+  run.act_bytes += loop;
+  run.flops *= evals; /* the fold's projections once (under 0.1% at real sizes): not counted */
+  part_done(P, DIT_SLOT_TRANSFORMER);
+  pl->steps = evals;
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, kept, 0, evals};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
+  dit_cost dec = {0};
+  if (s == DIT_OK) s = plan_decode(P, &g, p->vae_tile, loop, &dec, err);
+  const dit_plan_run vr = {"VAE decode", "vae+audio_vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
+  return s;
+}
+
 static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_clip *out,
                                    dit_gen_stats *st, dit_error *err) {
   if (p->guidance > 0.0)
@@ -481,7 +593,8 @@ static dit_status h3_generate_clip(const dit_model_rt *rt, void *state, const di
   if (p->fps > 0.0 && p->fps != DIT_H3_FPS)
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3 makes %d fps (--fps %g)", DIT_H3_FPS, p->fps);
   const dit_h3_request r = {.prompt = p->prompt ? p->prompt : "", .height = p->height, .width = p->width,
-                            .frames = p->frames, .steps = p->steps + 1, .seed = p->seed, .rt = rt, .progress = p};
+                            .frames = p->frames, .steps = p->steps + 1, .seed = p->seed, .vae_tile = p->vae_tile,
+                            .rt = rt, .progress = p};
   dit_h3_result res;
   DIT_TRY(dit_h3_generate(rt->dev, &((h3_state *)state)->p, &r, &res, err));
   memset(out, 0, sizeof *out);
@@ -518,6 +631,7 @@ const dit_family dit_family_minimax_h3 = {
     .defaults = h3_defaults,
     .open = h3_open,
     .generate_clip = h3_generate_clip,
+    .plan = h3_plan,
     .close = dit_components_state_close,
     .latent = {32, 1, 1},
 };

@@ -55,6 +55,7 @@ typedef struct dit_h3_request {
   int frames;         /* 17 n + 5 (other counts are refused, naming the nearest) */
   int steps;          /* num_inference_steps as diffusers counts it: sigmas, the terminal 0 included */
   uint64_t seed;
+  int vae_tile;       /* the video VAE's tiles in latent pixels (overlap a quarter); 0: the pipeline's (256 px) */
   /* optional (NULL: none): the runtime (its log) and the caller's stage / step callbacks (a step's latents
    * are not shown: on_step gets none) */
   const dit_model_rt *rt;

@@ -50,6 +50,28 @@ static size_t att_buf_floats(int64_t Sk, int64_t D, int nr) {
   return (n + 15) & ~(size_t)15; /* keeps every thread's buffer 64-byte aligned */
 }
 
+/* The threads of an attention over B x Hq heads of Sq queries, and its work items: (batch, head, chunk of
+ * query blocks); chunks only as small as needed for about 8 items per thread, since each item packs its K
+ * and V once. */
+static int att_threads(const dit_backend *be, int64_t B, int64_t Sq, int64_t Hq, int64_t *nch_out, int64_t *bpc_out,
+                       int64_t *items) {
+  int nt = be->n_threads < 1 ? 1 : be->n_threads;
+  int64_t nqb = (Sq + ATT_QB - 1) / ATT_QB, nch = (8 * nt + B * Hq - 1) / (B * Hq);
+  if (nch > nqb) nch = nqb;
+  if (nch < 1) nch = 1;
+  const int64_t bpc = (nqb + nch - 1) / nch;
+  nch = (nqb + bpc - 1) / bpc;
+  *nch_out = nch, *bpc_out = bpc, *items = B * Hq * nch;
+  return *items < nt ? (int)*items : nt;
+}
+
+size_t dit_cpu_attention_workspace(const dit_backend *be, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t D) {
+  if (!dit_backend_is_host(be) || B < 1 || Sq < 1 || Sk < 1 || Hq < 1 || D < 1) return 0;
+  int64_t nch, bpc, items;
+  const int nt = att_threads(be, B, Sq, Hq, &nch, &bpc, &items);
+  return att_buf_floats(Sk, D, cpu_gemm_path_for(be)->nr) * sizeof(float) * (size_t)nt;
+}
+
 static void att_buf_split(att_buf *B, float *base, int64_t Sk, int64_t D, int nr) {
   B->kp = base; /* packed panels on 64-byte boundaries: aligned loads in the kernels */
   B->vp = B->kp + rup(rup(Sk, nr) * D, 16);
@@ -192,15 +214,8 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
           memset((float *)out->data + cpu_off4(out, b, i, h), 0, sizeof(float) * (size_t)D);
     return DIT_OK;
   }
-  int nt = be->n_threads < 1 ? 1 : be->n_threads;
-  /* work items: (batch, head, chunk of query blocks); chunks only as small as needed for
-   * about 8 items per thread, since each item packs its K and V once */
-  int64_t nqb = (Sq + ATT_QB - 1) / ATT_QB, nch = (8 * nt + B * Hq - 1) / (B * Hq);
-  if (nch > nqb) nch = nqb;
-  int64_t bpc = (nqb + nch - 1) / nch;
-  nch = (nqb + bpc - 1) / bpc;
-  int64_t items = B * Hq * nch;
-  if (items < nt) nt = (int)items;
+  int64_t nch = 0, bpc = 0, items = 0;
+  const int nt = att_threads(be, B, Sq, Hq, &nch, &bpc, &items);
   if (ATT_KB % A.P->nr)
     return dit_errorf(err, DIT_ERR_INTERNAL, "attention: the kernel path's %d-column panels do not divide the "
                       "%d-key blocks", A.P->nr, ATT_KB);

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backend/backend.h"
 #include "fixture.h"
@@ -161,38 +162,45 @@ static void test_fixture(const char *fixture) {
 
 enum { T_H = 8, T_L = 2, T_HQ = 2, T_HKV = 1, T_D = 4, T_I = 12, T_V = 32 };
 
+/* A synthetic checkpoint's geometry: width, layers, query / kv heads, head size, MLP width, vocabulary. */
+typedef struct tgeom {
+  int H, L, HQ, HKV, D, I, V;
+} tgeom;
+static const tgeom k_tiny = {T_H, T_L, T_HQ, T_HKV, T_D, T_I, T_V};
+
 typedef struct tspec {
   char name[128];
   int ndim;
   int64_t shape[2];
 } tspec;
 
-static int tiny_specs(tspec *t, const char *prefix, bool lm_head) {
+/* The tensors of geometry g (3 + 11 L of them at most) into t. */
+static int tiny_specs(tspec *t, const char *prefix, bool lm_head, const tgeom *g) {
   int n = 0;
 #define T1(nm, a) (snprintf(t[n].name, 128, "%s%s", prefix, nm), t[n].ndim = 1, t[n].shape[0] = a, n++)
 #define T2(nm, a, b) \
   (snprintf(t[n].name, 128, "%s%s", prefix, nm), t[n].ndim = 2, t[n].shape[0] = a, t[n].shape[1] = b, n++)
-  T2("embed_tokens.weight", T_V, T_H);
-  T1("norm.weight", T_H);
-  for (int l = 0; l < T_L; l++) {
+  T2("embed_tokens.weight", g->V, g->H);
+  T1("norm.weight", g->H);
+  for (int l = 0; l < g->L; l++) {
     char b[96];
 #define NM(s) (snprintf(b, sizeof b, "layers.%d.%s", l, s), b)
-    T1(NM("input_layernorm.weight"), T_H);
-    T1(NM("post_attention_layernorm.weight"), T_H);
-    T2(NM("self_attn.q_proj.weight"), T_HQ * T_D, T_H);
-    T2(NM("self_attn.k_proj.weight"), T_HKV * T_D, T_H);
-    T2(NM("self_attn.v_proj.weight"), T_HKV * T_D, T_H);
-    T2(NM("self_attn.o_proj.weight"), T_H, T_HQ * T_D);
-    T1(NM("self_attn.q_norm.weight"), T_D);
-    T1(NM("self_attn.k_norm.weight"), T_D);
-    T2(NM("mlp.gate_proj.weight"), T_I, T_H);
-    T2(NM("mlp.up_proj.weight"), T_I, T_H);
-    T2(NM("mlp.down_proj.weight"), T_H, T_I);
+    T1(NM("input_layernorm.weight"), g->H);
+    T1(NM("post_attention_layernorm.weight"), g->H);
+    T2(NM("self_attn.q_proj.weight"), g->HQ * g->D, g->H);
+    T2(NM("self_attn.k_proj.weight"), g->HKV * g->D, g->H);
+    T2(NM("self_attn.v_proj.weight"), g->HKV * g->D, g->H);
+    T2(NM("self_attn.o_proj.weight"), g->H, g->HQ * g->D);
+    T1(NM("self_attn.q_norm.weight"), g->D);
+    T1(NM("self_attn.k_norm.weight"), g->D);
+    T2(NM("mlp.gate_proj.weight"), g->I, g->H);
+    T2(NM("mlp.up_proj.weight"), g->I, g->H);
+    T2(NM("mlp.down_proj.weight"), g->H, g->I);
 #undef NM
   }
   if (lm_head) {
     snprintf(t[n].name, 128, "lm_head.weight");
-    t[n].ndim = 2, t[n].shape[0] = T_V, t[n].shape[1] = T_H, n++;
+    t[n].ndim = 2, t[n].shape[0] = g->V, t[n].shape[1] = g->H, n++;
   }
 #undef T1
 #undef T2
@@ -202,10 +210,11 @@ static int tiny_specs(tspec *t, const char *prefix, bool lm_head) {
 /* Writes dir/model.safetensors (BF16, deterministic values; the same tensor name body
  * gets the same values whatever the prefix) with tensor `drop` left out, tensor
  * `reshape` given a wrong first dimension and tensor `nan_tensor` all NaN. */
-static void write_tiny_weights(const char *dir, const char *prefix, bool lm_head, const char *drop,
-                               const char *reshape, const char *nan_tensor) {
-  tspec t[64];
-  int n = tiny_specs(t, prefix, lm_head);
+static void write_weights(const char *dir, const char *prefix, bool lm_head, const char *drop, const char *reshape,
+                          const char *nan_tensor, const tgeom *g) {
+  tspec *t = calloc(3 + 11 * (size_t)g->L, sizeof *t);
+  if (!t) return;
+  int n = tiny_specs(t, prefix, lm_head, g);
   json_t *hdr = json_object();
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -255,7 +264,13 @@ static void write_tiny_weights(const char *dir, const char *prefix, bool lm_head
   fclose(f);
   free(data);
   free(h);
+  free(t);
   json_decref(hdr);
+}
+
+static void write_tiny_weights(const char *dir, const char *prefix, bool lm_head, const char *drop,
+                               const char *reshape, const char *nan_tensor) {
+  write_weights(dir, prefix, lm_head, drop, reshape, nan_tensor, &k_tiny);
 }
 
 static const char *tiny_config_text(void) {
@@ -418,6 +433,53 @@ static void test_errors(const char *tmp) {
   }
 }
 
+/* Streaming (dit_qwen3_set_stream) on a 47 MB checkpoint of 6 layers: the same hidden states, and the
+ * mapping's resident pages after an encode about one layer's instead of every layer's. */
+static void test_stream(const char *tmp) {
+  const tgeom g = {512, 6, 8, 4, 64, 2048, 256};
+  char dir[4096], path[4200];
+  snprintf(dir, sizeof dir, "%s/qwen3_stream", tmp);
+  mkdir(dir, 0755);
+  write_weights(dir, "", false, NULL, NULL, NULL, &g);
+  json_t *c = json_loads(tiny_config_text(), 0, NULL);
+  json_object_set_new(c, "hidden_size", json_integer(g.H));
+  json_object_set_new(c, "num_hidden_layers", json_integer(g.L));
+  json_object_set_new(c, "num_attention_heads", json_integer(g.HQ));
+  json_object_set_new(c, "num_key_value_heads", json_integer(g.HKV));
+  json_object_set_new(c, "head_dim", json_integer(g.D));
+  json_object_set_new(c, "intermediate_size", json_integer(g.I));
+  json_object_set_new(c, "vocab_size", json_integer(g.V));
+  json_t *types = json_array();
+  for (int i = 0; i < g.L; i++) json_array_append_new(types, json_string("full_attention"));
+  json_object_set_new(c, "layer_types", types);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  json_dump_file(c, path, JSON_INDENT(1));
+  json_decref(c);
+  const size_t layer = (size_t)2 * ((size_t)(2 * g.HQ + 2 * g.HKV) * g.D * g.H + 3 * (size_t)g.I * g.H);
+  const int32_t ids[6] = {1, 5, 31, 0, 7, 7};
+  const int layers[1] = {-1};
+  float *out[2] = {calloc(6 * (size_t)g.H, sizeof(float)), calloc(6 * (size_t)g.H, sizeof(float))};
+  long rss[2] = {-1, -1};
+  for (int k = 0; k < 2 && out[0] && out[1]; k++) { /* each load maps the file afresh: nothing resident yet */
+    dit_error err = {0};
+    dit_qwen3 *m = NULL;
+    CHECK_MSG(dit_qwen3_load(g_be, dir, &m, &err) == DIT_OK, "%s", err.msg);
+    if (!m) break;
+    dit_qwen3_set_stream(m, k == 1);
+    CHECK_MSG(dit_qwen3_encode(m, 1, 6, ids, NULL, 1, layers, &out[k], &err) == DIT_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rss[k] = dt_file_rss_kb(path);
+    dit_qwen3_free(m);
+  }
+  CHECK(out[0] && out[1] && !memcmp(out[0], out[1], 6 * (size_t)g.H * sizeof(float)));
+  printf("streamed: the checkpoint's resident pages after an encode %ld kB (whole: %ld kB; a layer %zu kB)\n",
+         rss[1], rss[0], layer / 1024);
+  if (rss[0] >= 0 && rss[1] >= 0)
+    CHECK_MSG(rss[0] >= (long)(g.L * layer / 1024) - 64 && rss[1] <= (long)(layer / 1024) + 512,
+              "resident %ld kB streamed, %ld kB whole", rss[1], rss[0]);
+  free(out[0]), free(out[1]);
+}
+
 int main(int argc, char **argv) {
   dt_args args;
   dt_init(argc, argv, &args);
@@ -433,6 +495,7 @@ int main(int argc, char **argv) {
   }
   test_fixture(fixture);
   test_errors(args.tmp);
+  test_stream(args.tmp);
   dit_backend_free(g_be);
   return dt_finish();
 }

@@ -717,24 +717,6 @@ static void test_rename_rules(void) {
   CHECK(!dit_wname_rename(r, 5, false, "double.0.norm.q.w", small, sizeof small)); /* does not fit */
 }
 
-/* Rss of the process's mapping that holds p (kB, from /proc/self/smaps); -1 where it cannot be read. */
-static long mapping_rss_kb(const void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  if (!f) return -1;
-  char line[512];
-  long rss = -1;
-  bool in = false;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-    else if (in && !strncmp(line, "Rss:", 4))
-      rss = strtol(line + 4, NULL, 10);
-  }
-  fclose(f);
-  return rss;
-}
-
 /* Pages released from the resident set: the mapping's Rss falls by about the tensor's size, and the data
  * reads the same afterwards (from the file again). */
 static void test_release_pages(void) {
@@ -753,9 +735,11 @@ static void test_release_pages(void) {
   unsigned char *copy = malloc(n);
   volatile unsigned sum = 0;
   for (size_t i = 0; copy && i < n; i++) sum += copy[i] = ((const unsigned char *)t->data)[i]; /* every page in */
-  const long before = mapping_rss_kb(t->data);
+  char file[4200];
+  snprintf(file, sizeof file, "%s/diffusion_pytorch_model.safetensors", path);
+  const long before = dt_file_rss_kb(file);
   dit_weights_release_pages(w, t->data, n);
-  const long after = mapping_rss_kb(t->data);
+  const long after = dt_file_rss_kb(file);
   if (before < 0 || after < 0) {
     printf("  (no /proc/self/smaps: the resident side is not checked)\n");
   } else {

@@ -37,6 +37,7 @@ struct dit_qwen3 {
   dit_tensor embed_tokens; /* [V, H] */
   dit_tensor norm;         /* [H] */
   qwen3_layer *layers;     /* [L] */
+  bool stream;             /* each layer's mapped weights leave the resident set once it ran (dit_qwen3_set_stream) */
 };
 
 /* ---- config ---------------------------------------------------------------------- */
@@ -556,6 +557,19 @@ static dit_status check_args(const dit_qwen3 *m, int B, int S, const int32_t *id
   return DIT_OK;
 }
 
+/* The pages of layer l's weights out of the process's resident set (they stay mapped: dit_qwen3_set_stream). */
+static void release_layer(const dit_qwen3 *m, const qwen3_layer *l) {
+  const dit_tensor *t[] = {&l->input_layernorm, &l->q_proj, &l->q_proj_b, &l->k_proj, &l->k_proj_b, &l->v_proj,
+                           &l->v_proj_b, &l->o_proj, &l->o_proj_b, &l->q_norm, &l->k_norm,
+                           &l->post_attention_layernorm, &l->gate_proj, &l->up_proj, &l->down_proj};
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (t[i]->data) dit_weights_release_pages(m->weights, t[i]->data, dit_tensor_nbytes(t[i]));
+}
+
+void dit_qwen3_set_stream(dit_qwen3 *m, bool on) {
+  if (m) m->stream = on;
+}
+
 /* Runs embedding, layers 1..deepest (and the final norm if index L is wanted), writing
  * each requested hidden state as soon as it exists. */
 static dit_status run_layers(dit_qwen3 *m, qwen3_run *r, int deepest, int n_layers, const int *idx,
@@ -571,6 +585,10 @@ static dit_status run_layers(dit_qwen3 *m, qwen3_run *r, int deepest, int n_laye
     if (s != DIT_OK) {
       dit_error_prefix(err, "qwen3 layer %d", i);
       return s;
+    }
+    if (m->stream && m->weights && dit_backend_is_host(m->be)) {
+      DIT_TRY(m->be->ops->sync(m->be, err)); /* the layer's ops are done with its weights */
+      release_layer(m, &m->layers[i]);
     }
     if (i + 1 < c->num_layers) DIT_TRY(emit(m, r, r->x, i + 1, n_layers, idx, out, err));
   }

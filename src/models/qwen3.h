@@ -68,6 +68,13 @@ dit_backend *dit_qwen3_backend(const dit_qwen3 *m);
  * so reproducing them takes DIT_BF16. dt: DIT_F32, DIT_BF16 or DIT_F16. */
 dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *err);
 
+/* Streaming from the mapped files (on: MiniMax-H3's 32B encoder): on the CPU each layer's weights leave
+ * the process's resident set once the layer has run, so an encode holds about one layer of them
+ * rather than the whole model (they are read from the file, or the page cache, again by the next
+ * encode). Off by default: an encoder kept for many prompts keeps its pages. On a device backend
+ * the weights are uploaded whole at load; streaming them there is not built. */
+void dit_qwen3_set_stream(dit_qwen3 *m, bool on);
+
 /* What one dit_qwen3_encode of B x S ids costs (core/cost.h) when its deepest requested
  * hidden state is `deepest` (negative: from the end, as in encode's layers) and, with masked,
  * some ids are padding: FLOPs of the layers it runs (attention counted over all S keys) and

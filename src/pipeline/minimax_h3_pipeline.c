@@ -131,6 +131,7 @@ static dit_status encode_prompt(dit_backend *be, const dit_h3_parts *p, const ch
                       MAX_PROMPT_TOKENS);
   }
   const int H = qc->hidden_size, layer = DIT_H3_TEXT_LAYER;
+  dit_qwen3_set_stream(p->te, true); /* the 32B encoder: about one layer of it resident at a time (CPU) */
   const size_t bytes = count * (size_t)H * sizeof(float);
   float *host = malloc(bytes);
   void *dev = NULL;

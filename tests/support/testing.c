@@ -262,3 +262,24 @@ int dt_files_equal(const char *a, const char *b) {
   free(bb);
   return eq;
 }
+
+long dt_file_rss_kb(const char *path) {
+  char real[4096];
+  FILE *f = realpath(path, real) ? fopen("/proc/self/smaps", "r") : NULL;
+  if (!f) return -1;
+  char line[4608];
+  long rss = -1;
+  bool in = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      const char *name = strchr(line, '/'); /* the pathname column, when the mapping has one */
+      const size_t n = name ? strcspn(name, "\n") : 0;
+      in = name && n == strlen(real) && !strncmp(name, real, n);
+    } else if (in && !strncmp(line, "Rss:", 4)) {
+      rss = (rss < 0 ? 0 : rss) + strtol(line + 4, NULL, 10);
+    }
+  }
+  fclose(f);
+  return rss;
+}

@@ -105,5 +105,8 @@ void dt_check_replay_step(const char *model, int step, float t, const float *out
                           long captured, long launches);
 /* Writes n bytes to path (replacing any file there; nothing when it cannot be opened). */
 void dt_write_bytes(const char *path, const void *p, size_t n);
+/* This process's resident kB of its mappings of the file at path (the sum of their Rss in
+ * /proc/self/smaps); -1 where that cannot be read or the file is not mapped. */
+long dt_file_rss_kb(const char *path);
 
 #endif

@@ -274,6 +274,22 @@ static void test_refusals(const dt_args *a) {
   p.prompt = "x";
   CHECK(dit_model_plan(ctx, &p, NULL, &pl) == DIT_ERR_UNSUPPORTED);
   CHECK_MSG(strstr(dit_ctx_last_error(ctx), "not planned yet") != NULL, "%s", dit_ctx_last_error(ctx));
+  /* MiniMax-H3's video VAE in smaller tiles (--vae-tile, latent pixels) plans less for its decode; frame counts
+   * the VAE does not take are refused */
+  dt_path(dir, sizeof dir, a->data, "models/minimax-h3-tiny");
+  p.width = 512, p.height = 256, p.frames = 124, p.steps = 2;
+  dit_plan h3[2];
+  for (int k = 0; k < 2; k++) {
+    p.vae_tile = k ? 16 : 0;
+    CHECK_MSG(dit_model_plan(ctx, &p, NULL, &h3[k]) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+  }
+  CHECK(h3[0].n_stages == 3 && h3[1].n_stages == 3 && h3[1].stage[2].act_bytes < h3[0].stage[2].act_bytes &&
+        h3[1].stage[1].act_bytes == h3[0].stage[1].act_bytes);
+  printf("  minimax-h3 512x256: the VAE decode allocates %.1f MiB in tiles of 64 px, %.1f MiB in the pipeline's\n",
+         h3[1].stage[2].act_bytes / 1048576.0, h3[0].stage[2].act_bytes / 1048576.0);
+  p.frames = 100;
+  CHECK(dit_model_plan(ctx, &p, NULL, &h3[0]) == DIT_ERR_INVALID_ARG);
+  p.frames = 0, p.vae_tile = 0, p.steps = 0;
   /* sizes the model refuses are refused by the plan too */
   dt_path(dir, sizeof dir, a->src, "models/shapes-128");
   p.width = 120;

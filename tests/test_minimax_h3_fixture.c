@@ -401,6 +401,49 @@ static void test_release_names(const dt_args *a) {
   printf("no q, k, v in block 0: %s\n", e.msg);
 }
 
+/* Quantized transformer files (`ditrun quantize`: Q8_0 GGUF, scaled e4m3 safetensors) load through
+ * dit_h3_load_file with the folder's config: the one-frame forward moves from the stored weights' by what
+ * the format's rounding allows (Q8_0: 8-bit steps of each 32-value block's max; e4m3: 3 mantissa bits), and
+ * a file without the folder's config is refused. */
+static void test_quantized(const dt_args *a) {
+  char fdir[1024], file[1200], cfg[1200], out[2][1200];
+  dt_path(fdir, sizeof fdir, a->data, "models/minimax-h3-tiny");
+  dt_path(file, sizeof file, fdir, "components.safetensors");
+  dt_path(cfg, sizeof cfg, fdir, "transformer/config.json");
+  dt_path(out[0], sizeof out[0], a->tmp, "h3_q8_0.gguf");
+  dt_path(out[1], sizeof out[1], a->tmp, "h3_fp8.safetensors");
+  const dit_dtype types[2] = {DIT_Q8_0, DIT_F8_E4M3};
+  const double bound[2] = {2e-2, 1.5e-1}; /* relative error of the output: a few times each format's step */
+  dit_ctx *ctx = NULL;
+  dit_ctx_params cp;
+  dit_ctx_params_default(&cp);
+  CHECK(dit_ctx_create(&cp, &ctx) == DIT_OK);
+  dit_h3 *want = load_h3(a);
+  h3_case k;
+  const bool have = want && ctx && case_load(file, one_frame_names, &k);
+  const size_t n = have ? (size_t)(k.c.n_video * dit_h3_get_config(want)->patch_dim) : 0;
+  float *ref = have ? calloc(n, sizeof(float)) : NULL, *got = have ? calloc(n, sizeof(float)) : NULL;
+  dit_error e = {0};
+  CHECK(!have || (ref && got && dit_h3_forward(want, &k.c, ref, NULL, &e) == DIT_OK));
+  for (int t = 0; have && ref && got && t < 2; t++) {
+    const dit_quantize_params q = {.model_dir = fdir, .type = types[t], .output = out[t], .overwrite = 1};
+    CHECK_MSG(dit_quantize(ctx, &q) == DIT_OK, "%s", dit_ctx_last_error(ctx));
+    dit_h3 *m = NULL;
+    CHECK_MSG(dit_h3_load_file(g_be, out[t], cfg, &m, &e) == DIT_OK, "%s", e.msg);
+    if (m) CHECK_MSG(dit_h3_forward(m, &k.c, got, NULL, &e) == DIT_OK, "%s", e.msg);
+    const double r = dt_rel_err(got, ref, n);
+    printf("%s transformer: one-frame forward %.3g from the stored weights'\n", t ? "e4m3" : "Q8_0", r);
+    CHECK_MSG(m && r > 0 && r <= bound[t], "%s: %.3g", out[t], r);
+    dit_h3_free(m);
+  }
+  dit_h3 *none = NULL;
+  CHECK(dit_h3_load_file(g_be, out[0], NULL, &none, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "config.json"));
+  if (have) case_free(&k);
+  free(ref), free(got);
+  dit_h3_free(want);
+  dit_ctx_free(ctx);
+}
+
 /* Call i of the pipeline's run (names: its tensor names, kept while k is used). */
 static bool call_case(const char *ref, int i, char nm[6][64], h3_case *k) {
   const char *fmt[6] = {"hidden_states", "audio_hidden_states", "timestep", "timestep_indices", "out0", "out1"};
@@ -792,7 +835,7 @@ static void test_family(const dt_args *a) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
-                                                   test_one_frame, test_release_names, test_calls, test_fold, test_vae_decoder,
+                                                   test_one_frame, test_release_names, test_quantized, test_calls, test_fold, test_vae_decoder,
                                                    test_audio_decoder, test_pipeline, test_family};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/json.h"
 #include "models/minimax_h3_internal.h"
@@ -219,7 +220,7 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
   }
   static const char *const others[] = {"", NULL}; /* the rest is bound by the main table */
   dit_status s = dit_wtable_bind(&t, m->ada_files, "", others, err);
-  if (s == DIT_OK) s = dit_wtable_check_float(&t, err);
+  if (s == DIT_OK) s = dit_wtable_check_weights(&t, false, true, err);
   dit_wtable_free(&t);
   if (s != DIT_OK) {
     dit_error_prefix(err, "minimax-h3: %s", dir);
@@ -237,16 +238,16 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
 /* The SwiGLU projection's halves as views of the stored [2 F, H] tensor: value rows first (gate first in
  * the release's). */
 static void split_ff(h3_block_w *b, int64_t F, int64_t H, bool gate_first) {
-  const size_t half = (size_t)F * (size_t)H * dit_dtype_size(b->ff_in.dtype);
+  const size_t half = dit_tensor_nbytes(&b->ff_in) / 2; /* F rows (whole blocks of a quantized type) */
   char *first = b->ff_in.data, *second = (char *)b->ff_in.data + half;
   b->ff_value = dit_tensor_make(b->ff_in.dtype, gate_first ? second : first, 2, (int64_t[]){F, H});
   b->ff_gate = dit_tensor_make(b->ff_in.dtype, gate_first ? first : second, 2, (int64_t[]){F, H});
   b->ff_value.device = b->ff_gate.device = b->ff_in.device;
+  b->ff_value.scale = b->ff_gate.scale = b->ff_in.scale; /* a scaled fp8 file's one scale */
 }
 
-dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_error *err) {
-  char path[4096];
-  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
+/* The config.json at path. */
+static dit_status config_at(const char *path, dit_h3_config *c, dit_error *err) {
   json_t *j = NULL;
   DIT_TRY(dit_json_load_file(path, CFG_MAX_BYTES, &j, err));
   dit_status s = read_config(j, c, path, err);
@@ -254,20 +255,27 @@ dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_e
   return s;
 }
 
-dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err) {
-  *out = NULL;
-  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no backend or folder given");
+dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_error *err) {
+  char path[4096];
+  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
+  return config_at(path, c, err);
+}
+
+/* The weights at `weights` (a folder or one file) with the config.json at cfg_path. */
+static dit_status load_from(dit_backend *be, const char *weights, const char *cfg_path, dit_h3 **out,
+                            dit_error *err) {
   dit_h3 *m = calloc(1, sizeof *m);
   if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   m->be = be;
   dit_act_space_init(&m->as, be);
-  dit_status s = dit_h3_read_config(component_dir, &m->cfg, err);
+  const char *component_dir = weights;
+  dit_status s = config_at(cfg_path, &m->cfg, err);
   if (s == DIT_OK) s = probe_names(component_dir, &m->cfg, &m->release_names, err);
   if (s == DIT_OK && m->release_names) m->mw.rename = rename_release;
   char **ada = s == DIT_OK ? ada_prefixes(m->cfg.layers) : NULL;
   if (s == DIT_OK && !ada) s = dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
   m->mw.ignore = (const char *const *)ada;
-  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "minimax-h3", component_dir, build_table, m, true, err);
+  if (s == DIT_OK) s = dit_model_weights_load(be, &m->mw, "minimax-h3", component_dir, build_table, m, false, err);
   m->mw.ignore = NULL;
   free(ada);
   if (s == DIT_OK) s = bind_ada(m, component_dir, err);
@@ -277,6 +285,24 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
     for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden, gf);
   }
   DIT_HAND_OVER(s, m, out, dit_h3_free);
+}
+
+dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err) {
+  *out = NULL;
+  if (!be || !component_dir) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no backend or folder given");
+  char path[4096];
+  DIT_TRY(dit_model_config_path("minimax-h3", component_dir, path, sizeof path, err));
+  return load_from(be, component_dir, path, out, err);
+}
+
+dit_status dit_h3_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_h3 **out, dit_error *err) {
+  *out = NULL;
+  struct stat st;
+  if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dit_h3_load(be, path, out, err);
+  if (!be || !path || !cfg_json)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a single MiniMax-H3 transformer file needs the model folder's "
+                      "transformer/config.json", path ? path : "minimax-h3");
+  return load_from(be, path, cfg_json, out, err);
 }
 
 void dit_h3_free(dit_h3 *m) {

@@ -55,6 +55,10 @@ dit_status dit_h3_read_config(const char *component_dir, dit_h3_config *c, dit_e
  * by its names; a QKV layout that is neither is refused. Errors name the field or tensor. On failure
  * *out is NULL. */
 dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out, dit_error *err);
+/* The same from one weights file (a GGUF `ditrun quantize` wrote, a single safetensors) with the folder's
+ * config.json at cfg_json; a folder path is dit_h3_load. Matrices may be block-quantized (Q8_0, Q4_K, ...)
+ * or fp8; norms and biases stay float. */
+dit_status dit_h3_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_h3 **out, dit_error *err);
 void dit_h3_free(dit_h3 *m);
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m);
 

@@ -303,6 +303,7 @@ static dit_status ada_linear(dit_h3 *m, int i, const dit_tensor *st, dit_tensor 
   DIT_TRY(be->ops->upload(be, m->ada_scratch, b->ada_w.data, wb, err));
   DIT_TRY(be->ops->upload(be, (char *)m->ada_scratch + off, b->ada_b.data, dit_tensor_nbytes(&b->ada_b), err));
   dit_tensor w = dit_act_mk(&m->as, b->ada_w.dtype, m->ada_scratch, 2, b->ada_w.shape);
+  w.scale = b->ada_w.scale; /* a scaled fp8 file's */
   dit_tensor bias = dit_act_mk(&m->as, b->ada_b.dtype, (char *)m->ada_scratch + off, 1, b->ada_b.shape);
   return dit_op_linear(be, out, st, &w, &bias, DIT_ACT_NONE, err);
 }

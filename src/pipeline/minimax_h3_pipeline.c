@@ -450,8 +450,8 @@ static dit_status h3_dit_prepare(const dit_model_rt *rt, dit_h3 *m, dit_error *e
   (void)rt, (void)m, (void)err; /* F32 activations everywhere (the transformer's bf16 path is not built) */
   return DIT_OK;
 }
-DIT_COMPONENT_KIND(h3_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_h3, dit_h3_load, h3_dit_prepare,
-                   dit_h3_free);
+DIT_COMPONENT_KIND_SRC(h3_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_h3, dit_h3_load_file,
+                       h3_dit_prepare, dit_h3_free);
 
 static void decoders_free(void *obj) {
   h3_decoders *d = obj;

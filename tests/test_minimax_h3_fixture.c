@@ -749,6 +749,7 @@ static void test_pipeline(const dt_args *a) {
     }
     free(wl), free(wal), free(wv), free(wa);
   }
+  dit_h3_result_free(&out); /* generate fills out afresh (it does not free what out held) */
   dit_h3_request bad = r;
   bad.frames = 100;
   CHECK(dit_h3_generate(g_be, &p, &bad, &out, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "107 is the next"));

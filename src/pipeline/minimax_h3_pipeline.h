@@ -75,6 +75,8 @@ typedef struct dit_h3_result {
   int steps;            /* model evaluations run */
 } dit_h3_result;
 
+/* The run of r with p's components into *out, filled afresh (what it held before is not freed: free it with
+ * dit_h3_result_free first); on failure *out holds nothing. */
 dit_status dit_h3_generate(dit_backend *be, dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
                            dit_error *err);
 void dit_h3_result_free(dit_h3_result *r);

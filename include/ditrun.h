@@ -380,6 +380,8 @@ typedef struct dit_plan_stage {
   char component[32];      /* the folder its weights come from: "text_encoder", "transformer", "vae" */
   unsigned keep_bit;       /* its DIT_KEEP_* bit */
   size_t weight_bytes;     /* its weights as stored (the CPU maps them from the files) */
+  size_t resident_weight_bytes; /* of them, what is resident at once (all of them, unless the component
+                                   streams its layers from the files: MiniMax-H3's text encoder) */
   char weight_dtypes[64];  /* the stored dtypes by bytes: "bf16 98.7%, f32 1.3%" */
   size_t act_bytes;        /* what the stage allocates beyond the weights: activations, tables,
                               workspace, and the pipeline's host buffers held through it */

@@ -311,7 +311,8 @@ static dt_st_piece *release_pieces(const dit_st_file *f, int head_dim, bool bad_
     o->n_src = 1;
     if (len > q && !strcmp(nm + len - q, ".attn.to_q.weight")) {
       snprintf(o->name + strlen(o->name) - strlen("to_q.weight"), 32, "qkv_proj.weight");
-      for (int k = 1; k < 3; k++) snprintf(o->src[k], sizeof o->src[k], "%.*sto_%c.weight", (int)(len - 11), nm, "qkv"[k]);
+      for (int k = 1; k < 3; k++)
+        snprintf(o->src[k], sizeof o->src[k], "%.*sto_%c.weight", (int)(len - 11), nm, "qkv"[k]);
       o->n_src = bad_qkv ? 2 : 3, o->group = head_dim;
     } else if (strstr(nm, ".ff.net.0.proj.weight")) {
       snprintf(o->src[1], sizeof o->src[1], "%s", nm);
@@ -396,7 +397,8 @@ static void test_release_names(const dt_args *a) {
   printf("two names for one field: %s\n", e.msg);
   char st[1400];
   snprintf(st, sizeof st, "%s/model.safetensors", dir); /* neither layout: block 0 without q, k, v */
-  CHECK(write_release(fdir, dir, false, false) == 0 && dt_st_rewrite(st, st, "blocks.0.attn.qkv_proj.weight", NULL) == 0);
+  CHECK(write_release(fdir, dir, false, false) == 0 &&
+        dt_st_rewrite(st, st, "blocks.0.attn.qkv_proj.weight", NULL) == 0);
   CHECK(dit_h3_load(g_be, dir, &got, &e) == DIT_ERR_FORMAT && strstr(e.msg, "neither") && !got);
   printf("no q, k, v in block 0: %s\n", e.msg);
 }
@@ -835,8 +837,8 @@ static void test_family(const dt_args *a) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_tokens, test_encoder,   test_layout, test_scheduler, test_refiner,
-                                                   test_one_frame, test_release_names, test_quantized, test_calls, test_fold, test_vae_decoder,
-                                                   test_audio_decoder, test_pipeline, test_family};
+  static void (*const cases[])(const dt_args *) = {
+      test_tokens, test_encoder,   test_layout, test_scheduler,   test_refiner,      test_one_frame, test_release_names,
+      test_quantized, test_calls, test_fold,   test_vae_decoder, test_audio_decoder, test_pipeline,  test_family};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

@@ -1,8 +1,9 @@
 /* The planner (dit_model_plan, `ditrun plan`) against what a generate really holds: for the
  * shipped model and the Z-Image, FLUX.2 [klein], FLUX.1 [dev] and Krea 2 fixtures at 128x128
- * and 512x512, and MiniMax-H3's (a clip of 124 frames with sound at 256x128 and 512x256), each stage's predicted memory in use against the process's resident peak
- * measured during that stage of a real generate (VmHWM, reset at every stage start through
- * /proc/self/clear_refs), within 15% as the planner's promise says; fitting a run to a limit
+ * and 512x512, and MiniMax-H3's (a clip of 124 frames with sound at 256x128 and 512x256), each
+ * stage's predicted memory in use against the process's resident peak measured during that
+ * stage of a real generate (VmHWM, reset at every stage start through /proc/self/clear_refs),
+ * within 15% as the planner's promise says; fitting a run to a limit
  * (--max-memory); the refusals; the CLI. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +286,9 @@ static void test_refusals(const dt_args *a) {
   }
   CHECK(h3[0].n_stages == 3 && h3[1].n_stages == 3 && h3[1].stage[2].act_bytes < h3[0].stage[2].act_bytes &&
         h3[1].stage[1].act_bytes == h3[0].stage[1].act_bytes);
+  /* its text encoder streams its layers: fewer of its weights resident than stored; the others all */
+  CHECK(h3[0].stage[0].resident_weight_bytes < h3[0].stage[0].weight_bytes &&
+        h3[0].stage[1].resident_weight_bytes == h3[0].stage[1].weight_bytes);
   printf("  minimax-h3 512x256: the VAE decode allocates %.1f MiB in tiles of 64 px, %.1f MiB in the pipeline's\n",
          h3[1].stage[2].act_bytes / 1048576.0, h3[0].stage[2].act_bytes / 1048576.0);
   p.frames = 100;

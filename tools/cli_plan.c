@@ -65,10 +65,11 @@ static void print_json(const dit_plan *pl) {
          pl->peak_bytes > pl->start_peak_bytes ? pl->peak_bytes : pl->start_peak_bytes, pl->peak_stage, pl->flops);
   for (int i = 0; i < pl->n_stages; i++) {
     const dit_plan_stage *s = &pl->stage[i];
-    printf("%s{\"name\": \"%s\", \"component\": \"%s\", \"weight_bytes\": %zu, \"weight_dtypes\": \"%s\", "
-           "\"act_bytes\": %zu, \"act_kept_bytes\": %zu, \"peak_bytes\": %zu, \"flops\": %.6g, \"runs\": %d}",
-           i ? ", " : "", s->name, s->component, s->weight_bytes, s->weight_dtypes, s->act_bytes, s->act_kept_bytes,
-           s->peak_bytes, s->flops, s->runs);
+    printf("%s{\"name\": \"%s\", \"component\": \"%s\", \"weight_bytes\": %zu, \"resident_weight_bytes\": %zu, "
+           "\"weight_dtypes\": \"%s\", \"act_bytes\": %zu, \"act_kept_bytes\": %zu, \"peak_bytes\": %zu, "
+           "\"flops\": %.6g, \"runs\": %d}",
+           i ? ", " : "", s->name, s->component, s->weight_bytes, s->resident_weight_bytes, s->weight_dtypes,
+           s->act_bytes, s->act_kept_bytes, s->peak_bytes, s->flops, s->runs);
   }
   printf("]}\n");
 }

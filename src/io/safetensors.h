@@ -178,9 +178,10 @@ typedef struct dit_wexport {
  * when it does not fit. */
 bool dit_wname_replace(char *dst, size_t len, const char *src, const char *from, const char *to);
 /* Rewrites w's names by r (the tensors become views with the new names; a split part
- * covers its rows of the original's bytes, or a gathered copy, see group_rows). A split tensor
- * whose dim 0 is not a multiple of n (of n x group_rows), a name longer than DIT_WNAME_MAX, or two tensors ending with one name is
- * DIT_ERR_FORMAT naming them. The per-tensor scales of a split fp8 weight ("X.scale_weight",
+ * covers its rows of the original's bytes, or a gathered copy, see group_rows). A split
+ * tensor whose dim 0 is not a multiple of n (of n x group_rows), a name longer than
+ * DIT_WNAME_MAX, or two tensors ending with one name is DIT_ERR_FORMAT naming them. The
+ * per-tensor scales of a split fp8 weight ("X.scale_weight",
  * "X.weight_scale" and the input scales beside "X.weight") are copied to each part's name.
  * May be applied once per set. */
 dit_status dit_weights_remap(dit_weights *w, const dit_wremap *r, dit_error *err);

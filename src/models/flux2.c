@@ -227,7 +227,8 @@ static const dit_wrename flux2_bfl_renames[] = {
 };
 static const dit_wsplit flux2_bfl_splits[] = {
     {".attn.img_qkv.weight", 3, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"}, NULL, 0},
-    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"}, NULL, 0},
+    {".attn.txt_qkv.weight", 3, {".attn.add_q_proj.weight", ".attn.add_k_proj.weight", ".attn.add_v_proj.weight"},
+     NULL, 0},
 };
 #define N_BFL_RENAMES (sizeof flux2_bfl_renames / sizeof *flux2_bfl_renames)
 #define N_BFL_SPLITS (sizeof flux2_bfl_splits / sizeof *flux2_bfl_splits)

@@ -557,17 +557,40 @@ static dit_status check_args(const dit_qwen3 *m, int B, int S, const int32_t *id
   return DIT_OK;
 }
 
+#define LAYER_TENSORS 15
+
+/* Every tensor of layer l into t (unused biases have no data). */
+static void layer_tensors(const qwen3_layer *l, const dit_tensor *t[LAYER_TENSORS]) {
+  const dit_tensor *all[LAYER_TENSORS] = {&l->input_layernorm, &l->q_proj, &l->q_proj_b, &l->k_proj, &l->k_proj_b,
+                                          &l->v_proj, &l->v_proj_b, &l->o_proj, &l->o_proj_b, &l->q_norm,
+                                          &l->k_norm, &l->post_attention_layernorm, &l->gate_proj, &l->up_proj,
+                                          &l->down_proj};
+  memcpy(t, all, sizeof all);
+}
+
 /* The pages of layer l's weights out of the process's resident set (they stay mapped: dit_qwen3_set_stream). */
 static void release_layer(const dit_qwen3 *m, const qwen3_layer *l) {
-  const dit_tensor *t[] = {&l->input_layernorm, &l->q_proj, &l->q_proj_b, &l->k_proj, &l->k_proj_b, &l->v_proj,
-                           &l->v_proj_b, &l->o_proj, &l->o_proj_b, &l->q_norm, &l->k_norm,
-                           &l->post_attention_layernorm, &l->gate_proj, &l->up_proj, &l->down_proj};
-  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+  const dit_tensor *t[LAYER_TENSORS];
+  layer_tensors(l, t);
+  for (size_t i = 0; i < LAYER_TENSORS; i++)
     if (t[i]->data) dit_weights_release_pages(m->weights, t[i]->data, dit_tensor_nbytes(t[i]));
 }
 
 void dit_qwen3_set_stream(dit_qwen3 *m, bool on) {
   if (m) m->stream = on;
+}
+
+size_t dit_qwen3_stream_bytes(const dit_qwen3 *m) {
+  if (!m) return 0;
+  size_t most = 0;
+  for (int i = 0; i < m->cfg.num_layers; i++) {
+    const dit_tensor *t[LAYER_TENSORS];
+    layer_tensors(&m->layers[i], t);
+    size_t n = 0;
+    for (size_t k = 0; k < LAYER_TENSORS; k++) n += t[k]->data ? dit_tensor_nbytes(t[k]) : 0;
+    most = n > most ? n : most;
+  }
+  return most + dit_tensor_nbytes(&m->embed_tokens) + dit_tensor_nbytes(&m->norm);
 }
 
 /* Runs embedding, layers 1..deepest (and the final norm if index L is wanted), writing

@@ -74,6 +74,9 @@ dit_status dit_qwen3_set_rope_freq_dtype(dit_qwen3 *m, dit_dtype dt, dit_error *
  * encode). Off by default: an encoder kept for many prompts keeps its pages. On a device backend
  * the weights are uploaded whole at load; streaming them there is not built. */
 void dit_qwen3_set_stream(dit_qwen3 *m, bool on);
+/* The weights a streamed encode holds at once at most: the embedding table and norm (all of them, as a
+ * bound: an encode touches only its tokens' rows) and the largest layer. */
+size_t dit_qwen3_stream_bytes(const dit_qwen3 *m);
 
 /* What one dit_qwen3_encode of B x S ids costs (core/cost.h) when its deepest requested
  * hidden state is `deepest` (negative: from the end, as in encode's layers) and, with masked,

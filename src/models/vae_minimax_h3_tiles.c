@@ -179,8 +179,10 @@ dit_status dit_h3_vae_cost(const dit_h3_vae *v, int T, int h, int w, dit_h3_vae_
   dit_cost one;
   DIT_TRY(tiled_cost(v, ct, h, w, t, &one, err));
   out->flops = chunks * one.flops;
-  out->act_bytes = one.act_bytes + ((size_t)c->latent_channels * ct * zplane + 2 * (size_t)c->out_channels * cf * plane) *
-                                       sizeof(float); /* the chunk's latents, its clip and the overlap frames */
+  /* the chunk's latents, its clip and the overlap frames */
+  const size_t held =
+      ((size_t)c->latent_channels * ct * zplane + 2 * (size_t)c->out_channels * cf * plane) * sizeof(float);
+  out->act_bytes = one.act_bytes + held;
   return DIT_OK;
 }
 

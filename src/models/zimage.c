@@ -232,7 +232,8 @@ static const dit_wrename orig_renames[] = {
     {".attention.q_norm.", ".attention.norm_q.", NULL},
 };
 static const dit_wsplit orig_splits[] = {
-    {".attention.qkv.weight", 3, {".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"}, NULL, 0},
+    {".attention.qkv.weight", 3, {".attention.to_q.weight", ".attention.to_k.weight", ".attention.to_v.weight"},
+     NULL, 0},
 };
 static const char *const orig_drop[] = {"norm_final.weight", NULL};
 

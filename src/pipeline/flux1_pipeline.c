@@ -344,7 +344,7 @@ static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const cha
   /* the tokenizers load one after the other: the second's transient beside the first's tables */
   const size_t l1 = dit_tok_load_bytes(t->clip_tok), l2 = dit_tok_table_bytes(t->clip_tok) + dit_tok_load_bytes(t->t5_tok);
   const dit_plan_run r = {"text encoder", "text_encoder+text_encoder_2", DIT_KEEP_TEXT_ENCODER, run, 0,
-                          l1 > l2 ? l1 : l2, 1};
+                          l1 > l2 ? l1 : l2, 1, 0};
   dit_component_done(rt, c, DIT_SLOT_TEXT);
   return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
 }
@@ -373,12 +373,12 @@ static dit_status flux1_plan(const dit_model_rt *rt, void *state, const dit_gen_
   const size_t acts = run.act_bytes;
   run.flops *= p->steps;
   run.act_bytes += loop;
-  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
   dit_cost dec = {0};
   if (s == DIT_OK) s = dit_kl_decode_cost(rt, c, C / 4, 2 * lh, 2 * lw, p->vae_tile, &dec, err);
   dec.act_bytes += loop + n * sizeof(float); /* and the unpacked latents */
-  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
   return s;
 }

@@ -414,7 +414,8 @@ static dit_status plan_text(const dit_model_rt *rt, klein_model *k, const dit_ge
   if ((cfg ? 4 : 2) * one > run.act_bytes) run.act_bytes = (cfg ? 4 : 2) * one;
   run.act_bytes += dit_tok_table_bytes(t->tok);
   pl->text_tokens = n;
-  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok),
+                          1, 0};
   dit_component_done(rt, &k->c, DIT_SLOT_TEXT);
   return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
 }
@@ -446,7 +447,7 @@ static dit_status klein_plan(const dit_model_rt *rt, void *state, const dit_gen_
   run.flops *= p->steps;
   run.act_bytes += loop;
   pl->batch = cfg ? 2 : 1;
-  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
   if (s == DIT_OK) s = dit_component_get(rt, &k->c, DIT_SLOT_VAE, &obj, err);
   dit_cost dec = {0};
@@ -456,7 +457,7 @@ static dit_status klein_plan(const dit_model_rt *rt, void *state, const dit_gen_
     dec.act_bytes += loop + 3 * px * sizeof(float) + 3 * px; /* the loop's buffers; decoded pixels, 8-bit image */
     dit_component_done(rt, &k->c, DIT_SLOT_VAE);
   }
-  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
   return s;
 }

@@ -310,7 +310,8 @@ static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const dit
                                                                                       : one[1].act_bytes) + *held};
   run.act_bytes += dit_tok_table_bytes(t->tok);
   pl->text_tokens = n;
-  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok),
+                          1, 0};
   dit_component_done(rt, c, DIT_SLOT_TEXT);
   return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
 }
@@ -343,7 +344,7 @@ static dit_status krea2_plan(const dit_model_rt *rt, void *state, const dit_gen_
   run.flops *= p->steps; /* the text fusion once, counted with each step: under 1% at real sizes */
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   pl->batch = nb;
-  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps};
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, p->steps, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
   if (s == DIT_OK) s = dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err);
   dit_cost dec = {0};
@@ -353,7 +354,7 @@ static dit_status krea2_plan(const dit_model_rt *rt, void *state, const dit_gen_
     dec.act_bytes += loop + n + 3 * px * sizeof(float) + 3 * px; /* z, the decoded pixels, the 8-bit image */
     dit_component_done(rt, c, DIT_SLOT_VAE);
   }
-  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
   return s;
 }

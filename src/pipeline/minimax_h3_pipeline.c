@@ -508,7 +508,8 @@ static dit_status plan_text(const dit_model_rt *rt, dit_h3_parts *P, const char 
   /* encode_prompt's backend buffer and host copy, the ids; the tokenizer's tables */
   run.act_bytes += 2 * count * (size_t)P->tc.text_dim * sizeof(float) + count * sizeof(int32_t);
   run.act_bytes += dit_tok_table_bytes(P->tok);
-  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(P->tok), 1};
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(P->tok), 1,
+                          dit_qwen3_stream_bytes(P->te)}; /* encode_prompt streams it */
   part_done(P, DIT_SLOT_TEXT);
   *n = (int)count;
   pl->text_tokens = (int)count;
@@ -578,11 +579,11 @@ static dit_status h3_plan(const dit_model_rt *rt, void *state, const dit_gen_par
   run.flops *= evals; /* the fold's projections once (under 0.1% at real sizes): not counted */
   part_done(P, DIT_SLOT_TRANSFORMER);
   pl->steps = evals;
-  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, kept, 0, evals};
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, kept, 0, evals, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
   dit_cost dec = {0};
   if (s == DIT_OK) s = plan_decode(P, &g, p->vae_tile, loop, &dec, err);
-  const dit_plan_run vr = {"VAE decode", "vae+audio_vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  const dit_plan_run vr = {"VAE decode", "vae+audio_vae", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
   return s;
 }

@@ -75,6 +75,8 @@ dit_status dit_plan_add(const dit_model_rt *rt, dit_plan *pl, const dit_plan_run
     dit_error_prefix(err, "%s", r->name);
     return s;
   }
+  st->resident_weight_bytes = r->resident_weights && r->resident_weights < st->weight_bytes ? r->resident_weights
+                                                                                            : st->weight_bytes;
   pl->n_stages++;
   return DIT_OK;
 }
@@ -89,14 +91,14 @@ static bool seen_before(const dit_plan *pl, int j) {
 void dit_plan_finish(dit_plan *pl) {
   size_t kept_weights = 0;
   for (int j = 0; j < pl->n_stages; j++)
-    if ((pl->keep & pl->stage[j].keep_bit) && !seen_before(pl, j)) kept_weights += pl->stage[j].weight_bytes;
+    if ((pl->keep & pl->stage[j].keep_bit) && !seen_before(pl, j)) kept_weights += pl->stage[j].resident_weight_bytes;
   pl->flops = 0;
   pl->peak_bytes = 0;
   pl->peak_stage = 0;
   for (int i = 0; i < pl->n_stages; i++) {
     dit_plan_stage *st = &pl->stage[i];
     const bool kept = (pl->keep & st->keep_bit) != 0;
-    const size_t own = (kept ? 0 : st->weight_bytes) + st->act_bytes;
+    const size_t own = (kept ? 0 : st->resident_weight_bytes) + st->act_bytes;
     size_t in_use = pl->base_bytes + kept_weights + (st->load_bytes > own ? st->load_bytes : own);
     for (int j = 0; j < i; j++) /* what kept components of earlier stages still hold */
       if ((pl->keep & pl->stage[j].keep_bit) && strcmp(pl->stage[j].component, st->component))

@@ -20,6 +20,7 @@ typedef struct dit_plan_run {
   dit_cost cost;
   size_t kept_bytes, load_bytes;
   int runs;
+  size_t resident_weights; /* 0: all the component's weights are resident; else this many at once (streamed) */
 } dit_plan_run;
 
 /* Appends r as the next stage, with the component's weights summed by dtype from its files'

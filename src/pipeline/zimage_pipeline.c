@@ -309,7 +309,8 @@ static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const dit
   if (cfg && neg.act_bytes + (size_t)n_tok[0] * feat > run.act_bytes) run.act_bytes = neg.act_bytes + (size_t)n_tok[0] * feat;
   pl->text_tokens = n_tok[0];
   run.act_bytes += dit_tok_table_bytes(t->tok);
-  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok), 1};
+  const dit_plan_run r = {"text encoder", "text_encoder", DIT_KEEP_TEXT_ENCODER, run, 0, dit_tok_load_bytes(t->tok),
+                          1, 0};
   dit_component_done(rt, c, DIT_SLOT_TEXT);
   return dit_plan_add(rt, pl, &r, err);
 }
@@ -349,12 +350,12 @@ static dit_status zimage_plan(const dit_model_rt *rt, void *state, const dit_gen
   free(sigmas);
   free(timesteps);
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
-  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, steps};
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, acts, 0, steps, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &tr, err);
   dit_cost dec = {0};
   if (s == DIT_OK) s = dit_kl_decode_cost(rt, c, C, h, w, p->vae_tile, &dec, err);
   dec.act_bytes += loop; /* the loop's buffers live until the image is made */
-  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1};
+  const dit_plan_run vr = {"VAE decode", "vae", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
   if (s == DIT_OK) s = dit_plan_add(rt, pl, &vr, err);
   return s;
 }

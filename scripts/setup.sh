@@ -18,7 +18,8 @@ libcurl4-openssl-dev:the HTTP client of the server's tests
 libavformat-dev:MP4 output (FFmpeg's muxers)
 libavcodec-dev:MP4 output (H.264 and AAC encoders)
 libswscale-dev:MP4 output (RGB to YUV)
-libopenblas-dev:the CPU GEMM comparison in bench/, not linked into ditrun"
+libopenblas-dev:the CPU GEMM comparison in bench/, not linked into ditrun
+xz-utils:decompresses the CLIP and T5 tokenizer fixtures"
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=""
 echo "setup: build dependencies (Debian packages)"
@@ -73,6 +74,21 @@ else
   echo "setup: FAILED: npm ci (its last lines are above)" >&2
   exit 1
 fi
+# The CLIP and T5 tokenizers (FLUX.1's fixtures and shipped folders) are tracked xz-compressed:
+# each decompressed beside its archive when missing or older than it.
+for x in tests/fixtures/tokenizers/clip-l/vocab.json.xz tests/fixtures/tokenizers/clip-l/merges.txt.xz \
+  tests/fixtures/tokenizers/t5-v1_1/tokenizer.json.xz; do
+  out=${x%.xz}
+  if [ -f "$out" ] && [ "$out" -nt "$x" ]; then continue; fi
+  if xz -dc "$x" >"$out.tmp.$$" && mv "$out.tmp.$$" "$out"; then
+    echo "setup: decompressed $out"
+  else
+    rm -f "$out.tmp.$$"
+    echo "setup: FAILED to decompress $x (xz-utils)" >&2
+    exit 1
+  fi
+done
+echo "  ok       the CLIP and T5 tokenizers (tests/fixtures/tokenizers, from their .xz)"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found: the build adds the CUDA backend (runs where a GPU is)"
 else

@@ -108,6 +108,29 @@ dit_status dit_json_int_opt(const json_t *obj, const char *key, int64_t min, int
   return get_int(obj, key, min, max, out, true, what, err);
 }
 
+/* True when key is present with a non-null value. */
+static bool given(const json_t *obj, const char *key) {
+  const json_t *v = json_object_get(obj, key);
+  return v && !json_is_null(v);
+}
+
+dit_status dit_json_int_fields(const json_t *obj, const dit_json_int_field *f, size_t n, const char *what,
+                               dit_error *err) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = f[i].def, a = f[i].def;
+    DIT_TRY(dit_json_int_opt(obj, f[i].key, f[i].min, f[i].max, &v, what, err));
+    if (f[i].alias && given(obj, f[i].alias)) {
+      DIT_TRY(dit_json_int_opt(obj, f[i].alias, f[i].min, f[i].max, &a, what, err));
+      if (given(obj, f[i].key) && v != a)
+        return dit_errorf(err, DIT_ERR_FORMAT, "%s: \"%s\" %lld and \"%s\" %lld disagree", what, f[i].key,
+                          (long long)v, f[i].alias, (long long)a);
+      v = a;
+    }
+    *f[i].dst = (int)v;
+  }
+  return DIT_OK;
+}
+
 static dit_status get_double(const json_t *obj, const char *key, double *out, bool optional,
                              const char *what, dit_error *err) {
   const json_t *v;

@@ -34,6 +34,17 @@ dit_status dit_json_string(const json_t *obj, const char *key, const char **out,
                            dit_error *err);
 dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **out, const char *what,
                                dit_error *err);
+/* A config's optional integer fields: each key's value in [min, max] into *dst, def when absent or
+ * null; where alias is set (another program's name for the same field) its value is taken too,
+ * and both present with different values is DIT_ERR_FORMAT naming both. */
+typedef struct dit_json_int_field {
+  const char *key;
+  int64_t min, max, def;
+  int *dst;
+  const char *alias; /* NULL: none */
+} dit_json_int_field;
+dit_status dit_json_int_fields(const json_t *obj, const dit_json_int_field *f, size_t n, const char *what,
+                               dit_error *err);
 /* Array of integers: writes up to cap values into out, *n = count. Fails if longer. */
 dit_status dit_json_int_array(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
                               size_t cap, size_t *n, const char *what, dit_error *err);

@@ -16,40 +16,29 @@
 #define MAX_HEADS 1024
 #define MAX_HEAD_DIM 512
 
-/* One integer field: its key, range and diffusers' default (-1: required). */
-typedef struct int_field {
-  const char *key;
-  int64_t min, max, def;
-  int *dst;
-} int_field;
-
 static dit_status read_fields(const json_t *j, dit_krea2_config *c, const char *what, dit_error *err) {
   const char *cls = NULL;
   DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
   if (cls && strcmp(cls, "Krea2Transformer2DModel") != 0)
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected Krea2Transformer2DModel",
                       what, cls);
-  const int_field f[] = {
-      {"in_channels", 1, MAX_DIM, 64, &c->in_channels},
-      {"num_layers", 1, MAX_LAYERS, 28, &c->n_layers},
-      {"attention_head_dim", 2, MAX_HEAD_DIM, 128, &c->head_dim},
-      {"num_attention_heads", 1, MAX_HEADS, 48, &c->n_heads},
-      {"num_key_value_heads", 1, MAX_HEADS, 12, &c->n_kv_heads},
-      {"intermediate_size", 1, 1 << 20, 16384, &c->ffn_dim},
-      {"timestep_embed_dim", 2, MAX_DIM, 256, &c->t_embed_dim},
-      {"text_hidden_dim", 1, MAX_DIM, 2560, &c->text_dim},
-      {"num_text_layers", 1, 1024, 12, &c->n_taps},
-      {"text_num_attention_heads", 1, MAX_HEADS, 20, &c->text_heads},
-      {"text_num_key_value_heads", 1, MAX_HEADS, 20, &c->text_kv_heads},
-      {"text_intermediate_size", 1, 1 << 20, 6912, &c->text_ffn_dim},
-      {"num_layerwise_text_blocks", 0, MAX_LAYERS, 2, &c->n_layerwise},
-      {"num_refiner_text_blocks", 0, MAX_LAYERS, 2, &c->n_refiner},
+  const dit_json_int_field f[] = {
+      {"in_channels", 1, MAX_DIM, 64, &c->in_channels, NULL},
+      {"num_layers", 1, MAX_LAYERS, 28, &c->n_layers, NULL},
+      {"attention_head_dim", 2, MAX_HEAD_DIM, 128, &c->head_dim, NULL},
+      {"num_attention_heads", 1, MAX_HEADS, 48, &c->n_heads, NULL},
+      {"num_key_value_heads", 1, MAX_HEADS, 12, &c->n_kv_heads, NULL},
+      {"intermediate_size", 1, 1 << 20, 16384, &c->ffn_dim, NULL},
+      {"timestep_embed_dim", 2, MAX_DIM, 256, &c->t_embed_dim, NULL},
+      {"text_hidden_dim", 1, MAX_DIM, 2560, &c->text_dim, NULL},
+      {"num_text_layers", 1, 1024, 12, &c->n_taps, NULL},
+      {"text_num_attention_heads", 1, MAX_HEADS, 20, &c->text_heads, NULL},
+      {"text_num_key_value_heads", 1, MAX_HEADS, 20, &c->text_kv_heads, NULL},
+      {"text_intermediate_size", 1, 1 << 20, 6912, &c->text_ffn_dim, NULL},
+      {"num_layerwise_text_blocks", 0, MAX_LAYERS, 2, &c->n_layerwise, NULL},
+      {"num_refiner_text_blocks", 0, MAX_LAYERS, 2, &c->n_refiner, NULL},
   };
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    int64_t v = f[i].def;
-    DIT_TRY(dit_json_int_opt(j, f[i].key, f[i].min, f[i].max, &v, what, err));
-    *f[i].dst = (int)v;
-  }
+  DIT_TRY(dit_json_int_fields(j, f, sizeof f / sizeof *f, what, err));
   const int def_axes[DIT_KREA2_N_AXES] = {32, 48, 48};
   memcpy(c->axes_dims, def_axes, sizeof def_axes);
   const json_t *a = json_object_get(j, "axes_dims_rope");

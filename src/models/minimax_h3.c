@@ -12,13 +12,6 @@
 #define MAX_DIM 65536
 #define MAX_LAYERS 1024
 
-typedef struct int_field {
-  const char *key;
-  int64_t min, max, def;
-  int *dst;
-  const char *release; /* the name in MiniMax's own config, where it differs (NULL: the same) */
-} int_field;
-
 /* The fields with diffusers' defaults (the released geometry), under diffusers' names or the release's
  * (both present: they must agree), then the derived ones. */
 static dit_status read_config(const json_t *j, dit_h3_config *c, const char *what, dit_error *err) {
@@ -27,7 +20,7 @@ static dit_status read_config(const json_t *j, dit_h3_config *c, const char *wha
   if (cls && strcmp(cls, "MiniMaxH3Transformer3DModel") != 0)
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected MiniMaxH3Transformer3DModel",
                       what, cls);
-  const int_field f[] = {
+  const dit_json_int_field f[] = {
       {"num_attention_heads", 1, 1024, 56, &c->heads, NULL},
       {"attention_head_dim", 2, 512, 128, &c->head_dim, NULL},
       {"hidden_size", 1, MAX_DIM, 5376, &c->hidden, NULL},
@@ -42,18 +35,7 @@ static dit_status read_config(const json_t *j, dit_h3_config *c, const char *wha
       {"time_embed_dim", 1, MAX_DIM, 2688, &c->time_dim, NULL},
       {"rope_freq_dim", 1, 256, 16, &c->rope_freq_dim, "rope_inv_freq_len"},
   };
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    int64_t v = f[i].def, r = f[i].def;
-    DIT_TRY(dit_json_int_opt(j, f[i].key, f[i].min, f[i].max, &v, what, err));
-    if (f[i].release) DIT_TRY(dit_json_int_opt(j, f[i].release, f[i].min, f[i].max, &r, what, err));
-    if (f[i].release && json_object_get(j, f[i].release)) {
-      if (json_object_get(j, f[i].key) && v != r)
-        return dit_errorf(err, DIT_ERR_FORMAT, "%s: \"%s\" %lld and \"%s\" %lld disagree", what, f[i].key,
-                          (long long)v, f[i].release, (long long)r);
-      v = r;
-    }
-    *f[i].dst = (int)v;
-  }
+  DIT_TRY(dit_json_int_fields(j, f, sizeof f / sizeof *f, what, err));
   c->patch[0] = 1, c->patch[1] = c->patch[2] = 2;
   const json_t *p = json_object_get(j, "patch_size");
   if (p && !json_is_null(p)) DIT_TRY(dit_json_ints_exact(j, "patch_size", 1, 16, c->patch, 3, what, err));

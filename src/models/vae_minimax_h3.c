@@ -70,26 +70,18 @@ static dit_status read_config(const json_t *j, const char *what, dit_h3_vae_conf
   if (cls && strcmp(cls, "AutoencoderKLMiniMaxH3") != 0)
     return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected AutoencoderKLMiniMaxH3", what,
                       cls);
-  struct {
-    const char *key;
-    int64_t min, max, def;
-    int *dst;
-  } f[] = {
-      {"latent_channels", 1, DIT_H3_VAE_MAX_CHANNELS, 24, &c->latent_channels},
-      {"out_channels", 1, 16, 3, &c->out_channels},
-      {"decoder_num_layers", 1, 1024, 36, &c->layers},
-      {"decoder_num_attention_heads", 1, 1024, 32, &c->heads},
-      {"decoder_attention_head_dim", 2, 512, 64, &c->head_dim},
-      {"decoder_num_register_tokens", 0, 1024, 4, &c->registers},
-      {"decoder_ffn_mult", 1, 64, 4, &c->ffn_mult},
-      {"clip_length", 1, 1024, 17, &c->clip_length},
-      {"token_drop", 0, 1024, 3, &c->token_drop},
+  const dit_json_int_field f[] = {
+      {"latent_channels", 1, DIT_H3_VAE_MAX_CHANNELS, 24, &c->latent_channels, NULL},
+      {"out_channels", 1, 16, 3, &c->out_channels, NULL},
+      {"decoder_num_layers", 1, 1024, 36, &c->layers, NULL},
+      {"decoder_num_attention_heads", 1, 1024, 32, &c->heads, NULL},
+      {"decoder_attention_head_dim", 2, 512, 64, &c->head_dim, NULL},
+      {"decoder_num_register_tokens", 0, 1024, 4, &c->registers, NULL},
+      {"decoder_ffn_mult", 1, 64, 4, &c->ffn_mult, NULL},
+      {"clip_length", 1, 1024, 17, &c->clip_length, NULL},
+      {"token_drop", 0, 1024, 3, &c->token_drop, NULL},
   };
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    int64_t v = f[i].def;
-    DIT_TRY(dit_json_int_opt(j, f[i].key, f[i].min, f[i].max, &v, what, err));
-    *f[i].dst = (int)v;
-  }
+  DIT_TRY(dit_json_int_fields(j, f, sizeof f / sizeof *f, what, err));
   DIT_TRY(factor_product(j, "spatial_downsample_factors", what, &c->patch, err));
   DIT_TRY(factor_product(j, "temporal_downsample_factors", what, &c->patch_t, err));
   c->rope_theta = 100.0, c->rope_dim_ratio = 0.75;

@@ -108,6 +108,14 @@ dit_status dit_json_int_opt(const json_t *obj, const char *key, int64_t min, int
   return get_int(obj, key, min, max, out, true, what, err);
 }
 
+dit_status dit_json_class_check(const json_t *obj, const char *expected, const char *what, dit_error *err) {
+  const char *cls = NULL;
+  DIT_TRY(dit_json_string_opt(obj, "_class_name", &cls, what, err));
+  if (cls && strcmp(cls, expected) != 0)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected %s", what, cls, expected);
+  return DIT_OK;
+}
+
 /* True when key is present with a non-null value. */
 static bool given(const json_t *obj, const char *key) {
   const json_t *v = json_object_get(obj, key);

@@ -34,6 +34,8 @@ dit_status dit_json_string(const json_t *obj, const char *key, const char **out,
                            dit_error *err);
 dit_status dit_json_string_opt(const json_t *obj, const char *key, const char **out, const char *what,
                                dit_error *err);
+/* A config's optional "_class_name": absent, null or `expected`; another is DIT_ERR_FORMAT naming both. */
+dit_status dit_json_class_check(const json_t *obj, const char *expected, const char *what, dit_error *err);
 /* A config's optional integer fields: each key's value in [min, max] into *dst, def when absent or
  * null; where alias is set (another program's name for the same field) its value is taken too,
  * and both present with different values is DIT_ERR_FORMAT naming both. */

@@ -54,11 +54,7 @@ static dit_status opt_int(const json_t *j, const char *key, int64_t min, int64_t
 
 /* config.json's fields over the published defaults (diffusers' constructor defaults). */
 static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "FluxTransformer2DModel") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected FluxTransformer2DModel", what,
-                      cls);
+  DIT_TRY(dit_json_class_check(j, "FluxTransformer2DModel", what, err));
   dit_flux1_config(c, false);
   DIT_TRY(opt_int(j, "patch_size", 1, 64, &c->patch_size, what, err));
   DIT_TRY(opt_int(j, "in_channels", 1, MAX_CHANNELS, &c->in_channels, what, err));

@@ -35,11 +35,7 @@ static dit_status read_axes(const json_t *j, dit_flux2_config *c, const char *wh
 }
 
 static dit_status read_fields(const json_t *j, dit_flux2_config *c, const char *what, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "Flux2Transformer2DModel") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected Flux2Transformer2DModel",
-                      what, cls);
+  DIT_TRY(dit_json_class_check(j, "Flux2Transformer2DModel", what, err));
   DIT_TRY(opt_int(j, "patch_size", 1, 64, 1, &c->patch_size, what, err));
   DIT_TRY(opt_int(j, "in_channels", 1, MAX_CHANNELS, 128, &c->in_channels, what, err));
   c->out_channels = 0;

@@ -17,11 +17,7 @@
 #define MAX_HEAD_DIM 512
 
 static dit_status read_fields(const json_t *j, dit_krea2_config *c, const char *what, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "Krea2Transformer2DModel") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected Krea2Transformer2DModel",
-                      what, cls);
+  DIT_TRY(dit_json_class_check(j, "Krea2Transformer2DModel", what, err));
   const dit_json_int_field f[] = {
       {"in_channels", 1, MAX_DIM, 64, &c->in_channels, NULL},
       {"num_layers", 1, MAX_LAYERS, 28, &c->n_layers, NULL},

@@ -15,11 +15,7 @@
 /* The fields with diffusers' defaults (the released geometry), under diffusers' names or the release's
  * (both present: they must agree), then the derived ones. */
 static dit_status read_config(const json_t *j, dit_h3_config *c, const char *what, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "MiniMaxH3Transformer3DModel") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected MiniMaxH3Transformer3DModel",
-                      what, cls);
+  DIT_TRY(dit_json_class_check(j, "MiniMaxH3Transformer3DModel", what, err));
   const dit_json_int_field f[] = {
       {"num_attention_heads", 1, 1024, 56, &c->heads, NULL},
       {"attention_head_dim", 2, 512, 128, &c->head_dim, NULL},

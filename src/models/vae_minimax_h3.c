@@ -65,11 +65,7 @@ static dit_status stats(const json_t *j, const char *key, int n, float def, floa
 }
 
 static dit_status read_config(const json_t *j, const char *what, dit_h3_vae_config *c, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "AutoencoderKLMiniMaxH3") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected AutoencoderKLMiniMaxH3", what,
-                      cls);
+  DIT_TRY(dit_json_class_check(j, "AutoencoderKLMiniMaxH3", what, err));
   const dit_json_int_field f[] = {
       {"latent_channels", 1, DIT_H3_VAE_MAX_CHANNELS, 24, &c->latent_channels, NULL},
       {"out_channels", 1, 16, 3, &c->out_channels, NULL},

@@ -40,11 +40,7 @@ static dit_status int_list(const json_t *j, const char *key, int max, int lo, in
 
 static dit_status read_config(const json_t *j, const char *what, dit_h3_audio_config *c, dit_voc_gen_config *g,
                               dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "AutoencoderKLMiniMaxH3Audio") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected AutoencoderKLMiniMaxH3Audio",
-                      what, cls);
+  DIT_TRY(dit_json_class_check(j, "AutoencoderKLMiniMaxH3Audio", what, err));
   int64_t v[4] = {32, 2048, 2048, 32000};
   const char *keys[4] = {"latent_channels", "latent_dim", "decoder_dim", "sampling_rate"};
   const int64_t hi[4] = {DIT_H3_AUDIO_MAX_CHANNELS, 1 << 16, 1 << 16, 1 << 20};

@@ -30,11 +30,7 @@ static dit_status get_int(const json_t *j, const char *key, int64_t min, int64_t
 }
 
 static dit_status read_fields(const json_t *j, dit_zimage_config *c, const char *what, dit_error *err) {
-  const char *cls = NULL;
-  DIT_TRY(dit_json_string_opt(j, "_class_name", &cls, what, err));
-  if (cls && strcmp(cls, "ZImageTransformer2DModel") != 0)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: field \"_class_name\" is \"%s\", expected ZImageTransformer2DModel",
-                      what, cls);
+  DIT_TRY(dit_json_class_check(j, "ZImageTransformer2DModel", what, err));
   DIT_TRY(get_int(j, "dim", 1, MAX_DIM, &c->dim, what, err));
   DIT_TRY(get_int(j, "n_layers", 1, MAX_LAYERS, &c->n_layers, what, err));
   DIT_TRY(get_int(j, "n_refiner_layers", 0, MAX_LAYERS, &c->n_refiner_layers, what, err));

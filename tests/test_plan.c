@@ -94,6 +94,7 @@ static void in_child(void (*fn)(const child_case *), const child_case *c) {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
+    dt_passed = dt_failed = 0; /* the child's own checks: a failure before the fork is the parent's to report */
     fn(c);
     fflush(stdout);
     _exit(dt_failed ? 1 : 0);

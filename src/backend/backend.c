@@ -281,6 +281,10 @@ dit_status dit_backend_random_wtable(dit_backend *be, const dit_wtable *t, dit_d
   return DIT_OK;
 }
 
+void dit_backend_trim(dit_backend *be) {
+  if (be && be->ops->trim) be->ops->trim(be);
+}
+
 void dit_backend_free(dit_backend *be) {
   if (!be) return;
   if (be->ops->destroy) be->ops->destroy(be); /* the backend's own state: pools, streams, handles */

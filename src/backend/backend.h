@@ -80,8 +80,11 @@ typedef struct dit_backend_ops {
   dit_status (*timer_mark)(dit_backend *be, int *id, dit_error *err);
   dit_status (*timer_ms)(dit_backend *be, int a, int b, double *ms, dit_error *err);
   void (*timer_reset)(dit_backend *be);
-  /* Optional (NULL on the CPU): releases the backend's private state (streams, handles,
-   * workspaces); dit_backend_free calls it before freeing be. */
+  /* Optional: gives back the memory the backend keeps between calls for its kernels (the
+   * CPU's scratch), between stages; the next op takes it again. Use dit_backend_trim. */
+  void (*trim)(dit_backend *be);
+  /* Optional: releases the backend's private state (streams, handles, workspaces, scratch);
+   * dit_backend_free calls it before freeing be. */
   void (*destroy)(dit_backend *be);
 } dit_backend_ops;
 
@@ -135,6 +138,9 @@ size_t dit_backend_device_used(dit_device_kind kind, int device);
 /* Whether be has op number `op` (table order of DIT_BACKEND_OPS; the fused ops are optional). */
 bool dit_backend_supports_op(const dit_backend *be, int op);
 void dit_backend_free(dit_backend *be);
+/* Gives back what be keeps between calls for its kernels (ops.trim; nothing where it has none):
+ * at the end of a stage, so the next one does not hold the last one's working memory. */
+void dit_backend_trim(dit_backend *be);
 
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err);
 /* The CPU backend's GEMM kernel path now: "avx512bf16", "avx512" (AVX-512 without BF16),

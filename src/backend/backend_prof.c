@@ -205,6 +205,7 @@ static dit_status w_graph_launch(dit_backend *be, void *graph, dit_error *err) {
   return p->inner->ops->graph_launch(p->inner, graph, err);
 }
 static void w_graph_free(dit_backend *be, void *graph) { P(be)->inner->ops->graph_free(P(be)->inner, graph); }
+static void w_trim(dit_backend *be) { dit_backend_trim(P(be)->inner); }
 
 dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, dit_error *err) {
   *out = NULL;
@@ -226,6 +227,7 @@ dit_status dit_backend_profiler_create(dit_backend *inner, dit_backend **out, di
   p->ops.capture_end = io->capture_end ? w_capture_end : NULL;
   p->ops.graph_launch = io->graph_launch ? w_graph_launch : NULL;
   p->ops.graph_free = io->graph_free ? w_graph_free : NULL;
+  p->ops.trim = io->trim ? w_trim : NULL;
   p->be.ops = &p->ops;
   p->be.n_threads = inner->n_threads;
   p->be.fp8 = inner->fp8;

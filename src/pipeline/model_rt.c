@@ -23,6 +23,9 @@ dit_status dit_components_retune(const dit_model_rt *rt, dit_components *c, dit_
 }
 
 void dit_component_done(const dit_model_rt *rt, dit_components *c, int slot) {
+  /* the stage's kernels' working memory leaves the resident set, kept component or not */
+  dit_backend_trim(rt->dev);
+  if (rt->host != rt->dev) dit_backend_trim(rt->host);
   if (rt->keep & c->kind[slot]->keep_bit) return;
   if (c->obj[slot]) {
     c->kind[slot]->free(c->obj[slot]);

@@ -220,8 +220,9 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
     return dit_errorf(err, DIT_ERR_INTERNAL, "attention: the kernel path's %d-column panels do not divide the "
                       "%d-key blocks", A.P->nr, ATT_KB);
   size_t per = att_buf_floats(Sk, D, A.P->nr);
-  float *buf = aligned_alloc(64, per * sizeof(float) * (size_t)nt);
-  if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "attention: out of memory for block buffers");
+  void *mem;
+  DIT_TRY(cpu_scratch_take(be, 1, (size_t[]){per * sizeof(float) * (size_t)nt}, &mem, "attention", err));
+  float *buf = mem;
 #pragma omp parallel num_threads(nt)
   {
     att_buf Bf;
@@ -233,7 +234,6 @@ dit_status cpu_attention(dit_backend *be, dit_tensor *out, const dit_tensor *q, 
       att_chunk(&A, &Bf, b, h, qa, qz < Sq ? qz : Sq);
     }
   }
-  free(buf);
   return DIT_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -10,16 +11,63 @@
 
 #include "backend/cpu/cpu_internal.h"
 
+/* Under AddressSanitizer every buffer is a heap block of its exact size, so overruns are
+ * caught and LeakSanitizer (which does not follow mappings) still sees leaks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CPU_HEAP_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CPU_HEAP_ONLY 1
+#endif
+#endif
+#ifndef CPU_HEAP_ONLY
+#define CPU_HEAP_ONLY 0
+#endif
+
+/* Buffers of at least this many bytes (tensors, activation arenas, weight copies) are mapped
+ * from the system and unmapped when freed, not taken from the C heap: their pages leave the
+ * resident set at once, and whether a buffer that grows by a few bytes finds room where the last
+ * one was (glibc keeps a freed block resident unless it borders the heap's top) no longer depends
+ * on how earlier frees happened to fragment the heap: the resident peak is what the plan says. */
+#define CPU_MAP_MIN ((size_t)1 << 20)
+
+static void *map_bytes(size_t n) {
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
 static dit_status cpu_alloc(dit_backend *be, size_t bytes, void **out, dit_error *err) {
   size_t n = (bytes + 63) & ~(size_t)63;
   if (n < bytes) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: %zu bytes overflows", bytes);
-  void *p = aligned_alloc(64, n ? n : 64);
+  cpu_mapped *m = &((cpu_impl *)be->impl)->mapped;
+  const bool map = !CPU_HEAP_ONLY && n >= CPU_MAP_MIN;
+  if (map && m->n == m->cap) {
+    const size_t cap = m->cap ? 2 * m->cap : 64;
+    void **a = realloc(m->addr, cap * sizeof *a);
+    if (a) m->addr = a;
+    size_t *b = a ? realloc(m->bytes, cap * sizeof *b) : NULL;
+    if (b) m->bytes = b, m->cap = cap;
+    if (!a || !b) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for the buffer table");
+  }
+  void *p = map ? map_bytes(n) : aligned_alloc(64, n ? n : 64);
   if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for %zu bytes", bytes);
+  if (map) m->addr[m->n] = p, m->bytes[m->n++] = n;
   *out = p;
   return DIT_OK;
 }
 
-static void cpu_free(dit_backend *be, void *p) { free(p); }
+static void cpu_free(dit_backend *be, void *p) {
+  if (!p) return;
+  cpu_mapped *m = &((cpu_impl *)be->impl)->mapped;
+  for (size_t i = m->n; i-- > 0;)
+    if (m->addr[i] == p) {
+      munmap(p, m->bytes[i]);
+      m->addr[i] = m->addr[m->n - 1], m->bytes[i] = m->bytes[m->n - 1];
+      m->n--;
+      return;
+    }
+  free(p);
+}
 
 static dit_status cpu_upload(dit_backend *be, void *dst, const void *src, size_t bytes, dit_error *err) {
   if (bytes && (!dst || !src)) return dit_errorf(err, DIT_ERR_INVALID_ARG, "cpu upload: NULL pointer");
@@ -29,7 +77,58 @@ static dit_status cpu_upload(dit_backend *be, void *dst, const void *src, size_t
 
 static dit_status cpu_sync(dit_backend *be, dit_error *err) { return DIT_OK; }
 
+static void scratch_release(cpu_scratch *sc) {
+  if (sc->map) munmap(sc->map, sc->map_bytes);
+  for (int i = 0; i < CPU_SCRATCH_PARTS; i++) free(sc->block[i]);
+  memset(sc, 0, sizeof *sc);
+}
+
+dit_status cpu_scratch_take(const dit_backend *be, int n, const size_t *bytes, void **parts, const char *op,
+                            dit_error *err) {
+  cpu_scratch *sc = &((cpu_impl *)be->impl)->scratch;
+  if (n < 1 || n > CPU_SCRATCH_PARTS)
+    return dit_errorf(err, DIT_ERR_INTERNAL, "%s: %d scratch parts (1..%d)", op, n, CPU_SCRATCH_PARTS);
+  size_t off[CPU_SCRATCH_PARTS], total = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t r = (bytes[i] + 63) & ~(size_t)63;
+    if (r < bytes[i] || total + r < total)
+      return dit_errorf(err, DIT_ERR_NOMEM, "%s: a working buffer of %zu bytes overflows", op, bytes[i]);
+    off[i] = total, total += r;
+  }
+#if CPU_HEAP_ONLY
+  for (int i = 0; i < CPU_SCRATCH_PARTS; i++) free(sc->block[i]), sc->block[i] = NULL;
+  for (int i = 0; i < n; i++) {
+    parts[i] = NULL;
+    if (!bytes[i]) continue;
+    if (!(sc->block[i] = parts[i] = aligned_alloc(64, (bytes[i] + 63) & ~(size_t)63)))
+      return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory for %zu bytes of working buffers", op, total);
+  }
+  return DIT_OK;
+#else
+  if (total > sc->map_bytes) {
+    /* a new mapping a quarter larger than asked (untouched pages cost nothing), so a slowly
+     * growing need does not remap at every call */
+    size_t want = total + total / 4, page = (size_t)sysconf(_SC_PAGESIZE);
+    want = (want + page - 1) / page * page;
+    scratch_release(sc);
+    void *m = map_bytes(want);
+    if (!m)
+      return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory for %zu bytes of working buffers", op, total);
+    sc->map = m, sc->map_bytes = want;
+  }
+  for (int i = 0; i < n; i++) parts[i] = bytes[i] ? (char *)sc->map + off[i] : NULL;
+  return DIT_OK;
+#endif
+}
+
+static void cpu_trim(dit_backend *be) { scratch_release(&((cpu_impl *)be->impl)->scratch); }
+
 static void cpu_destroy(dit_backend *be) {
+  cpu_impl *im = be->impl;
+  cpu_trim(be);
+  for (size_t i = 0; i < im->mapped.n; i++) munmap(im->mapped.addr[i], im->mapped.bytes[i]);
+  free(im->mapped.addr);
+  free(im->mapped.bytes);
   free(be->impl);
   be->impl = NULL;
 }
@@ -43,6 +142,7 @@ static void cpu_destroy(dit_backend *be) {
 #define cpu_rms_norm_rope_row NULL
 static const dit_backend_ops cpu_ops = {
     .name = "cpu",
+    .trim = cpu_trim,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,

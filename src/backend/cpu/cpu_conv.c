@@ -165,29 +165,23 @@ static dit_status conv_run(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
   int nt = be->n_threads < 1 ? 1 : be->n_threads;
   if (tiles < nt) nt = (int)tiles;
   size_t per = ((size_t)(K * (TP + P->nr)) + 15) & ~(size_t)15;
-  float *wf = malloc(sizeof(float) * (size_t)(g.Co * K + 1));
-  float *buf = aligned_alloc(64, sizeof(float) * per * (size_t)nt);
   /* bf16 precision (AVX512-BF16 only): weight rows and per-thread panels in bf16 */
   const cpu_gemm_bf16_path *BP = NULL;
   int64_t Kp = (K + 1) & ~(int64_t)1;
   size_t bper = ((size_t)((TP + P->nr) * Kp) + 31) & ~(size_t)31;
-  uint16_t *wb = NULL, *bbuf = NULL;
 #if defined(DIT_CPU_X86)
-  if (cpu_simd_bf16(be) && cpu_precision(be) == DIT_CPU_PRECISION_BF16 && P->nr == cpu_gemm_bf16_avx512.nr) {
+  if (cpu_simd_bf16(be) && cpu_precision(be) == DIT_CPU_PRECISION_BF16 && P->nr == cpu_gemm_bf16_avx512.nr)
     BP = &cpu_gemm_bf16_avx512;
-    wb = malloc(2 * (size_t)(g.Co * Kp + 1));
-    bbuf = aligned_alloc(64, 2 * bper * (size_t)nt);
-  }
 #endif
+  /* the weights as fp32 rows and the per-thread im2col panels; with BP, both in bf16 too */
+  const size_t bytes[4] = {sizeof(float) * (size_t)(g.Co * K + 1), sizeof(float) * per * (size_t)nt,
+                           BP ? 2 * (size_t)(g.Co * Kp + 1) : 0, BP ? 2 * bper * (size_t)nt : 0};
+  void *part[4];
+  DIT_TRY(cpu_scratch_take(be, 4, bytes, part, op, err));
+  float *wf = part[0], *buf = part[1];
+  uint16_t *wb = part[2], *bbuf = part[3];
   /* portable bf16 precision: operands rounded to bf16 values, then the fp32 kernel */
   bool rnd = !BP && cpu_precision(be) == DIT_CPU_PRECISION_BF16;
-  if (!wf || !buf || (BP && (!wb || !bbuf))) {
-    free(wf);
-    free(buf);
-    free(wb);
-    free(bbuf);
-    return dit_errorf(err, DIT_ERR_NOMEM, "%s: out of memory for the weight and im2col tiles", op);
-  }
   const float *xd = x->data;
   float *yd = y->data;
 #pragma omp parallel num_threads(nt)
@@ -224,10 +218,6 @@ static dit_status conv_run(dit_backend *be, dit_tensor *y, const dit_tensor *x, 
         }
     }
   }
-  free(wf);
-  free(buf);
-  free(wb);
-  free(bbuf);
   return DIT_OK;
 }
 

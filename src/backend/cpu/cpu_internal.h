@@ -12,6 +12,22 @@
 #include "backend/act_math.h"
 #include "backend/backend_check.h"
 
+/* The memory behind cpu_scratch_take: one anonymous mapping (or, under AddressSanitizer,
+ * the heap blocks of the last call). */
+#define CPU_SCRATCH_PARTS 4
+typedef struct cpu_scratch {
+  void *map;
+  size_t map_bytes;
+  void *block[CPU_SCRATCH_PARTS];
+} cpu_scratch;
+
+/* The buffers cpu_alloc mapped straight from the system (address and length), for cpu_free. */
+typedef struct cpu_mapped {
+  void **addr;
+  size_t *bytes;
+  size_t n, cap;
+} cpu_mapped;
+
 typedef struct cpu_impl {
   bool have_avx512; /* the AVX-512 fp32 kernels run: the CPU has avx512f/bw/vl (and DIT_CPU_ISA allows them) */
   bool have_bf16;   /* and the AVX512-BF16 ones (bf16 precision, small-M stream kernels): avx512bf16 too */
@@ -19,7 +35,21 @@ typedef struct cpu_impl {
   bool have_neon;   /* the NEON GEMM runs (AArch64, unless DIT_CPU_ISA=portable) */
   bool use_simd;    /* use the SIMD kernels when available (tests switch them off) */
   dit_cpu_precision precision; /* linear layers: fp32 products (default) or bf16 x bf16 */
+  cpu_scratch scratch;          /* the kernels' working memory, kept between calls */
+  cpu_mapped mapped;            /* the live buffers of at least CPU_MAP_MIN bytes */
 } cpu_impl;
+
+/* The working memory of the call running now (packing panels, activations rounded to bf16,
+ * im2col tiles, attention blocks): n parts of bytes[i] each (0: NULL), 64-byte aligned, valid
+ * until the next cpu_scratch call on the backend, so one kernel at a time holds it (a kernel
+ * that calls another takes its own parts first and hands them down). The memory is kept
+ * between calls and grows to the largest asked: the thousands of GEMMs of a forward neither
+ * allocate nor fault in fresh pages, and a process's resident peak is its largest call's, not
+ * a product of how the heap happens to be fragmented. dit_backend_trim gives it back. Under
+ * AddressSanitizer each part is a heap block of its exact size, freed at the next call, so
+ * overruns are still caught. op names the kernel in the out-of-memory message. */
+dit_status cpu_scratch_take(const dit_backend *be, int n, const size_t *bytes, void **parts, const char *op,
+                            dit_error *err);
 
 /* Internal switch (tests, benchmarks): use the SIMD kernels (when the CPU has them) or
  * force the portable C path. Returns whether a SIMD path (dit_cpu_isa_name) is now in use. */

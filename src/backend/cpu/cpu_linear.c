@@ -282,46 +282,55 @@ static void run_items(gemm_item_fn item, const void *path, int nt, const gemm_jo
   }
 }
 
-/* fp32 packed GEMM (and, with round_w and an x already rounded, the portable bf16 one). */
-static dit_status gemm_f32(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
-  nt = gemm_plan(J, P->mr, P->nr, nt, 192);
+/* The per-thread bytes of an fp32 GEMM's packing panels and staged x block (sets J's offset
+ * of the stage within them). */
+static size_t f32_panel_bytes(gemm_job *J) {
   size_t per = (size_t)GEMM_KC * (size_t)(GEMM_NC + 64) * sizeof(float);
   J->stage_off = per;
-  per += stage_bytes(J, GEMM_KC);
-  float *buf = aligned_alloc(64, per * (size_t)nt);
-  if (!buf) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for packing buffers");
-  run_items(gemm_item, P, nt, J, (char *)buf, per);
-  free(buf);
+  return per + stage_bytes(J, GEMM_KC);
+}
+
+/* fp32 packed GEMM (and, with round_w and an x already rounded, the portable bf16 one). */
+static dit_status gemm_f32(const dit_backend *be, const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
+  nt = gemm_plan(J, P->mr, P->nr, nt, 192);
+  const size_t per = f32_panel_bytes(J);
+  void *buf;
+  DIT_TRY(cpu_scratch_take(be, 1, (size_t[]){per * (size_t)nt}, &buf, "gemm", err));
+  run_items(gemm_item, P, nt, J, buf, per);
   return DIT_OK;
 }
 
 /* Portable bf16 precision: x rounded to bf16 values (an fp32 copy), W rounded per packed
  * block, then the fp32 kernel: the same products as vdpbf16ps, fp32 sums. */
-static dit_status gemm_bf16_portable(const cpu_gemm_path *P, int nt, gemm_job *J, dit_error *err) {
-  float *xr = malloc(sizeof(float) * (size_t)(J->M * J->K + 1));
-  if (!xr) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations");
+static dit_status gemm_bf16_portable(const dit_backend *be, const cpu_gemm_path *P, int nt, gemm_job *J,
+                                     dit_error *err) {
+  gemm_job R = *J;
+  R.ldx = J->K, R.round_w = true;
+  nt = gemm_plan(&R, P->mr, P->nr, nt, 192);
+  const size_t per = f32_panel_bytes(&R);
+  void *part[2];
+  DIT_TRY(cpu_scratch_take(be, 2, (size_t[]){sizeof(float) * (size_t)(J->M * J->K + 1), per * (size_t)nt}, part,
+                           "gemm", err));
+  float *xr = part[0];
   for (int64_t i = 0; i < J->M; i++)
     for (int64_t k = 0; k < J->K; k++) xr[i * J->K + k] = round_bf16(J->x[i * J->ldx + k]);
-  gemm_job R = *J;
-  R.x = xr, R.ldx = J->K, R.round_w = true;
-  dit_status s = gemm_f32(P, nt, &R, err);
-  free(xr);
-  return s;
+  R.x = xr;
+  run_items(gemm_item, P, nt, &R, part[1], per);
+  return DIT_OK;
 }
 
 #if defined(DIT_CPU_X86)
-/* x rounded to bf16 rows of Kp = K rounded up to even (zero-padded), over the threads. */
-static uint16_t *round_x(const cpu_gemm_bf16_path *B, int nt, const gemm_job *J, int64_t *kp_out) {
-  int64_t Kp = (J->K + 1) & ~(int64_t)1;
-  uint16_t *xb = aligned_alloc(64, ((size_t)(J->M * Kp) * 2 + 63) & ~(size_t)63);
-  if (!xb) return NULL;
+/* The row length of x rounded to bf16: K rounded up to even (zero-padded). */
+static int64_t round_x_kp(const gemm_job *J) { return (J->K + 1) & ~(int64_t)1; }
+
+/* x rounded to bf16 rows of round_x_kp(J) into xb, over the threads. */
+static void round_x(const cpu_gemm_bf16_path *B, int nt, const gemm_job *J, uint16_t *xb) {
+  const int64_t Kp = round_x_kp(J);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t i = 0; i < J->M; i += 16) {
     int64_t r = J->M - i < 16 ? J->M - i : 16;
     B->round_rows(xb + i * Kp, Kp, J->x + i * J->ldx, J->ldx, r, J->K);
   }
-  *kp_out = Kp;
-  return xb;
 }
 
 static void gemm_item_bf16(const void *path, void *wpv, const gemm_job *J, int64_t m0, int64_t mc, int64_t n0,
@@ -346,34 +355,32 @@ static void gemm_item_bf16(const void *path, void *wpv, const gemm_job *J, int64
 }
 
 /* bf16 packed GEMM with vdpbf16ps. */
-static dit_status gemm_bf16(const cpu_gemm_bf16_path *B, int nt, gemm_job *J, dit_error *err) {
+static dit_status gemm_bf16(const dit_backend *be, const cpu_gemm_bf16_path *B, int nt, gemm_job *J,
+                            dit_error *err) {
   /* 384: packing is relatively twice as costly next to vdpbf16ps (measured at M=384,
    * K=3840, N=3840: 425-408 GFLOP/s per CPU-second with 192, 452-533 with 384) */
   nt = gemm_plan(J, B->mr, B->nr, nt, 384);
-  uint16_t *xb = round_x(B, nt, J, &J->ldxb);
-  size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64) * 2;
-  uint16_t *buf = aligned_alloc(64, per * (size_t)nt);
-  if (!xb || !buf) {
-    free(xb);
-    free(buf);
-    return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations and packing buffers");
-  }
-  J->xb = xb;
-  run_items(gemm_item_bf16, B, nt, J, (char *)buf, per);
-  free(buf);
-  free(xb);
+  J->ldxb = round_x_kp(J);
+  const size_t per = (size_t)GEMM_KC_BF * (size_t)(GEMM_NC + 64) * 2;
+  void *part[2];
+  DIT_TRY(cpu_scratch_take(be, 2, (size_t[]){(size_t)(J->M * J->ldxb) * 2, per * (size_t)nt}, part, "gemm", err));
+  round_x(B, nt, J, part[0]);
+  J->xb = part[0];
+  run_items(gemm_item_bf16, B, nt, J, part[1], per);
   return DIT_OK;
 }
 
 /* Small M: every thread takes blocks of 16 W rows (output columns) and streams them in
  * place against all of x (fp32, or rounded to bf16), k blocked so x's block stays in L2. */
-static dit_status gemm_stream(const cpu_gemm_bf16_path *B, int nt, bool bf, gemm_job *J, dit_error *err) {
+static dit_status gemm_stream(const dit_backend *be, const cpu_gemm_bf16_path *B, int nt, bool bf, gemm_job *J,
+                              dit_error *err) {
   const void *xs = J->x;
   int64_t ldxs = J->ldx;
-  uint16_t *xb = NULL;
   if (bf) {
-    xb = round_x(B, nt, J, &ldxs);
-    if (!xb) return dit_errorf(err, DIT_ERR_NOMEM, "gemm: out of memory for bf16 activations");
+    ldxs = round_x_kp(J);
+    void *xb;
+    DIT_TRY(cpu_scratch_take(be, 1, (size_t[]){(size_t)(J->M * ldxs) * 2}, &xb, "gemm", err));
+    round_x(B, nt, J, xb);
     xs = xb;
   }
   size_t xsz = bf ? 2 : 4, wsz = dit_dtype_size(J->wt);
@@ -404,7 +411,6 @@ static dit_status gemm_stream(const cpu_gemm_bf16_path *B, int nt, bool bf, gemm
     }
     epilogue(J->y + n0, J->ldy, M, n0, nc, J->ws, J->b, J->bt, J->act);
   }
-  free(xb);
   return DIT_OK;
 }
 #endif
@@ -421,12 +427,12 @@ dit_status cpu_gemm(const dit_backend *be, int64_t M, int64_t N, int64_t K, cons
     J.deq = cpu_dequant_row_avx512;
     /* the stream kernels read W in place: F32/BF16/F16 only */
     if (M <= (bf ? STREAM_MAX_M_BF : STREAM_MAX_M) && !dit_dtype_is_quant(wt))
-      return gemm_stream(&cpu_gemm_bf16_avx512, nt, bf, &J, err);
-    if (bf) return gemm_bf16(&cpu_gemm_bf16_avx512, nt, &J, err);
+      return gemm_stream(be, &cpu_gemm_bf16_avx512, nt, bf, &J, err);
+    if (bf) return gemm_bf16(be, &cpu_gemm_bf16_avx512, nt, &J, err);
   }
 #endif
-  if (bf) return gemm_bf16_portable(cpu_gemm_path_for(be), nt, &J, err);
-  return gemm_f32(cpu_gemm_path_for(be), nt, &J, err);
+  if (bf) return gemm_bf16_portable(be, cpu_gemm_path_for(be), nt, &J, err);
+  return gemm_f32(be, cpu_gemm_path_for(be), nt, &J, err);
 }
 
 /* w's low-rank term fits w: a [R, K] and b [N, R], F32, on the host. */

@@ -43,15 +43,13 @@ static dit_status cpu_alloc(dit_backend *be, size_t bytes, void **out, dit_error
   const bool map = !CPU_HEAP_ONLY && n >= CPU_MAP_MIN;
   if (map && m->n == m->cap) {
     const size_t cap = m->cap ? 2 * m->cap : 64;
-    void **a = realloc(m->addr, cap * sizeof *a);
-    if (a) m->addr = a;
-    size_t *b = a ? realloc(m->bytes, cap * sizeof *b) : NULL;
-    if (b) m->bytes = b, m->cap = cap;
-    if (!a || !b) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for the buffer table");
+    cpu_mapping *at = realloc(m->at, cap * sizeof *at);
+    if (!at) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for the buffer table");
+    m->at = at, m->cap = cap;
   }
   void *p = map ? map_bytes(n) : aligned_alloc(64, n ? n : 64);
   if (!p) return dit_errorf(err, DIT_ERR_NOMEM, "cpu alloc: out of memory for %zu bytes", bytes);
-  if (map) m->addr[m->n] = p, m->bytes[m->n++] = n;
+  if (map) m->at[m->n++] = (cpu_mapping){p, n};
   *out = p;
   return DIT_OK;
 }
@@ -60,10 +58,9 @@ static void cpu_free(dit_backend *be, void *p) {
   if (!p) return;
   cpu_mapped *m = &((cpu_impl *)be->impl)->mapped;
   for (size_t i = m->n; i-- > 0;)
-    if (m->addr[i] == p) {
-      munmap(p, m->bytes[i]);
-      m->addr[i] = m->addr[m->n - 1], m->bytes[i] = m->bytes[m->n - 1];
-      m->n--;
+    if (m->at[i].addr == p) {
+      munmap(p, m->at[i].bytes);
+      m->at[i] = m->at[--m->n];
       return;
     }
   free(p);
@@ -126,9 +123,8 @@ static void cpu_trim(dit_backend *be) { scratch_release(&((cpu_impl *)be->impl)-
 static void cpu_destroy(dit_backend *be) {
   cpu_impl *im = be->impl;
   cpu_trim(be);
-  for (size_t i = 0; i < im->mapped.n; i++) munmap(im->mapped.addr[i], im->mapped.bytes[i]);
-  free(im->mapped.addr);
-  free(im->mapped.bytes);
+  for (size_t i = 0; i < im->mapped.n; i++) munmap(im->mapped.at[i].addr, im->mapped.at[i].bytes);
+  free(im->mapped.at);
   free(be->impl);
   be->impl = NULL;
 }

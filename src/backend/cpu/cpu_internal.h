@@ -22,9 +22,12 @@ typedef struct cpu_scratch {
 } cpu_scratch;
 
 /* The buffers cpu_alloc mapped straight from the system (address and length), for cpu_free. */
+typedef struct cpu_mapping {
+  void *addr;
+  size_t bytes;
+} cpu_mapping;
 typedef struct cpu_mapped {
-  void **addr;
-  size_t *bytes;
+  cpu_mapping *at;
   size_t n, cap;
 } cpu_mapped;
 

@@ -4,7 +4,9 @@ Flux2Transformer2DModel (--arch flux2-klein-4b /
 flux2-klein-9b, FLUX.2 [klein]'s published config) or FluxTransformer2DModel (--arch flux1-dev /
 flux1-schnell, FLUX.1's published config: 19 double + 38 single blocks, 24 heads of 128) or
 LTX2VideoTransformer3DModel (--arch ltx2 / ltx23, the released LTX-2.0 / 2.3 configs; one clip of
-RES x HEIGHT pixels and FRAMES frames at 24 fps, video and audio streams) at the
+RES x HEIGHT pixels and FRAMES frames at 24 fps, video and audio streams) or MiniMaxH3Transformer3DModel
+(--arch minimax-h3, the released config; the packed sequence of TEXT_LEN text rows and one latent frame of
+(RES / 32)^2 video rows, no audio rows, one timestep 0.5, as `ditrun bench --arch minimax-h3` runs it) at the
 same geometry (bf16, random weights, one image of RES x RES pixels and TEXT_LEN text tokens),
 eager and torch.compile, timed with CUDA events after warmup (median of ITERS). Run it on the GPU machine in the same job as ditrun (bench/gpu_run.sh).
 
@@ -22,6 +24,7 @@ runs; torch.compile (of the transformer only) only if --modes names it. Each run
 
 usage: python3 bench/torch_ref.py [--arch zimage] [--res 512 1024 2048] [--text-len 128|512] [--iters 10]
          [--height H --frames N (ltx2*: e.g. --res 768 --height 512 --frames 121)]
+         (--arch minimax-h3: --res a multiple of 32, one image of (RES / 32)^2 video rows, TEXT_LEN 512)
          [--warmup 3] [--modes eager,compile] [--compile-budget-s 300] [--fp8] [--profile] [--out FILE.json]
 
 --fp8: the blocks' linears (ditrun's fp8 policy: numbered blocks, not modulation or norms) as a
@@ -112,6 +115,46 @@ def ltx2_flops(n_vid, n_aud, n_txt, v23, layers=48, heads=32, dv=128, da=64, cap
     return layers * blk + rest
 
 
+def h3_flops(n_txt, n_vid, n_aud=0, h=5376, i=7168, f=14336, layers=50, refiners=2, td=5120, pd=96, ca=32):
+    """ditrun's count (dit_h3_flops, src/models/minimax_h3_forward.c): per row of each block q, k, v, out (4 H I)
+    and SwiGLU (3 F H) MACs plus QK^T and PV over the S packed rows; the token refiner's blocks over the text rows;
+    proj_in / audio_proj_in / context_embedder over their rows and both output heads over every row. The
+    modulation (time MLP, every block's adaln_proj, norm_out.linear: one row per timestep) is not counted: ditrun
+    folds it before timing; diffusers computes it in every forward (reading the 13 B adaln_proj weights)."""
+    s = n_txt + n_vid + n_aud
+    row = 2 * (4 * h * i + 3 * f * h)
+    io = 2 * h * (n_txt * td + n_vid * pd + n_aud * ca + s * (pd + ca))
+    return refiners * (n_txt * row + 4 * n_txt * n_txt * i) + layers * (s * row + 4 * s * s * i) + io
+
+
+def h3_image_inputs(res, n_txt, dev, g, vae=16, patch=2, pd=96, td=5120, ca=32):
+    """One image as the MiniMax-H3 pipeline packs it (modular_pipelines/minimax_h3/before_denoise.py) with one
+    latent frame and no audio: [text | video] rows, text at (i, 0, 0), the frame at rotary time N (the text
+    length) and the aspect-normalized spatial grid (left + k ratio / n) * 32 in float64, every row at timestep
+    index 0; the forward's keyword arguments and the video row count."""
+    import numpy as np
+    lat = res // vae
+    n = lat // patch
+    ratio = lat / np.sqrt(lat * lat)
+    grid = torch.from_numpy(np.linspace((1 - ratio) / 2, (1 - ratio) / 2 + ratio, n, endpoint=False) * 32)
+    n_vid = n * n
+    pos = torch.zeros(n_txt + n_vid, 3, dtype=torch.float64)
+    pos[:n_txt, 0] = torch.arange(n_txt, dtype=torch.float64)
+    pos[n_txt:, 0] = float(n_txt)
+    pos[n_txt:, 1] = grid.repeat_interleave(n)
+    pos[n_txt:, 2] = grid.repeat(n)
+    tags = torch.cat([torch.ones(n_txt, dtype=torch.long), torch.zeros(n_vid, dtype=torch.long)])
+    kw = dict(hidden_states=torch.randn(1, n_vid, pd, device=dev, dtype=torch.bfloat16, generator=g),
+              audio_hidden_states=torch.zeros(1, 0, ca, device=dev, dtype=torch.bfloat16),
+              encoder_hidden_states=torch.randn(1, n_txt, td, device=dev, dtype=torch.bfloat16, generator=g),
+              timestep=torch.tensor([0.5], device=dev), timestep_indices=torch.zeros(n_txt + n_vid, dtype=torch.long,
+                                                                                   device=dev),
+              token_tags=tags.to(dev), position_ids=pos.to(dev),
+              video_indices=torch.arange(n_txt, n_txt + n_vid, device=dev),
+              audio_indices=torch.zeros(0, dtype=torch.long, device=dev), text_indices=torch.arange(n_txt, device=dev))
+    return kw, n_vid
+
+
 def ltx2_audio_frames(frames, fps=24.0):
     """LTX2Pipeline's audio latent frames: the clip's duration at 16000 / 160 / 4 = 25 a second."""
     return max(1, round(frames / fps * 16000 / 160 / 4))
@@ -159,6 +202,19 @@ def build_model(arch, dev):
         with torch.device(dev):
             m = LTX2VideoTransformer3DModel(**kw)
         torch.set_default_dtype(torch.float32)
+    elif arch == "minimax-h3":
+        from diffusers import MiniMaxH3Transformer3DModel
+        torch.set_default_dtype(torch.bfloat16)  # 33 B parameters: created in bf16 (fp32 first would not fit)
+        with torch.device(dev):
+            m = MiniMaxH3Transformer3DModel()  # the defaults are the released config
+        torch.set_default_dtype(torch.float32)
+        m = m.to(torch.bfloat16).eval()
+        for name in m._keep_in_fp32_modules:  # the release's fp32 modules, as from_pretrained keeps them
+            getattr(m, name).float()
+        r = m.config.rope_freq_dim  # rope.inv_freq went through bf16 above: its fp32 values again
+        m.rope.inv_freq.copy_(1.0 / (m.config.rope_theta ** (torch.arange(0, 2 * r, 2, device=dev,
+                                                                         dtype=torch.float32) / (2 * r))))
+        return m  # not through the bf16 cast below
     elif arch in FLUX1:
         from diffusers import FluxTransformer2DModel
         with torch.device(dev):
@@ -423,12 +479,14 @@ def profile_call(call, title):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", default="zimage", choices=["zimage", "krea2", "ltx2", "ltx23"] + sorted(KLEIN) + sorted(FLUX1))
+    ap.add_argument("--arch", default="zimage",
+                    choices=["zimage", "krea2", "ltx2", "ltx23", "minimax-h3"] + sorted(KLEIN) + sorted(FLUX1))
     ap.add_argument("--res", type=int, nargs="+", default=[1024])
     ap.add_argument("--height", type=int, default=0, help="ltx2*: the frames' height (--res is their width; "
                     "default: --res)")
     ap.add_argument("--frames", type=int, default=121, help="ltx2*: frames of the clip at 24 fps (default 121)")
-    ap.add_argument("--text-len", type=int, default=None, help="default 128 (zimage), 512 (flux2-klein-*, flux1-*, krea2)")
+    ap.add_argument("--text-len", type=int, default=None,
+                    help="default 128 (zimage), 512 (flux2-klein-*, flux1-*, krea2, minimax-h3), 1024 (ltx2*)")
     ap.add_argument("--ref-res", type=int, default=0, help="flux2-klein-*: a reference image of this side in the "
                     "sequence, as an edit runs (ditrun bench --ref-res)")
     ap.add_argument("--iters", type=int, default=None, help="default 10 (3 with --e2e)")
@@ -462,8 +520,8 @@ def main():
     if args.e2e and (set(modes) - {"eager", "compile"} or args.steps < 1 or args.iters < 1):
         sys.exit("torch_ref: --e2e takes --modes eager and/or compile, --steps >= 1, --iters >= 1")
     for r in args.res:
-        if r % 16:
-            sys.exit(f"torch_ref: --res {r} is not a multiple of 16")
+        if r % 16 or (args.arch == "minimax-h3" and r % 32):
+            sys.exit(f"torch_ref: --res {r} is not a multiple of 16 (32 for minimax-h3)")
 
     import diffusers
 
@@ -489,7 +547,7 @@ def main():
     # LTX-2: torch.compile of the whole model did not finish within 4 min on an H100 (2026-12-06), so
     # its blocks are compiled one by one (regional compilation, diffusers' recipe for large DiTs:
     # the 48 identical blocks share one compiled graph), in place, after the eager runs
-    regional = args.arch.startswith("ltx2")
+    regional = args.arch.startswith("ltx2") or args.arch == "minimax-h3"  # H3: 50 identical blocks, 33 B
     compiled = None if regional or "compile" not in modes else torch.compile(m)
     results["compile_kind"] = "regional (each transformer block)" if regional else "whole model"
 
@@ -526,6 +584,9 @@ def main():
                       audio_encoder_hidden_states=aenc, timestep=t, sigma=t, num_frames=nf, height=nh, width=nw,
                       fps=24.0, audio_num_frames=n_aud, use_cross_timestep=True)
             return kw, n_vid, n_txt, ltx2_flops(n_vid, n_aud, n_txt, v23)
+        if args.arch == "minimax-h3":  # the forward as ditrun bench makes it: one frame, no audio, t = 0.5
+            kw, n_vid = h3_image_inputs(res, args.text_len, dev, g)
+            return kw, n_vid, args.text_len, h3_flops(args.text_len, n_vid)
         if args.arch in FLUX1:
             gs, n_txt = res // 16, args.text_len
             hs = torch.randn(1, gs * gs, 64, device=dev, dtype=torch.bfloat16, generator=g)

@@ -1,5 +1,5 @@
-/* ditrun bench at a tiny geometry on the CPU (Z-Image, FLUX.2 klein, Krea 2, LTX-2): the public API's result (FLOPs from the
- * formula, op counts of the profiled run, finite output), the CLI's JSON and its strict
+/* ditrun bench at a tiny geometry on the CPU (Z-Image, FLUX.2 klein, Krea 2, LTX-2, MiniMax-H3): the public
+ * API's result (FLOPs from the formula, op counts of the profiled run, finite output), the CLI's JSON and its strict
  * usage errors, and the pieces under it: random-weight models are deterministic, and the
  * profiling backend changes no result bit. */
 #include <jansson.h>
@@ -222,6 +222,51 @@ static void test_ltx2_api(const dt_args *args) {
   dit_ctx_free(ctx);
 }
 
+/* MiniMax-H3 at a tiny geometry: hidden 192 (attention 256 = 4 heads of 64, SwiGLU 512, time MLP 192 -> 96), 2
+ * blocks, 1 refiner block, text width 64, a 64-pixel image (4x4 latents, 2x2 patches: 4 video rows) and 20 text
+ * rows: tokens, the FLOP formula and the parameters written out (the modulation projections counted), one
+ * attention per block, the modulation folded (no projection in the forward); sizes it cannot take refused. */
+static void test_h3_api(const dt_args *args) {
+  (void)args;
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  dit_bench_params p;
+  tiny_params(&p);
+  p.arch = "minimax-h3";
+  p.dim = 192, p.n_heads = 4, p.n_layers = 2, p.n_refiner_layers = 1, p.cap_feat_dim = 64;
+  dit_bench_result r;
+  dit_status s = dit_bench_run(ctx, &p, &r);
+  CHECK_MSG(s == DIT_OK, "minimax-h3: %s", dit_ctx_last_error(ctx));
+  if (s == DIT_OK) {
+    CHECK_MSG(r.img_tokens == 4 && r.cap_tokens == 20 && r.aux_tokens == 0, "minimax-h3 tokens %lld %lld %lld",
+              r.img_tokens, r.cap_tokens, r.aux_tokens);
+    CHECK(!strcmp(r.arch, "minimax-h3") && !strcmp(r.act_dtype, "F32"));
+    const double H = 192, I = 256, F = 512, L = 20, N = 4, S = 24, td = 64, Pd = 96, Ca = 32, hd = 64, Tm = 96;
+    const double row = 2 * (4 * H * I + 3 * F * H);
+    const double want =
+        (L * row + 4 * L * L * I) + 2 * (S * row + 4 * S * S * I) + 2 * H * (L * td + N * Pd + S * (Pd + Ca));
+    CHECK_MSG(fabs(r.flops - want) <= 1e-9 * want, "minimax-h3: flops %g, want %g", r.flops, want);
+    const double blk = 2 * H + 4 * I * H + 2 * hd + 3 * F * H, A = 18 * H;
+    const double params = (H * Pd + H) + (H * Ca + H) + (H * td + H) + (H * 256 + H) + (Tm * H + Tm) + 2 * H +
+                          (2 * H * Tm + 2 * H) + (Pd * H + Pd) + (Ca * H + Ca) + 3 * blk + 2 * (A * Tm + A);
+    CHECK_MSG((double)r.params == params, "minimax-h3: params %lld, want %.0f", r.params, params);
+    CHECK(r.output_finite && r.ms_median > 0 && r.profiled);
+    long att = 0, lin = 0;
+    for (int i = 0; i < r.n_ops; i++) {
+      if (!strcmp(r.op_name[i], "attention")) att = r.op_calls[i];
+      if (!strcmp(r.op_name[i], "linear")) lin = r.op_calls[i];
+    }
+    CHECK_MSG(att == 3, "minimax-h3: attention calls %ld (2 blocks + 1 refiner block)", att);
+    /* 7 a block (q, k, v, out, SwiGLU value and gate, down), context_embedder, proj_in, proj_out */
+    CHECK_MSG(lin == 3 * 7 + 3, "minimax-h3: linear calls %ld", lin);
+  }
+  p.res = 48; /* not a multiple of 32 */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  p.res = 64, p.n_heads = 3; /* 256 / 3 is no whole head */
+  CHECK(dit_bench_run(ctx, &p, &r) == DIT_ERR_INVALID_ARG);
+  dit_ctx_free(ctx);
+}
+
 /* `ditrun bench ARGS --iters 1 --warmup 0 --json` parsed (NULL, and a failed check, when it
  * did not exit 0 with one JSON object). */
 static json_t *bench_json(const dt_args *a, const char *args) {
@@ -272,6 +317,15 @@ static void test_cli(const dt_args *a) {
     CHECK(json_integer_value(json_object_get(j, "frames")) == 9);
     CHECK(json_integer_value(json_object_get(j, "img_tokens")) == 12);
     CHECK(json_integer_value(json_object_get(j, "aux_tokens")) == 9);
+    CHECK(json_is_true(json_object_get(j, "output_finite")));
+    json_decref(j);
+  }
+  /* MiniMax-H3: 512 text rows by default, F32 activations */
+  if ((j = bench_json(a, "--arch minimax-h3 --res 64 --dim 96 --heads 2 --layers 1 --refiners 1 --cap-dim 32 "
+                         "--no-profile"))) {
+    CHECK(json_integer_value(json_object_get(j, "cap_tokens")) == 512);
+    CHECK(json_integer_value(json_object_get(j, "img_tokens")) == 4);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "act_dtype")), "F32"));
     CHECK(json_is_true(json_object_get(j, "output_finite")));
     json_decref(j);
   }
@@ -399,7 +453,7 @@ static void test_vae(const dt_args *args) {
 
 int main(int argc, char **argv) {
   static void (*const cases[])(const dt_args *) = {test_random_and_profiler, test_api, test_flux_api, test_krea2_api,
-                                                   test_ltx2_api,
+                                                   test_ltx2_api, test_h3_api,
                                                    test_e2e, test_vae, test_cli};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -18,17 +18,18 @@ static void usage(FILE *f) {
   for (size_t k = 0; dit_bench_arch_get(k, &name, &family, NULL); k++)
     fprintf(f, "%s%s (%s)", k ? ", " : " ", name, family);
   fprintf(f, "\n"
-          "  --res PX           square image side in pixels, multiple of 16 (default 1024); video models\n"
-          "                     (ltx2, ltx23) take WxH, e.g. 768x512 (multiples of 32)\n"
+          "  --res PX           square image side in pixels, multiple of 16 (default 1024; minimax-h3: of 32,\n"
+          "                     one latent frame of (PX/32)^2 video rows, no audio); video models (ltx2, ltx23)\n"
+          "                     take WxH, e.g. 768x512 (multiples of 32)\n"
           "  --frames N         video models: frames of the clip at 24 fps, 1 + a multiple of 8 (default 121)\n"
           "  --text-len N       caption tokens (default: the pipeline's, 128 for zimage, 512 for flux2-klein-*,\n"
-          "                     flux1-* and krea2, 1024 for ltx2*)\n"
+          "                     flux1-*, krea2 and minimax-h3, 1024 for ltx2*)\n"
           "  --ref-res PX       flux2-klein-*: a PX x PX reference image in the sequence, as an edit runs\n"
           "  --device D         cpu (default) or cuda (cuda:N picks GPU N)\n"
           "  --dtype T          weights (and GPU activations): bf16 (default) or f32, or ggml's block\n"
           "                     types q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q3_k, q2_k, or\n"
           "                     f8_e4m3 (or fp8) / f8_e5m2 with a per-tensor scale (weights quantized from the\n"
-          "                     same random values; GPU activations bf16)\n"
+          "                     same random values; GPU activations bf16; minimax-h3 computes in f32)\n"
           "  --iters N          timed forwards, the median is reported (default 5)\n"
           "  --warmup N         untimed forwards first (default 1)\n"
           "  --no-profile       skip the op-by-op profiled run\n"
@@ -51,7 +52,10 @@ static void usage(FILE *f) {
           "                     shrink the geometry (for tests; default: the real model); for\n"
           "                     flux2-klein-*: --layers = double blocks, --refiners = single blocks,\n"
           "                     --cap-dim = joint_attention_dim; ltx2*: --heads of each stream, --layers,\n"
-          "                     --cap-dim = the text features' width\n"
+          "                     --cap-dim = the text features' width; minimax-h3: --dim = hidden_size (the\n"
+          "                     attention 4/3 as wide over --heads, heads a multiple of 8 wide, SwiGLU 8/3,\n"
+          "                     time MLP dim -> dim/2), --layers, --refiners = token refiner blocks,\n"
+          "                     --cap-dim = text_dim\n"
           "Weights are random (deterministic), created in memory: no files are read.\n");
 }
 

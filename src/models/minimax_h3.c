@@ -5,12 +5,26 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/splitmix.h"
 #include "io/json.h"
 #include "models/minimax_h3_internal.h"
 
 #define CFG_MAX_BYTES (16u << 20)
 #define MAX_DIM 65536
 #define MAX_LAYERS 1024
+
+/* The sizes read_config (or a random model's caller) gave that the forward cannot take, then the derived fields. */
+static dit_status check_config(dit_h3_config *c, const char *what, dit_error *err) {
+  if (6 * c->rope_freq_dim > c->head_dim)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_freq_dim %d rotates %d channels, more than attention_head_dim %d",
+                      what, c->rope_freq_dim, 6 * c->rope_freq_dim, c->head_dim);
+  if (c->freq_dim % 2)
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: freq_dim %d is odd", what, c->freq_dim);
+  if (!(c->rope_theta > 1.0))
+    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_theta %g is not above 1", what, c->rope_theta);
+  c->patch_dim = c->in_channels * c->patch[0] * c->patch[1] * c->patch[2];
+  return DIT_OK;
+}
 
 /* The fields with diffusers' defaults (the released geometry), under diffusers' names or the release's
  * (both present: they must agree), then the derived ones. */
@@ -42,15 +56,7 @@ static dit_status read_config(const json_t *j, dit_h3_config *c, const char *wha
   DIT_TRY(dit_json_double_opt(j, "qk_norm_eps", &e[1], what, err));
   DIT_TRY(dit_json_double_opt(j, "final_norm_eps", &e[2], what, err));
   c->norm_eps = (float)e[0], c->qk_norm_eps = (float)e[1], c->final_norm_eps = (float)e[2];
-  if (6 * c->rope_freq_dim > c->head_dim)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_freq_dim %d rotates %d channels, more than attention_head_dim %d",
-                      what, c->rope_freq_dim, 6 * c->rope_freq_dim, c->head_dim);
-  if (c->freq_dim % 2)
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: freq_dim %d is odd", what, c->freq_dim);
-  if (!(c->rope_theta > 1.0))
-    return dit_errorf(err, DIT_ERR_FORMAT, "%s: rope_theta %g is not above 1", what, c->rope_theta);
-  c->patch_dim = c->in_channels * c->patch[0] * c->patch[1] * c->patch[2];
-  return DIT_OK;
+  return check_config(c, what, err);
 }
 
 static void add_block(dit_wtable *t, h3_block_w *b, const dit_h3_config *c, bool swapped_ff, const char *group, int i) {
@@ -177,6 +183,32 @@ static char **ada_prefixes(int layers) {
   return p;
 }
 
+/* Every block's adaln_proj.linear (a dit_wtable_build_fn over the blocks build_table allocated). */
+static dit_status ada_table(void *model, dit_wtable *t, dit_error *err) {
+  (void)err;
+  dit_h3 *m = model;
+  dit_wtable_init(t);
+  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * m->cfg.hidden;
+  for (int i = 0; i < m->cfg.layers; i++) {
+    h3_block_w *b = &m->w.blocks[i];
+    dit_wtable_add(t, &b->ada_w, false, 2, (int64_t[]){A, m->cfg.time_dim},
+                   "transformer_blocks.%d.adaln_proj.linear.weight", i);
+    dit_wtable_add(t, &b->ada_b, false, 1, (int64_t[]){A}, "transformer_blocks.%d.adaln_proj.linear.bias", i);
+  }
+  return DIT_OK;
+}
+
+/* ada_bytes and ada_block_bytes of the bound projections. */
+static void ada_sizes(dit_h3 *m) {
+  m->ada_bytes = m->ada_block_bytes = 0;
+  for (int i = 0; i < m->cfg.layers; i++) {
+    const h3_block_w *b = &m->w.blocks[i];
+    const size_t wb = (dit_tensor_nbytes(&b->ada_w) + 255) / 256 * 256, bb = dit_tensor_nbytes(&b->ada_b);
+    m->ada_bytes += dit_tensor_nbytes(&b->ada_w) + bb;
+    if (wb + bb > m->ada_block_bytes) m->ada_block_bytes = wb + bb;
+  }
+}
+
 /* The modulation projections bound to their own mapping of the checkpoint (see minimax_h3_internal.h). */
 static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
   DIT_TRY(dit_weights_open(dir, NULL, &m->ada_files, err));
@@ -188,14 +220,7 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
     }
   }
   dit_wtable t;
-  dit_wtable_init(&t);
-  const int64_t A = (int64_t)DIT_H3_MODALITIES * 6 * m->cfg.hidden;
-  for (int i = 0; i < m->cfg.layers; i++) {
-    h3_block_w *b = &m->w.blocks[i];
-    dit_wtable_add(&t, &b->ada_w, false, 2, (int64_t[]){A, m->cfg.time_dim},
-                   "transformer_blocks.%d.adaln_proj.linear.weight", i);
-    dit_wtable_add(&t, &b->ada_b, false, 1, (int64_t[]){A}, "transformer_blocks.%d.adaln_proj.linear.bias", i);
-  }
+  ada_table(m, &t, err);
   static const char *const others[] = {"", NULL}; /* the rest is bound by the main table */
   dit_status s = dit_wtable_bind(&t, m->ada_files, "", others, err);
   if (s == DIT_OK) s = dit_wtable_check_weights(&t, false, true, err);
@@ -204,12 +229,7 @@ static dit_status bind_ada(dit_h3 *m, const char *dir, dit_error *err) {
     dit_error_prefix(err, "minimax-h3: %s", dir);
     return s;
   }
-  for (int i = 0; i < m->cfg.layers; i++) {
-    const h3_block_w *b = &m->w.blocks[i];
-    const size_t wb = (dit_tensor_nbytes(&b->ada_w) + 255) / 256 * 256, bb = dit_tensor_nbytes(&b->ada_b);
-    m->ada_bytes += dit_tensor_nbytes(&b->ada_w) + bb;
-    if (wb + bb > m->ada_block_bytes) m->ada_block_bytes = wb + bb;
-  }
+  ada_sizes(m);
   return DIT_OK;
 }
 
@@ -222,6 +242,13 @@ static void split_ff(h3_block_w *b, int64_t F, int64_t H, bool gate_first) {
   b->ff_gate = dit_tensor_make(b->ff_in.dtype, gate_first ? first : second, 2, (int64_t[]){F, H});
   b->ff_value.device = b->ff_gate.device = b->ff_in.device;
   b->ff_value.scale = b->ff_gate.scale = b->ff_in.scale; /* a scaled fp8 file's one scale */
+}
+
+/* Every block's SwiGLU halves (the release's the other way round). */
+static void split_all_ff(dit_h3 *m) {
+  const bool gf = m->release_names;
+  for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden, gf);
+  for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden, gf);
 }
 
 /* The config.json at path. */
@@ -257,11 +284,7 @@ static dit_status load_from(dit_backend *be, const char *weights, const char *cf
   m->mw.ignore = NULL;
   free(ada);
   if (s == DIT_OK) s = bind_ada(m, component_dir, err);
-  if (s == DIT_OK) {
-    const bool gf = m->release_names;
-    for (int i = 0; i < m->cfg.refiner_layers; i++) split_ff(&m->w.refiner[i], m->cfg.ffn, m->cfg.hidden, gf);
-    for (int i = 0; i < m->cfg.layers; i++) split_ff(&m->w.blocks[i], m->cfg.ffn, m->cfg.hidden, gf);
-  }
+  if (s == DIT_OK) split_all_ff(m);
   DIT_HAND_OVER(s, m, out, dit_h3_free);
 }
 
@@ -283,11 +306,68 @@ dit_status dit_h3_load_file(dit_backend *be, const char *path, const char *cfg_j
   return load_from(be, path, cfg_json, out, err);
 }
 
+dit_status dit_h3_config_default(dit_h3_config *c, dit_error *err) {
+  json_t *empty = json_object(); /* every field at diffusers' default: the released config */
+  if (!empty) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  dit_status s = read_config(empty, c, "minimax-h3 default config", err);
+  json_decref(empty);
+  return s;
+}
+
+/* The sizes a random model's config must have (read_config's ranges), then check_config's. */
+static dit_status check_random_config(dit_h3_config *c, dit_error *err) {
+  const char *what = "minimax-h3 random config";
+  if (c->heads < 1 || c->heads > 1024 || c->head_dim < 2 || c->head_dim > 512 || c->hidden < 1 ||
+      c->hidden > MAX_DIM || c->layers < 1 || c->layers > MAX_LAYERS || c->refiner_layers < 0 ||
+      c->refiner_layers > MAX_LAYERS || c->ffn < 1 || c->in_channels < 1 || c->audio_channels < 1 ||
+      c->text_dim < 1 || c->text_dim > MAX_DIM || c->freq_dim < 2 || c->time_hidden < 1 || c->time_dim < 1 ||
+      c->rope_freq_dim < 1 || c->patch[0] < 1 || c->patch[1] < 1 || c->patch[2] < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "%s: a size is out of range", what);
+  dit_status s = check_config(c, what, err);
+  return s == DIT_ERR_FORMAT ? DIT_ERR_INVALID_ARG : s;
+}
+
+/* The modulation projections' random values in host memory (the mapping a checkpoint would give them): be's own
+ * on the CPU, else a CPU backend's kept with the model; a seed of their own (the table's keys restart at 0). */
+static dit_status random_ada(dit_h3 *m, dit_dtype wdt, uint64_t seed, dit_error *err) {
+  if (!dit_backend_is_host(m->be)) DIT_TRY(dit_backend_cpu_create(m->be->n_threads, &m->ada_host, err));
+  dit_wtable t;
+  ada_table(m, &t, err);
+  dit_status s = dit_backend_random_wtable(m->ada_host ? m->ada_host : m->be, &t, wdt, 0,
+                                           dit_splitmix64(seed ^ 0xADA0ADA0ADA0ADA0ull), &m->ada_block, err);
+  dit_wtable_free(&t);
+  if (s != DIT_OK) {
+    dit_error_prefix(err, "minimax-h3 random modulation");
+    return s;
+  }
+  ada_sizes(m);
+  return DIT_OK;
+}
+
+dit_status dit_h3_create_random(dit_backend *be, const dit_h3_config *c, dit_dtype wdt, uint64_t seed, dit_h3 **out,
+                                dit_error *err) {
+  *out = NULL;
+  if (!be || !c) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no backend or config given");
+  dit_h3 *m = calloc(1, sizeof *m);
+  if (!m) return dit_errorf(err, DIT_ERR_NOMEM, "minimax-h3: out of memory");
+  m->be = be;
+  m->cfg = *c;
+  dit_act_space_init(&m->as, be);
+  dit_status s = check_random_config(&m->cfg, err);
+  if (s == DIT_OK) s = dit_model_weights_random(be, &m->mw, "minimax-h3", build_table, m, wdt, seed, err);
+  if (s == DIT_OK) s = random_ada(m, wdt, seed, err);
+  if (s == DIT_OK) split_all_ff(m);
+  DIT_HAND_OVER(s, m, out, dit_h3_free);
+}
+
 void dit_h3_free(dit_h3 *m) {
   if (!m) return;
   dit_h3_unfold(m);
   if (m->ada_scratch) m->be->ops->free(m->be, m->ada_scratch);
   if (m->ada_files) dit_weights_close(m->ada_files);
+  dit_backend *host = m->ada_host ? m->ada_host : m->be;
+  if (m->ada_block) host->ops->free(host, m->ada_block);
+  dit_backend_free(m->ada_host);
   dit_act_space_release(&m->as, m->be);
   dit_model_weights_release(m->be, &m->mw);
   free(m->w.refiner);
@@ -298,3 +378,9 @@ void dit_h3_free(dit_h3 *m) {
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m) { return m ? &m->cfg : NULL; }
 size_t dit_h3_weight_bytes(const dit_h3 *m) { return m ? m->mw.wbytes : 0; }
 size_t dit_h3_modulation_bytes(const dit_h3 *m) { return m ? m->ada_bytes : 0; }
+
+uint64_t dit_h3_weight_params(const dit_h3 *m) {
+  if (!m) return 0;
+  const uint64_t A = (uint64_t)DIT_H3_MODALITIES * 6 * (uint64_t)m->cfg.hidden;
+  return m->mw.wparams + (uint64_t)m->cfg.layers * A * ((uint64_t)m->cfg.time_dim + 1);
+}

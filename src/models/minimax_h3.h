@@ -59,6 +59,13 @@ dit_status dit_h3_load(dit_backend *be, const char *component_dir, dit_h3 **out,
  * config.json at cfg_json; a folder path is dit_h3_load. Matrices may be block-quantized (Q8_0, Q4_K, ...)
  * or fp8; norms and biases stay float. */
 dit_status dit_h3_load_file(dit_backend *be, const char *path, const char *cfg_json, dit_h3 **out, dit_error *err);
+/* The released config (diffusers' defaults: 50 blocks of 5376 with 56 heads of 128, ...). */
+dit_status dit_h3_config_default(dit_h3_config *c, dit_error *err);
+/* Random weights (wdt, seed) at config c (patch_dim derived from it), for benchmarks and tests: every tensor in one
+ * block of be; the modulation projections, which a checkpoint keeps in its mapping, in host memory (a CPU backend's
+ * on a device), streamed or folded as a loaded model's are. DIT_ERR_INVALID_ARG for sizes the forward cannot take. */
+dit_status dit_h3_create_random(dit_backend *be, const dit_h3_config *c, dit_dtype wdt, uint64_t seed, dit_h3 **out,
+                                dit_error *err);
 void dit_h3_free(dit_h3 *m);
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m);
 
@@ -101,6 +108,8 @@ typedef struct dit_h3_fold_info {
  * the modulation projections, which are not. */
 size_t dit_h3_weight_bytes(const dit_h3 *m);
 size_t dit_h3_modulation_bytes(const dit_h3 *m);
+/* Parameters: the bound tensors' elements and the modulation projections'. */
+uint64_t dit_h3_weight_params(const dit_h3 *m);
 dit_status dit_h3_fold(dit_h3 *m, int n, const float *timesteps, dit_h3_fold_info *info, dit_error *err);
 /* Drops the fold (forwards compute the modulation again). */
 void dit_h3_unfold(dit_h3 *m);

@@ -44,6 +44,10 @@ struct dit_h3 {
   dit_weights *ada_files;
   void *ada_scratch;
   size_t ada_bytes, ada_block_bytes; /* all of them; the largest block's weight + bias (aligned) */
+  /* random weights (dit_h3_create_random): the projections' host block instead of a mapping, allocated by be on
+   * the CPU, else by ada_host (a CPU backend kept for it; NULL on the CPU) */
+  void *ada_block;
+  dit_backend *ada_host;
   /* the fold (dit_h3_fold): one backend block with every block's modulation table [n_fold * 3, 6 H], then
    * norm_out's [n_fold, 2 H] (activation dtype); NULL: not folded */
   void *fold;

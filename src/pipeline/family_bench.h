@@ -7,6 +7,7 @@
 #ifndef DIT_PIPELINE_FAMILY_BENCH_H
 #define DIT_PIPELINE_FAMILY_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,7 @@ typedef struct dit_bench_ops {
   void (*graph_counts)(const void *model, long *captures, long *launches);
   void (*free)(void *model);
   const char *flops_what; /* the FLOP formula, as the report prints it */
+  bool f32_acts;          /* the forward computes in F32 activations whatever the device (create gets F32) */
 } dit_bench_ops;
 
 /* Defines `static const dit_bench_ops name` from the family's create, geometry, inputs and
@@ -52,8 +54,9 @@ typedef struct dit_bench_ops {
   static uint64_t name##_weight_params(const void *m) { return prefix##_weight_params(m); }                      \
   static void name##_graph_counts(const void *m, long *c, long *l) { prefix##_graph_counts(m, c, l); }           \
   static void name##_free(void *m) { prefix##_free(m); }                                                          \
-  static const dit_bench_ops name = {create_fn,          geometry_fn,          inputs_fn, forward_fn,             \
-                                     name##_weight_bytes, name##_weight_params, name##_graph_counts, name##_free, what}
+  static const dit_bench_ops name = {create_fn,           geometry_fn,          inputs_fn,                          \
+                                     forward_fn,          name##_weight_bytes,  name##_weight_params,               \
+                                     name##_graph_counts, name##_free,          what,                     false}
 
 struct dit_bench_variant {
   const char *name;          /* bench --arch: "flux2-klein-4b" */

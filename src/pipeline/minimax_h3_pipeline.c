@@ -636,4 +636,5 @@ const dit_family dit_family_minimax_h3 = {
     .plan = h3_plan,
     .close = dit_components_state_close,
     .latent = {32, 1, 1},
+    .bench = dit_minimax_h3_bench,
 };

@@ -17,6 +17,7 @@
 #include "models/qwen3.h"
 #include "models/vae_minimax_h3.h"
 #include "models/vae_minimax_h3_audio.h"
+#include "pipeline/family_bench.h"
 #include "pipeline/model_rt.h"
 #include "text/tokenizer.h"
 
@@ -80,5 +81,8 @@ typedef struct dit_h3_result {
 dit_status dit_h3_generate(dit_backend *be, dit_h3_parts *p, const dit_h3_request *r, dit_h3_result *out,
                            dit_error *err);
 void dit_h3_result_free(dit_h3_result *r);
+
+/* The family's `ditrun bench` variant (minimax_h3_bench.c). */
+extern const dit_bench_variant dit_minimax_h3_bench[];
 
 #endif

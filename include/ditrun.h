@@ -60,7 +60,7 @@ typedef enum dit_log_level { DIT_LOG_ERROR = 0, DIT_LOG_WARN, DIT_LOG_INFO, DIT_
 typedef void (*dit_log_fn)(void *user, dit_log_level level, const char *msg);
 
 typedef struct dit_ctx_params {
-  int n_threads;            /* CPU threads; 0 = all online cores */
+  int n_threads;            /* CPU threads; 0 = the CPUs this process may use (affinity, cgroup quota) */
   dit_log_fn log;           /* NULL = messages to stderr */
   void *log_user;
   dit_log_level log_level;  /* messages above this level are dropped; default WARN */

@@ -1,9 +1,13 @@
 /* The backend registry: the kinds this build has, creating through it, memory queries and
  * supports-op, the op table every backend fills from the one op list, and weight uploads. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
+#include "core/cpus.h"
+#include "core/ctx.h"
 #include "core/dtype.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
@@ -76,6 +80,34 @@ static void test_cpu_backend(const dt_args *args) {
   bad = (dit_backend_precision){DIT_CPU_PRECISION_FP32, DIT_GPU_PRECISION_FP8};
   CHECK(dit_backend_create(DIT_DEVICE_CPU, 0, 1, bad, NULL, &be, &err) == DIT_ERR_UNSUPPORTED);
   CHECK(be == NULL && strstr(err.msg, "fp8") && strstr(err.msg, "--device cuda"));
+}
+
+/* The default thread count is the CPUs this process may use: with its affinity narrowed to
+ * one CPU (as `taskset -c N` does), the count, a CPU backend's threads and a context's are 1. */
+static void test_cpu_count(const dt_args *args) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int all = dit_cpu_count();
+  CHECK_MSG(all >= 1 && (online <= 0 || all <= online), "%d CPUs of %ld online", all, online);
+  cpu_set_t was, one;
+  CHECK(sched_getaffinity(0, sizeof was, &was) == 0);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &was)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+  CHECK_MSG(dit_cpu_count() == 1, "%d CPUs with an affinity of one", dit_cpu_count());
+  dit_backend *be = NULL;
+  dit_error err = {0};
+  CHECK(dit_backend_cpu_create(0, &be, &err) == DIT_OK);
+  CHECK(be && be->n_threads == 1);
+  dit_backend_free(be);
+  dit_ctx *ctx = NULL;
+  CHECK(dit_ctx_create(NULL, &ctx) == DIT_OK);
+  CHECK(ctx && ctx->params.n_threads == 1);
+  dit_ctx_free(ctx);
+  CHECK(sched_setaffinity(0, sizeof was, &was) == 0);
+  CHECK(dit_cpu_count() == all);
+  printf("CPUs this process may use: %d (%ld online)\n", all, online);
 }
 
 /* The CPU backend's large buffers leave the resident set when freed (mapped, not kept by the
@@ -259,7 +291,8 @@ static void test_upload_fp8(const dt_args *args) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_kinds, test_cpu_memory, test_cpu_backend, test_cpu_buffers,
-                                                   test_upload_f16_as_bf16, test_fp8_policy, test_upload_fp8};
+  static void (*const cases[])(const dt_args *) = {test_kinds,       test_cpu_memory, test_cpu_backend,
+                                                   test_cpu_count,   test_cpu_buffers, test_upload_f16_as_bf16,
+                                                   test_fp8_policy,  test_upload_fp8};
   return dt_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

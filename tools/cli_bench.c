@@ -38,7 +38,7 @@ static void usage(FILE *f) {
           "                     the latents' error after each step and the decoded image's)\n"
           "  --peak TFLOPS      the peak to compare against (default: the device's, printed)\n"
           "  --seed N           random weights and inputs (default 42)\n"
-          "  --threads N        CPU threads (default: all cores)\n"
+          "  --threads N        CPU threads (default: the CPUs this process may use)\n"
           "  --cpu-precision P  CPU linear layers: fp32 (default) or bf16 (bf16 x bf16 products, fp32 sums)\n"
           "  --precision P      cuda: the transformer blocks' GEMMs in bf16 (default) or fp8 (e4m3 weights\n"
           "                     with a per-tensor scale, activations quantized per token, fp32 sums)\n"

@@ -70,7 +70,7 @@ static void usage(FILE *f) {
           "      --clip-l FILE      a single weights file for CLIP-L (text_encoder, e.g. clip_l.safetensors)\n"
           "      --t5xxl FILE       a single weights file for T5-XXL (text_encoder_2, e.g. t5xxl_fp16.safetensors)\n"
           "                         (the folder still gives configs, tokenizers and the scheduler)\n"
-          "      --threads N        CPU threads (default: all cores)\n"
+          "      --threads N        CPU threads (default: the CPUs this process may use)\n"
           "      --device cpu|cuda  where to run (default cpu)\n"
           "      --cpu-precision P  CPU linear layers: fp32 (default, exact) or bf16 (bf16 products, fp32 sums)\n"
           "      --precision P      cuda: the transformer's GEMMs in bf16 (default, faithful) or fp8 (faster:\n"

@@ -19,7 +19,7 @@ static void quantize_usage(FILE *f) {
           "                       scale per tensor (ComfyUI's scaled fp8), written as .safetensors\n"
           "  -o, --output PATH    the GGUF (fp8: .safetensors) file to write\n"
           "  --overwrite          replace PATH if it exists\n"
-          "  --threads N          CPU threads (default: all cores)\n"
+          "  --threads N          CPU threads (default: the CPUs this process may use)\n"
           "  -q, --quiet          no progress\n"
           "Names follow the family's GGUF files elsewhere (Z-Image: the original checkpoint's;\n"
           "Qwen3: llama.cpp's). Then: ditrun generate -m DIR --diffusion-model OUT.gguf ...\n");

@@ -40,7 +40,7 @@ static void serve_usage(FILE *f) {
           "      --lora FILE[:S]    merge a LoRA into every model's transformer at load (repeat for more)\n"
           "      --lora-dir DIR     requests may name LoRAs: \"loras\": [{\"name\": N, \"scale\": S}] uses\n"
           "                         DIR/N.safetensors (changed between requests without reloading the model)\n"
-          "      --threads N        CPU threads (default: all cores)\n"
+          "      --threads N        CPU threads (default: the CPUs this process may use)\n"
           "  -q, --quiet            print only errors\n"
           "API: POST /v1/images/generations (OpenAI's images API), POST /v1/jobs, GET /v1/jobs/{id},\n"
           "     GET /v1/jobs/{id}/events, GET /v1/jobs/{id}/image, DELETE /v1/jobs/{id}, GET /v1/models,\n"

@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "core/cpus.h"
 
 void dit_ctx_params_default(dit_ctx_params *p) {
   memset(p, 0, sizeof *p);
@@ -20,10 +21,7 @@ dit_status dit_ctx_create(const dit_ctx_params *p, dit_ctx **out) {
     c->params = *p;
   else
     dit_ctx_params_default(&c->params);
-  if (c->params.n_threads <= 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    c->params.n_threads = n > 0 ? (int)n : 1;
-  }
+  if (c->params.n_threads <= 0) c->params.n_threads = dit_cpu_count();
   dit_run_opts_default(&c->opts);
   dit_run_opts_from_env(&c->opts);
   *out = c;

@@ -10,6 +10,7 @@
 #endif
 
 #include "backend/cpu/cpu_internal.h"
+#include "core/cpus.h"
 
 /* Under AddressSanitizer every buffer is a heap block of its exact size, so overruns are
  * caught and LeakSanitizer (which does not follow mappings) still sees leaks. */
@@ -231,10 +232,7 @@ const char *dit_cpu_isa_name(const dit_backend *be) {
 
 dit_status dit_backend_cpu_create(int n_threads, dit_backend **out, dit_error *err) {
   *out = NULL;
-  if (n_threads <= 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    n_threads = n > 0 ? (int)n : 1;
-  }
+  if (n_threads <= 0) n_threads = dit_cpu_count();
   dit_backend *be = calloc(1, sizeof *be);
   cpu_impl *im = calloc(1, sizeof *im);
   if (!be || !im) {

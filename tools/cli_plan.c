@@ -17,7 +17,8 @@ static void usage(FILE *f) {
           "  run's peak. From the folder's configs and the weight files' headers: components are\n"
           "  mapped, never run. One image loads each component for its stage only; -b N > 1 keeps\n"
           "  them all.\n"
-          "  So far the image families on the CPU; LoRAs, image inputs and LTX-2 are not planned yet.\n"
+          "  So far the CPU only; LoRAs and image inputs (image-to-image, reference images,\n"
+          "  image-to-video) are not planned yet.\n"
           "      --max-memory SIZE  what generate would change to fit SIZE (24G, 512M), or why it cannot\n"
           "      --json             one JSON object on stdout\n"
           "  Sizes, steps, prompt, guidance, --vae-tile, --max-seq-len, --threads: as `ditrun generate --help`.\n");

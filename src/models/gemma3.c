@@ -480,9 +480,8 @@ static dit_status emit(dit_gemma3 *m, const gemma3_run *r, const float *src, int
   return dit_op_copy(m->be, &d, &s, err);
 }
 
-static dit_status check_args(const dit_gemma3 *m, int B, int S, const int32_t *ids, const uint8_t *mask,
-                             const float *out, bool *padded, dit_error *err) {
-  const dit_gemma3_config *c = &m->cfg;
+/* B sequences of S tokens: within the positions and the sliding window. */
+static dit_status check_len(const dit_gemma3_config *c, int B, int S, dit_error *err) {
   if (B < 1 || S < 1 || (int64_t)B * S > (1 << 24))
     return dit_errorf(err, DIT_ERR_INVALID_ARG, "gemma3 encode: batch %d x %d tokens is out of range", B, S);
   if (S > c->max_position_embeddings)
@@ -493,6 +492,13 @@ static dit_status check_args(const dit_gemma3 *m, int B, int S, const int32_t *i
       return dit_errorf(err, DIT_ERR_UNSUPPORTED,
                         "gemma3 encode: %d tokens are more than the sliding window (%d); only prompts within the "
                         "window are supported", S, c->sliding_window);
+  return DIT_OK;
+}
+
+static dit_status check_args(const dit_gemma3 *m, int B, int S, const int32_t *ids, const uint8_t *mask,
+                             const float *out, bool *padded, dit_error *err) {
+  const dit_gemma3_config *c = &m->cfg;
+  DIT_TRY(check_len(c, B, S, err));
   if (!ids || !out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gemma3 encode: no ids or no output");
   *padded = false;
   for (int64_t i = 0; i < (int64_t)B * S; i++) {
@@ -549,4 +555,19 @@ dit_status dit_gemma3_encode_all(dit_gemma3 *m, int B, int S, const int32_t *ids
   if (s == DIT_OK) s = m->be->ops->sync(m->be, err);
   if (buf) m->be->ops->free(m->be, buf);
   return s;
+}
+
+dit_status dit_gemma3_cost(const dit_gemma3 *m, int B, int S, dit_cost *out, dit_error *err) {
+  if (!m || !out) return dit_errorf(err, DIT_ERR_INVALID_ARG, "gemma3 cost: NULL argument");
+  const dit_gemma3_config *c = &m->cfg;
+  DIT_TRY(check_len(c, B, S, err));
+  gemma3_run r = {.B = B, .S = S, .M = (int64_t)B * S};
+  dit_arena a;
+  dit_arena_init_measure(&a);
+  carve(&a, c, &r, true, err); /* LTX-2's prompts are padded: the mask too */
+  const double H = c->hidden_size, I = c->intermediate_size, QD = (double)c->num_heads * c->head_dim;
+  const double KD = (double)c->num_kv_heads * c->head_dim, M = (double)r.M;
+  out->act_bytes = a.peak + 2 * (size_t)S * (size_t)(c->head_dim / 2) * sizeof(float); /* upload_rope's table */
+  out->flops = c->num_layers * (2.0 * M * (2 * H * QD + 2 * H * KD + 3 * H * I) + 4.0 * M * S * QD);
+  return DIT_OK;
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 #define DIT_GEMMA3_MAX_LAYERS 256
@@ -67,5 +68,9 @@ dit_backend *dit_gemma3_backend(const dit_gemma3 *m);
  * implemented, and LTX-2's prompts (1024 tokens) are not longer than Gemma 3's window (1024). */
 dit_status dit_gemma3_encode_all(dit_gemma3 *m, int B, int S, const int32_t *ids, const uint8_t *mask, float *out,
                                  dit_error *err);
+/* One dit_gemma3_encode_all of B padded sequences of S tokens (core/cost.h): its FLOPs and the
+ * activation buffer and RoPE tables it allocates (not its output); S refused as the encode
+ * refuses it. */
+dit_status dit_gemma3_cost(const dit_gemma3 *m, int B, int S, dit_cost *out, dit_error *err);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 typedef struct dit_ltx2_stream_config {
@@ -87,5 +88,10 @@ typedef struct dit_ltx2_call {
 
 /* video_out [B, N, out_channels], audio_out [B, NA, audio out_channels], F32 in the backend's memory. */
 dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_out, float *audio_out, dit_error *err);
+/* One forward of c's geometry (B, the grid, audio_frames, text_len, cond_tokens, use_cross_timestep;
+ * its pointers are not read) (core/cost.h): the FLOPs of its GEMMs and attention, and what it
+ * allocates: the activation space and the RoPE tables that stay with the model, and the
+ * tables' host transient. */
+dit_status dit_ltx2_cost(const dit_ltx2 *m, const dit_ltx2_call *c, dit_cost *out, dit_error *err);
 
 #endif

@@ -439,3 +439,25 @@ dit_status dit_ltx2_connectors_forward(dit_ltx2_connectors *m, int B, int S, con
   }
   return m->be->ops->sync(m->be, err);
 }
+
+dit_status dit_ltx2_connectors_cost(const dit_ltx2_connectors *m, int B, int S, dit_cost *out, size_t *kept,
+                                    dit_error *err) {
+  if (!m || !out || !kept || B < 1 || S < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 connectors cost: bad arguments");
+  const dit_ltx2_connectors_config *c = &m->cfg;
+  const int64_t M = (int64_t)B * S, K = (int64_t)c->caption_channels * c->proj_in_factor;
+  conn_plan p;
+  dit_arena ar;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, false, (dit_ltx2_connectors *)m, B, S, &p, err));
+  const int Wmax = m->video.W > m->audio.W ? m->video.W : m->audio.W;
+  *kept = ar.peak;
+  /* normed, the per-modality projections' input, a side's RoPE angles */
+  out->act_bytes = ar.peak + (size_t)(M * K) * sizeof(float) * (c->per_modality ? 2 : 1) +
+                   (size_t)S * Wmax * sizeof(float);
+  double f = 2.0 * (double)M * K * (m->video.W + (c->per_modality ? m->audio.W : 0));
+  const connector *side[2] = {&m->video, &m->audio};
+  for (int i = 0; i < 2; i++) /* per layer: q, k, v, o and the 4x MLP; attention over S */
+    f += side[i]->cfg.layers * (2.0 * M * 12.0 * side[i]->W * side[i]->W + 4.0 * M * S * side[i]->W);
+  out->flops = f;
+  return DIT_OK;
+}

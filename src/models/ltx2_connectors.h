@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 
 typedef struct dit_ltx2_connector_config {
@@ -53,5 +54,11 @@ int dit_ltx2_connectors_audio_dim(const dit_ltx2_connectors *c);
  * video features of masked rows are zero). The masked normalization runs on the host. */
 dit_status dit_ltx2_connectors_forward(dit_ltx2_connectors *c, int B, int S, const float *hidden, const uint8_t *mask,
                                        float *video, float *audio, uint8_t *out_mask, dit_error *err);
+
+/* One dit_ltx2_connectors_forward of B x S (core/cost.h): its FLOPs and what it allocates beyond
+ * its output (the host features, the activation space, RoPE tables); *kept: of that, the
+ * activation space, which stays with the connectors. */
+dit_status dit_ltx2_connectors_cost(const dit_ltx2_connectors *c, int B, int S, dit_cost *out, size_t *kept,
+                                    dit_error *err);
 
 #endif

@@ -529,3 +529,32 @@ dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_ou
   DIT_TRY(epilogue(m, &cs, &b, video_out, audio_out, err));
   return m->be->ops->sync(m->be, err);
 }
+
+dit_status dit_ltx2_cost(const dit_ltx2 *m, const dit_ltx2_call *c, dit_cost *out, dit_error *err) {
+  if (!m || !c || !out || c->B < 1 || c->B > 64 || c->frames < 1 || c->height < 1 || c->width < 1 ||
+      c->audio_frames < 1 || c->text_len < 1)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "ltx2 cost: bad arguments");
+  lx_bufs b;
+  memset(&b, 0, sizeof b);
+  dit_arena ar;
+  dit_arena_init_measure(&ar);
+  DIT_TRY(plan(&ar, false, (dit_ltx2 *)m, c, &b, err));
+  const int64_t N = (int64_t)c->frames * c->height * c->width, NA = c->audio_frames, T = c->text_len;
+  const int64_t Dv = m->v.D, Da = m->a.D, Dca = m->cfg.audio.cross_attention_dim;
+  const int64_t big = N > NA ? N : NA, wide = Dv > Dca ? (Dv > Da ? Dv : Da) : (Dca > Da ? Dca : Da);
+  /* build_ropes: the tables (kept), its positions and one table's cos/sin on the host */
+  const size_t tables = (size_t)(N * (Dv + Dca) + NA * (Da + Dca)) * sizeof(float);
+  const size_t host = (size_t)(9 * big + big * wide / 2) * sizeof(float) + (size_t)(big * wide) * sizeof(float);
+  out->act_bytes = ar.peak + tables + host;
+  const double S[2] = {(double)N, (double)NA}, D[2] = {(double)Dv, (double)Da}, B = c->B;
+  double f = 0;
+  for (int i = 0; i < 2; i++) {
+    const double R = B * S[i], d = D[i], C = m->cfg.use_prompt_embeddings ? d : scfg(m, i)->cross_attention_dim;
+    f += 2.0 * R * d * d * 4 + 4.0 * B * S[i] * S[i] * d;                           /* self-attention */
+    f += 2.0 * R * d * d * 2 + 4.0 * B * T * C * d + 4.0 * B * S[i] * T * d;         /* text cross-attention */
+    f += 4.0 * R * d * Dca + 4.0 * B * S[1 - i] * D[1 - i] * Dca + 4.0 * B * S[i] * S[1 - i] * Dca; /* a2v / v2a */
+    f += 16.0 * R * d * d;                                                             /* the MLP */
+  }
+  out->flops = f * m->cfg.num_layers;
+  return DIT_OK;
+}

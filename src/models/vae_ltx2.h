@@ -24,6 +24,7 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -103,6 +104,12 @@ dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents,
  * spatial or temporal tiling on. */
 dit_status dit_vae_ltx2_decode_tiled_host(dit_vae_ltx2 *m, const dit_tensor *latents, float *out,
                                           const dit_vae_ltx2_tiling *t, dit_error *err);
+/* One item of F x H x W latents (core/cost.h): the convolutions' FLOPs and what the decode
+ * allocates beyond its input and output: untiled (t NULL or neither on) the activation slots
+ * (kept with the VAE); with t, dit_vae_ltx2_decode_tiled_host's: the slots of its largest
+ * window, the window's backend copies and the tiles, rows and windows it blends on the host. */
+dit_status dit_vae_ltx2_cost(const dit_vae_ltx2 *m, int F, int H, int W, const dit_vae_ltx2_tiling *t, dit_cost *out,
+                             dit_error *err);
 
 /* ---- the encoder ---- */
 

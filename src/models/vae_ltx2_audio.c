@@ -502,3 +502,19 @@ dit_status dit_vae_ltx2_audio_decode(dit_vae_ltx2_audio *m, const dit_tensor *la
   }
   return DIT_OK;
 }
+
+dit_status dit_vae_ltx2_audio_cost(const dit_vae_ltx2_audio *m, int L, int M, dit_cost *out, dit_error *err) {
+  if (!m || !out || L < 1 || M < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "audio vae cost: bad arguments");
+  run r;
+  memset(&r, 0, sizeof r);
+  r.m = (dit_vae_ltx2_audio *)m, r.be = m->be, r.dev = dit_backend_device(m->be), r.plan = true;
+  int T = 0, Mo = 0;
+  dit_vae_ltx2_audio_output_size(m, L, M, &T, &Mo);
+  const dit_tensor x = dit_tensor_make(DIT_F32, NULL, 4, (int64_t[]){1, m->cfg.latent_channels, L, M});
+  dit_tensor o = dit_tensor_make(DIT_F32, NULL, 4, (int64_t[]){1, m->cfg.output_channels, T, Mo});
+  DIT_TRY(forward(&r, &x, &o, err));
+  out->act_bytes = 0;
+  for (int i = 0; i < NSLOT; i++) out->act_bytes += (r.need[i] + 255) & ~(size_t)255; /* dit_backend_fit_slots' */
+  out->flops = 0;
+  return DIT_OK;
+}

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
+#include "core/cost.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -69,5 +70,9 @@ dit_status dit_vae_ltx2_audio_denormalize(dit_vae_ltx2_audio *m, dit_tensor *lat
  * tensors. */
 dit_status dit_vae_ltx2_audio_decode(dit_vae_ltx2_audio *m, const dit_tensor *latents, dit_tensor *out,
                                      dit_error *err);
+
+/* One item of L x M latents (core/cost.h): the activation slots its decode allocates (kept with
+ * the VAE); FLOPs not counted (0: a few convolutions over the mel, negligible beside the video). */
+dit_status dit_vae_ltx2_audio_cost(const dit_vae_ltx2_audio *m, int L, int M, dit_cost *out, dit_error *err);
 
 #endif

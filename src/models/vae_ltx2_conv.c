@@ -157,6 +157,7 @@ dit_status ltx2_vconv(ltx2_vrun *r, const ltx2_conv *cv, const dit_tensor *x, in
   DIT_TRY(ltx2_vview(r, &P, LTX2_S_PAD, cv->ci, F + ft + bt, H + 2 * sp, W + 2 * sp, err));
   DIT_TRY(pad_fill(r, &P, x, ft, bt, sp, err));
   DIT_TRY(ltx2_vview(r, y, ys, cv->co, F + ft + bt - k + 1, H, W, err));
+  if (r->plan) r->flops += 2.0 * (double)dit_tensor_numel(y) * cv->ci * k * k * k;
   LTX2_OP(r, dit_op_conv3d(r->be, y, &P, &cv->w, &cv->b, 0, p - sp, p - sp, err));
   return DIT_OK;
 }
@@ -173,6 +174,7 @@ static dit_status shortcut(ltx2_vrun *r, const ltx2_resnet *rn, const dit_tensor
   LTX2_OP(r, dit_op_layer_norm(r->be, &rows, &rows, &rn->norm3_w, &rn->norm3_b, r->eps, err));
   DIT_TRY(ltx2_vcopy(r, &p, 0, &t, 0, 2, (int64_t[]){cin, n}, (int64_t[]){n, 1}, (int64_t[]){1, cin}, err));
   DIT_TRY(ltx2_vview(r, sc, LTX2_S_SC, rn->cout, x->shape[2], x->shape[3], x->shape[4], err));
+  if (r->plan) r->flops += 2.0 * (double)dit_tensor_numel(sc) * cin;
   LTX2_OP(r, dit_op_conv3d(r->be, sc, &p, &rn->shortcut.w, &rn->shortcut.b, 0, 0, 0, err));
   return DIT_OK;
 }
@@ -201,6 +203,7 @@ dit_status ltx2_vresnet(ltx2_vrun *r, const ltx2_resnet *rn, ltx2_act *a, dit_er
 dit_status ltx2_vrun_pass(ltx2_vrun *r, dit_status (*fwd)(ltx2_vrun *r, void *ctx, dit_error *err), void *ctx,
                           void **act, size_t *act_bytes, dit_error *err) {
   memset(r->need, 0, sizeof r->need);
+  r->flops = 0;
   r->dev = dit_backend_device(r->be), r->plan = true;
   DIT_TRY(fwd(r, ctx, err));
   DIT_TRY(dit_backend_fit_slots(r->be, r->need, LTX2_NSLOT, act, act_bytes, r->slot, err));

@@ -82,3 +82,19 @@ dit_status ltx2_vae_decode_item(dit_vae_ltx2 *m, const dit_tensor *x, dit_tensor
   dec_ctx d = {m, x, out};
   return ltx2_vrun_pass(&r, forward, &d, &m->act, &m->act_bytes, err);
 }
+
+dit_status ltx2_vae_item_cost(const dit_vae_ltx2 *m, int F, int H, int W, size_t *bytes, double *flops,
+                              dit_error *err) {
+  ltx2_vrun r = {.be = m->be, .causal = m->cfg.causal, .reflect = m->cfg.reflect, .eps = m->cfg.resnet_eps,
+                 .plan = true, .dev = dit_backend_device(m->be)};
+  int T = 0, Ho = 0, Wo = 0;
+  dit_vae_ltx2_output_size(m, F, H, W, &T, &Ho, &Wo);
+  const dit_tensor x = dit_tensor_make(DIT_F32, NULL, 5, (int64_t[]){1, m->cfg.latent_channels, F, H, W});
+  dit_tensor out = dit_tensor_make(DIT_F32, NULL, 5, (int64_t[]){1, m->cfg.out_channels, T, Ho, Wo});
+  dec_ctx d = {m, &x, &out};
+  DIT_TRY(forward(&r, &d, err));
+  *bytes = 0;
+  for (int i = 0; i < LTX2_NSLOT; i++) *bytes += (r.need[i] + 255) & ~(size_t)255; /* dit_backend_fit_slots' */
+  *flops = r.flops;
+  return DIT_OK;
+}

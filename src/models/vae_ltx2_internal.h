@@ -70,6 +70,10 @@ dit_status ltx2_vae_check_decode_io(const dit_vae_ltx2 *m, const dit_tensor *lat
                                     dit_error *err);
 /* One item's decode: x [1, C, F, H, W] (backend memory) into out [1, oc, T, Ho, Wo]. */
 dit_status ltx2_vae_decode_item(dit_vae_ltx2 *m, const dit_tensor *x, dit_tensor *out, dit_error *err);
+/* What ltx2_vae_decode_item of latents [1, C, F, H, W] takes: its slots' bytes (as
+ * dit_backend_fit_slots lays them out) and its convolutions' FLOPs. */
+dit_status ltx2_vae_item_cost(const dit_vae_ltx2 *m, int F, int H, int W, size_t *bytes, double *flops,
+                              dit_error *err);
 
 /* ---- config and weight-table helpers (vae_ltx2_conv.c) ---- */
 
@@ -104,6 +108,7 @@ typedef struct ltx2_vrun {
   float eps;            /* the shortcut's LayerNorm */
   size_t need[LTX2_NSLOT];
   char *slot[LTX2_NSLOT];
+  double flops;         /* the plan pass adds up its convolutions' */
 } ltx2_vrun;
 
 /* An activation [1, c, f, h, w] in slot `slot`. */

@@ -234,3 +234,40 @@ dit_status dit_vae_ltx2_decode_tiled(dit_vae_ltx2 *m, const dit_tensor *latents,
   free(host);
   return s;
 }
+
+/* Decoded bytes of F x H x W latents. */
+static size_t out_bytes(const dit_vae_ltx2 *m, int F, int H, int W) {
+  int T = 0, Ho = 0, Wo = 0;
+  dit_vae_ltx2_output_size(m, F, H, W, &T, &Ho, &Wo);
+  return (size_t)m->cfg.out_channels * T * Ho * Wo * sizeof(float);
+}
+
+dit_status dit_vae_ltx2_cost(const dit_vae_ltx2 *m, int F, int H, int W, const dit_vae_ltx2_tiling *t, dit_cost *out,
+                             dit_error *err) {
+  if (!m || !out || F < 1 || H < 1 || W < 1) return dit_errorf(err, DIT_ERR_INVALID_ARG, "vae cost: bad arguments");
+  if (!t || !(t->spatial || t->temporal)) return ltx2_vae_item_cost(m, F, H, W, &out->act_bytes, &out->flops, err);
+  DIT_TRY(check_tiling(m, t, err));
+  const int sp = m->cfg.spatial_ratio, st = m->cfg.temporal_ratio;
+  const int tlh = t->min_h / sp, tlw = t->min_w / sp, slh = t->stride_h / sp, slw = t->stride_w / sp;
+  const int tlf = t->min_frames / st, slf = t->stride_frames / st;
+  const bool spatial = t->spatial && (W > tlw || H > tlh), temporal = t->temporal && F > tlf;
+  const int nf = temporal ? (F < tlf + 1 ? F : tlf + 1) : F, th = spatial && H > tlh ? tlh : H;
+  const int tw = spatial && W > tlw ? tlw : W, nx = spatial ? (W + slw - 1) / slw : 1;
+  const int ny = spatial ? (H + slh - 1) / slh : 1;
+  int windows = 1;
+  if (temporal)
+    for (int i = slf; i < F && F - i > 1; i += slf) windows++;
+  size_t act = 0;
+  double flops = 0;
+  DIT_TRY(ltx2_vae_item_cost(m, nf, th, tw, &act, &flops, err));
+  /* decode_window: the tile's latents and output on the backend, its host copy; spatial: the window's
+   * picture and two rows of tiles; temporal: the previous window beside this one */
+  const size_t tile_in = (size_t)m->cfg.latent_channels * nf * th * tw * sizeof(float), tile = out_bytes(m, nf, th, tw);
+  const size_t window = out_bytes(m, nf, H, W);
+  size_t bytes = act + tile_in + 2 * tile;
+  if (spatial) bytes += window + (2 * (size_t)nx - 1) * tile;
+  if (temporal) bytes += window;
+  out->act_bytes = bytes;
+  out->flops = flops * windows * nx * ny;
+  return DIT_OK;
+}

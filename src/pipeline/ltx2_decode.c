@@ -173,3 +173,33 @@ dit_status dit_ltx2_decode(const dit_model_rt *rt, dit_components *c, const dit_
   dit_component_done(rt, c, DIT_SLOT_VAE);
   return s;
 }
+
+dit_status dit_ltx2_decode_cost(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
+                                const dit_ltx2_geom *g, dit_cost *out, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_VAE, &obj, err));
+  const ltx2_decoders *d = obj;
+  int T = 0, Ho = 0, Wo = 0, Tm = 0, Mo = 0;
+  dit_vae_ltx2_output_size(d->vae, g->F, g->H, g->W, &T, &Ho, &Wo);
+  dit_vae_ltx2_audio_output_size(d->audio_vae, g->L, g->M, &Tm, &Mo);
+  const size_t nv = dit_ltx2_video_n(g), na = dit_ltx2_audio_n(g), nout = 3 * (size_t)T * Ho * Wo;
+  const size_t nmel = (size_t)dit_vae_ltx2_audio_get_config(d->audio_vae)->output_channels * Tm * Mo;
+  const size_t nsnd = (size_t)dit_vocoder_ltx2_channels(d->vocoder) * dit_vocoder_ltx2_output_samples(d->vocoder, Tm);
+  dit_vae_ltx2_tiling t;
+  tiling_of(d->vae, p->vae_tile, &t);
+  dit_cost v = {0}, a = {0}, voc = {0};
+  dit_status s = dit_vae_ltx2_cost(d->vae, g->F, g->H, g->W, p->vae_tile > 0 ? &t : NULL, &v, err);
+  if (s == DIT_OK) s = dit_vae_ltx2_audio_cost(d->audio_vae, g->L, g->M, &a, err);
+  if (s == DIT_OK) dit_vocoder_ltx2_cost(d->vocoder, Tm, &voc);
+  dit_component_done(rt, c, DIT_SLOT_VAE);
+  /* the video: the latents' host and backend copies, the decoded floats (and untiled their backend buffer),
+   * the VAE's, then the 8-bit frames and one frame's floats; the sound beside the frames and the VAE's slots:
+   * the latents' copies, the mel, the sound three times (backend, host, interleaved), the decoders' */
+  const size_t rgb = nout, video = 2 * nv * sizeof(float) + nout * sizeof(float) * (p->vae_tile > 0 ? 1 : 2) +
+                                  v.act_bytes + rgb + (size_t)3 * Ho * Wo * sizeof(float);
+  const size_t sound = rgb + v.act_bytes + 2 * na * sizeof(float) + nmel * sizeof(float) + 3 * nsnd * sizeof(float) +
+                       a.act_bytes + voc.act_bytes;
+  out->act_bytes = (nv + na) * sizeof(float) + (video > sound ? video : sound); /* the pipeline's latents */
+  out->flops = v.flops + a.flops + voc.flops;
+  return s;
+}

@@ -137,3 +137,28 @@ dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit
   dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
   return s;
 }
+
+dit_status dit_ltx2_denoise_cost(const dit_model_rt *rt, dit_components *c, const dit_ltx2_opts *o,
+                                 const dit_ltx2_cond *cond, const dit_ltx2_geom *g, dit_cost *out, size_t *kept,
+                                 dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TRANSFORMER, &obj, err));
+  const dit_ltx2 *dit = obj;
+  const bool stg = o->n_stg_blocks > 0 && (o->video.stg > 0 || o->audio.stg > 0);
+  const bool iso = o->video.modality > 1 || o->audio.modality > 1;
+  dit_ltx2_call call = {.B = cond->nb, .frames = g->F, .height = g->H, .width = g->W, .fps = g->fps,
+                        .audio_frames = g->L, .text_len = cond->S, .use_cross_timestep = true,
+                        .cond_tokens = g->cond_tokens};
+  dit_cost batch = {0}, one = {0};
+  dit_status s = check_widths(dit, g, err);
+  if (s == DIT_OK) s = dit_ltx2_cost(dit, &call, &batch, err);
+  call.B = 1;
+  if (s == DIT_OK) s = dit_ltx2_cost(dit, &call, &one, err);
+  dit_component_done(rt, c, DIT_SLOT_TRANSFORMER);
+  /* the host outputs (4 items), the guided velocities, the backend inputs and outputs (2 items each) */
+  const size_t loop = 9 * (dit_ltx2_video_n(g) + dit_ltx2_audio_n(g)) * sizeof(float);
+  *kept = batch.act_bytes; /* the batch's activations and tables are the largest; they stay with the model */
+  out->act_bytes = batch.act_bytes + loop;
+  out->flops = batch.flops + (double)(stg + iso) * one.flops;
+  return s;
+}

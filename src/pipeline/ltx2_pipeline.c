@@ -12,6 +12,7 @@
 #include "models/ltx2_connectors.h"
 #include "pipeline/ltx2_pipeline_internal.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/plan.h"
 #include "pipeline/rng_torch.h"
 #include "text/tokenizer.h"
 
@@ -219,11 +220,21 @@ static dit_status noise(uint64_t seed, const dit_ltx2_geom *g, float *video, flo
   return DIT_OK;
 }
 
+/* The run's options: o with p's guidance, the STG blocks the transformer has (a model too shallow for the
+ * pipeline's STG block runs without STG). */
+static void run_opts(const dit_ltx2_opts *o, const dit_gen_params *p, int layers, dit_ltx2_opts *opt) {
+  *opt = *o;
+  opt->video.cfg = (float)p->guidance;
+  int n = 0;
+  for (int i = 0; i < opt->n_stg_blocks; i++)
+    if (opt->stg_blocks[i] >= 0 && opt->stg_blocks[i] < layers) opt->stg_blocks[n++] = opt->stg_blocks[i];
+  opt->n_stg_blocks = n;
+}
+
 dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit_gen_params *p, const dit_ltx2_opts *o,
                                   dit_clip *out, dit_gen_stats *st, dit_error *err) {
   dit_components *c = state;
   dit_ltx2_opts opt = *o;
-  opt.video.cfg = (float)p->guidance;
   double t[5];
   t[0] = dit_time_now();
   dit_ltx2_geom g = {0};
@@ -235,11 +246,7 @@ dit_status dit_ltx2_generate_with(const dit_model_rt *rt, void *state, const dit
   if (s == DIT_OK) s = geometry(&f, p, &g, err);
   if (s == DIT_OK) s = dit_ltx2_schedule(rt, p->steps, &g, &sigmas, &timesteps, err);
   if (s == DIT_OK) {
-    const int layers = f.layers;
-    int n = 0;
-    for (int i = 0; i < opt.n_stg_blocks; i++)
-      if (opt.stg_blocks[i] >= 0 && opt.stg_blocks[i] < layers) opt.stg_blocks[n++] = opt.stg_blocks[i];
-    opt.n_stg_blocks = n; /* a model too shallow for the pipeline's STG block runs without STG */
+    run_opts(o, p, f.layers, &opt);
     video = malloc(dit_ltx2_video_n(&g) * sizeof *video), audio = malloc(dit_ltx2_audio_n(&g) * sizeof *audio);
     if (!video || !audio) s = dit_errorf(err, DIT_ERR_NOMEM, "out of memory for the latents");
   }
@@ -300,6 +307,69 @@ static dit_status ltx2_defaults(const dit_model_dir *dir, dit_gen_defaults *d, d
   return DIT_OK;
 }
 
+/* ---- the plan (plan.h): text encoder and connectors, the transformer's steps, the decoders ---- */
+
+/* The text stage: Gemma 3 on each prompt, the connectors on the batch (nb items); held: what the pipeline
+ * holds through it. *dims: the conditioning's sizes. */
+static dit_status plan_text(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p, int nb, size_t held,
+                            dit_ltx2_cond *dims, dit_plan *pl, dit_error *err) {
+  void *obj = NULL;
+  DIT_TRY(dit_component_get(rt, c, DIT_SLOT_TEXT, &obj, err));
+  const ltx2_text *t = obj;
+  const dit_gemma3_config *gc = dit_gemma3_get_config(t->te);
+  const int S = p->max_sequence_length > 0 ? p->max_sequence_length : DEFAULT_MAX_SEQ;
+  *dims = (dit_ltx2_cond){.nb = nb, .S = S, .video_dim = dit_ltx2_connectors_video_dim(t->conn),
+                          .audio_dim = dit_ltx2_connectors_audio_dim(t->conn)};
+  dit_cost g = {0}, k = {0};
+  size_t kept = 0;
+  dit_status s = dit_gemma3_cost(t->te, 1, S, &g, err);
+  if (s == DIT_OK) s = dit_ltx2_connectors_cost(t->conn, nb, S, &k, &kept, err);
+  /* encode_prompts: the stacked hidden states of the batch, the ids, the masks and a prompt's tokens; then the
+   * conditioning beside the connectors' own; the tokenizer's tables */
+  const size_t hidden = (size_t)nb * S * gc->hidden_size * (gc->num_layers + 1) * sizeof(float);
+  const size_t cond = (size_t)nb * S * (dims->video_dim + dims->audio_dim) * sizeof(float);
+  const size_t conn = cond + k.act_bytes;
+  dit_cost run = {nb * g.flops + k.flops, held + hidden + 2 * (size_t)S * sizeof(int32_t) + 2 * (size_t)nb * S +
+                                              (g.act_bytes > conn ? g.act_bytes : conn) + dit_tok_table_bytes(t->tok)};
+  const dit_plan_run r = {"text encoder", "text_encoder+connectors", DIT_KEEP_TEXT_ENCODER, run, kept,
+                          dit_tok_load_bytes(t->tok), nb, 0}; /* the connectors' activation space stays with them */
+  dit_component_done(rt, c, DIT_SLOT_TEXT);
+  pl->text_tokens = S;
+  return s == DIT_OK ? dit_plan_add(rt, pl, &r, err) : s;
+}
+
+static dit_status ltx2_plan(const dit_model_rt *rt, void *state, const dit_gen_params *p, dit_plan *pl,
+                            dit_error *err) {
+  if (p->init_image) return dit_errorf(err, DIT_ERR_UNSUPPORTED, "plan: image-to-video is not planned yet");
+  dit_components *c = state;
+  ltx2_facts f;
+  dit_ltx2_geom g = {0};
+  dit_ltx2_opts o, opt;
+  DIT_TRY(read_facts(rt->dir, &f, err));
+  DIT_TRY(geometry(&f, p, &g, err));
+  dit_ltx2_opts_default(&o);
+  run_opts(&o, p, f.layers, &opt);
+  const int nb = opt.video.cfg > 1 || opt.audio.cfg > 1 ? 2 : 1;
+  /* held through every stage: the packed latents (and the schedule) */
+  const size_t latents = (dit_ltx2_video_n(&g) + dit_ltx2_audio_n(&g)) * sizeof(float);
+  const size_t held = latents + (2 * (size_t)p->steps + 1) * sizeof(float);
+  dit_ltx2_cond dims;
+  DIT_TRY(plan_text(rt, c, p, nb, held, &dims, pl, err));
+  const size_t cond = (size_t)nb * dims.S * ((dims.video_dim + dims.audio_dim) * sizeof(float) + 1);
+  dit_cost run = {0}, dec = {0};
+  size_t kept = 0;
+  DIT_TRY(dit_ltx2_denoise_cost(rt, c, &opt, &dims, &g, &run, &kept, err));
+  run.act_bytes += held + cond;
+  run.flops *= p->steps;
+  pl->steps = p->steps, pl->batch = nb;
+  const dit_plan_run tr = {"transformer", "transformer", DIT_KEEP_TRANSFORMER, run, kept, 0, p->steps, 0};
+  DIT_TRY(dit_plan_add(rt, pl, &tr, err));
+  DIT_TRY(dit_ltx2_decode_cost(rt, c, p, &g, &dec, err));
+  dec.act_bytes += held - latents; /* dit_ltx2_decode_cost counts the latents */
+  const dit_plan_run vr = {"VAE decode", "vae+audio_vae+vocoder", DIT_KEEP_VAE, dec, 0, 0, 1, 0};
+  return dit_plan_add(rt, pl, &vr, err);
+}
+
 static const char *const ltx2_pipelines[] = {"LTX2Pipeline", "LTX2ImageToVideoPipeline", NULL};
 
 const dit_family dit_family_ltx2 = {
@@ -311,6 +381,7 @@ const dit_family dit_family_ltx2 = {
     .defaults = ltx2_defaults,
     .open = ltx2_open,
     .generate_clip = ltx2_generate_clip,
+    .plan = ltx2_plan,
     .bench = dit_ltx2_bench,
     .close = dit_components_state_close,
     .latent = {32, 1, 1},

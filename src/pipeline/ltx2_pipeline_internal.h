@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "core/cost.h"
 #include "pipeline/ltx2_pipeline.h"
 #include "pipeline/model_rt.h"
 
@@ -39,6 +40,20 @@ dit_status dit_ltx2_schedule(const dit_model_rt *rt, int steps, const dit_ltx2_g
 dit_status dit_ltx2_denoise(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
                             const dit_ltx2_opts *o, const dit_ltx2_cond *cond, const dit_ltx2_geom *g,
                             const float *sigmas, const float *timesteps, float *video, float *audio, dit_error *err);
+
+/* The loop's stage as the planner sees it (pipeline/plan.h): the transformer's calls of one step at
+ * cond's and g's sizes (its FLOPs, all calls of a step), what the loop allocates (its activations,
+ * tables and the loop's host and backend buffers) and of that, *kept: what stays with a kept
+ * transformer. */
+dit_status dit_ltx2_denoise_cost(const dit_model_rt *rt, dit_components *c, const dit_ltx2_opts *o,
+                                 const dit_ltx2_cond *cond, const dit_ltx2_geom *g, dit_cost *out, size_t *kept,
+                                 dit_error *err);
+
+/* The decoders' stage as the planner sees it: their FLOPs and what dit_ltx2_decode allocates
+ * (the latents' copies, the decoded video and frames, the mel and the sound, the decoders'
+ * activations; p->vae_tile's tiling). */
+dit_status dit_ltx2_decode_cost(const dit_model_rt *rt, dit_components *c, const dit_gen_params *p,
+                                const dit_ltx2_geom *g, dit_cost *out, dit_error *err);
 
 /* LTX2ImageToVideoPipeline's image CRF for Gemma 3 text encoders (LTX-2.0, 2.3). */
 #define DIT_LTX2_DEFAULT_IMAGE_CRF 33

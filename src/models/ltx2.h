@@ -93,5 +93,9 @@ dit_status dit_ltx2_forward(dit_ltx2 *m, const dit_ltx2_call *c, float *video_ou
  * allocates: the activation space and the RoPE tables that stay with the model, and the
  * tables' host transient. */
 dit_status dit_ltx2_cost(const dit_ltx2 *m, const dit_ltx2_call *c, dit_cost *out, dit_error *err);
+/* One forward's FLOPs for B items of n_video video, n_audio audio and n_text text tokens: each block's self,
+ * text and cross-modal attention and its 4x GELU MLP in each stream (2 per MAC, QK^T and PV 4 Sq Sk I), proj_in /
+ * proj_out and LTX-2.0's caption projections; the AdaLN tables (per item, not per token) are not counted. */
+double dit_ltx2_flops(const dit_ltx2_config *c, int64_t B, int64_t n_video, int64_t n_audio, int64_t n_text);
 
 #endif

@@ -546,15 +546,31 @@ dit_status dit_ltx2_cost(const dit_ltx2 *m, const dit_ltx2_call *c, dit_cost *ou
   const size_t tables = (size_t)(N * (Dv + Dca) + NA * (Da + Dca)) * sizeof(float);
   const size_t host = (size_t)(9 * big + big * wide / 2) * sizeof(float) + (size_t)(big * wide) * sizeof(float);
   out->act_bytes = ar.peak + tables + host;
-  const double S[2] = {(double)N, (double)NA}, D[2] = {(double)Dv, (double)Da}, B = c->B;
-  double f = 0;
-  for (int i = 0; i < 2; i++) {
-    const double R = B * S[i], d = D[i], C = m->cfg.use_prompt_embeddings ? d : scfg(m, i)->cross_attention_dim;
-    f += 2.0 * R * d * d * 4 + 4.0 * B * S[i] * S[i] * d;                           /* self-attention */
-    f += 2.0 * R * d * d * 2 + 4.0 * B * T * C * d + 4.0 * B * S[i] * T * d;         /* text cross-attention */
-    f += 4.0 * R * d * Dca + 4.0 * B * S[1 - i] * D[1 - i] * Dca + 4.0 * B * S[i] * S[1 - i] * Dca; /* a2v / v2a */
-    f += 16.0 * R * d * d;                                                             /* the MLP */
-  }
-  out->flops = f * m->cfg.num_layers;
+  out->flops = dit_ltx2_flops(&m->cfg, c->B, N, NA, T);
   return DIT_OK;
+}
+
+/* One attention's MACs whose queries are Sq tokens of width Dq, keys Sk tokens of width Dk, inner width I
+ * (q, k, v, out and, gated, the per-head gate logits), and its QK^T + PV. */
+static double attn_flops(double Sq, double Dq, double Sk, double Dk, double I, double heads, bool gated) {
+  const double macs = Sq * Dq * I * 2 + Sk * Dk * I * 2 + (gated ? Sq * Dq * heads : 0);
+  return 2 * macs + 4 * Sq * Sk * I;
+}
+
+double dit_ltx2_flops(const dit_ltx2_config *c, int64_t B, int64_t n_video, int64_t n_audio, int64_t n_text) {
+  const double S[2] = {(double)n_video, (double)n_audio}, T = (double)n_text;
+  const dit_ltx2_stream_config *sc[2] = {&c->video, &c->audio};
+  const double Ica = (double)c->audio.heads * c->audio.head_dim; /* the cross-modal attentions' inner width */
+  double blk = 0, rest = 0;
+  for (int i = 0; i < 2; i++) {
+    const double D = (double)sc[i]->heads * sc[i]->head_dim, Do = (double)sc[1 - i]->heads * sc[1 - i]->head_dim;
+    const double C = c->use_prompt_embeddings ? D : sc[i]->cross_attention_dim;
+    blk += attn_flops(S[i], D, S[i], D, D, sc[i]->heads, sc[i]->gated_attn);
+    blk += attn_flops(S[i], D, T, C, D, sc[i]->heads, sc[i]->gated_attn);
+    blk += attn_flops(S[i], D, S[1 - i], Do, Ica, c->audio.heads, sc[i]->gated_attn);
+    blk += 2 * 8 * D * D * S[i];
+    rest += 2 * S[i] * D * (sc[i]->in_channels + sc[i]->out_channels);
+    if (c->use_prompt_embeddings) rest += 2 * T * (c->caption_channels * D + D * D);
+  }
+  return (double)B * (c->num_layers * blk + rest);
 }

@@ -84,40 +84,15 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   DIT_HAND_OVER(s, b, model, bench_free);
 }
 
-/* One attention's MACs whose queries are Sq tokens of width Dq, keys Sk tokens of width Dk,
- * inner width I (q, k, v, out and, gated, the per-head gate logits), and its QK^T + PV. */
-static double attn_flops(double Sq, double Dq, double Sk, double Dk, double I, double heads, bool gated) {
-  const double macs = Sq * Dq * I * 2 + Sk * Dk * I * 2 + (gated ? Sq * Dq * heads : 0);
-  return 2 * macs + 4 * Sq * Sk * I;
-}
-
-/* Per forward: each block's self, text and cross-modal attention and its 4x GELU MLP in each
- * stream (2 flop per MAC, QK^T and PV 4 Sq Sk I), proj_in / proj_out and LTX-2.0's caption
- * projections; the AdaLN tables (per item, not per token) are not counted. The same formula
- * as bench/torch_ref.py's. */
+/* Per forward: dit_ltx2_flops (the same formula as bench/torch_ref.py's). */
 static void bench_geometry(const void *model, const dit_bench_params *p, int64_t *img_tokens, int64_t *cap_tokens,
                            int64_t *aux_tokens, double *flops) {
   (void)p;
   const ltx2_bench *b = model;
-  const dit_ltx2_config *c = dit_ltx2_get_config(b->m);
-  const double S[2] = {(double)b->F * b->H * b->W, b->L}, T = b->T;
-  const dit_ltx2_stream_config *sc[2] = {&c->video, &c->audio};
-  const double Ica = (double)c->audio.heads * c->audio.head_dim; /* the cross-modal attentions' inner width */
-  double blk = 0, rest = 0;
-  for (int i = 0; i < 2; i++) {
-    const double D = (double)sc[i]->heads * sc[i]->head_dim, Do = (double)sc[1 - i]->heads * sc[1 - i]->head_dim;
-    const double C = c->use_prompt_embeddings ? D : sc[i]->cross_attention_dim;
-    blk += attn_flops(S[i], D, S[i], D, D, sc[i]->heads, sc[i]->gated_attn);
-    blk += attn_flops(S[i], D, T, C, D, sc[i]->heads, sc[i]->gated_attn);
-    blk += attn_flops(S[i], D, S[1 - i], Do, Ica, c->audio.heads, sc[i]->gated_attn);
-    blk += 2 * 8 * D * D * S[i];
-    rest += 2 * S[i] * D * (sc[i]->in_channels + sc[i]->out_channels);
-    if (c->use_prompt_embeddings) rest += 2 * T * (c->caption_channels * D + D * D);
-  }
-  *img_tokens = (int64_t)S[0];
+  *img_tokens = (int64_t)b->F * b->H * b->W;
   *aux_tokens = b->L;
   *cap_tokens = b->T;
-  *flops = c->num_layers * blk + rest;
+  *flops = dit_ltx2_flops(dit_ltx2_get_config(b->m), 1, *img_tokens, b->L, b->T);
 }
 
 /* x and out: the video tokens [1, N, 128]; cap: the video stream's text features. */

@@ -203,6 +203,31 @@ static dit_status upload_rope(dit_h3 *m, const dit_h3_call *c, int64_t S, const 
   return s;
 }
 
+/* Full attention of q, k, v [1, M, heads, hd] into o. On a GPU with F32 activations the three are rounded to
+ * bf16 first and the output read back, as diffusers' bf16 run computes attention: the fused bf16 kernel
+ * (cuDNN's) instead of the F32 one, which at the released geometry took 565 of an 884 ms forward (H100,
+ * 2048^2). The MLP's buffers, idle during attention, hold the bf16 copies (q and k in ffa, v and o in ffb: room
+ * for them when I <= F, as released). The CPU stays F32 throughout (the float32 reference). */
+static dit_status attend(dit_h3 *m, const dit_tensor *q, const dit_tensor *k, const dit_tensor *v, dit_tensor *o,
+                         const h3_acts *a, dit_error *err) {
+  dit_backend *be = m->be;
+  const dit_act_space *as = &m->as;
+  const float scale = 1.0f / sqrtf((float)m->cfg.head_dim);
+  const int64_t n = dit_tensor_numel(q);
+  if (dit_backend_is_host(be) || as->adt != DIT_F32 || m->cfg.heads * m->cfg.head_dim > m->cfg.ffn ||
+      m->cfg.head_dim % 8)
+    return dit_op_attention(be, o, q, k, v, NULL, scale, false, err);
+  dit_tensor qb = dit_act_mk(as, DIT_BF16, a->ffa, 4, q->shape);
+  dit_tensor kb = dit_act_mk(as, DIT_BF16, (uint16_t *)a->ffa + n, 4, q->shape);
+  dit_tensor vb = dit_act_mk(as, DIT_BF16, a->ffb, 4, q->shape);
+  dit_tensor ob = dit_act_mk(as, DIT_BF16, (uint16_t *)a->ffb + n, 4, q->shape);
+  DIT_TRY(dit_op_copy(be, &qb, q, err));
+  DIT_TRY(dit_op_copy(be, &kb, k, err));
+  DIT_TRY(dit_op_copy(be, &vb, v, err));
+  DIT_TRY(dit_op_attention(be, &ob, &qb, &kb, &vb, NULL, scale, false, err));
+  return dit_op_copy(be, o, &ob, err);
+}
+
 /* MiniMaxH3Attention on a->h rows [M, H] (normed input) into out [M, H]: q/k/v, per-head RMSNorm on q and k,
  * rotate-half RoPE on each head's first 6 R channels when rope, full attention, to_out. */
 static dit_status attention(dit_h3 *m, const h3_attn_w *w, int64_t M, bool rope, const h3_acts *a, void *out,
@@ -231,7 +256,7 @@ static dit_status attention(dit_h3 *m, const h3_attn_w *w, int64_t M, bool rope,
   }
   dit_tensor q4 = dit_act_4d(as, a->q, 1, M, nh, hd), k4 = dit_act_4d(as, a->k, 1, M, nh, hd);
   dit_tensor v4 = dit_act_4d(as, a->v, 1, M, nh, hd), o4 = dit_act_4d(as, a->o, 1, M, nh, hd);
-  DIT_TRY(dit_op_attention(be, &o4, &q4, &k4, &v4, NULL, 1.0f / sqrtf((float)hd), false, err));
+  DIT_TRY(attend(m, &q4, &k4, &v4, &o4, a, err));
   dit_tensor o = dit_act_2d(as, a->o, M, I), y = dit_act_2d(as, out, M, H);
   return dit_op_linear(be, &y, &o, &w->to_out, NULL, DIT_ACT_NONE, err);
 }

@@ -320,7 +320,7 @@ static void test_cli(const dt_args *a) {
     CHECK(json_is_true(json_object_get(j, "output_finite")));
     json_decref(j);
   }
-  /* MiniMax-H3: 512 text rows by default, F32 activations */
+  /* MiniMax-H3: 512 text rows by default, F32 activations on the CPU */
   if ((j = bench_json(a, "--arch minimax-h3 --res 64 --dim 96 --heads 2 --layers 1 --refiners 1 --cap-dim 32 "
                          "--no-profile"))) {
     CHECK(json_integer_value(json_object_get(j, "cap_tokens")) == 512);

@@ -40,6 +40,7 @@
 #define TOL 1e-5    /* fp32 CPU against transformers' float32 */
 #define DIT_TOL 1e-4 /* the transformer against diffusers' float32 (the acceptance's bound); on a GPU
                         (DIT_TEST_DEVICE=cuda) every check is a normalized MSE of 1e-4 */
+#define NMSE_BF16_ACT 1e-3 /* BF16 activations on a GPU (test_krea2_gpu's and test_flux2_gpu's bound) */
 #define H3_TEXT_LAYER 50 /* MiniMax-H3's conditioning layer (the pipeline refuses fewer than 51 layers) */
 
 static bool g_gpu;
@@ -455,11 +456,8 @@ static bool call_case(const char *ref, int i, char nm[6][64], h3_case *k) {
   return case_load(ref, names, k);
 }
 
-/* Every transformer call of the pipeline's run: 25 text + 414 audio + 74 video rows. */
-static void test_calls(const dt_args *a) {
-  char ref[1200];
-  json_t *rj = fixture(a, NULL, ref, NULL);
-  dit_h3 *m = load_h3(a);
+/* One pass over the run's three calls on m, to tol; tag starts each check's name. */
+static void calls_pass(const char *ref, const json_t *rj, dit_h3 *m, const char *tag, double tol) {
   for (int i = 0; rj && m && i < 3; i++) {
     char nm[6][64];
     h3_case k;
@@ -475,13 +473,30 @@ static void test_calls(const dt_args *a) {
     if (wv && wa && gv && ga) {
       CHECK_MSG(dit_h3_forward(m, &k.c, gv, ga, &e) == DIT_OK, "%s", e.msg);
       char what[128];
-      snprintf(what, sizeof what, "call %d (%d timestep%s): video", i, k.c.n_timesteps, k.c.n_timesteps > 1 ? "s" : "");
-      check_rel(what, gv, wv, nv, DIT_TOL);
-      snprintf(what, sizeof what, "call %d: audio", i);
-      check_rel(what, ga, wa, na, DIT_TOL);
+      snprintf(what, sizeof what, "%scall %d (%d timestep%s): video", tag, i, k.c.n_timesteps, k.c.n_timesteps > 1 ? "s" : "");
+      check_rel(what, gv, wv, nv, tol);
+      snprintf(what, sizeof what, "%scall %d: audio", tag, i);
+      check_rel(what, ga, wa, na, tol);
     }
     free(wv), free(wa), free(gv), free(ga);
     case_free(&k);
+  }
+}
+
+/* Every transformer call of the pipeline's run: 25 text + 414 audio + 74 video rows; on a GPU again with BF16
+ * activations (the pipeline's there), to the other families' bf16-activation bound, which the CPU refuses. */
+static void test_calls(const dt_args *a) {
+  char ref[1200];
+  json_t *rj = fixture(a, NULL, ref, NULL);
+  dit_h3 *m = load_h3(a);
+  dit_error e = {0};
+  if (m && !g_gpu) {
+    CHECK(dit_h3_set_act_dtype(m, DIT_BF16, &e) == DIT_ERR_UNSUPPORTED && strstr(e.msg, "computes in F32"));
+    printf("bf16 activations on the CPU: %s\n", e.msg);
+  }
+  for (int pass = 0; pass < (g_gpu ? 2 : 1); pass++) {
+    if (pass) CHECK_MSG(m && dit_h3_set_act_dtype(m, DIT_BF16, &e) == DIT_OK, "%s", e.msg);
+    calls_pass(ref, rj, m, pass ? "bf16 activations, " : "", pass ? NMSE_BF16_ACT : DIT_TOL);
   }
   dit_h3_free(m);
   json_decref(rj);
@@ -533,6 +548,10 @@ static void test_fold(const dt_args *a) {
           strstr(e.msg, "folded"));
     printf("a timestep outside the fold: %s\n", e.msg);
     k[2].ts[0] = t0;
+    /* the tables are in the activation dtype: the same one is kept, another refused while folded */
+    CHECK(dit_h3_set_act_dtype(m, DIT_F32, &e) == DIT_OK);
+    CHECK(dit_h3_set_act_dtype(m, DIT_BF16, &e) == DIT_ERR_INVALID_ARG && strstr(e.msg, "before folding"));
+    printf("another activation dtype while folded: %s\n", e.msg);
     dit_h3_unfold(m); /* and unfolded again, the call runs */
     CHECK(dit_h3_forward(m, &k[2].c, out[2][1][0], out[2][1][1], &e) == DIT_OK);
   }

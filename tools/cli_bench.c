@@ -29,7 +29,7 @@ static void usage(FILE *f) {
           "  --dtype T          weights (and GPU activations): bf16 (default) or f32, or ggml's block\n"
           "                     types q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q3_k, q2_k, or\n"
           "                     f8_e4m3 (or fp8) / f8_e5m2 with a per-tensor scale (weights quantized from the\n"
-          "                     same random values; GPU activations bf16; minimax-h3 computes in f32)\n"
+          "                     same random values; GPU activations bf16)\n"
           "  --iters N          timed forwards, the median is reported (default 5)\n"
           "  --warmup N         untimed forwards first (default 1)\n"
           "  --no-profile       skip the op-by-op profiled run\n"

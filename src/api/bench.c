@@ -350,7 +350,7 @@ static dit_status run_variant(const dit_bench_variant *v, const dit_bench_params
   bench_model m = {v->ops, NULL};
   bench_io io;
   memset(&io, 0, sizeof io);
-  const dit_dtype adt = p->device != DIT_DEVICE_CPU && !v->ops->f32_acts &&
+  const dit_dtype adt = p->device != DIT_DEVICE_CPU &&
                                 (p->dtype == DIT_BF16 || dit_dtype_is_quant(p->dtype)) ? DIT_BF16 : DIT_F32;
   double t0 = dit_time_now();
   dit_status s = dit_backend_profiler_create(be, &prof, err);

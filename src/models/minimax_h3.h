@@ -68,6 +68,10 @@ dit_status dit_h3_create_random(dit_backend *be, const dit_h3_config *c, dit_dty
                                 dit_error *err);
 void dit_h3_free(dit_h3 *m);
 const dit_h3_config *dit_h3_get_config(const dit_h3 *m);
+/* Activations in dt: F32 (the default, the CPU's only choice) or BF16 on a GPU, as the other families run there
+ * (the inputs, RoPE tables and outputs stay F32). The fold's tables are kept in the activation dtype, so a change
+ * while folded is refused (DIT_ERR_INVALID_ARG): set it before dit_h3_fold. */
+dit_status dit_h3_set_act_dtype(dit_h3 *m, dit_dtype dt, dit_error *err);
 
 /* One packed sequence of S = n_text + n_video + n_audio rows (host arrays). Every row is placed by
  * exactly one of the three index arrays. */

@@ -541,6 +541,15 @@ dit_status dit_h3_refine_text(dit_h3 *m, int64_t n, const float *text, float *ou
   return m->be->ops->download(m->be, out, a.r, (size_t)(n * g->hidden) * sizeof(float), err);
 }
 
+dit_status dit_h3_set_act_dtype(dit_h3 *m, dit_dtype dt, dit_error *err) {
+  if (!m) return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: no model");
+  if (m->fold && dt != m->as.adt)
+    return dit_errorf(err, DIT_ERR_INVALID_ARG, "minimax-h3: the activation dtype changes while the modulation is "
+                      "folded (its tables are in the old dtype): set it before folding");
+  bool changed = false; /* nothing but the activation space depends on it: the RoPE tables are made per call */
+  return dit_act_space_set_dtype(&m->as, m->be, dt, "minimax-h3", &changed, err);
+}
+
 void dit_h3_unfold(dit_h3 *m) {
   if (!m) return;
   if (m->fold) m->be->ops->free(m->be, m->fold);

@@ -44,7 +44,6 @@ typedef struct dit_bench_ops {
   void (*graph_counts)(const void *model, long *captures, long *launches);
   void (*free)(void *model);
   const char *flops_what; /* the FLOP formula, as the report prints it */
-  bool f32_acts;          /* the forward computes in F32 activations whatever the device (create gets F32) */
 } dit_bench_ops;
 
 /* Defines `static const dit_bench_ops name` from the family's create, geometry, inputs and
@@ -56,7 +55,7 @@ typedef struct dit_bench_ops {
   static void name##_free(void *m) { prefix##_free(m); }                                                          \
   static const dit_bench_ops name = {create_fn,           geometry_fn,          inputs_fn,                          \
                                      forward_fn,          name##_weight_bytes,  name##_weight_params,               \
-                                     name##_graph_counts, name##_free,          what,                     false}
+                                     name##_graph_counts, name##_free,          what}
 
 struct dit_bench_variant {
   const char *name;          /* bench --arch: "flux2-klein-4b" */

@@ -113,8 +113,7 @@ static void bench_graph_counts(const void *m, long *captures, long *launches) {
 static const dit_bench_ops krea2_bench_ops = {
     bench_create, bench_geometry, bench_inputs, bench_forward, bench_weight_bytes, bench_weight_params,
     bench_graph_counts, bench_free,
-    "blocks x (2*(3D^2 + 2D*Dkv + 3D*F)*S + 4*D*S^2) + the text fusion's blocks at the text width + txt_in",
-    false};
+    "blocks x (2*(3D^2 + 2D*Dkv + 3D*F)*S + 4*D*S^2) + the text fusion's blocks at the text width + txt_in"};
 
 /* Krea2Pipeline's max_sequence_length 512 is the default caption length. */
 const dit_bench_variant dit_krea2_bench[] = {

@@ -129,8 +129,7 @@ static const dit_bench_ops ltx2_bench_ops = {
     bench_create, bench_geometry, bench_inputs, bench_forward, bench_weight_bytes, bench_weight_params,
     bench_graph_counts, bench_free,
     "blocks x per stream (self, text and cross-modal attention: 2*(Sq*Dq*I*2 + Sk*Dk*I*2) + 4*Sq*Sk*I; "
-    "MLP 16*D^2*S) + proj_in/out + caption projections (2.0)",
-    false};
+    "MLP 16*D^2*S) + proj_in/out + caption projections (2.0)"};
 
 /* LTX2Pipeline's max_sequence_length 1024 and 121 frames are the defaults. */
 const dit_bench_variant dit_ltx2_bench[] = {

@@ -2,8 +2,8 @@
  * it (minimax_h3_pipeline.c's step), on random weights at the released geometry or the bench's overrides, for one
  * square image: the packed layout of text_len text rows and one latent frame of (res / 32)^2 video rows (the VAE's
  * 16x spatial compression, the 2x2 patch), no audio rows, one timestep (0.5). As the pipeline does before its
- * steps, the modulation is folded for that timestep when the model is made (not timed), and the forward runs in
- * F32 activations (the model's only path). dit_h3_forward takes host arrays: the bench's inputs are copied to
+ * steps, the modulation is folded for that timestep when the model is made (not timed); the activations are the
+ * bench's (BF16 on a GPU for bf16 or quantized weights, else F32). dit_h3_forward takes host arrays: the bench's inputs are copied to
  * the host once, and each forward's velocities are copied back into the bench's output. */
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +76,7 @@ static dit_status make_layout(h3_bench *b, const dit_bench_params *p, dit_error 
 
 static dit_status bench_create(const dit_bench_variant *v, const dit_bench_params *p, const dit_run_opts *o,
                                dit_backend *be, dit_dtype adt, void **model, dit_error *err) {
-  (void)v, (void)o, (void)adt; /* F32 activations (the variant's ops say so) */
+  (void)v, (void)o;
   dit_h3_config c;
   DIT_TRY(dit_h3_config_default(&c, err));
   DIT_TRY(overrides(p, &c, err));
@@ -89,6 +89,7 @@ static dit_status bench_create(const dit_bench_variant *v, const dit_bench_param
   b->be = be;
   const float t = BENCH_T;
   dit_status s = dit_h3_create_random(be, &c, p->dtype, p->seed, &b->m, err);
+  if (s == DIT_OK) s = dit_h3_set_act_dtype(b->m, adt, err);
   if (s == DIT_OK) s = make_layout(b, p, err);
   if (s == DIT_OK) s = dit_h3_fold(b->m, 1, &t, NULL, err);
   DIT_HAND_OVER(s, b, model, bench_free);
@@ -149,8 +150,7 @@ static const dit_bench_ops h3_bench_ops = {
     bench_graph_counts, bench_free,
     "blocks x (2*(4*H*I + 3*H*F)*S + 4*I*S^2) + refiner blocks x the same over the L text rows + "
     "2*H*(text_dim*L + Pd*N) in + 2*H*(Pd + Ca)*S out (both heads over every row); the modulation folded for "
-    "t = 0.5 before timing (the pipeline's path, not counted), F32 activations",
-    true};
+    "t = 0.5 before timing (the pipeline's path, not counted)"};
 
 /* The pipeline encodes the prompt as it is (no fixed length): 512 text tokens by default. */
 const dit_bench_variant dit_minimax_h3_bench[] = {

@@ -447,8 +447,7 @@ static dit_status h3_defaults(const dit_model_dir *dir, dit_gen_defaults *d, dit
 /* The family's components, each in its slot (the text encoder Z-Image's kind: the folder's tokenizer and
  * Qwen3-VL language model). */
 static dit_status h3_dit_prepare(const dit_model_rt *rt, dit_h3 *m, dit_error *err) {
-  (void)rt, (void)m, (void)err; /* F32 activations everywhere (the transformer's bf16 path is not built) */
-  return DIT_OK;
+  return dit_rt_on_device(rt) ? dit_h3_set_act_dtype(m, DIT_BF16, err) : DIT_OK; /* bf16 activations on a GPU */
 }
 DIT_COMPONENT_KIND_SRC(h3_dit, "transformer", DIT_KEEP_TRANSFORMER, "transformer", dit_h3, dit_h3_load_file,
                        h3_dit_prepare, dit_h3_free);

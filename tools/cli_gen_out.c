@@ -12,16 +12,18 @@
 
 #include "cli_gen_out.h"
 
+bool cli_os_random(void *buf, size_t n) {
+  if (n <= 256 && getentropy(buf, n) == 0) return true; /* glibc 2.25+, macOS, the BSDs */
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t got = read(fd, buf, n);
+  close(fd);
+  return got == (ssize_t)n;
+}
+
 bool cli_random_seed(uint64_t *out) {
   uint32_t v = 0;
-  ssize_t n = getrandom(&v, sizeof v, 0);
-  if (n != (ssize_t)sizeof v) {
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    n = read(fd, &v, sizeof v);
-    close(fd);
-    if (n != (ssize_t)sizeof v) return false;
-  }
+  if (!cli_os_random(&v, sizeof v)) return false;
   *out = v; /* 32 bits: what the web UIs and sd.cpp print and accept */
   return true;
 }

@@ -9,7 +9,9 @@
 
 #include "ditrun.h"
 
-/* A seed from the OS (getrandom, else /dev/urandom) in 0..2^32-1; false when neither works. */
+/* n random bytes from the OS (getentropy, else /dev/urandom); false when neither works. */
+bool cli_os_random(void *buf, size_t n);
+/* A seed from the OS (cli_os_random) in 0..2^32-1; false when it fails. */
 bool cli_random_seed(uint64_t *out);
 /* Output name of image i (0-based) of a batch of `batch`: out itself for one image, else
  * "dir/name-<i+1>.ext" (or "name-<i+1>" without an extension). false if it does not fit. */

@@ -4,12 +4,13 @@
  * work, HTTP threads for progress). A job's images are PNG bytes in memory; finished jobs are
  * kept (for GET /v1/jobs/{id}/image) until `keep` newer ones have finished. */
 #include <errno.h>
+#if defined(__GLIBC__)
 #include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -249,7 +250,7 @@ static void *worker(void *arg) {
     changed(J, job);
     pthread_mutex_unlock(&J->mu);
     run_job(J, job);
-#ifdef __GLIBC__
+#if defined(__GLIBC__)
     malloc_trim(0); /* a generate's freed buffers back to the OS: a server's RSS stays flat */
 #endif
     pthread_mutex_lock(&J->mu);
@@ -337,7 +338,7 @@ void srv_jobs_free(srv_jobs *J) {
 
 static void new_id(char *id, size_t len) {
   uint8_t r[12];
-  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+  if (!cli_os_random(r, sizeof r)) {
     uint64_t t = (uint64_t)(wall_now() * 1e9);
     for (size_t i = 0; i < sizeof r; i++) r[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)(uintptr_t)id;
   }

@@ -18,7 +18,11 @@ double dit_time_now(void) {
 size_t dit_peak_rss_bytes(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+#if defined(__APPLE__)
+  return (size_t)ru.ru_maxrss; /* macOS reports bytes */
+#else
   return (size_t)ru.ru_maxrss * 1024u; /* Linux reports KiB */
+#endif
 }
 
 size_t dit_rss_bytes(void) {

@@ -232,6 +232,40 @@ static void check_fixture(const dt_args *a, const char *name) {
 static void test_ltx20(const dt_args *a) { check_fixture(a, "ltx2-tiny"); }
 static void test_ltx23(const dt_args *a) { check_fixture(a, "ltx23-tiny"); }
 
+/* The cost's FLOPs against the decoder's convolutions written out for ltx2-tiny's audio VAE (base 4, ch_mult
+ * [1, 2, 4], one resnet a level plus one, latent and output channels 2, 3x3 causal convolutions, 1x1 shortcuts):
+ * 2 x output pixels x input channels x kernel area for each, the nearest upsampling doubling mel bins and giving
+ * 2 H - 1 rows. */
+static void test_cost(const dt_args *a) {
+  char dir[1200];
+  dt_path(dir, sizeof dir, a->data, "models/ltx2-tiny/audio_vae");
+  dit_vae_ltx2_audio *m = NULL;
+  dit_error e = {0};
+  CHECK_MSG(dit_vae_ltx2_audio_load(g_be, dir, &m, &e) == DIT_OK, "%s", e.msg);
+  const int L = 7, M = 2;
+  dit_cost c = {0};
+  CHECK_MSG(m && dit_vae_ltx2_audio_cost(m, L, M, &c, &e) == DIT_OK, "%s", e.msg);
+  double want = 2.0 * L * M * 16 * 2 * 9;                 /* conv_in: 2 -> 16 */
+  want += 2 * (2 * 2.0 * L * M * 16 * 16 * 9);            /* mid: two resnets of 16 */
+  double H = L, W = M, ch = 16;
+  const int outs[3] = {16, 8, 4};                          /* levels 2, 1, 0 */
+  for (int l = 0; l < 3; l++) {
+    const double co = outs[l];
+    for (int i = 0; i < 2; i++) {
+      const double ci = i ? co : ch;
+      want += 2.0 * H * W * co * ci * 9 + 2.0 * H * W * co * co * 9; /* conv1, conv2 */
+      if (ci != co) want += 2.0 * H * W * co * ci;                   /* nin_shortcut */
+    }
+    ch = co;
+    if (l < 2) H = 2 * H - 1, W = 2 * W, want += 2.0 * H * W * co * co * 9; /* upsample's conv */
+  }
+  want += 2.0 * H * W * 2 * 4 * 9; /* conv_out: 4 -> 2 */
+  printf("audio VAE cost at %d x %d latents: %.6g FLOP (written out: %.6g), %zu activation bytes\n", L, M, c.flops,
+         want, c.act_bytes);
+  CHECK_MSG(c.flops == want && c.act_bytes > 0, "%.9g FLOP, %.9g written out", c.flops, want);
+  dit_vae_ltx2_audio_free(m);
+}
+
 /* ---- configs written to --tmp ---- */
 
 /* dir/config.json: the ltx2-tiny audio VAE config with `field` set to the JSON `value`, beside a
@@ -561,7 +595,7 @@ static void test_refused_configs(const dt_args *a) {
 }
 
 int main(int argc, char **argv) {
-  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_mel_bins, test_synthetic,
-                                                   test_refused_configs};
+  static void (*const cases[])(const dt_args *) = {test_ltx20, test_ltx23, test_cost, test_mel_bins,
+                                                   test_synthetic, test_refused_configs};
   return dt_main_on_env_backend(argc, argv, cases, sizeof cases / sizeof cases[0], &g_be, &g_gpu);
 }

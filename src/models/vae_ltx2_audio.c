@@ -274,6 +274,7 @@ typedef struct run {
   bool plan;
   size_t need[NSLOT];
   char *slot[NSLOT];
+  double flops; /* the plan pass adds up its convolutions' */
 } run;
 
 /* An activation [1, c, h, w] (h: time, w: mel bins) in slot `slot`. */
@@ -332,12 +333,17 @@ static dit_status pad_border(run *r, const dit_tensor *P, int top, int k, dit_er
   return DIT_OK;
 }
 
+/* One of the decoder's convolutions (stride 1, no padding: y's pixels each take ci x k x k products); the plan
+ * pass counts its FLOPs. */
+static dit_status conv(run *r, dit_tensor *y, const dit_tensor *x, const lta_conv *cv, dit_error *err) {
+  if (r->plan) r->flops += 2.0 * (double)dit_tensor_numel(y) * cv->ci * cv->k * cv->k;
+  OP(dit_op_conv2d(r->be, y, x, &cv->w, &cv->b, 1, 0, err));
+  return DIT_OK;
+}
+
 /* LTX2AudioCausalConv2d on x [1, ci, H, W] (contiguous) into y [1, co, H, W]. */
 static dit_status causal_conv(run *r, const lta_conv *cv, const dit_tensor *x, dit_tensor *y, dit_error *err) {
-  if (cv->k == 1) {
-    OP(dit_op_conv2d(r->be, y, x, &cv->w, &cv->b, 1, 0, err));
-    return DIT_OK;
-  }
+  if (cv->k == 1) return conv(r, y, x, cv, err);
   const int k = cv->k, top = k - 1;
   const int64_t C = x->shape[1], H = x->shape[2], W = x->shape[3], Hp = H + top, Wp = W + k - 1;
   dit_tensor P;
@@ -345,8 +351,7 @@ static dit_status causal_conv(run *r, const lta_conv *cv, const dit_tensor *x, d
   DIT_TRY(pad_border(r, &P, top, k, err));
   DIT_TRY(copy(r, &P, top * Wp + (k - 1) / 2, x, 0, 3, (int64_t[]){C, H, W}, (int64_t[]){Hp * Wp, Wp, 1},
                (int64_t[]){H * W, W, 1}, err));
-  OP(dit_op_conv2d(r->be, y, &P, &cv->w, &cv->b, 1, 0, err));
-  return DIT_OK;
+  return conv(r, y, &P, cv, err);
 }
 
 /* LTX2AudioResnetBlock on *a (cin channels): in place, or into the other running slot when
@@ -386,7 +391,7 @@ static dit_status upsample(run *r, const lta_conv *cv, act *a, dit_error *err) {
                (int64_t[]){Hp * Wp, 2 * Wp, Wp, 2, 1}, (int64_t[]){H * W, W, 0, 1, 0}, err));
   act o = {other(a->slot), a->c, (int)(Hp - k + 1), (int)(2 * W)};
   DIT_TRY(view(r, &y, o.slot, o.c, o.h, o.w, err));
-  OP(dit_op_conv2d(r->be, &y, &P, &cv->w, &cv->b, 1, 0, err));
+  DIT_TRY(conv(r, &y, &P, cv, err));
   *a = o;
   return DIT_OK;
 }
@@ -515,6 +520,6 @@ dit_status dit_vae_ltx2_audio_cost(const dit_vae_ltx2_audio *m, int L, int M, di
   DIT_TRY(forward(&r, &x, &o, err));
   out->act_bytes = 0;
   for (int i = 0; i < NSLOT; i++) out->act_bytes += (r.need[i] + 255) & ~(size_t)255; /* dit_backend_fit_slots' */
-  out->flops = 0;
+  out->flops = r.flops;
   return DIT_OK;
 }

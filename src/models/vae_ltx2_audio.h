@@ -72,7 +72,7 @@ dit_status dit_vae_ltx2_audio_decode(dit_vae_ltx2_audio *m, const dit_tensor *la
                                      dit_error *err);
 
 /* One item of L x M latents (core/cost.h): the activation slots its decode allocates (kept with
- * the VAE); FLOPs not counted (0: a few convolutions over the mel, negligible beside the video). */
+ * the VAE) and its convolutions' FLOPs (the norms and copies not counted). */
 dit_status dit_vae_ltx2_audio_cost(const dit_vae_ltx2_audio *m, int L, int M, dit_cost *out, dit_error *err);
 
 #endif

@@ -473,7 +473,8 @@ static void calls_pass(const char *ref, const json_t *rj, dit_h3 *m, const char 
     if (wv && wa && gv && ga) {
       CHECK_MSG(dit_h3_forward(m, &k.c, gv, ga, &e) == DIT_OK, "%s", e.msg);
       char what[128];
-      snprintf(what, sizeof what, "%scall %d (%d timestep%s): video", tag, i, k.c.n_timesteps, k.c.n_timesteps > 1 ? "s" : "");
+      snprintf(what, sizeof what, "%scall %d (%d timestep%s): video", tag, i, k.c.n_timesteps,
+               k.c.n_timesteps > 1 ? "s" : "");
       check_rel(what, gv, wv, nv, tol);
       snprintf(what, sizeof what, "%scall %d: audio", tag, i);
       check_rel(what, ga, wa, na, tol);

@@ -3,8 +3,8 @@
  * square image: the packed layout of text_len text rows and one latent frame of (res / 32)^2 video rows (the VAE's
  * 16x spatial compression, the 2x2 patch), no audio rows, one timestep (0.5). As the pipeline does before its
  * steps, the modulation is folded for that timestep when the model is made (not timed); the activations are the
- * bench's (BF16 on a GPU for bf16 or quantized weights, else F32). dit_h3_forward takes host arrays: the bench's inputs are copied to
- * the host once, and each forward's velocities are copied back into the bench's output. */
+ * bench's (BF16 on a GPU for bf16 or quantized weights, else F32). dit_h3_forward takes host arrays: the bench's
+ * inputs are copied to the host once, and each forward's velocities are copied back into the bench's output. */
 #include <stdlib.h>
 #include <string.h>
 
